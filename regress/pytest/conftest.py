@@ -1,0 +1,37 @@
+"""Fixtures shared by every pytest suite: real servers, started per module and removed after."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "harness"))
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+
+from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402
+from cotest.servers import mysql_co_installed, pg_co_installed  # noqa: E402
+
+
+def pytest_sessionstart(session):
+    reap_orphans()
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """PostgreSQL 15 with pg_co preloaded when it is installed."""
+    with PgServer() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def mariadb():
+    """MariaDB 10.11 with mysql_co loaded at startup when it is installed."""
+    with MariaServer() as s:
+        yield s
+
+
+requires_pg_co = pytest.mark.skipif(not pg_co_installed() and not os.environ.get("CI"),
+                                    reason="pg_co is not installed (run scripts/build.sh)")
+requires_mysql_co = pytest.mark.skipif(not mysql_co_installed() and not os.environ.get("CI"),
+                                       reason="mysql_co is not installed (run scripts/build.sh)")

@@ -1,0 +1,37 @@
+# Shared settings and helpers for the project's scripts. Sourced, never run.
+# One place for versions, paths and the non-root test user.
+
+COTX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Pinned versions: the plugin must be built from the exact source of the server it loads
+# into, and only these source packages download on our machines (docs/setup.md).
+MARIADB_VERSION="1:10.11.18-0+deb12u1"
+MARIADB_UPSTREAM="10.11.18"
+PG_MAJOR=15
+PG_VERSION="15.18-0+deb12u1"
+PGRX_VERSION="0.18.1"
+RUST_TOOLCHAIN="1.95.0"
+# Machine-wide caches that survive fresh clones; nothing depends on them being there.
+COTX_CACHE="${COTX_CACHE:-/var/cache/cotx}"
+COTX_VENV="${COTX_VENV:-$COTX_CACHE/venv}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$COTX_CACHE/target}"
+# Servers refuse to run as root (initdb); tests run them as this system user.
+COTX_USER="${COTX_USER:-cotx}"
+PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
+PG_CONFIG="$PG_BIN/pg_config"
+export PATH="$HOME/.cargo/bin:$PATH"
+export LIBCLANG_PATH="${LIBCLANG_PATH:-/usr/lib/llvm-14/lib}"
+
+log()  { printf '\033[1m[cotx]\033[0m %s\n' "$*" >&2; }
+die()  { printf '\033[31m[cotx] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+require_root() {
+  [ "$(id -u)" = 0 ] || die "run this as root (it installs Debian packages and a system user); e.g. 'sudo bash $0'"
+}
+
+# Installed version of a Debian package, empty when absent.
+deb_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '/install ok installed/ {print $4}'; } || true; }
+
+# Run a command as the unprivileged test user (initdb and mariadbd refuse root or should not run as it).
+as_user() { runuser -u "$COTX_USER" -- "$@"; }
+
+timed() { local t0=$SECONDS; "$@"; local rc=$?; log "$1 took $((SECONDS - t0)) s"; return $rc; }

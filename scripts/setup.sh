@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README's first command: install, build everything, run the demo.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+require_root
+timed bash "$COTX_ROOT/scripts/bootstrap.sh"
+timed bash "$COTX_ROOT/scripts/build.sh"
+exec bash "$COTX_ROOT/scripts/demo.sh" "$@"
