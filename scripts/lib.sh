@@ -13,7 +13,10 @@ RUST_TOOLCHAIN="1.95.0"
 # Machine-wide caches that survive fresh clones; nothing depends on them being there.
 COTX_CACHE="${COTX_CACHE:-/var/cache/cotx}"
 COTX_VENV="${COTX_VENV:-$COTX_CACHE/venv}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$COTX_CACHE/target}"
+# Separate cargo target dirs per part: builds of the daemon and of the extension do not
+# wait on each other's lock, and pgrx's feature set does not invalidate the daemon's cache.
+COTX_TARGET_PG="$COTX_CACHE/target-pg"
+COTX_TARGET_COORD="$COTX_CACHE/target-coord"
 # Servers refuse to run as root (initdb); tests run them as this system user.
 COTX_USER="${COTX_USER:-cotx}"
 PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
