@@ -1,0 +1,260 @@
+//! The commitment-ordering (CO) decisions of `pg_co`, free of PostgreSQL so that unit tests
+//! reach them without a server. The extension copies what PostgreSQL's SSI knows about the
+//! deciding transaction and its rw-conflict peers into [`SelfView`] and [`Peer`] values,
+//! and asks [`decide`] what to do. The rules and their derivations: docs/pg_co.md.
+
+/// Bits of `SERIALIZABLEXACT.flags` (PostgreSQL 15, storage/predicate_internals.h).
+pub mod flags {
+    pub const COMMITTED: u32 = 0x0001;
+    pub const PREPARED: u32 = 0x0002;
+    pub const ROLLED_BACK: u32 = 0x0004;
+    pub const READ_ONLY: u32 = 0x0020;
+    pub const SUMMARY_CONFLICT_OUT: u32 = 0x0400;
+}
+
+/// What pg_co's own shared memory says about a peer: it passed our check and is between
+/// that check and the point where PostgreSQL's flags tell the same story.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker {
+    Preparing,
+    Committing,
+}
+
+/// One side of an rw-antidependency, as seen in the SSI conflict lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub xid: u32,
+    /// 0 for a prepared transaction (after PREPARE TRANSACTION or after crash recovery).
+    pub pid: i32,
+    pub flags: u32,
+    pub prepare_seq: u64,
+    pub marker: Option<Marker>,
+}
+
+/// Where a peer is in its life, as far as CO cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    Active,
+    /// Passed our PRE_PREPARE check, PREPARE TRANSACTION not finished yet.
+    Preparing,
+    /// A local COMMIT in progress.
+    Committing,
+    /// Prepared and not yet COMMIT/ROLLBACK PREPARED.
+    InDoubt,
+    Committed { two_phase: bool },
+    RolledBack,
+}
+
+pub fn classify(p: &Peer) -> PeerState {
+    if p.flags & flags::ROLLED_BACK != 0 {
+        return PeerState::RolledBack;
+    }
+    if p.flags & flags::COMMITTED != 0 {
+        // PostPrepare sets pid = 0 and nothing sets it back: a committed sxact with pid 0
+        // went through PREPARE TRANSACTION.
+        return PeerState::Committed { two_phase: p.pid == 0 };
+    }
+    // PostgreSQL sets PREPARED during PREPARE *and* during a plain COMMIT; only our marker
+    // tells a PREPARE in progress from a COMMIT in progress.
+    if p.marker == Some(Marker::Preparing) {
+        return PeerState::Preparing;
+    }
+    if p.flags & flags::PREPARED != 0 {
+        return if p.pid == 0 { PeerState::InDoubt } else { PeerState::Committing };
+    }
+    if p.marker == Some(Marker::Committing) {
+        return PeerState::Committing;
+    }
+    PeerState::Active
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// PREPARE TRANSACTION (a 2PC subtransaction reaches its prepare point).
+    Prepare,
+    /// A local COMMIT (the transaction is its own decision).
+    LocalCommit,
+}
+
+/// The deciding transaction itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelfView {
+    pub flags: u32,
+    /// PredXact->LastSxactCommitSeqNo when the snapshot was taken.
+    pub last_commit_before_snapshot: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Rule C: local readers that missed a 2PC write prepared before their snapshot.
+    pub rule_c: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { rule_c: true }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    /// Rule A: T -rw-> X and X already committed or is prepared/committing: X's commit
+    /// came (or will come) before T's prepare although CO needs T's commit first.
+    RefuseOutEdge(Peer, PeerState),
+    /// Rule A, conservative: PostgreSQL folded some of T's out-edges into a summary.
+    RefuseSummarized,
+    /// Rule B: X -rw-> T and X is in doubt: T must not reach its commit point before X is
+    /// decided. The caller refuses or waits for X and asks again.
+    BlockedByInDoubt(Peer, PeerState),
+    /// Rule C: local reader L -rw-> Y where Y was prepared before L's snapshot.
+    RefuseStaleLocalRead(Peer, PeerState),
+}
+
+/// The decision at one commit point. Rule A comes first: waiting cannot cure it.
+pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer], s: &Settings) -> Verdict {
+    if point == Point::Prepare {
+        if me.flags & flags::SUMMARY_CONFLICT_OUT != 0 {
+            return Verdict::RefuseSummarized;
+        }
+        for p in out_edges {
+            let st = classify(p);
+            if matches!(st, PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing) {
+                return Verdict::RefuseOutEdge(*p, st);
+            }
+        }
+    }
+    if point == Point::LocalCommit && s.rule_c {
+        for p in out_edges {
+            let st = classify(p);
+            let two_phase = matches!(st, PeerState::InDoubt | PeerState::Committed { two_phase: true });
+            if two_phase && p.prepare_seq <= me.last_commit_before_snapshot {
+                return Verdict::RefuseStaleLocalRead(*p, st);
+            }
+        }
+    }
+    for p in in_edges {
+        let st = classify(p);
+        if matches!(st, PeerState::InDoubt | PeerState::Preparing) {
+            return Verdict::BlockedByInDoubt(*p, st);
+        }
+    }
+    Verdict::Allow
+}
+
+pub fn state_name(st: PeerState) -> &'static str {
+    match st {
+        PeerState::Active => "active",
+        PeerState::Preparing => "preparing",
+        PeerState::Committing => "committing",
+        PeerState::InDoubt => "prepared (in doubt)",
+        PeerState::Committed { two_phase: true } => "committed (via COMMIT PREPARED)",
+        PeerState::Committed { two_phase: false } => "committed",
+        PeerState::RolledBack => "rolled back",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(flags: u32, pid: i32) -> Peer {
+        Peer { xid: 700, pid, flags, prepare_seq: 10, marker: None }
+    }
+    const ACTIVE: (u32, i32) = (0, 42);
+    const IN_DOUBT: (u32, i32) = (flags::PREPARED, 0);
+    const COMMITTED: (u32, i32) = (flags::PREPARED | flags::COMMITTED, 42);
+    const COMMITTING: (u32, i32) = (flags::PREPARED, 42);
+    const ROLLED_BACK: (u32, i32) = (flags::ROLLED_BACK, 42);
+    fn p(x: (u32, i32)) -> Peer {
+        peer(x.0, x.1)
+    }
+    fn me() -> SelfView {
+        SelfView { flags: 0, last_commit_before_snapshot: 20 }
+    }
+    fn d(point: Point, out: &[Peer], inn: &[Peer]) -> Verdict {
+        decide(point, &me(), out, inn, &Settings::default())
+    }
+
+    #[test]
+    fn classify_states() {
+        assert_eq!(classify(&p(ACTIVE)), PeerState::Active);
+        assert_eq!(classify(&p(IN_DOUBT)), PeerState::InDoubt);
+        assert_eq!(classify(&p(COMMITTING)), PeerState::Committing);
+        assert_eq!(classify(&p(COMMITTED)), PeerState::Committed { two_phase: false });
+        assert_eq!(classify(&peer(flags::PREPARED | flags::COMMITTED, 0)), PeerState::Committed { two_phase: true });
+        assert_eq!(classify(&p(ROLLED_BACK)), PeerState::RolledBack);
+        let mut prep = p(COMMITTING);
+        prep.marker = Some(Marker::Preparing);
+        assert_eq!(classify(&prep), PeerState::Preparing, "our marker tells a PREPARE from a COMMIT");
+        let mut early = p(ACTIVE);
+        early.marker = Some(Marker::Preparing);
+        assert_eq!(classify(&early), PeerState::Preparing, "marked before PostgreSQL's flag is set");
+    }
+
+    #[test]
+    fn rule_a_refuses_out_edge_to_finished_or_finishing_peer() {
+        for st in [IN_DOUBT, COMMITTED, COMMITTING] {
+            assert!(matches!(d(Point::Prepare, &[p(st)], &[]), Verdict::RefuseOutEdge(..)), "{st:?}");
+        }
+        let mut preparing = p(ACTIVE);
+        preparing.marker = Some(Marker::Preparing);
+        assert!(matches!(d(Point::Prepare, &[preparing], &[]), Verdict::RefuseOutEdge(..)));
+    }
+
+    #[test]
+    fn rule_a_allows_out_edge_to_active_or_aborted_peer() {
+        assert_eq!(d(Point::Prepare, &[p(ACTIVE), p(ROLLED_BACK)], &[]), Verdict::Allow);
+    }
+
+    #[test]
+    fn rule_a_not_applied_at_local_commit() {
+        assert_eq!(d(Point::LocalCommit, &[p(COMMITTED)], &[]), Verdict::Allow);
+    }
+
+    #[test]
+    fn summarized_out_conflicts_refuse_prepare_only() {
+        let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0 };
+        let s = Settings::default();
+        assert_eq!(decide(Point::Prepare, &me, &[], &[], &s), Verdict::RefuseSummarized);
+        assert_eq!(decide(Point::LocalCommit, &me, &[], &[], &s), Verdict::Allow);
+    }
+
+    #[test]
+    fn rule_b_blocks_on_in_doubt_or_preparing_reader_at_both_points() {
+        let mut preparing = p(ACTIVE);
+        preparing.marker = Some(Marker::Preparing);
+        for point in [Point::Prepare, Point::LocalCommit] {
+            assert!(matches!(d(point, &[], &[p(IN_DOUBT)]), Verdict::BlockedByInDoubt(_, PeerState::InDoubt)));
+            assert!(matches!(d(point, &[], &[preparing]), Verdict::BlockedByInDoubt(_, PeerState::Preparing)));
+            assert_eq!(d(point, &[], &[p(ACTIVE), p(COMMITTED), p(ROLLED_BACK), p(COMMITTING)]), Verdict::Allow);
+        }
+    }
+
+    #[test]
+    fn rule_a_wins_over_rule_b() {
+        assert!(matches!(d(Point::Prepare, &[p(COMMITTED)], &[p(IN_DOUBT)]), Verdict::RefuseOutEdge(..)));
+    }
+
+    #[test]
+    fn rule_c_refuses_local_reader_of_data_prepared_before_its_snapshot() {
+        let mut y = p(IN_DOUBT);
+        y.prepare_seq = 15; // before snapshot (20)
+        assert!(matches!(d(Point::LocalCommit, &[y], &[]), Verdict::RefuseStaleLocalRead(..)));
+        let mut y_committed = peer(flags::PREPARED | flags::COMMITTED, 0);
+        y_committed.prepare_seq = 15;
+        assert!(matches!(d(Point::LocalCommit, &[y_committed], &[]), Verdict::RefuseStaleLocalRead(..)));
+        y.prepare_seq = 25; // prepared after the snapshot: no G can sit in between
+        assert_eq!(d(Point::LocalCommit, &[y], &[]), Verdict::Allow);
+        let off = Settings { rule_c: false };
+        y.prepare_seq = 15;
+        assert_eq!(decide(Point::LocalCommit, &me(), &[y], &[], &off), Verdict::Allow);
+    }
+
+    #[test]
+    fn rule_c_ignores_local_peers() {
+        let mut x = p(COMMITTED);
+        x.prepare_seq = 1;
+        assert_eq!(d(Point::LocalCommit, &[x], &[]), Verdict::Allow);
+    }
+}
