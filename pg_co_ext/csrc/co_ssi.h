@@ -1,0 +1,53 @@
+/*
+ * co_ssi.h: the only window pg_co has onto PostgreSQL's SSI internals
+ * (storage/predicate_internals.h, which pgrx's bindings do not include).
+ * Plain copies out of shared memory; no function here raises an error.
+ * Mirrored by src/ssi_ffi.rs: keep the two in step.
+ */
+#ifndef CO_SSI_H
+#define CO_SSI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct co_peer
+{
+	const void *sxact;			/* identity, for pg_co's marker table */
+	uint64_t	prepare_seq;
+	uint32_t	xid;
+	uint32_t	flags;
+	int32_t		pid;
+	int32_t		pgprocno;
+} co_peer;
+
+typedef struct co_self
+{
+	const void *sxact;
+	uint64_t	last_commit_before_snapshot;
+	uint32_t	flags;
+	uint32_t	xid;
+	int32_t		n_out;
+	int32_t		n_in;
+} co_self;
+
+/* An rw edge that touches a prepared (in-doubt) transaction, for the pg_co.blocking view. */
+typedef struct co_edge
+{
+	uint32_t	prepared_xid;
+	uint32_t	peer_xid;
+	int32_t		peer_pid;
+	uint32_t	peer_flags;
+	int32_t		prepared_is_reader; /* 1: prepared -rw-> peer (peer waits, rule B) */
+} co_edge;
+
+/* The lock that guards every SSI list and flag (and pg_co's markers). */
+extern void *co_sxact_lock(void);
+/* Size of the "PredXactList" shared struct, to look it up with ShmemInitStruct. */
+extern size_t co_predxact_size(void);
+
+/* The rest need co_sxact_lock() held. */
+extern bool co_read_self(co_self *out);
+extern int	co_read_edges(bool out_edges, co_peer *buf, int cap);
+extern int	co_read_prepared_edges(const void *predxact, co_edge *buf, int cap);
+
+#endif

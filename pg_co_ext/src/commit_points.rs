@@ -1,0 +1,126 @@
+//! The two commit points: PREPARE TRANSACTION (XACT_EVENT_PRE_PREPARE: rules A and B)
+//! and local COMMIT (XACT_EVENT_PRE_COMMIT: rules B and C). Each check runs under
+//! SerializableXactHashLock together with setting our marker, so two transactions with
+//! an rw edge between them can never both pass (docs/pg_co.md).
+
+use crate::gucs::{self, ConflictAction};
+use crate::refusal::{self, Refusal};
+use crate::shmem::{self, Counter};
+use crate::ssi_ffi::{self, SsiLock};
+use pg_co_rules::{decide, Marker, Point, Settings, Verdict};
+use pgrx::pg_sys;
+use std::time::Instant;
+
+const XACT_SERIALIZABLE: i32 = 3;
+
+pub unsafe fn register() {
+    pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_PRE_PREPARE => check(Point::Prepare),
+        // Parallel workers report XACT_EVENT_PARALLEL_PRE_COMMIT and are not checked:
+        // their leader's commit is.
+        XACT_EVENT_PRE_COMMIT => check(Point::LocalCommit),
+        XACT_EVENT_PREPARE | XACT_EVENT_COMMIT | XACT_EVENT_ABORT => shmem::clear_my_marker(),
+        _ => {}
+    }
+}
+
+fn check(point: Point) {
+    if !gucs::ENABLED.get() || !shmem::attached() {
+        return;
+    }
+    let serializable = unsafe { pg_sys::XactIsoLevel } == XACT_SERIALIZABLE;
+    if point == Point::Prepare {
+        if !serializable {
+            if gucs::REQUIRE_SERIALIZABLE.get() {
+                shmem::bump(Counter::RefusedNotSerializable, 1);
+                refusal::raise(Refusal::NotSerializable);
+            }
+            return;
+        }
+        // A READ ONLY serializable transaction may lose its rw edges when a writer commits,
+        // or drop out of SSI altogether once its snapshot is "safe".
+        if unsafe { pg_sys::XactReadOnly } {
+            shmem::bump(Counter::RefusedReadOnly, 1);
+            refusal::raise(Refusal::ReadOnly);
+        }
+        shmem::bump(Counter::ChecksPrepare, 1);
+    } else {
+        if !serializable {
+            return;
+        }
+        shmem::bump(Counter::ChecksCommit, 1);
+    }
+    let settings = Settings { rule_c: gucs::CHECK_LOCAL_READERS.get() };
+    let t0 = Instant::now();
+    let mut wait_started: Option<Instant> = None;
+    loop {
+        let lock = SsiLock::exclusive();
+        let Some(snap) = ssi_ffi::read_own(&lock, shmem::marker_of) else {
+            return; // nothing read under SSI: nothing to order
+        };
+        let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
+        if verdict == Verdict::Allow {
+            if !gucs::TEST_SKIP_MARKER.get() {
+                shmem::set_my_marker(snap.sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
+            }
+            drop(lock);
+            finish_timing(t0, wait_started);
+            test_pause();
+            return;
+        }
+        drop(lock);
+        if let Verdict::BlockedByInDoubt(peer, _) = verdict {
+            if gucs::CONFLICT_ACTION.get() == ConflictAction::Wait {
+                if wait_started.is_none() {
+                    wait_started = Some(Instant::now());
+                    shmem::bump(Counter::Waits, 1);
+                }
+                wait_for(peer.xid, wait_started.unwrap());
+                continue;
+            }
+        }
+        finish_timing(t0, wait_started);
+        refusal::raise(Refusal::Rule(point, verdict));
+    }
+}
+
+fn finish_timing(t0: Instant, wait_started: Option<Instant>) {
+    let waited = wait_started.map(|w| w.elapsed());
+    if let Some(w) = waited {
+        shmem::bump(Counter::WaitMicros, w.as_micros() as u64);
+    }
+    let busy = t0.elapsed() - waited.unwrap_or_default();
+    shmem::bump(Counter::CheckNanos, busy.as_nanos() as u64);
+}
+
+/// Waits until transaction `xid` is committed or rolled back. The heavyweight lock wait
+/// honours lock_timeout, statement_timeout, cancel and the deadlock detector.
+fn wait_for(xid: u32, started: Instant) {
+    if xid != 0 {
+        unsafe { pg_sys::XactLockTableWait(xid, std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None) };
+        return;
+    }
+    // A peer still inside PREPARE TRANSACTION may not have its xid yet: poll briefly,
+    // bounded by lock_timeout like a lock wait.
+    let timeout_ms = unsafe { pg_sys::LockTimeout };
+    if timeout_ms > 0 && started.elapsed().as_millis() as i64 >= timeout_ms as i64 {
+        refusal::raise(Refusal::WaitTimeout);
+    }
+    unsafe {
+        pg_sys::pg_usleep(1000);
+    }
+    pgrx::check_for_interrupts!();
+}
+
+fn test_pause() {
+    let ms = gucs::TEST_PAUSE_MS.get();
+    if ms > 0 {
+        unsafe { pg_sys::pg_usleep(ms as std::ffi::c_long * 1000) };
+    }
+}

@@ -1,0 +1,68 @@
+//! The SQL surface added by CREATE EXTENSION pg_co (views are in lib.rs's extension_sql).
+
+use crate::shmem;
+use crate::ssi_ffi;
+use pgrx::prelude::*;
+
+fn require_preloaded() {
+    if !shmem::attached() {
+        ereport!(
+            PgLogLevel::ERROR,
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "pg_co is not loaded through shared_preload_libraries: commitment ordering is NOT enforced",
+            "Add pg_co to shared_preload_libraries in postgresql.conf and restart the server."
+        );
+    }
+}
+
+/// True when the library runs in every backend (preloaded); false means half-loaded.
+#[pg_extern]
+fn preloaded() -> bool {
+    shmem::attached()
+}
+
+/// Called first by the extension script: CREATE EXTENSION fails loudly when half-loaded.
+#[pg_extern]
+fn require_preload() {
+    require_preloaded();
+}
+
+#[pg_extern]
+fn stat_counters() -> TableIterator<'static, (name!(counter, String), name!(value, i64))> {
+    require_preloaded();
+    TableIterator::new(shmem::read_counters().into_iter().map(|(n, v)| (n.to_string(), v)))
+}
+
+#[pg_extern]
+fn reset_stats() {
+    require_preloaded();
+    shmem::reset_counters();
+}
+
+/// rw edges between in-doubt transactions and unfinished ones. rule 'B': the peer wrote
+/// what the prepared transaction read, so it waits (or is refused) until the decision;
+/// rule 'A': the peer read what the prepared one wrote, so its PREPARE will be refused.
+#[pg_extern]
+fn blocking_edges() -> TableIterator<
+    'static,
+    (name!(prepared_xid, i64), name!(peer_xid, Option<i64>), name!(peer_pid, Option<i32>), name!(peer_state, String), name!(rule, String)),
+> {
+    require_preloaded();
+    let rows = ssi_ffi::prepared_edges().into_iter().map(|e| {
+        let state = pg_co_rules::state_name(pg_co_rules::classify(&pg_co_rules::Peer {
+            xid: e.peer_xid,
+            pid: e.peer_pid,
+            flags: e.peer_flags,
+            prepare_seq: 0,
+            marker: None,
+        }));
+        (
+            e.prepared_xid as i64,
+            (e.peer_xid != 0).then_some(e.peer_xid as i64),
+            (e.peer_pid != 0).then_some(e.peer_pid),
+            state.to_string(),
+            if e.prepared_is_reader == 1 { "B" } else { "A" }.to_string(),
+        )
+    });
+    TableIterator::new(rows.collect::<Vec<_>>().into_iter())
+}

@@ -1,0 +1,125 @@
+//! Thin, safe wrappers over csrc/co_ssi.c (PostgreSQL's SSI internals). Mirrors co_ssi.h.
+
+use pg_co_rules::{Marker, Peer, SelfView};
+use pgrx::pg_sys;
+use std::ffi::c_void;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CoPeer {
+    sxact: *const c_void,
+    prepare_seq: u64,
+    xid: u32,
+    flags: u32,
+    pid: i32,
+    pgprocno: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CoSelf {
+    sxact: *const c_void,
+    last_commit_before_snapshot: u64,
+    flags: u32,
+    xid: u32,
+    n_out: i32,
+    n_in: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct PreparedEdge {
+    pub prepared_xid: u32,
+    pub peer_xid: u32,
+    pub peer_pid: i32,
+    pub peer_flags: u32,
+    /// 1: the prepared transaction read what the peer wrote (the peer is held by rule B).
+    pub prepared_is_reader: i32,
+}
+
+extern "C" {
+    fn co_sxact_lock() -> *mut c_void;
+    fn co_predxact_size() -> usize;
+    fn co_read_self(out: *mut CoSelf) -> bool;
+    fn co_read_edges(out_edges: bool, buf: *mut CoPeer, cap: i32) -> i32;
+    fn co_read_prepared_edges(predxact: *const c_void, buf: *mut PreparedEdge, cap: i32) -> i32;
+}
+
+/// SerializableXactHashLock, held exclusive: SSI state and pg_co's markers cannot change
+/// while it is held, so a check and the marker it sets are one atomic step.
+pub struct SsiLock(());
+
+impl SsiLock {
+    pub fn exclusive() -> SsiLock {
+        unsafe { pg_sys::LWLockAcquire(co_sxact_lock() as *mut pg_sys::LWLock, pg_sys::LWLockMode::LW_EXCLUSIVE) };
+        SsiLock(())
+    }
+    pub fn shared() -> SsiLock {
+        unsafe { pg_sys::LWLockAcquire(co_sxact_lock() as *mut pg_sys::LWLock, pg_sys::LWLockMode::LW_SHARED) };
+        SsiLock(())
+    }
+}
+
+impl Drop for SsiLock {
+    fn drop(&mut self) {
+        // On an error PostgreSQL's abort releases every LWLock itself; only release ours
+        // when it is still held.
+        unsafe {
+            let l = co_sxact_lock() as *mut pg_sys::LWLock;
+            if pg_sys::LWLockHeldByMe(l) {
+                pg_sys::LWLockRelease(l)
+            }
+        }
+    }
+}
+
+/// This backend's serializable transaction, with its rw-conflict peers.
+pub struct Snapshot {
+    pub sxact: *const c_void,
+    pub me: SelfView,
+    pub out_edges: Vec<Peer>,
+    pub in_edges: Vec<Peer>,
+}
+
+/// Reads our transaction's SSI state; None when it has none (not serializable, no
+/// snapshot taken yet, or a read-only transaction PostgreSQL released as safe).
+/// `marker_of` resolves pg_co's marker for a peer (sxact pointer, pgprocno).
+pub fn read_own(_lock: &SsiLock, marker_of: impl Fn(*const c_void, i32) -> Option<Marker>) -> Option<Snapshot> {
+    let mut s = CoSelf { sxact: std::ptr::null(), last_commit_before_snapshot: 0, flags: 0, xid: 0, n_out: 0, n_in: 0 };
+    if !unsafe { co_read_self(&mut s) } {
+        return None;
+    }
+    let read = |out: bool, n: i32| -> Vec<Peer> {
+        let mut buf = vec![CoPeer { sxact: std::ptr::null(), prepare_seq: 0, xid: 0, flags: 0, pid: 0, pgprocno: -1 }; n.max(0) as usize];
+        let total = unsafe { co_read_edges(out, buf.as_mut_ptr(), n) };
+        debug_assert_eq!(total, n, "lists cannot change under the lock");
+        buf.iter()
+            .map(|c| Peer { xid: c.xid, pid: c.pid, flags: c.flags, prepare_seq: c.prepare_seq, marker: marker_of(c.sxact, c.pgprocno) })
+            .collect()
+    };
+    Some(Snapshot {
+        sxact: s.sxact,
+        me: SelfView { flags: s.flags, last_commit_before_snapshot: s.last_commit_before_snapshot },
+        out_edges: read(true, s.n_out),
+        in_edges: read(false, s.n_in),
+    })
+}
+
+/// Every rw edge between an in-doubt transaction and an unfinished one.
+pub fn prepared_edges() -> Vec<PreparedEdge> {
+    let predxact = unsafe {
+        let mut found = false;
+        pg_sys::ShmemInitStruct(c"PredXactList".as_ptr(), co_predxact_size(), &mut found)
+    };
+    let _lock = SsiLock::shared();
+    let mut cap = 64;
+    loop {
+        let mut buf = vec![PreparedEdge::default(); cap];
+        let n = unsafe { co_read_prepared_edges(predxact, buf.as_mut_ptr(), cap as i32) } as usize;
+        if n <= cap {
+            buf.truncate(n);
+            return buf;
+        }
+        cap = n;
+    }
+}

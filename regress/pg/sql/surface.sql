@@ -1,0 +1,39 @@
+-- The SQL surface of pg_co: settings, views, functions, and the precondition errors.
+\set VERBOSITY verbose
+SELECT pg_co.preloaded();
+SHOW pg_co.enabled;
+SHOW pg_co.conflict_action;
+SHOW pg_co.require_serializable;
+SHOW pg_co.check_local_readers;
+SET pg_co.conflict_action = 'sometimes';
+SET pg_co.conflict_action = wait;
+RESET pg_co.conflict_action;
+SELECT pg_co.reset_stats();
+SELECT * FROM pg_co.stats;
+SELECT * FROM pg_co.in_doubt;
+
+CREATE TABLE t (id int PRIMARY KEY, v int);
+INSERT INTO t VALUES (1, 1);
+
+-- not serializable: refused, and the transaction is rolled back
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+UPDATE t SET v = 2;
+PREPARE TRANSACTION 'not_ser';
+SELECT v FROM t;
+SELECT count(*) FROM pg_prepared_xacts;
+
+-- read only: refused with a hint
+BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY;
+SELECT v FROM t;
+PREPARE TRANSACTION 'ro';
+
+-- a serializable branch prepares, shows up in the in_doubt view, commits
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+UPDATE t SET v = 3;
+PREPARE TRANSACTION 'ok';
+SELECT gid, peer_xid, rule FROM pg_co.in_doubt;
+COMMIT PREPARED 'ok';
+SELECT v FROM t;
+SELECT checks_prepare, refused_not_serializable, refused_read_only FROM pg_co.stats;
+\set VERBOSITY default
+DROP TABLE t;

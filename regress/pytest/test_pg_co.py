@@ -1,0 +1,240 @@
+"""pg_co on real PostgreSQL clusters: the global anomalies that per-database SSI misses,
+shown with pg_co off and refused with it on; restart, summarization, the check-to-prepare
+race and rule C. Isolation specs in regress/pg cover the single-database rule matrix."""
+import threading
+import time
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from conftest import requires_pg_co
+from cotest import PgServer
+
+pytestmark = requires_pg_co
+
+
+@pytest.fixture(scope="module")
+def two_pg():
+    """Two clusters, playing two services' databases (A: savings, B: checking)."""
+    with PgServer() as a, PgServer() as b:
+        for s in (a, b):
+            s.sql("CREATE EXTENSION pg_co")
+        yield a, b
+
+
+def begin(server, pg_co_on=True):
+    c = server.connect()
+    c.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+    if not pg_co_on:
+        c.execute("SET LOCAL pg_co.enabled = off")
+    return c
+
+
+def reset_accounts(a, b):
+    for s, name in ((a, "savings"), (b, "checking")):
+        s.sql(f"DROP TABLE IF EXISTS {name}")
+        s.sql(f"CREATE TABLE {name} (owner text PRIMARY KEY, bal int NOT NULL)")
+        s.sql(f"INSERT INTO {name} VALUES ('alice', 50)")
+
+
+def withdraw_reads(a_conn, b_conn):
+    sav = a_conn.execute("SELECT bal FROM savings WHERE owner = 'alice'").fetchone()[0]
+    chk = b_conn.execute("SELECT bal FROM checking WHERE owner = 'alice'").fetchone()[0]
+    return sav + chk
+
+
+def run_overdraft(a, b, pg_co_on):
+    """Two global withdrawals of 80 (total 100): each reads both balances, debits one.
+    Serially the second sees total 20 and refuses; interleaved, both may succeed."""
+    reset_accounts(a, b)
+    t1a, t1b, t2a, t2b = begin(a, pg_co_on), begin(b, pg_co_on), begin(a, pg_co_on), begin(b, pg_co_on)
+    assert withdraw_reads(t1a, t1b) - 80 >= 0
+    assert withdraw_reads(t2a, t2b) - 80 >= 0
+    t1a.execute("UPDATE savings SET bal = bal - 80 WHERE owner = 'alice'")
+    t2b.execute("UPDATE checking SET bal = bal - 80 WHERE owner = 'alice'")
+    refused = []
+    for gid, conns in (("t1", (t1a, t1b)), ("t2", (t2a, t2b))):
+        try:
+            for c in conns:
+                c.execute(f"PREPARE TRANSACTION '{gid}'")
+        except errors.SerializationFailure as e:
+            refused.append((gid, e))
+            for c in conns:
+                c.rollback() if c.info.transaction_status != psycopg.pq.TransactionStatus.IDLE else None
+    for gid in ("t1", "t2"):
+        outcome = "ROLLBACK" if gid in [r[0] for r in refused] else "COMMIT"
+        for s in (a, b):
+            if s.sql("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)):
+                s.sql(f"{outcome} PREPARED '{gid}'")
+    for c in (t1a, t1b, t2a, t2b):
+        c.close()
+    total = a.sql("SELECT bal FROM savings")[0][0] + b.sql("SELECT bal FROM checking")[0][0]
+    return total, refused
+
+
+def test_overdraft_anomaly_with_pg_co_off(two_pg):
+    total, refused = run_overdraft(*two_pg, pg_co_on=False)
+    assert refused == []
+    assert total == -60, "both withdrawals committed: the total went negative"
+
+
+def test_overdraft_refused_with_pg_co_on(two_pg):
+    total, refused = run_overdraft(*two_pg, pg_co_on=True)
+    assert [gid for gid, _ in refused] == ["t2"]
+    err = refused[0][1]
+    assert err.sqlstate == "40001"
+    assert "rule A" in err.diag.message_primary
+    assert "gid 't1'" in err.diag.message_detail, err.diag.message_detail
+    assert total == 20
+
+
+def test_refused_prepare_touches_nothing_else(two_pg):
+    a, _ = two_pg
+    a.sql("DROP TABLE IF EXISTS k; CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k VALUES (1, 0), (2, 0)")
+    r, w, other = begin(a), begin(a), begin(a)
+    r.execute("SELECT v FROM k WHERE id = 1")
+    r.execute("UPDATE k SET v = 1 WHERE id = 2")
+    w.execute("UPDATE k SET v = 1 WHERE id = 1")
+    other.execute("INSERT INTO k VALUES (3, 3)")
+    w.execute("PREPARE TRANSACTION 'w_ok'")
+    with pytest.raises(errors.SerializationFailure):
+        r.execute("PREPARE TRANSACTION 'r_refused'")
+    other.execute("COMMIT")
+    a.sql("COMMIT PREPARED 'w_ok'")
+    assert a.sql("SELECT id, v FROM k ORDER BY id") == [(1, 1), (2, 0), (3, 3)]
+    assert a.sql("SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
+
+
+@pytest.mark.parametrize("pg_co_on", [False, True])
+def test_recovered_prepared_transaction_still_blocks(pg_co_on):
+    """After a restart the prepared reader is restored from its state file; a writer of
+    what it read must still not commit before the decision."""
+    with PgServer() as s:
+        s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
+        s.sql("INSERT INTO k VALUES (1, 0), (2, 0)")
+        r = begin(s)
+        r.execute("SELECT v FROM k WHERE id = 1")
+        r.execute("UPDATE k SET v = 1 WHERE id = 2")
+        r.execute("PREPARE TRANSACTION 'r'")
+        r.close()
+        s.restart()
+        w = begin(s, pg_co_on)
+        w.execute("UPDATE k SET v = 1 WHERE id = 1")
+        if pg_co_on:
+            with pytest.raises(errors.SerializationFailure):
+                w.execute("COMMIT")
+        else:
+            try:
+                w.execute("COMMIT")
+                committed = True
+            except errors.SerializationFailure:
+                committed = False  # PostgreSQL itself may be conservative after recovery
+            assert committed, "without pg_co the writer commits while the reader is in doubt"
+        s.sql("COMMIT PREPARED 'r'")
+
+
+@pytest.mark.parametrize("skip_marker", [True, False])
+def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
+    """r -rw-> w. r passes its check and pauses before PostgreSQL's own prepare step; w
+    checks in that window. Without the marker both get through; with it w is refused."""
+    with PgServer() as s:
+        s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
+        s.sql("INSERT INTO k VALUES (1, 0), (2, 0)")
+        r, w = begin(s), begin(s)
+        r.execute("SELECT v FROM k WHERE id = 1")
+        r.execute("UPDATE k SET v = 1 WHERE id = 2")
+        w.execute("UPDATE k SET v = 1 WHERE id = 1")
+        r.execute("SET LOCAL pg_co.test_pause_after_check_ms = 1500")
+        if skip_marker:
+            r.execute("SET LOCAL pg_co.test_skip_marker = on")
+        result = {}
+
+        def prep_r():
+            try:
+                r.execute("PREPARE TRANSACTION 'r'")
+                result["r"] = "prepared"
+            except psycopg.Error as e:
+                result["r"] = e.sqlstate
+
+        t = threading.Thread(target=prep_r)
+        t.start()
+        time.sleep(0.5)  # r is inside its pause now
+        try:
+            w.execute("PREPARE TRANSACTION 'w'")
+            result["w"] = "prepared"
+        except psycopg.Error as e:
+            result["w"] = e.sqlstate
+        t.join()
+        if skip_marker:
+            assert result == {"r": "prepared", "w": "prepared"}, "the race lets both through"
+        else:
+            assert result == {"r": "prepared", "w": "40001"}
+        for gid in ("r", "w"):
+            if s.sql("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)):
+                s.sql(f"ROLLBACK PREPARED '{gid}'")
+
+
+@pytest.mark.parametrize("pg_co_on", [False, True])
+def test_summarized_conflicts_refuse_prepare(pg_co_on):
+    """A tiny SSI pool makes PostgreSQL fold committed transactions (and T's out-edges to
+    them) into a summary. pg_co cannot see those edges any more: it refuses T's prepare."""
+    conf = {"max_connections": 4, "max_prepared_transactions": 2, "max_wal_senders": 0,
+            "max_worker_processes": 1, "autovacuum_max_workers": 1, "autovacuum": "off"}
+    with PgServer(conf=conf) as s:
+        s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
+        s.sql("INSERT INTO k SELECT g, 0 FROM generate_series(1, 400) g")
+        t = begin(s, pg_co_on)
+        t.execute("SELECT sum(v) FROM k")
+        t.execute("UPDATE k SET v = v WHERE id = 0")
+        with s.connect() as c:
+            for i in range(1, 201):
+                c.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                c.execute("UPDATE k SET v = v + 1 WHERE id = %s", (i,))
+                c.execute("COMMIT")
+        if pg_co_on:
+            with pytest.raises(errors.SerializationFailure, match="summarized|rule A"):
+                t.execute("PREPARE TRANSACTION 't'")
+        else:
+            t.execute("PREPARE TRANSACTION 't'")
+            s.sql("ROLLBACK PREPARED 't'")
+
+
+@pytest.mark.parametrize("rule_c", [False, True])
+def test_rule_c_local_reader_of_in_doubt_write(two_pg, rule_c):
+    """co-rules.md's rule C schedule. Y writes y at A and z at B; G writes x at A and reads
+    z at B after Y committed there, so Y -> G. A local reader L at A sees G's x but not
+    Y's y (Y still in doubt at A): L -> Y -> G -> L, a cycle no serial order explains."""
+    a, b = two_pg
+    a.sql("DROP TABLE IF EXISTS r; CREATE TABLE r (k text PRIMARY KEY, v int); INSERT INTO r VALUES ('x', 0), ('y', 0)")
+    b.sql("DROP TABLE IF EXISTS r; CREATE TABLE r (k text PRIMARY KEY, v int); INSERT INTO r VALUES ('z', 0)")
+    ya, yb = begin(a), begin(b)
+    ya.execute("UPDATE r SET v = 1 WHERE k = 'y'")
+    ya.execute("PREPARE TRANSACTION 'Y'")
+    ga = begin(a)
+    ga.execute("UPDATE r SET v = 1 WHERE k = 'x'")
+    ga.execute("PREPARE TRANSACTION 'G'")
+    yb.execute("UPDATE r SET v = 1 WHERE k = 'z'")
+    yb.execute("PREPARE TRANSACTION 'Y'")
+    b.sql("COMMIT PREPARED 'Y'")  # Y decided commit; delivered to B first
+    gb = begin(b)
+    assert gb.execute("SELECT v FROM r WHERE k = 'z'").fetchone() == (1,)  # G saw Y
+    gb.execute("PREPARE TRANSACTION 'G'")
+    b.sql("COMMIT PREPARED 'G'")
+    a.sql("COMMIT PREPARED 'G'")  # G's commit reaches A before Y's
+    lc = a.connect()
+    lc.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+    if not rule_c:
+        lc.execute("SET LOCAL pg_co.check_local_readers = off")
+    seen = dict(lc.execute("SELECT k, v FROM r ORDER BY k").fetchall())
+    assert seen == {"x": 1, "y": 0}, "L sees G's write but not Y's"
+    try:
+        lc.execute("COMMIT")
+        committed = True
+    except errors.SerializationFailure as e:
+        committed = False
+        assert "rule C" in e.diag.message_primary
+    a.sql("COMMIT PREPARED 'Y'")
+    for c in (ya, yb, ga, gb, lc):
+        c.close()
+    assert committed == (not rule_c)
