@@ -1,0 +1,394 @@
+//! Configuration file (TOML). Everything is checked at start; an invalid file is refused
+//! with the line and the field, never half-applied.
+
+use crate::naming;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use toml::Spanned;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    Postgres,
+    Mariadb,
+}
+
+impl ResourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Postgres => "postgres",
+            ResourceKind::Mariadb => "mariadb",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node_id: Option<Spanned<String>>,
+    listen: Option<Spanned<String>>,
+    #[serde(default)]
+    allow_non_loopback: bool,
+    token: Option<Spanned<String>>,
+    token_file: Option<Spanned<String>>,
+    #[serde(default)]
+    allow_no_auth: bool,
+    gid_prefix: Option<Spanned<String>>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    store: Option<Spanned<RawStore>>,
+    #[serde(default)]
+    resources: Vec<Spanned<RawResource>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    transaction_ms: Option<Spanned<u64>>,
+    owner_grace_ms: Option<Spanned<u64>>,
+    recovery_interval_ms: Option<Spanned<u64>>,
+    retry_initial_ms: Option<Spanned<u64>>,
+    retry_max_ms: Option<Spanned<u64>>,
+    long_poll_max_ms: Option<Spanned<u64>>,
+    retention_ms: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: Spanned<String>,
+    path: Option<Spanned<String>>,
+    dsn: Option<Spanned<String>>,
+    table: Option<Spanned<String>>,
+    group_commit: Option<bool>,
+    max_batch: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResource {
+    name: Spanned<String>,
+    kind: Spanned<ResourceKind>,
+    dsn: Spanned<String>,
+    pool_size: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub transaction_ms: u64,
+    pub owner_grace_ms: u64,
+    pub recovery_interval_ms: u64,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    pub long_poll_max_ms: u64,
+    pub retention_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    Sqlite { path: String, group_commit: bool, max_batch: usize },
+    Postgres { dsn: String, table: String, group_commit: bool, max_batch: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub name: String,
+    pub kind: ResourceKind,
+    pub dsn: String,
+    pub pool_size: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: String,
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+    pub gid_prefix: String,
+    pub timeouts: Timeouts,
+    pub store: StoreConfig,
+    pub resources: Vec<Resource>,
+}
+
+/// A config error: where it is and what is wrong.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub line: Option<usize>,
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "config error at line {l}, field `{}`: {}", self.field, self.message),
+            None => write!(f, "config error, field `{}`: {}", self.field, self.message),
+        }
+    }
+}
+
+fn line_of(src: &str, offset: usize) -> usize {
+    src[..offset.min(src.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+struct Ctx<'a> {
+    src: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err<T>(&self, span: Option<std::ops::Range<usize>>, field: &str, msg: impl Into<String>) -> Result<T, ConfigError> {
+        Err(ConfigError { line: span.map(|s| line_of(self.src, s.start)), field: field.into(), message: msg.into() })
+    }
+    fn ms(&self, v: &Option<Spanned<u64>>, field: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(s) if *s.get_ref() < min || *s.get_ref() > max => {
+                self.err(Some(s.span()), field, format!("must be between {min} and {max}"))
+            }
+            Some(s) => Ok(*s.get_ref()),
+        }
+    }
+}
+
+pub fn load(path: &str) -> Result<Config, ConfigError> {
+    let src = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError { line: None, field: "(file)".into(), message: format!("cannot read {path}: {e}") })?;
+    parse(&src, std::path::Path::new(path).parent())
+}
+
+pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(src).map_err(|e| {
+        let line = e.span().map(|s| line_of(src, s.start));
+        // toml points at the offending spot: name the key written on that line.
+        let msg = e.message().trim().to_string();
+        let field = e
+            .span()
+            .and_then(|sp| {
+                let start = src[..sp.start.min(src.len())].rfind('\n').map(|i| i + 1).unwrap_or(0);
+                let line = src[start..].lines().next().unwrap_or("");
+                line.split_once('=').map(|(k, _)| k.trim().to_string())
+            })
+            .unwrap_or_else(|| "(syntax)".into());
+        ConfigError { line, field, message: msg }
+    })?;
+    let cx = Ctx { src };
+
+    let node_id = match &raw.node_id {
+        None => "c1".to_string(),
+        Some(n) => {
+            if let Err(m) = naming::check_token_name("node_id", n.get_ref(), naming::NODE_MAX) {
+                return cx.err(Some(n.span()), "node_id", m);
+            }
+            n.get_ref().clone()
+        }
+    };
+    let gid_prefix = match &raw.gid_prefix {
+        None => "cotx".to_string(),
+        Some(p) => {
+            if let Err(m) = naming::check_token_name("gid_prefix", p.get_ref(), naming::PREFIX_MAX) {
+                return cx.err(Some(p.span()), "gid_prefix", m);
+            }
+            p.get_ref().clone()
+        }
+    };
+    let listen: SocketAddr = match &raw.listen {
+        None => "127.0.0.1:7420".parse().unwrap(),
+        Some(l) => match l.get_ref().parse::<SocketAddr>() {
+            Ok(a) => {
+                if !a.ip().is_loopback() && !raw.allow_non_loopback {
+                    return cx.err(Some(l.span()), "listen",
+                        "not a loopback address; set allow_non_loopback = true to expose the API");
+                }
+                a
+            }
+            Err(e) => return cx.err(Some(l.span()), "listen", format!("not an ip:port address: {e}")),
+        },
+    };
+    let token = match (&raw.token, &raw.token_file) {
+        (Some(_), Some(f)) => return cx.err(Some(f.span()), "token_file", "set token or token_file, not both"),
+        (Some(t), None) => {
+            if t.get_ref().len() < 16 {
+                return cx.err(Some(t.span()), "token", "must be at least 16 characters");
+            }
+            Some(t.get_ref().clone())
+        }
+        (None, Some(f)) => {
+            let p = std::path::Path::new(f.get_ref());
+            let p = if p.is_relative() { base.map(|b| b.join(p)).unwrap_or(p.to_path_buf()) } else { p.to_path_buf() };
+            match std::fs::read_to_string(&p) {
+                Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),
+                Ok(_) => return cx.err(Some(f.span()), "token_file", "token must be at least 16 characters"),
+                Err(e) => return cx.err(Some(f.span()), "token_file", format!("cannot read {}: {e}", p.display())),
+            }
+        }
+        (None, None) if raw.allow_no_auth => None,
+        (None, None) => {
+            return cx.err(None, "token", "required (or token_file); set allow_no_auth = true to run without one")
+        }
+    };
+    let t = &raw.timeouts;
+    let timeouts = Timeouts {
+        transaction_ms: cx.ms(&t.transaction_ms, "timeouts.transaction_ms", 30_000, 10, 86_400_000)?,
+        owner_grace_ms: cx.ms(&t.owner_grace_ms, "timeouts.owner_grace_ms", 2_000, 0, 3_600_000)?,
+        recovery_interval_ms: cx.ms(&t.recovery_interval_ms, "timeouts.recovery_interval_ms", 5_000, 50, 3_600_000)?,
+        retry_initial_ms: cx.ms(&t.retry_initial_ms, "timeouts.retry_initial_ms", 100, 1, 60_000)?,
+        retry_max_ms: cx.ms(&t.retry_max_ms, "timeouts.retry_max_ms", 10_000, 1, 3_600_000)?,
+        long_poll_max_ms: cx.ms(&t.long_poll_max_ms, "timeouts.long_poll_max_ms", 30_000, 0, 600_000)?,
+        retention_ms: cx.ms(&t.retention_ms, "timeouts.retention_ms", 60_000, 0, 86_400_000)?,
+    };
+    if timeouts.retry_max_ms < timeouts.retry_initial_ms {
+        return cx.err(t.retry_max_ms.as_ref().map(|s| s.span()), "timeouts.retry_max_ms", "must be >= retry_initial_ms");
+    }
+    let store = match &raw.store {
+        None => StoreConfig::Sqlite { path: "cotx-decisions.db".into(), group_commit: true, max_batch: 1024 },
+        Some(s) => {
+            let sp = s.span();
+            let s = s.get_ref();
+            let max_batch = match &s.max_batch {
+                None => 1024,
+                Some(m) if *m.get_ref() == 0 || *m.get_ref() > 100_000 => {
+                    return cx.err(Some(m.span()), "store.max_batch", "must be between 1 and 100000")
+                }
+                Some(m) => *m.get_ref() as usize,
+            };
+            let group_commit = s.group_commit.unwrap_or(true);
+            match s.kind.get_ref().as_str() {
+                "sqlite" => {
+                    if let Some(d) = &s.dsn {
+                        return cx.err(Some(d.span()), "store.dsn", "only for kind = \"postgres\"");
+                    }
+                    let path = match &s.path {
+                        Some(p) if !p.get_ref().is_empty() => p.get_ref().clone(),
+                        Some(p) => return cx.err(Some(p.span()), "store.path", "must not be empty"),
+                        None => return cx.err(Some(sp), "store.path", "required for kind = \"sqlite\""),
+                    };
+                    let path = match base {
+                        Some(b) if std::path::Path::new(&path).is_relative() => b.join(&path).display().to_string(),
+                        _ => path,
+                    };
+                    StoreConfig::Sqlite { path, group_commit, max_batch }
+                }
+                "postgres" => {
+                    if let Some(p) = &s.path {
+                        return cx.err(Some(p.span()), "store.path", "only for kind = \"sqlite\"");
+                    }
+                    let dsn = match &s.dsn {
+                        Some(d) => {
+                            if let Err(e) = d.get_ref().parse::<tokio_postgres::Config>() {
+                                return cx.err(Some(d.span()), "store.dsn", format!("not a PostgreSQL connection string: {e}"));
+                            }
+                            d.get_ref().clone()
+                        }
+                        None => return cx.err(Some(sp), "store.dsn", "required for kind = \"postgres\""),
+                    };
+                    let table = match &s.table {
+                        None => "cotx_decisions".to_string(),
+                        Some(t) => {
+                            let ok = !t.get_ref().is_empty() && t.get_ref().len() <= 48
+                                && t.get_ref().bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                                && !t.get_ref().as_bytes()[0].is_ascii_digit();
+                            if !ok {
+                                return cx.err(Some(t.span()), "store.table", "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, ≤ 48)");
+                            }
+                            t.get_ref().clone()
+                        }
+                    };
+                    StoreConfig::Postgres { dsn, table, group_commit, max_batch }
+                }
+                other => {
+                    return cx.err(Some(s.kind.span()), "store.kind", format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""))
+                }
+            }
+        }
+    };
+    let mut resources: Vec<Resource> = Vec::new();
+    for (i, r) in raw.resources.iter().enumerate() {
+        let rr = r.get_ref();
+        let field = |f: &str| format!("resources[{i}].{f}");
+        let name = rr.name.get_ref();
+        if let Err(m) = naming::check_token_name("name", name, 64) {
+            return cx.err(Some(rr.name.span()), &field("name"), m);
+        }
+        if resources.iter().any(|x| &x.name == name) {
+            return cx.err(Some(rr.name.span()), &field("name"), format!("duplicate resource name {name:?}"));
+        }
+        let kind = *rr.kind.get_ref();
+        let dsn = rr.dsn.get_ref();
+        let bad = match kind {
+            ResourceKind::Postgres => dsn.parse::<tokio_postgres::Config>().err().map(|e| e.to_string()),
+            ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
+        };
+        if let Some(e) = bad {
+            return cx.err(Some(rr.dsn.span()), &field("dsn"), format!("not a valid {} DSN: {e}", kind.as_str()));
+        }
+        let pool_size = match &rr.pool_size {
+            None => 2,
+            Some(p) if *p.get_ref() == 0 || *p.get_ref() > 64 => {
+                return cx.err(Some(p.span()), &field("pool_size"), "must be between 1 and 64")
+            }
+            Some(p) => *p.get_ref() as usize,
+        };
+        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size });
+    }
+    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+node_id = "n1"
+listen = "127.0.0.1:7000"
+token = "0123456789abcdef"
+
+[store]
+kind = "sqlite"
+path = "/tmp/x.db"
+
+[[resources]]
+name = "pg1"
+kind = "postgres"
+dsn = "host=127.0.0.1 port=5432 user=postgres"
+
+[[resources]]
+name = "m1"
+kind = "mariadb"
+dsn = "mysql://root@127.0.0.1:3306/test"
+pool_size = 4
+"#;
+
+    #[test]
+    fn good_config() {
+        let c = parse(GOOD, None).unwrap();
+        assert_eq!(c.resources.len(), 2);
+        assert_eq!(c.resources[1].pool_size, 4);
+        assert_eq!(c.node_id, "n1");
+    }
+
+    fn err(src: &str) -> ConfigError {
+        parse(src, None).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let e = err(&GOOD.replace("kind = \"mariadb\"", "kind = \"mysql\""));
+        assert_eq!(e.line, Some(17), "{e}");
+        assert_eq!(e.field, "kind");
+        assert!(e.to_string().contains("mysql"), "{e}");
+        let e = err(&GOOD.replace("pool_size = 4", "pool_size = 0"));
+        assert_eq!((e.line, e.field.as_str()), (Some(19), "resources[1].pool_size"));
+        let e = err(&GOOD.replace("127.0.0.1:7000", "0.0.0.0:7000"));
+        assert_eq!((e.line, e.field.as_str()), (Some(3), "listen"));
+        let e = err(&GOOD.replace("name = \"m1\"", "name = \"pg1\""));
+        assert_eq!(e.field, "resources[1].name");
+        let e = err(&GOOD.replace("pool_size = 4", "pool_sise = 4"));
+        assert_eq!(e.line, Some(19), "{e}");
+        assert!(e.to_string().contains("pool_sise"), "{e}");
+        let e = err(&GOOD.replace("token = \"0123456789abcdef\"", ""));
+        assert_eq!(e.field, "token");
+        let e = err(&GOOD.replace("mysql://root@127.0.0.1:3306/test", "nonsense"));
+        assert_eq!(e.field, "resources[1].dsn");
+        let e = err("node_id = \"a.b\"\nallow_no_auth = true\n");
+        assert_eq!((e.line, e.field.as_str()), (Some(1), "node_id"));
+    }
+}

@@ -1,0 +1,169 @@
+//! The one place that turns (gtid, branch id) into database transaction ids and back.
+//!
+//! PostgreSQL: gid `<prefix>:<gtid>:<bid>` (PostgreSQL caps a gid at 200 bytes).
+//! MariaDB: XID with gtrid = gtid, bqual = bid (64 bytes each), and a fixed formatID so
+//! `XA RECOVER` tells our branches from anybody else's.
+//!
+//! Ids are restricted to `[A-Za-z0-9._-]`: no id can carry a quote, a colon (our gid
+//! separator) or anything an engine might interpret. Literals are still quoted when SQL
+//! is built, so the restriction is a second fence, not the only one.
+
+pub const PG_GID_MAX: usize = 200;
+pub const XA_PART_MAX: usize = 64;
+/// "cotx" in ASCII: 0x636f7478. Fits a signed 32-bit int as MariaDB requires.
+pub const XA_FORMAT_ID: i64 = 0x636f_7478;
+pub const NODE_MAX: usize = 16;
+pub const PREFIX_MAX: usize = 32;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+fn id_chars_ok(s: &str, allow_dot: bool) -> bool {
+    s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (allow_dot && b == b'.'))
+}
+
+/// A gtid or branch id: 1..=64 bytes of `[A-Za-z0-9._-]` (the MariaDB gtrid/bqual limit).
+pub fn check_id(what: &str, s: &str) -> Result<(), IdError> {
+    if s.is_empty() {
+        return Err(IdError { code: "invalid_id", message: format!("{what} must not be empty") });
+    }
+    if s.len() > XA_PART_MAX {
+        return Err(IdError {
+            code: "id_too_long",
+            message: format!("{what} is {} bytes; MariaDB allows at most {XA_PART_MAX}", s.len()),
+        });
+    }
+    if !id_chars_ok(s, true) {
+        return Err(IdError { code: "invalid_id", message: format!("{what} may contain only A-Z a-z 0-9 . _ -") });
+    }
+    Ok(())
+}
+
+/// Node ids and gid prefixes: no dots (the dot separates the node inside a gtid).
+pub fn check_token_name(what: &str, s: &str, max: usize) -> Result<(), String> {
+    if s.is_empty() || s.len() > max || !id_chars_ok(s, false) {
+        return Err(format!("{what} must be 1..={max} characters of A-Z a-z 0-9 _ -"));
+    }
+    Ok(())
+}
+
+/// PostgreSQL gid of a branch; checked against the 200-byte limit.
+pub fn pg_gid(prefix: &str, gtid: &str, bid: &str) -> Result<String, IdError> {
+    check_id("gtid", gtid)?;
+    check_id("branch_id", bid)?;
+    let gid = format!("{prefix}:{gtid}:{bid}");
+    if gid.len() > PG_GID_MAX {
+        return Err(IdError {
+            code: "id_too_long",
+            message: format!("PostgreSQL gid would be {} bytes; the limit is {PG_GID_MAX}", gid.len()),
+        });
+    }
+    Ok(gid)
+}
+
+/// Inverse of [`pg_gid`]; None for gids that are not ours.
+pub fn parse_pg_gid(prefix: &str, gid: &str) -> Option<(String, String)> {
+    let rest = gid.strip_prefix(prefix)?.strip_prefix(':')?;
+    let (gtid, bid) = rest.split_once(':')?;
+    if check_id("gtid", gtid).is_err() || check_id("branch_id", bid).is_err() {
+        return None;
+    }
+    Some((gtid.to_string(), bid.to_string()))
+}
+
+/// SQL string literal for either engine: single quotes doubled, backslashes doubled
+/// (MariaDB treats backslash as an escape unless NO_BACKSLASH_ESCAPES; PostgreSQL with
+/// standard_conforming_strings does not, so the E'' form keeps both readings identical).
+pub fn quote_pg(s: &str) -> String {
+    if s.contains('\\') {
+        format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+    } else {
+        format!("'{}'", s.replace('\'', "''"))
+    }
+}
+
+pub fn quote_maria(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// The XID as it appears in `XA COMMIT <xid>`.
+pub fn xa_xid_sql(gtid: &str, bid: &str) -> Result<String, IdError> {
+    check_id("gtid", gtid)?;
+    check_id("branch_id", bid)?;
+    Ok(format!("{},{},{}", quote_maria(gtid), quote_maria(bid), XA_FORMAT_ID))
+}
+
+/// One row of `XA RECOVER` (formatID, gtrid_length, bqual_length, data) → (gtid, bid)
+/// when it is one of ours.
+pub fn parse_xa_row(format_id: i64, gtrid_len: usize, bqual_len: usize, data: &[u8]) -> Option<(String, String)> {
+    if format_id != XA_FORMAT_ID || gtrid_len + bqual_len != data.len() {
+        return None;
+    }
+    let gtid = std::str::from_utf8(&data[..gtrid_len]).ok()?;
+    let bid = std::str::from_utf8(&data[gtrid_len..]).ok()?;
+    if check_id("gtid", gtid).is_err() || check_id("branch_id", bid).is_err() {
+        return None;
+    }
+    Some((gtid.to_string(), bid.to_string()))
+}
+
+/// A new gtid: `<node>.<nonce>-<seq>`. The nonce is drawn once per daemon start, so a
+/// restarted daemon never reissues a gtid that an earlier run may have left prepared.
+pub fn new_gtid(node: &str, nonce: u64, seq: u64) -> String {
+    format!("{node}.{nonce:012x}-{seq:x}")
+}
+
+/// The node that issued a gtid; recovery only acts on its own node's transactions (other
+/// coordinators sharing a store own theirs).
+pub fn gtid_node(gtid: &str) -> Option<&str> {
+    gtid.split_once('.').map(|(n, _)| n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_gid_roundtrip_and_limits() {
+        let gid = pg_gid("cotx", "n1.abc-1", "b1").unwrap();
+        assert_eq!(gid, "cotx:n1.abc-1:b1");
+        assert_eq!(parse_pg_gid("cotx", &gid), Some(("n1.abc-1".into(), "b1".into())));
+        assert_eq!(parse_pg_gid("other", &gid), None);
+        assert_eq!(parse_pg_gid("cotx", "cotx:x"), None);
+        let long = "a".repeat(64);
+        // 64 + 64 + prefix fits 200
+        assert!(pg_gid("cotx", &long, &long).is_ok());
+        assert_eq!(check_id("gtid", &"a".repeat(65)).unwrap_err().code, "id_too_long");
+        let p = "p".repeat(80);
+        assert_eq!(pg_gid(&p, &long, &long).unwrap_err().code, "id_too_long");
+    }
+
+    #[test]
+    fn ids_cannot_carry_sql() {
+        for bad in ["a'b", "a;b", "a b", "a:b", "", "a\\b", "é"] {
+            assert!(check_id("x", bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(quote_maria("a'b\\"), "'a''b\\\\'");
+        assert_eq!(quote_pg("a'b"), "'a''b'");
+        assert_eq!(quote_pg("a\\'"), "E'a\\\\'''");
+    }
+
+    #[test]
+    fn xa_roundtrip() {
+        assert_eq!(xa_xid_sql("g1", "b1").unwrap(), "'g1','b1',1668248696");
+        assert_eq!(parse_xa_row(XA_FORMAT_ID, 2, 2, b"g1b1"), Some(("g1".into(), "b1".into())));
+        assert_eq!(parse_xa_row(1, 2, 2, b"g1b1"), None);
+        assert_eq!(parse_xa_row(XA_FORMAT_ID, 3, 2, b"g1b1"), None);
+    }
+
+    #[test]
+    fn gtid_shape() {
+        let g = new_gtid("n1", 0xabc, 17);
+        assert_eq!(gtid_node(&g), Some("n1"));
+        assert!(check_id("gtid", &g).is_ok());
+        assert!(check_id("gtid", &new_gtid("abcdefghijklmnop", u64::MAX, u64::MAX)).is_ok());
+    }
+}

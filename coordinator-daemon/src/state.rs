@@ -1,0 +1,391 @@
+//! The state machine of one global transaction and its branches. Plain data and checks,
+//! no I/O: every API call first validates here and changes nothing when refused.
+
+use crate::config::ResourceKind;
+use serde::Serialize;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Commit,
+    Abort,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Commit => "commit",
+            Outcome::Abort => "abort",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Outcome> {
+        match s {
+            "commit" => Some(Outcome::Commit),
+            "abort" => Some(Outcome::Abort),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TxState {
+    /// Accepting branches; no decision.
+    Active,
+    /// Commit decided in memory, the durable record is being written. Still "active"
+    /// for recovery: its branches must not be rolled back.
+    Committing,
+    Committed,
+    Aborted,
+    /// Single branch committing in one phase on its own session: nothing is prepared.
+    OnePhase,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BranchState {
+    Registered,
+    Prepared,
+    /// Its prepare was refused or failed; the owner rolled it back.
+    Failed,
+    Finished,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishedBy {
+    Owner,
+    Daemon,
+    Recovery,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Branch {
+    pub branch_id: String,
+    pub resource: String,
+    pub kind: ResourceKind,
+    pub state: BranchState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_by: Option<FinishedBy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tx {
+    pub gtid: String,
+    pub state: TxState,
+    pub branches: Vec<Branch>,
+    pub created: Instant,
+    pub created_unix_ms: u64,
+    pub deadline: Instant,
+    pub decided: Option<Instant>,
+    pub abort_reason: Option<String>,
+    /// The abort came from a refused prepare (serialization failure): worth retrying.
+    pub retryable: bool,
+    /// Loaded from the store at start: branch states are unknown until recovery looks.
+    pub recovered: bool,
+}
+
+/// A refused request: HTTP status, machine-readable code, message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+pub fn refuse<T>(status: u16, code: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal { status, code, message: message.into() })
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Tx {
+    pub fn new(gtid: String, timeout: Duration) -> Tx {
+        let now = Instant::now();
+        Tx {
+            gtid,
+            state: TxState::Active,
+            branches: Vec::new(),
+            created: now,
+            created_unix_ms: unix_ms(),
+            deadline: now + timeout,
+            decided: None,
+            abort_reason: None,
+            retryable: false,
+            recovered: false,
+        }
+    }
+
+    pub fn decision(&self) -> Option<Outcome> {
+        match self.state {
+            TxState::Committed => Some(Outcome::Commit),
+            TxState::Aborted => Some(Outcome::Abort),
+            _ => None,
+        }
+    }
+
+    pub fn is_undecided(&self) -> bool {
+        matches!(self.state, TxState::Active | TxState::Committing | TxState::OnePhase)
+    }
+
+    /// Prepared somewhere and not finished: the engines hold locks for us.
+    pub fn in_doubt(&self) -> bool {
+        self.branches.iter().any(|b| b.state == BranchState::Prepared)
+    }
+
+    pub fn all_finished(&self) -> bool {
+        self.branches.iter().all(|b| matches!(b.state, BranchState::Finished | BranchState::Failed))
+    }
+
+    fn branch_idx(&self, bid: &str) -> Result<usize, Refusal> {
+        match self.branches.iter().position(|b| b.branch_id == bid) {
+            Some(i) => Ok(i),
+            None => refuse(404, "unknown_branch", format!("transaction {} has no branch {bid:?}", self.gtid)),
+        }
+    }
+
+    fn decided_refusal<T>(&self, what: &str) -> Result<T, Refusal> {
+        match self.state {
+            TxState::Aborted => refuse(409, "transaction_aborted",
+                format!("{what}: transaction {} was aborted ({})", self.gtid, self.abort_reason.as_deref().unwrap_or("no reason"))),
+            TxState::Committed | TxState::Committing => {
+                refuse(409, "transaction_committed", format!("{what}: transaction {} is already decided commit", self.gtid))
+            }
+            TxState::OnePhase => refuse(409, "transaction_one_phase", format!("{what}: transaction {} is committing in one phase", self.gtid)),
+            TxState::Active => refuse(409, "wrong_state", format!("{what}: transaction {} is active", self.gtid)),
+        }
+    }
+
+    pub fn register(&mut self, bid: &str, resource: &str, kind: ResourceKind) -> Result<(), Refusal> {
+        if self.state != TxState::Active {
+            return self.decided_refusal("register branch");
+        }
+        if self.branches.iter().any(|b| b.branch_id == bid) {
+            return refuse(409, "duplicate_branch", format!("branch {bid:?} is already registered in {}", self.gtid));
+        }
+        self.branches.push(Branch {
+            branch_id: bid.to_string(),
+            resource: resource.to_string(),
+            kind,
+            state: BranchState::Registered,
+            outcome: None,
+            finished_by: None,
+            note: None,
+            attempts: 0,
+        });
+        Ok(())
+    }
+
+    pub fn prepared(&mut self, bid: &str) -> Result<(), Refusal> {
+        let i = self.branch_idx(bid)?;
+        if self.state != TxState::Active {
+            // Includes the late prepare of an aborted transaction: the owner must roll
+            // its branch back (the client does so on any refusal here).
+            return self.decided_refusal("branch prepared");
+        }
+        match self.branches[i].state {
+            BranchState::Registered => {
+                self.branches[i].state = BranchState::Prepared;
+                Ok(())
+            }
+            BranchState::Prepared => refuse(409, "already_prepared", format!("branch {bid:?} is already prepared")),
+            s => refuse(409, "wrong_state", format!("branch {bid:?} is {s:?}, cannot become prepared")),
+        }
+    }
+
+    /// The branch's prepare failed (refused by the engine's CO check, or any error); the
+    /// owner rolled it back. The transaction aborts.
+    pub fn failed(&mut self, bid: &str, reason: &str, retryable: bool) -> Result<(), Refusal> {
+        let i = self.branch_idx(bid)?;
+        match self.state {
+            TxState::Active | TxState::Aborted => {}
+            _ => return self.decided_refusal("branch failed"),
+        }
+        match self.branches[i].state {
+            BranchState::Registered | BranchState::Prepared => {}
+            s => return refuse(409, "wrong_state", format!("branch {bid:?} is {s:?}")),
+        }
+        self.branches[i].state = BranchState::Failed;
+        self.branches[i].note = Some(reason.to_string());
+        if self.state == TxState::Active {
+            self.abort(format!("branch {bid} failed: {reason}"), retryable);
+        }
+        Ok(())
+    }
+
+    /// Checks for a two-phase commit: at least one branch, every branch prepared.
+    pub fn check_commit(&self) -> Result<(), Refusal> {
+        if self.state != TxState::Active {
+            return self.decided_refusal("commit");
+        }
+        if self.branches.is_empty() {
+            return refuse(409, "no_branches", format!("transaction {} has no branches", self.gtid));
+        }
+        if let Some(b) = self.branches.iter().find(|b| b.state != BranchState::Prepared) {
+            return refuse(409, "branch_not_prepared", format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+        }
+        Ok(())
+    }
+
+    /// One-phase commit of a transaction with exactly one branch, not prepared.
+    pub fn check_one_phase(&self, bid: &str) -> Result<(), Refusal> {
+        if self.state != TxState::Active {
+            return self.decided_refusal("one-phase commit");
+        }
+        let i = self.branch_idx(bid)?;
+        if self.branches.len() != 1 {
+            return refuse(409, "not_single_branch", format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()));
+        }
+        if self.branches[i].state != BranchState::Registered {
+            return refuse(409, "wrong_state", format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state));
+        }
+        Ok(())
+    }
+
+    pub fn abort(&mut self, reason: String, retryable: bool) {
+        self.state = TxState::Aborted;
+        self.decided = Some(Instant::now());
+        self.abort_reason = Some(reason);
+        self.retryable = retryable;
+    }
+
+    pub fn check_abort(&self) -> Result<(), Refusal> {
+        match self.state {
+            TxState::Active | TxState::Aborted => Ok(()),
+            _ => self.decided_refusal("abort"),
+        }
+    }
+
+    /// The owner (or the daemon) finished a branch with `outcome`.
+    pub fn finish(&mut self, bid: &str, outcome: Outcome, by: FinishedBy) -> Result<(), Refusal> {
+        let i = self.branch_idx(bid)?;
+        match (self.state, outcome) {
+            (TxState::Committed, Outcome::Commit) | (TxState::Aborted, Outcome::Abort) | (TxState::OnePhase, _) => {}
+            (TxState::Active | TxState::Committing, _) => {
+                return refuse(409, "not_decided", format!("transaction {} is not decided yet", self.gtid))
+            }
+            _ => {
+                return refuse(409, "outcome_mismatch",
+                    format!("branch finished with {} but the decision is {}", outcome.as_str(), self.decision().map(|o| o.as_str()).unwrap_or("none")))
+            }
+        }
+        let b = &mut self.branches[i];
+        if b.state == BranchState::Finished {
+            // Idempotent: an owner's ack after the daemon completed the branch is fine.
+            return Ok(());
+        }
+        b.state = BranchState::Finished;
+        b.outcome = Some(outcome);
+        b.finished_by = Some(by);
+        if self.state == TxState::OnePhase {
+            match outcome {
+                Outcome::Commit => {
+                    self.state = TxState::Committed;
+                    self.decided = Some(Instant::now());
+                }
+                Outcome::Abort => self.abort("one-phase branch rolled back".into(), false),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx() -> Tx {
+        Tx::new("n1.a-1".into(), Duration::from_secs(10))
+    }
+
+    #[test]
+    fn happy_path() {
+        let mut t = tx();
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        t.register("b2", "m", ResourceKind::Mariadb).unwrap();
+        assert_eq!(t.check_commit().unwrap_err().code, "branch_not_prepared");
+        t.prepared("b1").unwrap();
+        t.prepared("b2").unwrap();
+        t.check_commit().unwrap();
+        t.state = TxState::Committed;
+        assert!(t.in_doubt());
+        t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap();
+        t.finish("b1", Outcome::Commit, FinishedBy::Daemon).unwrap();
+        assert_eq!(t.branches[0].finished_by, Some(FinishedBy::Owner));
+        t.finish("b2", Outcome::Commit, FinishedBy::Daemon).unwrap();
+        assert!(t.all_finished() && !t.in_doubt());
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let mut t = tx();
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        let before = format!("{:?}", t.branches);
+        assert_eq!(t.register("b1", "pg", ResourceKind::Postgres).unwrap_err().code, "duplicate_branch");
+        assert_eq!(t.prepared("zz").unwrap_err().code, "unknown_branch");
+        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, "not_decided");
+        assert_eq!(format!("{:?}", t.branches), before);
+        assert_eq!(t.state, TxState::Active);
+        t.prepared("b1").unwrap();
+        assert_eq!(t.prepared("b1").unwrap_err().code, "already_prepared");
+    }
+
+    #[test]
+    fn commit_after_abort_and_late_prepare() {
+        let mut t = tx();
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        t.abort("timeout".into(), false);
+        assert_eq!(t.check_commit().unwrap_err().code, "transaction_aborted");
+        // The late prepare of an aborted transaction is refused: the owner rolls back.
+        assert_eq!(t.prepared("b1").unwrap_err().code, "transaction_aborted");
+        assert_eq!(t.register("b2", "pg", ResourceKind::Postgres).unwrap_err().code, "transaction_aborted");
+        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, "outcome_mismatch");
+        t.check_abort().unwrap();
+    }
+
+    #[test]
+    fn prepared_after_commit_decision_refused() {
+        let mut t = tx();
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        t.prepared("b1").unwrap();
+        t.state = TxState::Committed;
+        assert_eq!(t.prepared("b1").unwrap_err().code, "transaction_committed");
+        assert_eq!(t.check_abort().unwrap_err().code, "transaction_committed");
+        assert_eq!(t.register("b2", "pg", ResourceKind::Postgres).unwrap_err().code, "transaction_committed");
+    }
+
+    #[test]
+    fn failed_prepare_aborts_retryably() {
+        let mut t = tx();
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        t.register("b2", "m", ResourceKind::Mariadb).unwrap();
+        t.prepared("b2").unwrap();
+        t.failed("b1", "40001", true).unwrap();
+        assert_eq!(t.state, TxState::Aborted);
+        assert!(t.retryable);
+        assert!(t.in_doubt()); // b2 still prepared: must be rolled back
+    }
+
+    #[test]
+    fn one_phase() {
+        let mut t = tx();
+        assert_eq!(t.check_one_phase("b1").unwrap_err().code, "unknown_branch");
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        t.check_one_phase("b1").unwrap();
+        t.register("b2", "pg", ResourceKind::Postgres).unwrap();
+        assert_eq!(t.check_one_phase("b1").unwrap_err().code, "not_single_branch");
+        let mut t = tx();
+        t.register("b1", "pg", ResourceKind::Postgres).unwrap();
+        t.state = TxState::OnePhase;
+        t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap();
+        assert_eq!(t.state, TxState::Committed);
+    }
+}
