@@ -5,7 +5,9 @@
 
 use super::{branches_from_json, branches_to_json, AuditEntry, DecisionLog, DecisionRecord, Op, OpResult};
 use crate::state::Outcome;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
+#[cfg(test)]
+use rusqlite::OptionalExtension;
 
 pub struct SqliteLog {
     conn: Connection,

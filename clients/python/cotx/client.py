@@ -1,0 +1,467 @@
+"""Context-manager client of the cotx coordinator (see package docstring).
+
+Branches run on the application's own connections: psycopg 3 (PostgreSQL) or PyMySQL
+(MariaDB). The owner keeps its session until the decision and finishes its branch itself
+(a MariaDB read-only branch is lost if its session closes first); the coordinator
+finishes branches whose owner is gone.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+import uuid
+
+from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
+                     PrepareRefused, RetryableError, TransactionAborted)
+
+# Errors worth retrying the whole global transaction for.
+PG_RETRYABLE = {"40001", "40P01", "55P03"}       # serialization failure, deadlock, lock not available
+MY_RETRYABLE = {1402, 1213, 1205, 1613, 1614}   # XA_RBROLLBACK (mysql_co refusal), deadlock, lock wait, XA_RB*
+PG_NO_SUCH_PREPARED = "42704"
+MY_XAER_NOTA = 1397
+
+
+class _Http:
+    """JSON over HTTP/1.1 with one keep-alive connection per thread."""
+
+    def __init__(self, url: str, token: str | None, timeout: float):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"coordinator url must be http://host:port, got {url!r}")
+        self.host, self.port = u.hostname, u.port or 80
+        self.base = u.path.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self._local = threading.local()
+
+    def _conn(self, timeout: float) -> http.client.HTTPConnection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            self._local.conn = c
+        c.timeout = timeout
+        if c.sock is not None:
+            c.sock.settimeout(timeout)
+        return c
+
+    def close(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else b""
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(data))}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        last = None
+        for attempt in range(2):
+            c = self._conn(timeout or self.timeout)
+            reused = c.sock is not None
+            try:
+                c.request(method, self.base + path, body=data, headers=headers)
+                r = c.getresponse()
+                raw = r.read()
+                status = r.status
+                break
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                last = e
+                # Only a stale keep-alive connection is retried (the request never left).
+                if not reused or attempt == 1:
+                    raise CoordinatorUnavailable(f"{method} {path}: {e}") from e
+        else:  # pragma: no cover
+            raise CoordinatorUnavailable(str(last))
+        try:
+            payload = json.loads(raw) if raw else {}
+        except ValueError:
+            payload = {"raw": raw.decode(errors="replace")}
+        if status >= 400:
+            err = payload.get("error", {}) if isinstance(payload, dict) else {}
+            raise CoordinatorError(status, err.get("code", "unknown"), err.get("message", str(payload)))
+        return payload
+
+
+class Coordinator:
+    """Handle on a coordinator daemon: `Coordinator("http://127.0.0.1:7420", token)`."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0,
+                 decision_timeout: float = 120.0):
+        self.http = _Http(url, token, timeout)
+        self.decision_timeout = decision_timeout
+
+    # --- plain API calls -------------------------------------------------------------
+    def begin(self, timeout_ms: int | None = None) -> str:
+        body = {"timeout_ms": timeout_ms} if timeout_ms is not None else {}
+        return self.http.request("POST", "/v1/transactions", body)["gtid"]
+
+    def get(self, gtid: str) -> dict:
+        return self.http.request("GET", f"/v1/transactions/{_q(gtid)}")
+
+    def decision(self, gtid: str, wait_ms: int = 0) -> dict:
+        return self.http.request("GET", f"/v1/transactions/{_q(gtid)}/decision?wait_ms={int(wait_ms)}",
+                                 timeout=self.http.timeout + wait_ms / 1000.0)
+
+    def list(self, state: str | None = None) -> list[dict]:
+        path = "/v1/transactions" + (f"?state={_q(state)}" if state else "")
+        return self.http.request("GET", path)["transactions"]
+
+    def health(self) -> dict:
+        return self.http.request("GET", "/healthz")
+
+    # --- context managers ------------------------------------------------------------
+    def transaction(self, timeout_ms: int | None = None) -> "Transaction":
+        """A new global transaction; this process is its root and decides it at exit."""
+        return Transaction(self, self.begin(timeout_ms), root=True)
+
+    def join(self, gtid: str, wait: bool = True) -> "Transaction":
+        """Take part in a global transaction begun elsewhere (gtid propagated as a string).
+        At exit the branches are prepared and reported; with wait=True the exit then waits
+        for the root's decision and finishes the branches, with wait=False a background
+        thread does (call tx.wait() to collect its result)."""
+        return Transaction(self, gtid, root=False, wait=wait)
+
+
+def _q(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def _kind_of(conn) -> str:
+    mod = type(conn).__module__
+    if mod.startswith("psycopg"):
+        return "postgres"
+    if mod.startswith("pymysql"):
+        return "mariadb"
+    raise CotxError(f"unsupported connection type {type(conn)!r}: use psycopg 3 or PyMySQL")
+
+
+class Branch:
+    """One database's part of a global transaction, on the owner's connection."""
+
+    def __init__(self, tx: "Transaction", conn, resource: str, branch_id: str):
+        self.tx, self.conn, self.resource, self.branch_id = tx, conn, resource, branch_id
+        self.kind = _kind_of(conn)
+        self.state = "new"          # new → active → ready → prepared → finished | rolled_back | failed
+        self.gid = None             # PostgreSQL
+        self.xid = None             # MariaDB (gtrid, bqual, format_id)
+
+    # --- SQL on the owner's session ---------------------------------------------------
+    def _pg(self, text: str, literal: str | None = None) -> None:
+        from psycopg import sql
+        q = sql.SQL(text).format(sql.Literal(literal)) if literal is not None else sql.SQL(text)
+        self.conn.execute(q)
+
+    def _my(self, text: str) -> None:
+        g, b, f = self.xid
+        xid = f"{self.conn.escape(g)},{self.conn.escape(b)},{int(f)}"
+        with self.conn.cursor() as cur:
+            cur.execute(text.replace("{xid}", xid))
+
+    def __enter__(self) -> "Branch":
+        r = self.tx.coord.http.request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches",
+                                       {"resource": self.resource, "branch_id": self.branch_id})
+        if r["kind"] != self.kind:
+            raise CotxError(f"resource {self.resource!r} is {r['kind']} at the coordinator but the connection is {self.kind}")
+        try:
+            if self.kind == "postgres":
+                self.gid = r["gid"]
+                if not self.conn.autocommit:
+                    # Our explicit BEGIN/PREPARE need a session psycopg does not wrap.
+                    self.conn.autocommit = True
+                self._pg("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            else:
+                x = r["xid"]
+                self.xid = (x["gtrid"], x["bqual"], x["format_id"])
+                with self.conn.cursor() as cur:
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                self._my("XA START {xid}")
+        except Exception as e:
+            self._report_failed(f"begin failed: {e}", False)
+            raise
+        self.state = "active"
+        self.tx._branches.append(self)
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is None:
+            self.state = "ready"
+            return False
+        self._rollback_unprepared()
+        self._report_failed(f"{et.__name__}: {ev}", _retryable(ev))
+        self.state = "failed"
+        return False
+
+    def _report_failed(self, reason: str, retryable: bool) -> None:
+        try:
+            self.tx.coord.http.request(
+                "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/failed",
+                {"reason": reason[:900], "retryable": bool(retryable)})
+        except CotxError:
+            pass  # the coordinator aborts on timeout anyway (presumed abort)
+
+    def _rollback_unprepared(self) -> None:
+        try:
+            if self.kind == "postgres":
+                self._pg("ROLLBACK")
+            else:
+                try:
+                    self._my("XA END {xid}")
+                except Exception:  # noqa: BLE001 - already ended or failed
+                    pass
+                self._my("XA ROLLBACK {xid}")
+        except Exception:  # noqa: BLE001 - the session may be broken; the engine rolls back
+            pass
+
+    def prepare(self) -> None:
+        """PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and raises."""
+        try:
+            if self.kind == "postgres":
+                self._pg("PREPARE TRANSACTION {}", self.gid)
+            else:
+                self._my("XA END {xid}")
+                self._my("XA PREPARE {xid}")
+        except Exception as e:
+            self._rollback_unprepared()
+            self.state = "failed"
+            retry = _retryable(e)
+            self._report_failed(f"prepare refused: {e}", retry)
+            if retry:
+                raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
+            raise TransactionAborted(self.tx.gtid, f"{self.resource}: prepare failed: {e}") from e
+        self.state = "prepared"
+
+    def commit_one_phase(self) -> None:
+        if self.kind == "postgres":
+            self._pg("COMMIT")
+        else:
+            self._my("XA END {xid}")
+            self._my("XA COMMIT {xid} ONE PHASE")
+
+    def finish(self, outcome: str) -> None:
+        """Gives a prepared branch the decided outcome on the owner's session."""
+        try:
+            if self.kind == "postgres":
+                self._pg(("COMMIT PREPARED {}" if outcome == "commit" else "ROLLBACK PREPARED {}"), self.gid)
+            else:
+                self._my("XA COMMIT {xid}" if outcome == "commit" else "XA ROLLBACK {xid}")
+        except Exception as e:  # noqa: BLE001
+            # Already finished by the coordinator (its owner grace period ran out).
+            if _pg_state(e) == PG_NO_SUCH_PREPARED or _my_code(e) == MY_XAER_NOTA:
+                pass
+            else:
+                raise
+        self.state = "finished" if outcome == "commit" else "rolled_back"
+        try:
+            self.tx.coord.http.request(
+                "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/finished",
+                {"outcome": outcome})
+        except CotxError:
+            pass  # recovery confirms it when it finds the branch gone
+
+    def rollback(self) -> None:
+        if self.state == "prepared":
+            try:
+                self.finish("abort")
+            except Exception:  # noqa: BLE001 - the coordinator's recovery rolls it back
+                pass
+        elif self.state in ("active", "ready"):
+            self._rollback_unprepared()
+            self.state = "rolled_back"
+
+
+def _pg_state(e) -> str | None:
+    return getattr(e, "sqlstate", None)
+
+
+def _my_code(e) -> int | None:
+    args = getattr(e, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _retryable(e) -> bool:
+    return _pg_state(e) in PG_RETRYABLE or _my_code(e) in MY_RETRYABLE
+
+
+class Transaction:
+    def __init__(self, coord: Coordinator, gtid: str, root: bool, wait: bool = True):
+        self.coord, self.gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
+        self._branches: list[Branch] = []
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+        self.outcome: str | None = None
+
+    def branch(self, conn, resource: str, branch_id: str | None = None) -> Branch:
+        bid = branch_id or f"{resource[:24]}-{uuid.uuid4().hex[:16]}"
+        return Branch(self, conn, resource, bid)
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is not None:
+            self.abort(f"{et.__name__}: {ev}")
+            return False
+        if self.root:
+            self.commit()
+        else:
+            self.prepare_all()
+            if self.wait_at_exit:
+                self._finish(self._wait_decision())
+            else:
+                self._thread = threading.Thread(target=self._background, daemon=True)
+                self._thread.start()
+        return False
+
+    # --- root -------------------------------------------------------------------------
+    def commit(self) -> None:
+        ready = [b for b in self._branches if b.state == "ready"]
+        if len(ready) == 1 and len(self._branches) == 1 and self._one_phase(ready[0]):
+            return
+        self.prepare_all()
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                r = self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {})
+                decision = r["decision"]
+                break
+            except CoordinatorError as e:
+                if e.code == "branch_not_prepared" and time.monotonic() < deadline:
+                    time.sleep(0.01)  # a participant has not reported yet
+                    continue
+                if e.status >= 500:
+                    decision = self._wait_decision()
+                    break
+                if e.code in ("transaction_committed",):
+                    decision = self._wait_decision()
+                    break
+                decision = "abort"
+                break
+            except CoordinatorUnavailable:
+                decision = self._wait_decision()
+                break
+        self._finish(decision)
+
+    def _one_phase(self, b: Branch) -> bool:
+        try:
+            self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"one_phase_branch": b.branch_id})
+        except CoordinatorError as e:
+            if e.code == "not_single_branch":
+                return False  # other services joined: two-phase
+            self.abort(f"one-phase commit refused: {e}")
+            self._raise_abort()
+        try:
+            b.commit_one_phase()
+        except Exception as e:
+            b._rollback_unprepared()
+            b.state = "rolled_back"
+            self._ack(b, "abort")
+            self.outcome = "abort"
+            if _retryable(e):
+                raise RetryableError(self.gtid, f"{b.resource}: commit refused: {e}") from e
+            raise TransactionAborted(self.gtid, f"{b.resource}: commit failed: {e}") from e
+        b.state = "finished"
+        self._ack(b, "commit")
+        self.outcome = "commit"
+        return True
+
+    def _ack(self, b: Branch, outcome: str) -> None:
+        try:
+            self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
+                                    {"outcome": outcome})
+        except CotxError:
+            pass
+
+    # --- both -------------------------------------------------------------------------
+    def prepare_all(self) -> None:
+        """Prepares every ready local branch and reports it; on any failure rolls back all
+        local branches (the coordinator aborts the global transaction) and raises."""
+        for b in self._branches:
+            if b.state != "ready":
+                continue
+            try:
+                b.prepare()
+            except TransactionAborted:
+                self._rollback_local()
+                raise
+            try:
+                self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/prepared", {})
+            except CotxError as e:
+                # Refused (aborted meanwhile, e.g. timeout) or unreachable: never leave a
+                # prepared branch behind for a transaction that may be aborted.
+                self._rollback_local()
+                self.abort(f"prepared report failed: {e}")
+                self._raise_abort(str(e))
+
+    def _rollback_local(self) -> None:
+        for b in self._branches:
+            b.rollback()
+
+    def abort(self, reason: str = "aborted by client") -> None:
+        try:
+            self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
+        except CotxError:
+            pass
+        self._rollback_local()
+        for b in self._branches:
+            if b.state == "rolled_back":
+                self._ack(b, "abort")
+        self.outcome = "abort"
+
+    def _wait_decision(self) -> str:
+        deadline = time.monotonic() + self.coord.decision_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OutcomeUnknown(f"no decision for {self.gtid} within {self.coord.decision_timeout}s; "
+                                     "branches stay prepared until the coordinator finishes them")
+            try:
+                r = self.coord.decision(self.gtid, wait_ms=int(min(remaining, 10.0) * 1000))
+                if r.get("decision"):
+                    return r["decision"]
+            except CoordinatorError as e:
+                if e.code == "unknown_transaction":
+                    return "abort"  # presumed abort: no record, no live transaction
+                time.sleep(0.2)
+            except CoordinatorUnavailable:
+                time.sleep(0.2)  # coordinator restarting: its recovery keeps our branches safe
+
+    def _finish(self, decision: str) -> None:
+        self.outcome = decision
+        if decision == "commit":
+            for b in self._branches:
+                if b.state == "prepared":
+                    b.finish("commit")
+            return
+        self._rollback_local()
+        self._raise_abort()
+
+    def _raise_abort(self, reason: str | None = None) -> None:
+        self.outcome = "abort"
+        retry = False
+        try:
+            d = self.coord.decision(self.gtid)
+            retry = bool(d.get("retryable"))
+            reason = reason or d.get("abort_reason")
+        except CotxError:
+            pass
+        if retry:
+            raise RetryableError(self.gtid, reason)
+        raise TransactionAborted(self.gtid, reason)
+
+    def _background(self) -> None:
+        try:
+            self._finish(self._wait_decision())
+        except BaseException as e:  # noqa: BLE001 - handed to wait()
+            self._thread_error = e
+
+    def wait(self, timeout: float | None = None) -> str | None:
+        """For join(wait=False): waits for the background completion; re-raises its error."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread_error is not None:
+                raise self._thread_error
+        return self.outcome
