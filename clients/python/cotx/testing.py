@@ -1,10 +1,10 @@
-"""Shared bits of the coordinator suites (test_coordinator_*.py): start a real daemon on
-the module's PostgreSQL and MariaDB servers, and look at what is prepared."""
+"""Helpers for tests and benches of the coordinator: start a real daemon on a PostgreSQL
+and a MariaDB server (harness objects), and look at what is prepared."""
 from __future__ import annotations
 
 import time
 
-from cotx.daemon import Daemon
+from .daemon import Daemon
 
 
 def make_daemon(pg, mariadb, **kw) -> Daemon:
