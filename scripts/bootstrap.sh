@@ -126,4 +126,12 @@ if [ ! -f "$MDB_SRC/debian/rules" ]; then
   (cd "$COTX_CACHE/mariadb-src" && apt-get source -qq --download-only "mariadb=$MARIADB_VERSION" >/dev/null \
      && dpkg-source -x --no-check mariadb_"${MARIADB_VERSION#1:}".dsc "mariadb-$MARIADB_UPSTREAM" >/dev/null)
 fi
+# --- PostgreSQL source of the pinned server: its isolation specs run with pg_co loaded ----
+PG_SRC="$COTX_CACHE/postgresql-src/postgresql-$PG_MAJOR-${PG_VERSION%%-*}"
+if [ ! -d "$PG_SRC/src/test/isolation/specs" ]; then
+  log "downloading PostgreSQL source package $PG_VERSION"
+  mkdir -p "$COTX_CACHE/postgresql-src"
+  (cd "$COTX_CACHE/postgresql-src" && apt-get source -qq --download-only "postgresql-$PG_MAJOR=$PG_VERSION" >/dev/null \
+     && dpkg-source -x --no-check "postgresql-${PG_MAJOR}_$PG_VERSION.dsc" "$PG_SRC" >/dev/null)
+fi
 log "bootstrap complete"

@@ -24,6 +24,12 @@ co_sxact_lock(void)
 	return SerializableXactHashLock;
 }
 
+void *
+co_addin_shmem_init_lock(void)
+{
+	return AddinShmemInitLock;
+}
+
 size_t
 co_predxact_size(void)
 {

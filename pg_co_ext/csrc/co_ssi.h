@@ -42,6 +42,7 @@ typedef struct co_edge
 
 /* The lock that guards every SSI list and flag (and pg_co's markers). */
 extern void *co_sxact_lock(void);
+extern void *co_addin_shmem_init_lock(void);
 /* Size of the "PredXactList" shared struct, to look it up with ShmemInitStruct. */
 extern size_t co_predxact_size(void);
 

@@ -103,7 +103,7 @@ fn finish_timing(t0: Instant, wait_started: Option<Instant>) {
 /// honours lock_timeout, statement_timeout, cancel and the deadlock detector.
 fn wait_for(xid: u32, started: Instant) {
     if xid != 0 {
-        unsafe { pg_sys::XactLockTableWait(xid, std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None) };
+        unsafe { pg_sys::XactLockTableWait(pg_sys::TransactionId::from_inner(xid), std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None) };
         return;
     }
     // A peer still inside PREPARE TRANSACTION may not have its xid yet: poll briefly,

@@ -67,7 +67,7 @@ pub fn register() {
         0,
         60_000,
         GucContext::Suset,
-        GucFlags::NO_SHOW_ALL | GucFlags::NOT_IN_SAMPLE,
+        GucFlags::NO_SHOW_ALL,
     );
     GucRegistry::define_bool_guc(
         c"pg_co.test_skip_marker",
@@ -75,6 +75,6 @@ pub fn register() {
         c"",
         &TEST_SKIP_MARKER,
         GucContext::Suset,
-        GucFlags::NO_SHOW_ALL | GucFlags::NOT_IN_SAMPLE,
+        GucFlags::NO_SHOW_ALL,
     );
 }

@@ -17,9 +17,9 @@ mod ssi_ffi;
 
 extension_sql!(
     r#"
-SELECT pg_co.require_preload();
+SELECT co.require_preload();
 
-CREATE VIEW pg_co.stats AS
+CREATE VIEW co.stats AS
 SELECT
     max(value) FILTER (WHERE counter = 'checks_prepare')           AS checks_prepare,
     max(value) FILTER (WHERE counter = 'checks_commit')            AS checks_commit,
@@ -32,16 +32,16 @@ SELECT
     max(value) FILTER (WHERE counter = 'waits')                    AS waits,
     max(value) FILTER (WHERE counter = 'wait_time_us') / 1000.0    AS wait_time_ms,
     max(value) FILTER (WHERE counter = 'check_time_ns') / 1e6      AS check_time_ms
-FROM pg_co.stat_counters();
+FROM co.stat_counters();
 
 -- In-doubt transactions and the transactions they hold up.
-CREATE VIEW pg_co.in_doubt AS
+CREATE VIEW co.in_doubt AS
 SELECT p.gid, p.transaction AS xid, p.prepared, now() - p.prepared AS age, p.owner, p.database,
        b.peer_xid, b.peer_pid, b.peer_state, b.rule,
        CASE b.rule WHEN 'B' THEN 'peer must wait for this decision (rule B)'
                    WHEN 'A' THEN 'peer read data this one wrote: its PREPARE will be refused (rule A)' END AS effect
 FROM pg_catalog.pg_prepared_xacts p
-LEFT JOIN pg_co.blocking_edges() b ON b.prepared_xid::text::xid = p.transaction;
+LEFT JOIN co.blocking_edges() b ON b.prepared_xid::text::xid = p.transaction;
 "#,
     name = "views",
     requires = [sql_api::require_preload, sql_api::stat_counters, sql_api::blocking_edges]

@@ -33,11 +33,23 @@ fn describe(peer: &Peer, st: PeerState) -> String {
     }
 }
 
-/// Only on the error path: the transaction is still open, so a catalog query is fine.
+/// Only on the error path: the transaction is still open, so a catalog query is fine once
+/// it has an active snapshot (commit callbacks run without one; pg_prepared_xacts reads
+/// shared memory, so which snapshot does not matter).
 fn gid_of(xid: u32) -> Option<String> {
-    Spi::get_one::<String>(&format!("SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction = '{xid}'::xid"))
-        .ok()
-        .flatten()
+    unsafe {
+        let pushed = !pg_sys::ActiveSnapshotSet();
+        if pushed {
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        let gid = Spi::get_one::<String>(&format!("SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction = '{xid}'::xid"))
+            .ok()
+            .flatten();
+        if pushed {
+            pg_sys::PopActiveSnapshot();
+        }
+        gid
+    }
 }
 
 pub fn raise(r: Refusal) -> ! {

@@ -84,7 +84,7 @@ unsafe extern "C-unwind" fn startup() {
     if let Some(prev) = PREV_STARTUP {
         prev();
     }
-    pg_sys::LWLockAcquire(pg_sys::AddinShmemInitLock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+    pg_sys::LWLockAcquire(crate::ssi_ffi::addin_shmem_init_lock(), pg_sys::LWLockMode::LW_EXCLUSIVE);
     let mut found = false;
     let p = pg_sys::ShmemInitStruct(c"pg_co".as_ptr(), size(), &mut found) as *mut Shared;
     if !found {
@@ -92,7 +92,7 @@ unsafe extern "C-unwind" fn startup() {
         (*p).n_slots = n_slots() as u32;
     }
     SHARED = p;
-    pg_sys::LWLockRelease(pg_sys::AddinShmemInitLock);
+    pg_sys::LWLockRelease(crate::ssi_ffi::addin_shmem_init_lock());
 }
 
 fn shared() -> Option<&'static Shared> {

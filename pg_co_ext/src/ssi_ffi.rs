@@ -39,10 +39,16 @@ pub struct PreparedEdge {
 
 extern "C" {
     fn co_sxact_lock() -> *mut c_void;
+    fn co_addin_shmem_init_lock() -> *mut c_void;
     fn co_predxact_size() -> usize;
     fn co_read_self(out: *mut CoSelf) -> bool;
     fn co_read_edges(out_edges: bool, buf: *mut CoPeer, cap: i32) -> i32;
     fn co_read_prepared_edges(predxact: *const c_void, buf: *mut PreparedEdge, cap: i32) -> i32;
+}
+
+/// AddinShmemInitLock (a macro over MainLWLockArray, absent from pgrx's bindings).
+pub fn addin_shmem_init_lock() -> *mut pg_sys::LWLock {
+    unsafe { co_addin_shmem_init_lock() as *mut pg_sys::LWLock }
 }
 
 /// SerializableXactHashLock, held exclusive: SSI state and pg_co's markers cannot change

@@ -1,6 +1,5 @@
 -- The SQL surface of pg_co: settings, views, functions, and the precondition errors.
-\set VERBOSITY verbose
-SELECT pg_co.preloaded();
+SELECT co.preloaded();
 SHOW pg_co.enabled;
 SHOW pg_co.conflict_action;
 SHOW pg_co.require_serializable;
@@ -8,9 +7,11 @@ SHOW pg_co.check_local_readers;
 SET pg_co.conflict_action = 'sometimes';
 SET pg_co.conflict_action = wait;
 RESET pg_co.conflict_action;
-SELECT pg_co.reset_stats();
-SELECT * FROM pg_co.stats;
-SELECT * FROM pg_co.in_doubt;
+SELECT co.reset_stats();
+SELECT checks_prepare, refused_rule_a, refused_rule_b, refused_rule_c, refused_summarized,
+       refused_not_serializable, refused_read_only, waits, wait_time_ms, check_time_ms >= 0 AS timed
+  FROM co.stats;
+SELECT * FROM co.in_doubt;
 
 CREATE TABLE t (id int PRIMARY KEY, v int);
 INSERT INTO t VALUES (1, 1);
@@ -19,6 +20,7 @@ INSERT INTO t VALUES (1, 1);
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 UPDATE t SET v = 2;
 PREPARE TRANSACTION 'not_ser';
+\echo :LAST_ERROR_SQLSTATE
 SELECT v FROM t;
 SELECT count(*) FROM pg_prepared_xacts;
 
@@ -26,14 +28,14 @@ SELECT count(*) FROM pg_prepared_xacts;
 BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY;
 SELECT v FROM t;
 PREPARE TRANSACTION 'ro';
+\echo :LAST_ERROR_SQLSTATE
 
 -- a serializable branch prepares, shows up in the in_doubt view, commits
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 UPDATE t SET v = 3;
 PREPARE TRANSACTION 'ok';
-SELECT gid, peer_xid, rule FROM pg_co.in_doubt;
+SELECT gid, peer_xid, rule FROM co.in_doubt;
 COMMIT PREPARED 'ok';
 SELECT v FROM t;
-SELECT checks_prepare, refused_not_serializable, refused_read_only FROM pg_co.stats;
-\set VERBOSITY default
+SELECT checks_prepare, refused_not_serializable, refused_read_only FROM co.stats;
 DROP TABLE t;
