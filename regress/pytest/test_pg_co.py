@@ -92,17 +92,19 @@ def test_overdraft_refused_with_pg_co_on(two_pg):
 def test_refused_prepare_touches_nothing_else(two_pg):
     a, _ = two_pg
     a.sql("DROP TABLE IF EXISTS k; CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k VALUES (1, 0), (2, 0)")
+    a.sql("DROP TABLE IF EXISTS other_t; CREATE TABLE other_t (id int)")
     r, w, other = begin(a), begin(a), begin(a)
     r.execute("SELECT v FROM k WHERE id = 1")
     r.execute("UPDATE k SET v = 1 WHERE id = 2")
     w.execute("UPDATE k SET v = 1 WHERE id = 1")
-    other.execute("INSERT INTO k VALUES (3, 3)")
+    other.execute("INSERT INTO other_t VALUES (3)")
     w.execute("PREPARE TRANSACTION 'w_ok'")
     with pytest.raises(errors.SerializationFailure):
         r.execute("PREPARE TRANSACTION 'r_refused'")
     other.execute("COMMIT")
     a.sql("COMMIT PREPARED 'w_ok'")
-    assert a.sql("SELECT id, v FROM k ORDER BY id") == [(1, 1), (2, 0), (3, 3)]
+    assert a.sql("SELECT id, v FROM k ORDER BY id") == [(1, 1), (2, 0)]
+    assert a.sql("SELECT id FROM other_t") == [(3,)]
     assert a.sql("SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
 
 
