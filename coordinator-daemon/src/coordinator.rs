@@ -382,8 +382,10 @@ impl Coordinator {
             }
             (Some((TxState::Aborted, _)), Outcome::Commit) => refuse(409, "contradicts_decision", format!("{gtid} is decided abort")),
             (Some((TxState::Committed, _)), Outcome::Commit) | (Some((TxState::Aborted, _)), Outcome::Abort) => {
-                self.spawn_completion(gtid);
-                Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion restarted"}))
+                // The operator wants it finished now: one attempt per branch without
+                // waiting for the owners' grace period; what fails stays for the retries.
+                let left = self.complete_now(gtid).await;
+                Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
             }
             (Some((TxState::Committing, _)), Outcome::Commit) => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
             (Some((TxState::OnePhase, _)), _) => refuse(409, "transaction_one_phase", format!("{gtid} commits in one phase on its owner's session")),
@@ -410,6 +412,29 @@ impl Coordinator {
         }
         log("warn", "operator forced an outcome", json!({"gtid": gtid, "outcome": outcome.as_str(), "operator": operator, "ok": result.is_ok()}));
         result
+    }
+
+    /// One completion attempt for every prepared branch of a decided transaction, now.
+    /// Returns how many branches are still unfinished.
+    pub async fn complete_now(self: &Arc<Self>, gtid: &str) -> usize {
+        let todo: Vec<(String, String, Outcome)> = {
+            let txs = self.txs.lock().unwrap();
+            let Some(e) = txs.get(gtid) else { return 0 };
+            let Some(o) = e.tx.decision() else { return 0 };
+            e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared).map(|b| (b.resource.clone(), b.branch_id.clone(), o)).collect()
+        };
+        let mut left = 0;
+        for (res, bid, o) in todo {
+            let c = match self.resources.get(&res) {
+                Some(rc) => rc.complete(gtid, &bid, o).await,
+                None => Completion::Retry(format!("resource {res} is not configured")),
+            };
+            if !self.note_completion(gtid, &res, &bid, o, c, FinishedBy::Daemon) {
+                left += 1;
+            }
+        }
+        self.maybe_forget(gtid);
+        left
     }
 
     /// Finishes the prepared branches of a decided transaction whose owners did not, after
