@@ -1,0 +1,13 @@
+-- pgbench script: one serializable 2PC transaction, a few reads and one update.
+\set aid1 random(1, 100000 * :scale)
+\set aid2 random(1, 100000 * :scale)
+\set aid3 random(1, 100000 * :scale)
+\set aid random(1, 100000 * :scale)
+\set delta random(-5000, 5000)
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid1;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid2;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid3;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+PREPARE TRANSACTION 'pgb_:client_id';
+COMMIT PREPARED 'pgb_:client_id';
