@@ -107,16 +107,16 @@ fn main() {
 }
 
 fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
-    Ok(match cfg {
-        config::StoreConfig::Sqlite { path, group_commit, max_batch } => {
-            let log = store::sqlite::SqliteLog::open(path)?;
-            store::Store::start(Box::new(log), if *group_commit { *max_batch } else { 1 })
-        }
-        config::StoreConfig::Postgres { dsn, table, group_commit, max_batch } => {
-            let log = store::postgres::PgLog::open(dsn, table)?;
-            store::Store::start(Box::new(log), if *group_commit { *max_batch } else { 1 })
-        }
-    })
+    match cfg.clone() {
+        config::StoreConfig::Sqlite { path, group_commit, max_batch } => store::Store::open_in_thread(
+            move || Ok(Box::new(store::sqlite::SqliteLog::open(&path)?) as Box<dyn store::DecisionLog>),
+            if group_commit { max_batch } else { 1 },
+        ),
+        config::StoreConfig::Postgres { dsn, table, group_commit, max_batch } => store::Store::open_in_thread(
+            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table)?) as Box<dyn store::DecisionLog>),
+            if group_commit { max_batch } else { 1 },
+        ),
+    }
 }
 
 fn serve(cfg: config::Config) {

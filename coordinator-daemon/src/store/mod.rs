@@ -83,15 +83,35 @@ pub struct Store {
 
 impl Store {
     /// Starts the writer thread. `max_batch` = 1 disables group commit.
-    pub fn start(mut log: Box<dyn DecisionLog>, max_batch: usize) -> Store {
+    #[cfg(test)]
+    pub fn start(log: Box<dyn DecisionLog>, max_batch: usize) -> Store {
+        Store::open_in_thread(move || Ok(log), max_batch).expect("store thread")
+    }
+
+    /// Opens the log inside the writer thread (the synchronous PostgreSQL client runs its
+    /// own runtime and must not be created on an async worker) and starts the writer.
+    pub fn open_in_thread<F>(open: F, max_batch: usize) -> Result<Store, String>
+    where
+        F: FnOnce() -> Result<Box<dyn DecisionLog>, String> + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel::<Req>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let stats = Arc::new(StoreStats::default());
         let st = stats.clone();
         std::thread::Builder::new()
             .name("decision-store".into())
-            .spawn(move || writer_loop(&mut *log, rx, max_batch.max(1), &st))
-            .expect("spawn store thread");
-        Store { tx, stats }
+            .spawn(move || match open() {
+                Ok(mut log) => {
+                    let _ = ready_tx.send(Ok(()));
+                    writer_loop(&mut *log, rx, max_batch.max(1), &st)
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        ready_rx.recv().map_err(|_| "store thread died".to_string())??;
+        Ok(Store { tx, stats })
     }
 
     pub async fn write(&self, op: Op) -> Result<OpResult, String> {
