@@ -49,6 +49,14 @@ struct FinishedBody {
 #[serde(deny_unknown_fields)]
 struct CommitBody {
     one_phase_branch: Option<String>,
+    prepared: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishedManyBody {
+    outcome: String,
+    branches: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -166,7 +174,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         segs.as_slice(),
         ["metrics"] | ["v1", "transactions"] | ["v1", "transactions", _] | ["v1", "transactions", _, "branches"]
             | ["v1", "transactions", _, "branches", _, "prepared" | "failed" | "finished"]
-            | ["v1", "transactions", _, "commit" | "abort" | "decision"] | ["v1", "incidents"] | ["v1", "audit"] | ["v1", "admin", "force"]
+            | ["v1", "transactions", _, "commit" | "abort" | "decision" | "finished"] | ["v1", "incidents"] | ["v1", "audit"] | ["v1", "admin", "force"]
     );
     if !known {
         return refuse(404, "not_found", format!("no route {path}"));
@@ -228,10 +236,25 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         (Method::POST, ["v1", "transactions", g, "commit"]) => {
             query(q.as_deref(), &[])?;
             let b: CommitBody = parse(&body)?;
-            match b.one_phase_branch {
-                Some(bid) => ok(c.one_phase(g, &bid)?),
-                None => ok(c.commit(g, "coordinator").await?),
+            match (b.one_phase_branch, b.prepared) {
+                (Some(_), Some(_)) => refuse(400, "invalid_field", "one_phase_branch and prepared exclude each other"),
+                (Some(bid), None) => ok(c.one_phase(g, &bid)?),
+                (None, p) => {
+                    let p = p.unwrap_or_default();
+                    if p.len() > 1000 {
+                        return refuse(400, "invalid_field", "prepared lists at most 1000 branch ids");
+                    }
+                    ok(c.commit_with(g, "coordinator", &p).await?)
+                }
             }
+        }
+        (Method::POST, ["v1", "transactions", g, "finished"]) => {
+            query(q.as_deref(), &[])?;
+            let b: FinishedManyBody = parse_required(&body)?;
+            let Some(o) = Outcome::parse(&b.outcome) else {
+                return refuse(400, "invalid_field", "outcome must be \"commit\" or \"abort\"");
+            };
+            ok(c.finished_many(g, &b.branches, o)?)
         }
         (Method::POST, ["v1", "transactions", g, "abort"]) => {
             query(q.as_deref(), &[])?;

@@ -188,9 +188,20 @@ impl Coordinator {
     }
 
     pub async fn commit(self: &Arc<Self>, gtid: &str, source: &str) -> Res {
+        self.commit_with(gtid, source, &[]).await
+    }
+
+    /// Commit; `prepared` lists branches whose "prepared" report rides along with the
+    /// commit request (saves the root one round trip per branch). All or nothing.
+    pub async fn commit_with(self: &Arc<Self>, gtid: &str, source: &str, prepared: &[String]) -> Res {
         let t0 = Instant::now();
         let branches = self.with_tx(gtid, |e| {
-            e.tx.check_commit()?;
+            let mut next = e.tx.clone();
+            for bid in prepared {
+                next.prepared(bid)?;
+            }
+            next.check_commit()?;
+            e.tx = next;
             e.tx.state = TxState::Committing;
             Ok(e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>())
         })?;
@@ -290,6 +301,23 @@ impl Coordinator {
         })?;
         self.maybe_forget(gtid);
         Ok(json!({"gtid": gtid, "branch_id": bid, "state": "finished", "outcome": outcome.as_str()}))
+    }
+
+    /// Several branches finished by their owner(s) in one call. All or nothing.
+    pub fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
+        if bids.is_empty() || bids.len() > 1000 {
+            return refuse(400, "invalid_field", "branches must list 1..1000 branch ids");
+        }
+        self.with_tx(gtid, |e| {
+            let mut next = e.tx.clone();
+            for bid in bids {
+                next.finish(bid, outcome, FinishedBy::Owner)?;
+            }
+            e.tx = next;
+            Ok(())
+        })?;
+        self.maybe_forget(gtid);
+        Ok(json!({"gtid": gtid, "branches": bids, "state": "finished", "outcome": outcome.as_str()}))
     }
 
     /// Deletes the durable record once every branch is confirmed finished.

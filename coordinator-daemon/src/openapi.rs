@@ -51,6 +51,7 @@ pub fn document() -> Value {
             "/v1/transactions/{gtid}/branches/{bid}/failed": {"post": op("report a failed (refused) prepare; aborts the transaction", json!([gtid, bid]), Some(("FailedRequest", false)), "200", "Ack", &e4)},
             "/v1/transactions/{gtid}/branches/{bid}/finished": {"post": op("acknowledge a finished branch", json!([gtid, bid]), Some(("FinishedRequest", true)), "200", "Ack", &e4)},
             "/v1/transactions/{gtid}/commit": {"post": op("decide commit (durable before the answer); or one-phase commit of a single branch", json!([gtid]), Some(("CommitRequest", false)), "200", "Decision", &["400", "401", "404", "409", "503"])},
+            "/v1/transactions/{gtid}/finished": {"post": op("acknowledge several finished branches at once (all or nothing)", json!([gtid]), Some(("FinishedManyRequest", true)), "200", "Ack", &e4)},
             "/v1/transactions/{gtid}/abort": {"post": op("decide abort", json!([gtid]), Some(("AbortRequest", false)), "200", "Decision", &e4)},
             "/v1/transactions/{gtid}/decision": {"get": op("the decision, waiting up to wait_ms for it (long poll)", json!([gtid,
                 {"name": "wait_ms", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0, "maximum": 600000}}]), None, "200", "DecisionState", &["400", "401", "404"])},
@@ -75,7 +76,10 @@ pub fn document() -> Value {
                     "xid": {"type": "object", "description": "MariaDB XID", "properties": {"format_id": {"type": "integer"}, "gtrid": {"type": "string"}, "bqual": {"type": "string"}}}}},
                 "FailedRequest": {"type": "object", "additionalProperties": false, "properties": {"reason": {"type": "string", "maxLength": 1000}, "retryable": {"type": "boolean"}}},
                 "FinishedRequest": {"type": "object", "additionalProperties": false, "required": ["outcome"], "properties": {"outcome": {"type": "string", "enum": ["commit", "abort"]}}},
-                "CommitRequest": {"type": "object", "additionalProperties": false, "properties": {"one_phase_branch": id}},
+                "CommitRequest": {"type": "object", "additionalProperties": false, "properties": {"one_phase_branch": id,
+                    "prepared": {"type": "array", "maxItems": 1000, "items": id, "description": "branches reported prepared with this request"}}},
+                "FinishedManyRequest": {"type": "object", "additionalProperties": false, "required": ["outcome", "branches"], "properties": {
+                    "outcome": {"type": "string", "enum": ["commit", "abort"]}, "branches": {"type": "array", "minItems": 1, "maxItems": 1000, "items": id}}},
                 "AbortRequest": {"type": "object", "additionalProperties": false, "properties": {"reason": {"type": "string", "maxLength": 1000}}},
                 "ForceRequest": {"type": "object", "additionalProperties": false, "required": ["gtid", "outcome", "operator", "reason", "confirm"], "properties": {
                     "gtid": {"type": "string"}, "outcome": {"type": "string", "enum": ["commit", "abort"]}, "operator": {"type": "string", "maxLength": 200},

@@ -189,6 +189,11 @@ def test_bad_requests_change_nothing(pg, coord, daemon):
     refused("POST", f"{T}/branches", {"resource": "pg"}, 400, "invalid_field")
     refused("POST", f"{T}/commit", None, 409, "branch_not_prepared")
     refused("POST", f"{T}/branches/zz/prepared", {}, 404, "unknown_branch")
+    # All or nothing: b1 must not stay marked prepared when zz is unknown.
+    refused("POST", f"{T}/commit", {"prepared": ["b1", "zz"]}, 404, "unknown_branch")
+    refused("POST", f"{T}/commit", {"prepared": ["b1"], "one_phase_branch": "b1"}, 400, "invalid_field")
+    refused("POST", f"{T}/finished", {"outcome": "commit", "branches": ["b1"]}, 409, "not_decided")
+    refused("POST", f"{T}/finished", {"outcome": "commit", "branches": []}, 400, "invalid_field")
     refused("POST", f"{T}/branches/b1/finished", {"outcome": "commit"}, 409, "not_decided")
     refused("POST", f"{T}/branches/b1/finished", {"outcome": "maybe"}, 400, "invalid_field")
     refused("POST", f"{T}/commit", {"one_phase_branch": "zz"}, 404, "unknown_branch")

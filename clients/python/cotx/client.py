@@ -241,7 +241,7 @@ class Branch:
             self._my("XA END {xid}")
             self._my("XA COMMIT {xid} ONE PHASE")
 
-    def finish(self, outcome: str) -> None:
+    def finish(self, outcome: str, ack: bool = True) -> None:
         """Gives a prepared branch the decided outcome on the owner's session."""
         try:
             if self.kind == "postgres":
@@ -255,6 +255,8 @@ class Branch:
             else:
                 raise
         self.state = "finished" if outcome == "commit" else "rolled_back"
+        if not ack:
+            return
         try:
             self.tx.coord.http.request(
                 "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/finished",
@@ -321,16 +323,20 @@ class Transaction:
         ready = [b for b in self._branches if b.state == "ready"]
         if len(ready) == 1 and len(self._branches) == 1 and self._one_phase(ready[0]):
             return
-        self.prepare_all()
+        # Our own branches' "prepared" reports ride along with the commit request.
+        mine = self.prepare_all(report=False)
         deadline = time.monotonic() + 5.0
         while True:
             try:
-                r = self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {})
+                r = self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"prepared": mine})
                 decision = r["decision"]
                 break
             except CoordinatorError as e:
                 if e.code == "branch_not_prepared" and time.monotonic() < deadline:
                     time.sleep(0.01)  # a participant has not reported yet
+                    continue
+                if e.code == "already_prepared" and mine:
+                    mine = []  # an earlier attempt got through
                     continue
                 if e.status >= 500:
                     decision = self._wait_decision()
@@ -376,9 +382,11 @@ class Transaction:
             pass
 
     # --- both -------------------------------------------------------------------------
-    def prepare_all(self) -> None:
-        """Prepares every ready local branch and reports it; on any failure rolls back all
-        local branches (the coordinator aborts the global transaction) and raises."""
+    def prepare_all(self, report: bool = True) -> list[str]:
+        """Prepares every ready local branch and (report=True) reports it; on any failure
+        rolls back all local branches (the coordinator aborts the global transaction) and
+        raises. Returns the ids of the branches it prepared."""
+        done = []
         for b in self._branches:
             if b.state != "ready":
                 continue
@@ -387,6 +395,9 @@ class Transaction:
             except TransactionAborted:
                 self._rollback_local()
                 raise
+            done.append(b.branch_id)
+            if not report:
+                continue
             try:
                 self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/prepared", {})
             except CotxError as e:
@@ -395,6 +406,7 @@ class Transaction:
                 self._rollback_local()
                 self.abort(f"prepared report failed: {e}")
                 self._raise_abort(str(e))
+        return done
 
     def _rollback_local(self) -> None:
         for b in self._branches:
@@ -432,9 +444,19 @@ class Transaction:
     def _finish(self, decision: str) -> None:
         self.outcome = decision
         if decision == "commit":
+            done = []
             for b in self._branches:
                 if b.state == "prepared":
-                    b.finish("commit")
+                    b.finish("commit", ack=False)
+                    done.append(b.branch_id)
+            if done:
+                # One acknowledgement for all of them; if it is lost, recovery confirms
+                # the branches when it finds them no longer prepared.
+                try:
+                    self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
+                                            {"outcome": "commit", "branches": done})
+                except CotxError:
+                    pass
             return
         self._rollback_local()
         self._raise_abort()
