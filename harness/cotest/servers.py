@@ -311,9 +311,25 @@ class MariaServer(_Server):
         self.running = False
 
     def kill9(self) -> None:
+        """Crash mariadbd. self.proc is `runuser` when root, which does not pass SIGKILL on:
+        kill the whole process group (start_new_session) and wait until mariadbd is gone."""
         if self.proc and self.proc.poll() is None:
-            self.proc.kill()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
+        try:
+            pid = int(self.pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pid = None
+        deadline = time.time() + 30
+        while pid and _pid_alive(pid) and time.time() < deadline:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
         self.running = False
 
     def restart(self) -> None:
