@@ -7,8 +7,9 @@ finishes branches whose owner is gone.
 """
 from __future__ import annotations
 
-import http.client
 import json
+import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -25,7 +26,12 @@ MY_XAER_NOTA = 1397
 
 
 class _Http:
-    """JSON over HTTP/1.1 with one keep-alive connection per thread."""
+    """JSON over HTTP/1.1 with one keep-alive connection per thread.
+
+    A deliberately small client on a raw socket: http.client spends ~0.2 ms per request
+    on loopback (header parsing through the email package), this ~0.05 ms, and a global
+    transaction makes several calls. It speaks only to our daemon (Content-Length bodies;
+    chunked is understood for safety)."""
 
     def __init__(self, url: str, token: str | None, timeout: float):
         u = urllib.parse.urlsplit(url)
@@ -36,46 +42,87 @@ class _Http:
         self.token = token
         self.timeout = timeout
         self._local = threading.local()
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        self._fixed = f"Host: {self.host}:{self.port}\r\n{auth}Content-Type: application/json\r\n".encode()
 
-    def _conn(self, timeout: float) -> http.client.HTTPConnection:
+    def _conn(self, timeout: float):
         c = getattr(self._local, "conn", None)
         if c is None:
-            c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            sock = socket.create_connection((self.host, self.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c = (sock, sock.makefile("rb"))
             self._local.conn = c
-        c.timeout = timeout
-        if c.sock is not None:
-            c.sock.settimeout(timeout)
+            self._local.fresh = True
+        else:
+            self._local.fresh = False
+        c[0].settimeout(timeout)
         return c
 
     def close(self) -> None:
         c = getattr(self._local, "conn", None)
         if c is not None:
-            c.close()
+            try:
+                c[1].close()
+                c[0].close()
+            except OSError:
+                pass
             self._local.conn = None
+
+    @staticmethod
+    def _read_response(f) -> tuple[int, bytes, bool]:
+        status_line = f.readline()
+        if not status_line:
+            raise ConnectionError("connection closed by the coordinator")
+        parts = status_line.split(None, 2)
+        status = int(parts[1])
+        length, chunked, close = None, False, False
+        while True:
+            h = f.readline()
+            if h in (b"\r\n", b"\n", b""):
+                break
+            k, _, v = h.partition(b":")
+            k = k.strip().lower()
+            if k == b"content-length":
+                length = int(v.strip())
+            elif k == b"transfer-encoding" and b"chunked" in v.lower():
+                chunked = True
+            elif k == b"connection" and b"close" in v.lower():
+                close = True
+        if chunked:
+            body = b""
+            while True:
+                n = int(f.readline().split(b";")[0].strip(), 16)
+                if n == 0:
+                    f.readline()
+                    break
+                body += f.read(n)
+                f.readline()
+        elif length is not None:
+            body = f.read(length)
+        else:
+            body = f.read()
+            close = True
+        return status, body, close
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else b""
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(data))}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        last = None
+        head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
         for attempt in range(2):
-            c = self._conn(timeout or self.timeout)
-            reused = c.sock is not None
+            sock, f = self._conn(timeout or self.timeout)
+            fresh = self._local.fresh
             try:
-                c.request(method, self.base + path, body=data, headers=headers)
-                r = c.getresponse()
-                raw = r.read()
-                status = r.status
+                sock.sendall(head + data)
+                status, raw, close = self._read_response(f)
+                if close:
+                    self.close()
                 break
-            except (OSError, http.client.HTTPException) as e:
+            except (OSError, ValueError, IndexError) as e:
                 self.close()
-                last = e
-                # Only a stale keep-alive connection is retried (the request never left).
-                if not reused or attempt == 1:
+                # Only a stale keep-alive connection is retried (the daemon closed it before
+                # reading our request); a fresh one failing means the daemon is unreachable.
+                if fresh or attempt == 1:
                     raise CoordinatorUnavailable(f"{method} {path}: {e}") from e
-        else:  # pragma: no cover
-            raise CoordinatorUnavailable(str(last))
         try:
             payload = json.loads(raw) if raw else {}
         except ValueError:
@@ -151,9 +198,7 @@ class Branch:
 
     # --- SQL on the owner's session ---------------------------------------------------
     def _pg(self, text: str, literal: str | None = None) -> None:
-        from psycopg import sql
-        q = sql.SQL(text).format(sql.Literal(literal)) if literal is not None else sql.SQL(text)
-        self.conn.execute(q)
+        self.conn.execute(text.format(_pg_literal(literal)) if literal is not None else text)
 
     def _my(self, text: str) -> None:
         g, b, f = self.xid
@@ -273,6 +318,17 @@ class Branch:
         elif self.state in ("active", "ready"):
             self._rollback_unprepared()
             self.state = "rolled_back"
+
+
+_ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+
+
+def _pg_literal(s: str) -> str:
+    """A gid as an SQL literal. The daemon only hands out gids of [A-Za-z0-9._:-]; checking
+    again here means a misbehaving coordinator still cannot make us run its text as SQL."""
+    if not _ID_CHARS.match(s):
+        raise CotxError(f"refusing unexpected gid {s!r}")
+    return "'" + s + "'"
 
 
 def _pg_state(e) -> str | None:
