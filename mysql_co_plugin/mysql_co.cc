@@ -485,11 +485,16 @@ static bool text_has_one_phase(const char *q, unsigned int n)
 {
   if (!q || n < 20)
     return false;
+  /* cheap pre-check without allocation: most statements do not contain "PHASE" */
+  bool maybe= false;
+  for (unsigned int i= 0; i + 5 <= n && !maybe; i++)
+    maybe= (q[i] | 0x20) == 'p' && (q[i + 1] | 0x20) == 'h' && (q[i + 2] | 0x20) == 'a' &&
+           (q[i + 3] | 0x20) == 's' && (q[i + 4] | 0x20) == 'e';
+  if (!maybe)
+    return false;
   std::string s(q, n);
   for (char &c : s)
     c= (char) toupper((unsigned char) c);
-  if (s.find("PHASE") == std::string::npos)
-    return false;
   static const std::regex re("(^|[^A-Z0-9_])XA\\s+COMMIT\\s[^;]*\\sONE\\s+PHASE\\s*(;|$)");
   return std::regex_search(s, re);
 }

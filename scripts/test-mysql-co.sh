@@ -81,6 +81,8 @@ for t in $got_failed; do
   block=$(awk -v t="$t" '$1==t && /\[ fail \]/ {on=1} on && /^ - saving/ {exit} on' "$work/on.out")
   if ! grep -qE "ER_XA_RBROLLBACK \(1402\): mysql_co: XA (PREPARE|COMMIT \.\.\. ONE PHASE) refused: this XA branch ran at REPEATABLE-READ" <<<"$block"; then
     log "$t failed for another reason than mysql_co's refusal:"; echo "$block" | head -30 >&2; fail=1
+  else
+    echo "  $t: $(grep -m1 -oE "(At line [0-9]+: query '[^']*'[^']*'[^']*')" <<<"$block") refused by mysql_co (REPEATABLE-READ)" >&2
   fi
 done
 [ $fail = 0 ] && log "mysql_co mysql-test: all as expected"
