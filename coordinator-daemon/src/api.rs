@@ -19,9 +19,11 @@ const MAX_BODY: usize = 64 * 1024;
 #[serde(deny_unknown_fields)]
 struct BeginBody {
     timeout_ms: Option<u64>,
+    /// Register the first branch in the same request (saves the root a round trip).
+    branch: Option<RegisterBody>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RegisterBody {
     resource: String,
@@ -197,7 +199,10 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         (Method::POST, ["v1", "transactions"]) => {
             query(q.as_deref(), &[])?;
             let b: BeginBody = parse(&body)?;
-            Ok((201, Err(c.begin(b.timeout_ms)?)))
+            match b.branch {
+                None => Ok((201, Err(c.begin(b.timeout_ms)?))),
+                Some(r) => Ok((201, Err(c.begin_with_branch(b.timeout_ms, &r.resource, &r.branch_id)?))),
+            }
         }
         (Method::GET, ["v1", "transactions"]) => {
             let qs = query(q.as_deref(), &["state"])?;

@@ -145,6 +145,24 @@ impl Coordinator {
         Ok(json!({"gtid": gtid, "state": "active", "timeout_ms": t}))
     }
 
+    /// Begin and register the first branch, all or nothing: a refused registration
+    /// leaves no transaction behind.
+    pub fn begin_with_branch(&self, timeout_ms: Option<u64>, resource: &str, bid: &str) -> Res {
+        let mut begun = self.begin(timeout_ms)?;
+        let gtid = begun["gtid"].as_str().unwrap_or_default().to_string();
+        match self.register(&gtid, resource, bid) {
+            Ok(reg) => {
+                begun.as_object_mut().unwrap().insert("branch".into(), reg);
+                Ok(begun)
+            }
+            Err(e) => {
+                self.txs.lock().unwrap().remove(&gtid);
+                self.metrics.begun.fetch_sub(1, Relaxed);
+                Err(e)
+            }
+        }
+    }
+
     pub fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res {
         if let Err(e) = naming::check_id("branch_id", bid) {
             return refuse(400, e.code, e.message);

@@ -41,7 +41,7 @@ pub fn document() -> Value {
             "/healthz": {"get": {"security": [], "summary": "liveness", "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}, "400": {"description": "bad query", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {"schema": {"type": "string"}}}}, "400": {"description": "bad query", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}, "401": {"description": "no token", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
             "/v1/transactions": {
-                "post": op("begin a global transaction", json!([]), Some(("BeginRequest", false)), "201", "Begun", &["400", "401", "413"]),
+                "post": op("begin a global transaction (optionally registering its first branch)", json!([]), Some(("BeginRequest", false)), "201", "Begun", &["400", "401", "404", "413"]),
                 "get": op("list transactions", json!([{"name": "state", "in": "query", "required": false,
                     "schema": {"type": "string", "enum": ["active", "committing", "committed", "aborted", "one_phase", "in_doubt"]}}]), None, "200", "TransactionList", &["400", "401"])
             },
@@ -65,8 +65,10 @@ pub fn document() -> Value {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
                 "Empty": {"type": "object", "additionalProperties": false},
-                "BeginRequest": {"type": "object", "additionalProperties": false, "properties": {"timeout_ms": {"type": "integer", "minimum": 10, "maximum": 86400000}}},
-                "Begun": {"type": "object", "required": ["gtid", "state", "timeout_ms"], "properties": {"gtid": {"type": "string"}, "state": {"type": "string"}, "timeout_ms": {"type": "integer"}}},
+                "BeginRequest": {"type": "object", "additionalProperties": false, "properties": {"timeout_ms": {"type": "integer", "minimum": 10, "maximum": 86400000},
+                    "branch": {"$ref": "#/components/schemas/RegisterRequest"}}},
+                "Begun": {"type": "object", "required": ["gtid", "state", "timeout_ms"], "properties": {"gtid": {"type": "string"}, "state": {"type": "string"}, "timeout_ms": {"type": "integer"},
+                    "branch": {"$ref": "#/components/schemas/Registered"}}},
                 "RegisterRequest": {"type": "object", "additionalProperties": false, "required": ["resource", "branch_id"],
                     "properties": {"resource": {"type": "string"}, "branch_id": id}},
                 "Registered": {"type": "object", "required": ["gtid", "branch_id", "resource", "kind"], "properties": {

@@ -201,6 +201,11 @@ def test_bad_requests_change_nothing(pg, coord, daemon):
     refused("GET", f"{T}/decision?wait_ms=abc", None, 400, "invalid_field")
     refused("POST", "/v1/admin/force", {"gtid": gtid, "outcome": "commit", "operator": "t", "reason": "r", "confirm": False}, 400, "confirmation_required")
     refused("POST", "/v1/admin/force", {"gtid": gtid, "outcome": "commit", "operator": "t", "reason": "r", "confirm": True}, 409, "branch_not_prepared")
+    # Begin together with a first branch is all or nothing: no transaction is left behind.
+    n = len(coord.list())
+    refused("POST", "/v1/transactions", {"branch": {"resource": "nope", "branch_id": "b1"}}, 404, "unknown_resource")
+    refused("POST", "/v1/transactions", {"branch": {"resource": "pg", "branch_id": "b 1"}}, 400, "invalid_id")
+    assert len(coord.list()) == n
     # Raw malformed JSON and a missing token.
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=5)

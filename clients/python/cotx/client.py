@@ -58,7 +58,38 @@ class _Http:
         c[0].settimeout(timeout)
         return c
 
+    def send_nowait(self, method: str, path: str, body: dict | None = None) -> None:
+        """Sends a request whose answer nobody waits for (acknowledgements): its response
+        is read and dropped before the next request on this thread's connection."""
+        data = json.dumps(body).encode() if body is not None else b""
+        head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+        self._drain()
+        try:
+            sock, _ = self._conn(self.timeout)
+            sock.sendall(head + data)
+            self._local.pending = getattr(self._local, "pending", 0) + 1
+        except OSError:
+            self.close()
+
+    def _drain(self) -> None:
+        n = getattr(self._local, "pending", 0)
+        if not n:
+            return
+        self._local.pending = 0
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            return
+        try:
+            for _ in range(n):
+                if self._read_response(c[1])[2]:
+                    self.close()
+                    return
+        except (OSError, ValueError, IndexError):
+            self.close()
+
     def close(self) -> None:
+        self._local.pending = 0
         c = getattr(self._local, "conn", None)
         if c is not None:
             try:
@@ -108,6 +139,7 @@ class _Http:
         data = json.dumps(body).encode() if body is not None else b""
         head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
             f"Content-Length: {len(data)}\r\n\r\n".encode()
+        self._drain()
         for attempt in range(2):
             sock, f = self._conn(timeout or self.timeout)
             fresh = self._local.fresh
@@ -162,8 +194,10 @@ class Coordinator:
 
     # --- context managers ------------------------------------------------------------
     def transaction(self, timeout_ms: int | None = None) -> "Transaction":
-        """A new global transaction; this process is its root and decides it at exit."""
-        return Transaction(self, self.begin(timeout_ms), root=True)
+        """A new global transaction; this process is its root and decides it at exit.
+        It is begun at the coordinator together with its first branch (one round trip),
+        or when tx.gtid is first read."""
+        return Transaction(self, None, root=True, timeout_ms=timeout_ms)
 
     def join(self, gtid: str, wait: bool = True) -> "Transaction":
         """Take part in a global transaction begun elsewhere (gtid propagated as a string).
@@ -207,8 +241,16 @@ class Branch:
             cur.execute(text.replace("{xid}", xid))
 
     def __enter__(self) -> "Branch":
-        r = self.tx.coord.http.request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches",
-                                       {"resource": self.resource, "branch_id": self.branch_id})
+        reg = {"resource": self.resource, "branch_id": self.branch_id}
+        if self.tx._gtid is None:
+            body = {"branch": reg}
+            if self.tx._timeout_ms is not None:
+                body["timeout_ms"] = self.tx._timeout_ms
+            begun = self.tx.coord.http.request("POST", "/v1/transactions", body)
+            self.tx._gtid = begun["gtid"]
+            r = begun["branch"]
+        else:
+            r = self.tx.coord.http.request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
         if r["kind"] != self.kind:
             raise CotxError(f"resource {self.resource!r} is {r['kind']} at the coordinator but the connection is {self.kind}")
         try:
@@ -300,14 +342,11 @@ class Branch:
             else:
                 raise
         self.state = "finished" if outcome == "commit" else "rolled_back"
-        if not ack:
-            return
-        try:
-            self.tx.coord.http.request(
+        if ack:
+            # Recovery confirms the branch if this acknowledgement is lost.
+            self.tx.coord.http.send_nowait(
                 "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/finished",
                 {"outcome": outcome})
-        except CotxError:
-            pass  # recovery confirms it when it finds the branch gone
 
     def rollback(self) -> None:
         if self.state == "prepared":
@@ -345,12 +384,21 @@ def _retryable(e) -> bool:
 
 
 class Transaction:
-    def __init__(self, coord: Coordinator, gtid: str, root: bool, wait: bool = True):
-        self.coord, self.gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
+    def __init__(self, coord: Coordinator, gtid: str | None, root: bool, wait: bool = True,
+                 timeout_ms: int | None = None):
+        self.coord, self._gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
+        self._timeout_ms = timeout_ms
         self._branches: list[Branch] = []
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
         self.outcome: str | None = None
+
+    @property
+    def gtid(self) -> str:
+        """The global id, a plain string to hand to other services (they join with it)."""
+        if self._gtid is None:
+            self._gtid = self.coord.begin(self._timeout_ms)
+        return self._gtid
 
     def branch(self, conn, resource: str, branch_id: str | None = None) -> Branch:
         bid = branch_id or f"{resource[:24]}-{uuid.uuid4().hex[:16]}"
@@ -376,6 +424,9 @@ class Transaction:
 
     # --- root -------------------------------------------------------------------------
     def commit(self) -> None:
+        if self._gtid is None and not self._branches:
+            self.outcome = "commit"  # never begun, nothing ran: nothing to decide
+            return
         ready = [b for b in self._branches if b.state == "ready"]
         if len(ready) == 1 and len(self._branches) == 1 and self._one_phase(ready[0]):
             return
@@ -431,11 +482,9 @@ class Transaction:
         return True
 
     def _ack(self, b: Branch, outcome: str) -> None:
-        try:
-            self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
+        # Nobody waits for an acknowledgement: if it is lost, recovery confirms the branch.
+        self.coord.http.send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
                                     {"outcome": outcome})
-        except CotxError:
-            pass
 
     # --- both -------------------------------------------------------------------------
     def prepare_all(self, report: bool = True) -> list[str]:
@@ -469,6 +518,10 @@ class Transaction:
             b.rollback()
 
     def abort(self, reason: str = "aborted by client") -> None:
+        if self._gtid is None:
+            self._rollback_local()
+            self.outcome = "abort"
+            return
         try:
             self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
         except CotxError:
@@ -508,11 +561,8 @@ class Transaction:
             if done:
                 # One acknowledgement for all of them; if it is lost, recovery confirms
                 # the branches when it finds them no longer prepared.
-                try:
-                    self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
+                self.coord.http.send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
                                             {"outcome": "commit", "branches": done})
-                except CotxError:
-                    pass
             return
         self._rollback_local()
         self._raise_abort()
