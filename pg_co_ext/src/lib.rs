@@ -30,8 +30,8 @@ SELECT
     max(value) FILTER (WHERE counter = 'refused_not_serializable') AS refused_not_serializable,
     max(value) FILTER (WHERE counter = 'refused_read_only')        AS refused_read_only,
     max(value) FILTER (WHERE counter = 'waits')                    AS waits,
-    max(value) FILTER (WHERE counter = 'wait_time_us') / 1000.0    AS wait_time_ms,
-    max(value) FILTER (WHERE counter = 'check_time_ns') / 1e6      AS check_time_ms
+    round(max(value) FILTER (WHERE counter = 'wait_time_us') / 1000.0, 3) AS wait_time_ms,
+    round(max(value) FILTER (WHERE counter = 'check_time_ns') / 1e6, 3) AS check_time_ms
 FROM co.stat_counters();
 
 -- In-doubt transactions and the transactions they hold up.

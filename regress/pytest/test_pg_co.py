@@ -240,3 +240,49 @@ def test_rule_c_local_reader_of_in_doubt_write(two_pg, rule_c):
     for c in (ya, yb, ga, gb, lc):
         c.close()
     assert committed == (not rule_c)
+
+
+def _wait_until_lock_wait(server, pid, timeout=20):
+    """Until backend `pid` sleeps on a transaction lock (the in-doubt transaction's)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.sql("SELECT 1 FROM pg_locks WHERE pid = %s AND locktype = 'transactionid' AND NOT granted", (pid,)):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the writer never waited")
+
+
+@pytest.mark.parametrize("outcome", ["COMMIT", "ROLLBACK"])
+def test_wait_mode_waits_for_in_doubt_reader(outcome):
+    """Rule B in wait mode: the writer sleeps on the in-doubt reader's lock until the
+    decision arrives, then goes on; the stats count the wait."""
+    with PgServer() as s:
+        s.sql("CREATE EXTENSION pg_co")
+        s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
+        s.sql("INSERT INTO k VALUES (1, 0), (2, 0)")
+        r, w = begin(s), begin(s)
+        r.execute("SELECT v FROM k WHERE id = 1")
+        r.execute("UPDATE k SET v = 1 WHERE id = 2")
+        w.execute("UPDATE k SET v = 5 WHERE id = 1")
+        w.execute("SET LOCAL pg_co.conflict_action = wait")
+        r.execute("PREPARE TRANSACTION 'r'")
+        waits_before = s.sql("SELECT waits FROM co.stats")[0][0]
+        result = {}
+
+        def prepare_w():
+            try:
+                w.execute("PREPARE TRANSACTION 'w'")
+                result["w"] = "prepared"
+            except psycopg.Error as e:
+                result["w"] = e.sqlstate
+
+        t = threading.Thread(target=prepare_w)
+        t.start()
+        _wait_until_lock_wait(s, w.info.backend_pid)
+        assert t.is_alive() and "w" not in result, "w must wait while r is in doubt"
+        s.sql(f"{outcome} PREPARED 'r'")
+        t.join(20)
+        assert result == {"w": "prepared"}
+        s.sql("COMMIT PREPARED 'w'")
+        assert s.sql("SELECT waits FROM co.stats")[0][0] == waits_before + 1
+        assert s.sql("SELECT v FROM k WHERE id = 1") == [(5,)]
