@@ -416,8 +416,14 @@ static void arm_restart_gate()
       break;
     }
     for (int i= 0; i < got; i++)
-      if (!list[i].get_my_xid())     // not the server's own (binlog/tc.log) internal XID
-        found.push_back(list[i]);
+    {
+      XID &x= list[i];
+      if (x.get_my_xid())            // the server's own (binlog/tc.log) internal XID
+        continue;
+      if (x.formatID == 1 && x.gtrid_length >= 7 && !memcmp(x.data, "WSREPXi", 7))
+        continue;                    // Galera's XIDs: the cluster decides them
+      found.push_back(x);
+    }
   }
   my_free(list);
   std::lock_guard<std::mutex> g(co_mutex);
