@@ -286,3 +286,31 @@ def test_wait_mode_waits_for_in_doubt_reader(outcome):
         s.sql("COMMIT PREPARED 'w'")
         assert s.sql("SELECT waits FROM co.stats")[0][0] == waits_before + 1
         assert s.sql("SELECT v FROM k WHERE id = 1") == [(5,)]
+
+
+def test_half_loaded_extension_is_refused_loudly():
+    """CREATE EXTENSION without shared_preload_libraries must fail, naming the fix."""
+    with PgServer(preload=False) as s:
+        with pytest.raises(errors.ObjectNotInPrerequisiteState, match="shared_preload_libraries"):
+            s.sql("CREATE EXTENSION pg_co")
+        assert "commitment ordering is NOT enforced" in s.log_tail(200)
+
+
+def test_log_vetoes_writes_refusals_to_the_server_log(two_pg):
+    a, _ = two_pg
+    a.sql("ALTER SYSTEM SET pg_co.log_vetoes = on")
+    a.sql("SELECT pg_reload_conf()")
+    try:
+        a.sql("DROP TABLE IF EXISTS k; CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k VALUES (1, 0), (2, 0)")
+        r, w = begin(a), begin(a)
+        r.execute("SELECT v FROM k WHERE id = 1")
+        r.execute("UPDATE k SET v = 1 WHERE id = 2")
+        w.execute("UPDATE k SET v = 1 WHERE id = 1")
+        w.execute("PREPARE TRANSACTION 'logged_w'")
+        with pytest.raises(errors.SerializationFailure):
+            r.execute("PREPARE TRANSACTION 'logged_r'")
+        a.sql("COMMIT PREPARED 'logged_w'")
+        assert "LOG:  pg_co refused PREPARE TRANSACTION: commitment ordering rule A" in a.log_tail(50)
+    finally:
+        a.sql("ALTER SYSTEM RESET pg_co.log_vetoes")
+        a.sql("SELECT pg_reload_conf()")
