@@ -682,3 +682,68 @@ impl Coordinator {
         txs.insert(r.gtid.clone(), Entry { tx, watch: w, recorded: true, forgotten: false, completing: false });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteLog;
+
+    fn coord(name: &str) -> Arc<Coordinator> {
+        let d = std::env::temp_dir().join(format!("cotx-coord-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let src = format!(
+            "allow_no_auth = true\nnode_id = \"u1\"\n[store]\nkind = \"sqlite\"\npath = \"{}\"\n[[resources]]\nname = \"pg\"\nkind = \"postgres\"\ndsn = \"host=127.0.0.1 port=1 user=x\"\n",
+            d.join("s.db").display()
+        );
+        let cfg = crate::config::parse(&src, None).unwrap();
+        let store = Store::start(Box::new(SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap()), 64);
+        Coordinator::new(cfg, store).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commit_is_all_or_nothing_and_durable_first() {
+        let c = coord("commit");
+        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.register(&g, "pg", "b1").unwrap();
+        c.register(&g, "pg", "b2").unwrap();
+        let before = c.get(&g).unwrap()["branches"].clone();
+        let e = c.commit_with(&g, "coordinator", &["b1".into(), "zz".into()]).await.unwrap_err();
+        assert_eq!(e.code, "unknown_branch");
+        assert_eq!(c.get(&g).unwrap()["branches"], before, "a refused commit must not mark b1 prepared");
+        let e = c.commit_with(&g, "coordinator", &["b1".into()]).await.unwrap_err();
+        assert_eq!(e.code, "branch_not_prepared");
+        assert_eq!(c.get(&g).unwrap()["branches"], before);
+        let r = c.commit_with(&g, "coordinator", &["b1".into(), "b2".into()]).await.unwrap();
+        assert_eq!(r["decision"], "commit");
+        // Durable before the answer.
+        let recs = c.store.load().await.unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].branches, vec![("pg".to_string(), "b1".to_string()), ("pg".to_string(), "b2".to_string())]);
+        // Finished by owners → the record is deleted.
+        c.finished_many(&g, &["b1".into(), "b2".into()], Outcome::Commit).unwrap();
+        for _ in 0..100 {
+            if c.store.load().await.unwrap().is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("record not deleted after all branches finished");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn timeout_aborts_and_presumed_abort_leaves_no_record() {
+        let c = coord("timeout");
+        let g = c.begin(Some(10)).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.register(&g, "pg", "b1").unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        c.tick();
+        assert_eq!(c.get(&g).unwrap()["state"], "aborted");
+        assert_eq!(c.prepared(&g, "b1").unwrap_err().code, "transaction_aborted");
+        assert!(c.store.load().await.unwrap().is_empty());
+        // Begin with a refused first branch leaves nothing behind.
+        let n = c.list(None).unwrap()["transactions"].as_array().unwrap().len();
+        assert_eq!(c.begin_with_branch(None, "nope", "b1").unwrap_err().code, "unknown_resource");
+        assert_eq!(c.list(None).unwrap()["transactions"].as_array().unwrap().len(), n);
+    }
+}
