@@ -1,8 +1,8 @@
 -- pgbench script: one serializable 2PC transaction, a few reads and one update.
-\set aid1 random(1, 100000 * :scale)
-\set aid2 random(1, 100000 * :scale)
-\set aid3 random(1, 100000 * :scale)
-\set aid random(1, 100000 * :scale)
+\set aid1 random(1, :nrows)
+\set aid2 random(1, :nrows)
+\set aid3 random(1, :nrows)
+\set aid random(1, :nrows)
 \set delta random(-5000, 5000)
 BEGIN ISOLATION LEVEL SERIALIZABLE;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid1;

@@ -1,0 +1,19 @@
+"""Keeps bench/pg_co working: a seconds-long smoke run of each pgbench experiment."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_pg_co
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = requires_pg_co
+
+
+@pytest.mark.parametrize("extra", [[], ["--rule-c", "--rows", "1000"]], ids=["pg_co-cost", "rule-c-cost"])
+def test_pgbench_cost_smoke(extra):
+    r = subprocess.run([sys.executable, str(ROOT / "bench/pg_co/pgbench_cost.py"), "--quick", *extra],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ratio on/off" in r.stdout
