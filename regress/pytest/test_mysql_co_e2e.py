@@ -88,11 +88,19 @@ class Writer(threading.Thread):
 
 def writer_commits_while_branch_prepared(server, t, branch) -> bool:
     """Start the writer while `branch` is prepared; True if it committed before the
-    branch was decided (the CO violation), False if it waited for XA COMMIT."""
+    branch was decided (the CO violation), False if it had to wait for XA COMMIT."""
     w = Writer(server, t)
     w.start()
-    w.join(1.0)
-    committed_first = w.done_at is not None
+    committed_first = None
+    deadline = time.monotonic() + 4      # the writer's lock wait timeout is 5 s
+    while committed_first is None and time.monotonic() < deadline:
+        if w.done_at is not None:
+            committed_first = True
+        elif server.sql("SELECT COUNT(*) FROM information_schema.innodb_lock_waits")[0][0]:
+            committed_first = False      # InnoDB shows the writer waiting for a lock
+        else:
+            time.sleep(0.02)
+    assert committed_first is not None, "writer neither committed nor waited for a lock"
     decided_at = time.monotonic()
     run(branch, "XA COMMIT 'a'")
     w.join(10)
@@ -173,10 +181,15 @@ def status(server, name):
 
 def _prepare_read_only_and_disconnect(server, t, xid):
     a = session(server, "SERIALIZABLE")
+    cid = run(a, "SELECT CONNECTION_ID()")[0][0]
     run(a, f"XA START '{xid}'", f"SELECT v FROM {t} WHERE id = 1", f"XA END '{xid}'",
         f"XA PREPARE '{xid}'")
     a.close()
-    time.sleep(0.3)
+    # the server ends the session (and rolls the read-only branch back) asynchronously
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and server.sql(
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s", (cid,))[0][0]:
+        time.sleep(0.05)
 
 
 def test_lost_read_only_branch_silent_without_plugin(plain):
