@@ -332,7 +332,8 @@ static int co_rollback(handlerton *, THD *thd, bool all)
   }
   if (d)
   {
-    if (d->one_phase_refused && thd_sql_command(thd) == SQLCOM_XA_COMMIT)
+    if (d->one_phase_refused && thd_sql_command(thd) == SQLCOM_XA_COMMIT &&
+        thd_is_connected(thd))
       my_printf_error(ER_XA_RBROLLBACK, "%s", MYF(0), d->one_phase_msg.c_str());
     d->end_trx(thd);
   }
