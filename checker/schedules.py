@@ -1,0 +1,693 @@
+"""Exhaustive small schedules against the real engines.
+
+A *program* is one transaction: a list of operations (database, r|w, key) plus its kind:
+  global  2PC: a branch on every database it touches; after its operations it prepares
+          each branch (PREPARE TRANSACTION / XA END + XA PREPARE), then, once all are
+          prepared (the decision), commits each (COMMIT PREPARED / XA COMMIT);
+  local   one database, BEGIN ... COMMIT.
+Every write is a list-append of the writer's id (so the checker can order versions), every
+read returns the whole list.
+
+A *schedule* is an interleaving of the programs' steps. Steps on different databases
+commute (neither engine can tell their order), so we enumerate every per-database order of
+the steps (each transaction's steps at one database form a chain) and keep those
+consistent with each transaction's own order (operations in program order, then all
+prepares, then all commits): one linear schedule per equivalence class. That covers every
+order of prepare, decision and commit delivery at every database.
+
+The runner executes a schedule on real sessions, one per (transaction, database). A step
+that blocks on a lock (seen in pg_stat_activity / information_schema.innodb_trx, not
+guessed from time) is left waiting and the transaction's later steps queue behind it;
+other transactions go on. When every unfinished transaction is blocked and nothing else
+can run (a deadlock across the two databases, which neither engine sees), the youngest
+blocked step is cancelled. An error (a refusal by pg_co or mysql_co, an SSI failure, a
+deadlock) aborts the transaction: its branches are rolled back, prepared ones with
+ROLLBACK PREPARED / XA ROLLBACK. The committed history is then checked twice: the graph
+checker (checker.check) and the brute-force serial-order oracle must both accept it.
+
+    python -m checker.schedules --help
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import sys
+import threading
+import time
+from collections import defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .graph import check, serial_order
+from .history import Txn, parse_list
+
+DBS = ("pg", "my")
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    kind: str            # global | local
+    ops: tuple           # ((db, 'r'|'w', key), ...)
+
+    @property
+    def dbs(self):
+        return tuple(dict.fromkeys(d for d, _, _ in self.ops))
+
+    def __str__(self):
+        return f"{self.name}[{self.kind}: " + ", ".join(f"{f} {d}:{k}" for d, f, k in self.ops) + "]"
+
+
+@dataclass(frozen=True)
+class Step:
+    txn: str
+    kind: str            # op | prep | commit
+    db: str
+    f: str = ""          # r | w for ops
+    key: str = ""
+
+    def __str__(self):
+        if self.kind == "op":
+            return f"{self.txn}.{self.f}({self.db}:{self.key})"
+        return f"{self.txn}.{self.kind}({self.db})"
+
+
+def chains(p: Program) -> dict:
+    """The steps of p at each database, in order."""
+    out = {}
+    for d in p.dbs:
+        ops = [Step(p.name, "op", d, f, k) for dd, f, k in p.ops if dd == d]
+        tail = [Step(p.name, "prep", d), Step(p.name, "commit", d)] if p.kind == "global" else [Step(p.name, "commit", d)]
+        out[d] = ops + tail
+    return out
+
+
+def txn_edges(p: Program) -> list:
+    """Order constraints inside one transaction across databases."""
+    ch = chains(p)
+    ops = [Step(p.name, "op", d, f, k) for d, f, k in p.ops]
+    e = list(zip(ops, ops[1:]))
+    if p.kind == "global":
+        preps = [Step(p.name, "prep", d) for d in ch]
+        commits = [Step(p.name, "commit", d) for d in ch]
+        e += [(ops[-1], x) for x in preps] + [(x, c) for x in preps for c in commits]
+    return e
+
+
+def _merges(seqs):
+    """Every interleaving of the sequences (each kept in order)."""
+    seqs = [s for s in seqs if s]
+    if not seqs:
+        yield []
+        return
+    for i, s in enumerate(seqs):
+        rest = seqs[:i] + [s[1:]] + seqs[i + 1:]
+        for m in _merges(rest):
+            yield [s[0]] + m
+
+
+def _linearize(orders: dict, extra: list):
+    """A linear order of all steps respecting the per-database orders and `extra` edges, or
+    None when they form a cycle. Ties: the database listed first goes first."""
+    succ, indeg = defaultdict(list), defaultdict(int)
+    nodes = [s for d in DBS for s in orders.get(d, [])]
+    for d in DBS:
+        o = orders.get(d, [])
+        for a, b in zip(o, o[1:]):
+            succ[a].append(b)
+            indeg[b] += 1
+    for a, b in extra:
+        succ[a].append(b)
+        indeg[b] += 1
+    pos = {s: i for i, s in enumerate(nodes)}
+    ready = sorted((s for s in nodes if indeg[s] == 0), key=pos.get)
+    out = []
+    while ready:
+        s = ready.pop(0)
+        out.append(s)
+        for b in succ[s]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+        ready.sort(key=pos.get)
+    return out if len(out) == len(nodes) else None
+
+
+def _dependent(a: Step, b: Step) -> bool:
+    """Can swapping two adjacent steps at one database change anything the engine sees?
+    Steps of one transaction: yes (program order). A prepare or commit against anything of
+    another transaction: yes (visibility, snapshots, locks, pg_co's checks). Two operations
+    of different transactions: only on the same row with at least one write (a snapshot is
+    taken by a transaction's first statement, and only commits change what it contains)."""
+    if a.txn == b.txn:
+        return True
+    if a.kind != "op" or b.kind != "op":
+        return True
+    return a.key == b.key and "w" in (a.f, b.f)
+
+
+def _canonical(seq) -> tuple:
+    """The lexicographically least reordering of seq by swaps of independent steps (one
+    representative per Mazurkiewicz trace)."""
+    n = len(seq)
+    preds = [set(i for i in range(j) if _dependent(seq[i], seq[j])) for j in range(n)]
+    done, out = set(), []
+    while len(out) < n:
+        ready = [j for j in range(n) if j not in done and preds[j] <= done]
+        j = min(ready, key=lambda j: str(seq[j]))
+        done.add(j)
+        out.append(seq[j])
+    return tuple(out)
+
+
+def enumerate_schedules(programs):
+    """Every schedule of the programs, one per class of equivalent interleavings."""
+    per_db = defaultdict(list)
+    extra = []
+    for p in programs:
+        for d, c in chains(p).items():
+            per_db[d].append(c)
+        extra += txn_edges(p)
+    dbs = [d for d in DBS if d in per_db]
+    classes = [sorted(set(_canonical(m) for m in _merges(per_db[d])), key=lambda t: [str(x) for x in t]) for d in dbs]
+    for combo in itertools.product(*[[list(c) for c in cl] for cl in classes]):
+        lin = _linearize(dict(zip(dbs, combo)), extra)
+        if lin is not None:
+            yield lin
+
+
+def schedule_from_db_orders(programs, orders: dict):
+    """A named schedule given as per-database orders of step strings ('Y.w(pg:y)')."""
+    steps = {}
+    for p in programs:
+        for c in chains(p).values():
+            for s in c:
+                steps[str(s)] = s
+    o = {d: [steps[x] for x in seq] for d, seq in orders.items()}
+    extra = [e for p in programs for e in txn_edges(p)]
+    lin = _linearize(o, extra)
+    if lin is None:
+        raise ValueError("the per-database orders contradict the transactions' own order")
+    return lin
+
+
+# --------------------------------------------------------------------------------------
+# The catalogue.
+def G(name, *ops):
+    return Program(name, "global", tuple(_op(o) for o in ops))
+
+
+def L(name, *ops):
+    return Program(name, "local", tuple(_op(o) for o in ops))
+
+
+def _op(s):
+    f, rest = s.split(" ")
+    d, k = rest.split(":")
+    return (d, f, k)
+
+
+# Transaction shapes: 1-2 rows on 1-2 databases, reads and writes.
+GLOBAL_SHAPES = [
+    ("r pg:x", "w my:x"),            # read here, write there
+    ("r my:x", "w pg:x"),
+    ("r pg:x", "r my:x", "w pg:x"),  # the overdraft's two withdrawals
+    ("r pg:x", "r my:x", "w my:x"),
+    ("w pg:x", "w my:x"),            # blind writes on both
+    ("r pg:x", "r my:x"),            # read-only global
+    ("r pg:x", "w pg:y"),            # one database, still 2PC
+    ("r my:x", "w my:y"),
+]
+LOCAL_SHAPES = [
+    ("r pg:x", "r pg:y"),
+    ("r pg:y", "w pg:x"),
+    ("r my:x", "r my:y"),
+    ("r my:y", "w my:x"),
+]
+
+
+def catalogue(three: bool = False):
+    """(label, programs) of every combination in the full set."""
+    out = []
+    gl = [lambda n, s=s: G(n, *s) for s in GLOBAL_SHAPES]
+    lo = [lambda n, s=s: L(n, *s) for s in LOCAL_SHAPES]
+    for i, j in itertools.combinations_with_replacement(range(len(gl)), 2):
+        out.append((f"g{i}+g{j}", [gl[i]("T1"), gl[j]("T2")]))
+    for i in range(len(gl)):
+        for j in range(len(lo)):
+            out.append((f"g{i}+l{j}", [gl[i]("T1"), lo[j]("L2")]))
+    # Three transactions: the programs of rule C (two globals and a local reader).
+    out.append(("ruleC", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), L("L", "r pg:x", "r pg:y")]))
+    if three:
+        # More three-transaction combinations (large: tens of thousands of schedules each).
+        for i, j in ((0, 1), (2, 3), (4, 2), (1, 4)):
+            for k in (0, 2):
+                out.append((f"g{i}+g{j}+l{k}", [gl[i]("T1"), gl[j]("T2"), lo[k]("L3")]))
+    return out
+
+
+def named_schedules():
+    """Schedules that must always run: the overdraft and the rule-C schedule of co-rules.md."""
+    od = [G("T1", "r pg:x", "r my:x", "w pg:x"), G("T2", "r pg:x", "r my:x", "w my:x")]
+    out = [("overdraft: both read, T1 prepares and commits first", od, schedule_from_db_orders(od, {
+        "pg": ["T1.r(pg:x)", "T2.r(pg:x)", "T1.w(pg:x)", "T1.prep(pg)", "T1.commit(pg)", "T2.prep(pg)", "T2.commit(pg)"],
+        "my": ["T1.r(my:x)", "T2.r(my:x)", "T1.prep(my)", "T2.w(my:x)", "T1.commit(my)", "T2.prep(my)", "T2.commit(my)"]})),
+           ("overdraft: both prepared before either commits", od, schedule_from_db_orders(od, {
+               "pg": ["T1.r(pg:x)", "T2.r(pg:x)", "T1.w(pg:x)", "T2.prep(pg)", "T1.prep(pg)", "T1.commit(pg)", "T2.commit(pg)"],
+               "my": ["T1.r(my:x)", "T2.r(my:x)", "T2.w(my:x)", "T1.prep(my)", "T2.prep(my)", "T1.commit(my)", "T2.commit(my)"]}))]
+    # Rule C (../shared/design/co-rules.md), A = PostgreSQL, B = MariaDB:
+    # Y writes y at A and z at B; G writes x at A and reads z at B (after Y committed at B);
+    # G is committed at A before Y; a local reader L at A reads x (G's) and y (Y's in doubt).
+    rc = [G("Y", "w pg:y", "w my:z"), G("G", "w pg:x", "r my:z"), L("L", "r pg:x", "r pg:y")]
+    out.append(("rule C: local reader sees G but not Y, G saw Y", rc, schedule_from_db_orders(rc, {
+        "pg": ["Y.w(pg:y)", "Y.prep(pg)", "G.w(pg:x)", "G.prep(pg)", "G.commit(pg)",
+               "L.r(pg:x)", "L.r(pg:y)", "L.commit(pg)", "Y.commit(pg)"],
+        "my": ["Y.w(my:z)", "Y.prep(my)", "Y.commit(my)", "G.r(my:z)", "G.prep(my)", "G.commit(my)"]})))
+    return out
+
+
+def full_set(three: bool = False):
+    for label, progs in catalogue(three):
+        for i, sch in enumerate(enumerate_schedules(progs)):
+            yield (f"{label}#{i}", progs, sch)
+
+
+# --------------------------------------------------------------------------------------
+# Execution.
+class _Session:
+    def __init__(self, server, kind):
+        self.kind = kind
+        self.server = server
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.connect()
+
+    def connect(self):
+        if self.kind == "pg":
+            self.conn = self.server.connect()
+            self.id = self.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            self.conn.execute("SET lock_timeout = '5s'")
+        else:
+            self.conn = self.server.connect()
+            with self.conn.cursor() as c:
+                c.execute("SELECT CONNECTION_ID()")
+                self.id = c.fetchone()[0]
+                c.execute("SET SESSION innodb_lock_wait_timeout = 5")
+
+    def run(self, stmts):
+        """Runs the statements; returns the last result rows."""
+        rows = None
+        for s in stmts:
+            if self.kind == "pg":
+                cur = self.conn.execute(s)
+                rows = cur.fetchall() if cur.description else None
+            else:
+                with self.conn.cursor() as c:
+                    c.execute(s)
+                    rows = c.fetchall() if c.description else None
+        return rows
+
+    def quiet(self, stmts):
+        for s in stmts:
+            try:
+                self.run([s])
+            except Exception:  # noqa: BLE001 - cleanup: the state may already be gone
+                pass
+
+    def close(self):
+        self.pool.shutdown(wait=False)
+        try:
+            self.conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+@dataclass
+class Result:
+    label: str
+    steps: list
+    committed: list = field(default_factory=list)
+    aborted: dict = field(default_factory=dict)      # txn -> reason
+    history: list = field(default_factory=list)
+    final: dict = field(default_factory=dict)
+    anomalies: list = field(default_factory=list)     # checker's cycles
+    oracle_serializable: bool = True
+    executed: list = field(default_factory=list)      # steps in completion order
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.aborted)
+
+    def to_json(self):
+        return {"label": self.label, "schedule": [str(s) for s in self.steps], "executed": self.executed,
+                "committed": self.committed, "aborted": self.aborted,
+                "anomalies": [a.text for a in self.anomalies], "oracle_serializable": self.oracle_serializable}
+
+
+def reason_of(e) -> str:
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    for needle, label in (("rule A", "pg_co rule A"), ("rule B", "pg_co rule B"), ("rule C", "pg_co rule C"),
+                          ("mysql_co", "mysql_co"), ("could not serialize", "PostgreSQL SSI"),
+                          ("Deadlock", "MariaDB deadlock"), ("deadlock", "deadlock"),
+                          ("canceling statement", "global deadlock (cancelled)"),
+                          ("interrupted", "global deadlock (cancelled)"), ("Lock wait timeout", "lock timeout"),
+                          ("lock timeout", "lock timeout")):
+        if needle in msg:
+            return label
+    return msg[:120]
+
+
+class Runner:
+    """Runs schedules on one PostgreSQL and one MariaDB server (harness objects)."""
+
+    def __init__(self, pg, my, mode: str = "co", max_txns: int = 3):
+        self.pg, self.my, self.mode = pg, my, mode
+        self.n = 0
+        self._my_poll_at, self._my_waiting = 0.0, set()
+        for srv, ddl in ((pg, "CREATE TABLE IF NOT EXISTS sch(k text PRIMARY KEY, v text NOT NULL)"),
+                         (my, "CREATE TABLE IF NOT EXISTS sch(k varchar(16) PRIMARY KEY, v text NOT NULL) ENGINE=InnoDB")):
+            srv.sql(ddl)
+        self.monitor = {"pg": pg.connect(), "my": my.connect()}
+        self.slots = [{"pg": _Session(pg, "pg"), "my": _Session(my, "my")} for _ in range(max_txns)]
+        self.set_mode(mode)
+
+    def set_mode(self, mode):
+        """co: pg_co on, mysql_co on, MariaDB branches SERIALIZABLE. plain: pg_co off on our
+        sessions, mysql_co off, MariaDB at REPEATABLE READ (PostgreSQL stays SERIALIZABLE)."""
+        self.mode = mode
+        with self.monitor["my"].cursor() as c:
+            c.execute(f"SET GLOBAL mysql_co_enabled = {'ON' if mode == 'co' else 'OFF'}")
+        for slot in self.slots:
+            slot["pg"].run([f"SET pg_co.enabled = {'on' if mode == 'co' else 'off'}"])
+
+    def close(self):
+        for slot in self.slots:
+            for s in slot.values():
+                s.close()
+        for c in self.monitor.values():
+            c.close()
+
+    def _blocked(self, db, sess) -> bool:
+        """Is the session waiting for a lock right now? PostgreSQL: pg_stat_activity.
+        MariaDB: information_schema.innodb_trx, whose cache refreshes only when the previous
+        read is more than 100 ms old (trx_i_s cache), so we read it at most every 110 ms and
+        a verdict only counts for steps started before that read."""
+        if db == "pg":
+            r = self.monitor["pg"].execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                           (sess.id,)).fetchone()
+            return bool(r) and r[0] == "Lock"
+        now = time.monotonic()
+        if now - self._my_poll_at >= 0.11:
+            with self.monitor["my"].cursor() as c:
+                c.execute("SELECT trx_mysql_thread_id FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'")
+                self._my_waiting = {r[0] for r in c.fetchall()}
+            self._my_poll_at = time.monotonic()
+        return sess.id in self._my_waiting and self._my_poll_at > sess.started_at + 0.001
+
+    def _mon(self, db, q):
+        if db == "pg":
+            cur = self.monitor["pg"].execute(q)
+            return cur.fetchall() if cur.description else []
+        with self.monitor["my"].cursor() as c:
+            c.execute(q)
+            return list(c.fetchall()) if c.description else []
+
+    def _cancel(self, db, sess):
+        if db == "pg":
+            self.monitor["pg"].execute("SELECT pg_cancel_backend(%s)", (sess.id,))
+        else:
+            with self.monitor["my"].cursor() as c:
+                c.execute(f"KILL QUERY {int(sess.id)}")
+
+    def run(self, label, programs, steps, time_limit: float = 60.0) -> Result:
+        self.n += 1
+        tag = f"s{self.n}"
+        progs = {p.name: p for p in programs}
+        slot_of = {p.name: self.slots[i] for i, p in enumerate(programs)}
+        keys = sorted({(d, k) for p in programs for d, _, k in p.ops})
+        for db in DBS:
+            vals = ", ".join(f"('{k}', '')" for d, k in keys if d == db)
+            self._mon(db, "DELETE FROM sch")
+            if vals:
+                self._mon(db, f"INSERT INTO sch VALUES {vals}")
+        res = Result(label, steps)
+        hist = {p.name: Txn(p.name, kind=p.kind, note=str(p)) for p in programs}
+        state = {(p.name, d): "none" for p in programs for d in p.dbs}   # none|active|prepared|done
+        aborted = {}
+        inflight = {}      # txn -> (future, step, sess)
+        backlog = defaultdict(deque)
+        blocked_seen = {}
+
+        def gid(t, d):
+            return f"{tag}_{t}" if d == "pg" else f"'{tag}_{t}','{d}'"
+
+        def stmts_for(s: Step):
+            p = progs[s.txn]
+            st = state[(s.txn, s.db)]
+            out = []
+            if s.kind == "op":
+                if st == "none":
+                    if s.db == "pg":
+                        out.append("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    else:
+                        lvl = "SERIALIZABLE" if self.mode == "co" else "REPEATABLE READ"
+                        out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
+                        out.append(f"XA START {gid(s.txn, s.db)}" if p.kind == "global" else "BEGIN")
+                if s.f == "r":
+                    out.append(f"SELECT v FROM sch WHERE k = '{s.key}'")
+                else:
+                    cat = f"v || ' ' || '{s.txn}'" if s.db == "pg" else f"CONCAT(v, ' ', '{s.txn}')"
+                    out.append(f"UPDATE sch SET v = {cat} WHERE k = '{s.key}'")
+            elif s.kind == "prep":
+                out += ([f"PREPARE TRANSACTION '{gid(s.txn, 'pg')}'"] if s.db == "pg"
+                        else [f"XA END {gid(s.txn, 'my')}", f"XA PREPARE {gid(s.txn, 'my')}"])
+            else:
+                if p.kind == "local":
+                    out.append("COMMIT")
+                else:
+                    out.append(f"COMMIT PREPARED '{gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {gid(s.txn, 'my')}")
+            return out
+
+        def start(s: Step):
+            sess = slot_of[s.txn][s.db]
+            sess.started_at = time.monotonic()
+            fut = sess.pool.submit(sess.run, stmts_for(s))
+            inflight[s.txn] = (fut, s, sess)
+
+        def abort(t, why):
+            aborted[t] = why
+            p = progs[t]
+            for d in p.dbs:
+                sess = slot_of[t][d]
+                st = state[(t, d)]
+                if d == "pg":
+                    if st == "prepared":
+                        sess.quiet([f"ROLLBACK PREPARED '{gid(t, 'pg')}'"])
+                    sess.quiet(["ROLLBACK"])
+                else:
+                    if p.kind == "global":
+                        if st != "prepared":
+                            sess.quiet([f"XA END {gid(t, 'my')}"])
+                        sess.quiet([f"XA ROLLBACK {gid(t, 'my')}"])
+                    else:
+                        sess.quiet(["ROLLBACK"])
+                state[(t, d)] = "done"
+            backlog[t].clear()
+
+        def finish(t):
+            fut, s, sess = inflight.pop(t)
+            blocked_seen.pop(t, None)
+            try:
+                rows = fut.result()
+            except Exception as e:  # noqa: BLE001
+                res.executed.append(f"{s} !{reason_of(e)}")
+                abort(t, f"{s}: {reason_of(e)}")
+                return
+            res.executed.append(str(s))
+            if s.kind == "op":
+                state[(t, s.db)] = "active"
+                k = f"{s.db}:{s.key}"
+                if s.f == "r":
+                    hist[t].read(k, parse_list(rows[0][0]) if rows else [])
+                else:
+                    hist[t].append(k, t)
+            elif s.kind == "prep":
+                state[(t, s.db)] = "prepared"
+            else:
+                state[(t, s.db)] = "done"
+            if backlog[t]:
+                start(backlog[t].popleft())
+
+        def settle(deadline):
+            """Until every in-flight step is finished or blocked on a lock."""
+            while True:
+                progressed = False
+                for t in list(inflight):
+                    if inflight[t][0].done():
+                        finish(t)
+                        progressed = True
+                if progressed:
+                    continue
+                if all(self._blocked(s.db, sess) for _, s, sess in inflight.values()):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"schedule {label} did not settle")
+                time.sleep(0.0005)
+
+        deadline = time.monotonic() + time_limit
+        try:
+            for s in steps:
+                if s.txn in aborted:
+                    continue
+                if s.txn in inflight:
+                    backlog[s.txn].append(s)
+                else:
+                    start(s)
+                settle(deadline)
+            while inflight:
+                settle(deadline)
+                if inflight:
+                    # Everything left is blocked and nothing else can run: a wait cycle.
+                    # Look twice (a lock may have just been released), then cancel the
+                    # youngest blocked transaction.
+                    time.sleep(0.12)
+                    if any(inflight[t][0].done() for t in inflight):
+                        continue
+                    if all(self._blocked(s.db, sess) for _, s, sess in inflight.values()):
+                        t = max(inflight, key=lambda x: [p.name for p in programs].index(x))
+                        _, s, sess = inflight[t]
+                        self._cancel(s.db, sess)
+        except TimeoutError as e:
+            for t, (_, s, sess) in list(inflight.items()):
+                self._cancel(s.db, sess)
+            time.sleep(0.2)
+            for t in list(inflight):
+                if inflight[t][0].done():
+                    finish(t)
+            raise e
+        for p in programs:
+            if p.name in aborted:
+                hist[p.name].status = "fail"
+                res.aborted[p.name] = aborted[p.name]
+            else:
+                res.committed.append(p.name)
+        res.history = list(hist.values())
+        for db in DBS:
+            for k, v in self._mon(db, "SELECT k, v FROM sch"):
+                res.final[f"{db}:{k}"] = parse_list(v)
+        rep = check(res.history, final_reads=res.final)
+        res.anomalies = rep.anomalies
+        res.oracle_serializable = serial_order(res.history, res.final) is not None
+        left = self._mon("pg", "SELECT gid FROM pg_prepared_xacts")
+        left_my = self._mon("my", "XA RECOVER")
+        if left or left_my:
+            raise RuntimeError(f"schedule {label} left prepared transactions: {left} {left_my}")
+        return res
+
+
+@dataclass
+class Tally:
+    mode: str
+    run: int = 0
+    refused: int = 0
+    committed_all: int = 0
+    anomalies: int = 0
+    oracle_disagrees: int = 0
+    reasons: dict = field(default_factory=lambda: defaultdict(int))
+    failures: list = field(default_factory=list)
+
+    def add(self, r: Result):
+        self.run += 1
+        self.refused += r.refused
+        self.committed_all += not r.refused
+        for why in r.aborted.values():
+            self.reasons[why.split(": ", 1)[1]] += 1
+        bad = bool(r.anomalies) or not r.oracle_serializable
+        self.anomalies += bad
+        if bool(r.anomalies) == r.oracle_serializable:
+            self.oracle_disagrees += 1
+        if bad and len(self.failures) < 5:
+            self.failures.append(r)
+
+    def line(self) -> str:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items(), key=lambda kv: -kv[1]))
+        return (f"[{self.mode}] schedules run: {self.run}, refused (a transaction aborted): {self.refused}, "
+                f"all committed: {self.committed_all}, non-serializable histories: {self.anomalies}, "
+                f"checker/oracle disagreements: {self.oracle_disagrees}" + (f"\n  aborts by reason: {why}" if why else ""))
+
+
+def run_many(runner: Runner, items, tally: Tally, progress_every: int = 0, log=None, time_budget: float | None = None):
+    t0 = time.time()
+    for i, (label, progs, steps) in enumerate(items, 1):
+        r = runner.run(label, progs, steps)
+        tally.add(r)
+        if log is not None:
+            log.write(json.dumps({"mode": tally.mode, **r.to_json()}) + "\n")
+        if progress_every and i % progress_every == 0:
+            print(f"  {tally.mode}: {i} schedules, {tally.refused} refused, {tally.anomalies} anomalies "
+                  f"[{time.time() - t0:.0f} s]", flush=True)
+        if time_budget and time.time() - t0 > time_budget:
+            print(f"  {tally.mode}: time budget reached after {i} schedules", flush=True)
+            break
+    return tally
+
+
+def sample(items, n, seed):
+    items = list(items)
+    rnd = random.Random(seed)
+    return items if n >= len(items) else rnd.sample(items, n)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Run small schedules against real PostgreSQL + MariaDB "
+                                             "(pg_co, mysql_co) and check every committed history.")
+    ap.add_argument("--full", action="store_true", help="every schedule of the catalogue (long: see --count)")
+    ap.add_argument("--sample", type=int, default=200, help="random schedules from the full set (default 200)")
+    ap.add_argument("--seed", type=int, default=6)
+    ap.add_argument("--modes", default="co,plain", help="co, plain or both (default co,plain)")
+    ap.add_argument("--three", action="store_true",
+                    help="add eight more three-transaction combinations (about 150 000 schedules)")
+    ap.add_argument("--count", action="store_true", help="only count the schedules of the full set")
+    ap.add_argument("--log", help="write every schedule's result as JSON lines here")
+    args = ap.parse_args(argv)
+
+    if args.count:
+        total = 0
+        for label, progs in catalogue(args.three):
+            n = sum(1 for _ in enumerate_schedules(progs))
+            total += n
+            print(f"{label:14} {n:6}  " + "  ".join(map(str, progs)))
+        print(f"total: {total} schedules (+ {len(named_schedules())} named)")
+        return 0
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "harness"))
+    from cotest import MariaServer, PgServer, reap_orphans
+    reap_orphans()
+    items = [(l, p, s) for l, p, s in named_schedules()]
+    items += list(full_set(args.three)) if args.full else sample(full_set(args.three), args.sample, args.seed)
+    log = open(args.log, "w") if args.log else None
+    tallies = []
+    with PgServer() as pg, MariaServer() as my:
+        runner = Runner(pg, my)
+        try:
+            for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+                runner.set_mode(mode)
+                print(f"running {len(items)} schedules with {'the project on' if mode == 'co' else 'plain 2PC'} ...", flush=True)
+                tallies.append(run_many(runner, items, Tally(mode), progress_every=max(50, len(items) // 20), log=log))
+                print(tallies[-1].line(), flush=True)
+        finally:
+            runner.close()
+    for t in tallies:
+        for r in t.failures[:2]:
+            print(f"\n[{t.mode}] {r.label}: executed {' '.join(r.executed)}")
+            for a in r.anomalies:
+                print(a.text)
+    co = [t for t in tallies if t.mode == "co"]
+    return 1 if any(t.anomalies or t.oracle_disagrees for t in co) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
