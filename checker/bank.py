@@ -83,6 +83,7 @@ def _q(conn, kind, sql, args=()):
 def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec: Txn, park=None) -> None:
     """Moves `amount` from PostgreSQL account a to MariaDB account b (negative: b to a).
     Raises what the client raises; rec gets the reads and appends as they happen."""
+    rec.phase = "body"
     pc, mc = pg_connect(pg_port), my_connect(my_port)
     try:
         with coord.transaction() as tx:
@@ -100,6 +101,7 @@ def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec
                 rec.append(f"my:acct/{b}", tid)
             if park:
                 park("after_register")
+            rec.phase = "commit"   # from here on the context manager prepares and decides
     finally:
         for c in (pc, mc):
             try:
@@ -108,12 +110,14 @@ def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec
                 pass
 
 
-def classify(e: BaseException | None) -> str:
-    """History status of a transfer from what the client raised."""
+def classify(e: BaseException | None, rec: Txn | None = None) -> str:
+    """History status of a transfer from what the client raised: an error inside the
+    transaction's body (nothing prepared yet: the context manager rolls back) or an abort
+    the client reports is a failure; anything else after that point is an unknown outcome."""
     from cotx import TransactionAborted
     if e is None:
         return "ok"
-    if isinstance(e, TransactionAborted):
+    if isinstance(e, TransactionAborted) or (rec is not None and getattr(rec, "phase", None) == "body"):
         return "fail"
     return "info"
 
@@ -150,7 +154,7 @@ class Workers:
                 transfer(coord, self.pg_port, self.my_port, a, b, amt, tid, rec)
             except Exception as e:  # noqa: BLE001 - every outcome is recorded
                 err = e
-            rec.status = classify(err)
+            rec.status = classify(err, rec)
             with self.lock:
                 self.history.append(rec)
                 self.counts[rec.status] += 1
@@ -217,10 +221,10 @@ def _victim(argv) -> int:
             transfer(coord, pg_port, my_port, "a0", "b0", 7, tid, rec, park=park)
         except Exception as e:  # noqa: BLE001
             err = e
-        if getattr(park, "reached", False) or classify(err) != "fail":
+        if getattr(park, "reached", False) or classify(err, rec) != "fail":
             break
         time.sleep(0.1)
-    rec.status = classify(err)
+    rec.status = classify(err, rec)
     print("DONE " + json.dumps({"status": rec.status, "error": f"{type(err).__name__}: {err}" if err else None,
                                 "rec": rec.to_json()}), flush=True)
     return 0
