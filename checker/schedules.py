@@ -651,6 +651,7 @@ def main(argv=None) -> int:
                     help="add eight more three-transaction combinations (about 150 000 schedules)")
     ap.add_argument("--count", action="store_true", help="only count the schedules of the full set")
     ap.add_argument("--log", help="write every schedule's result as JSON lines here")
+    ap.add_argument("--budget", type=float, default=None, help="stop each mode after this many seconds")
     args = ap.parse_args(argv)
 
     if args.count:
@@ -676,7 +677,8 @@ def main(argv=None) -> int:
             for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
                 runner.set_mode(mode)
                 print(f"running {len(items)} schedules with {'the project on' if mode == 'co' else 'plain 2PC'} ...", flush=True)
-                tallies.append(run_many(runner, items, Tally(mode), progress_every=max(50, len(items) // 20), log=log))
+                tallies.append(run_many(runner, items, Tally(mode), progress_every=max(50, len(items) // 20), log=log,
+                                        time_budget=args.budget))
                 print(tallies[-1].line(), flush=True)
         finally:
             runner.close()
