@@ -31,6 +31,19 @@ def begin(server, pg_co_on=True):
     return c
 
 
+def rw_pair(server, w_value=1):
+    """Table k and two open transactions with r -rw-> w: r read row 1 (and wrote row 2, so
+    it is not read-only), w overwrote row 1."""
+    server.sql("DROP TABLE IF EXISTS k")
+    server.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
+    server.sql("INSERT INTO k VALUES (1, 0), (2, 0)")
+    r, w = begin(server), begin(server)
+    r.execute("SELECT v FROM k WHERE id = 1")
+    r.execute("UPDATE k SET v = 1 WHERE id = 2")
+    w.execute("UPDATE k SET v = %s WHERE id = 1", (w_value,))
+    return r, w
+
+
 def reset_accounts(a, b):
     for s, name in ((a, "savings"), (b, "checking")):
         s.sql(f"DROP TABLE IF EXISTS {name}")
@@ -91,12 +104,9 @@ def test_overdraft_refused_with_pg_co_on(two_pg):
 
 def test_refused_prepare_touches_nothing_else(two_pg):
     a, _ = two_pg
-    a.sql("DROP TABLE IF EXISTS k; CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k VALUES (1, 0), (2, 0)")
     a.sql("DROP TABLE IF EXISTS other_t; CREATE TABLE other_t (id int)")
-    r, w, other = begin(a), begin(a), begin(a)
-    r.execute("SELECT v FROM k WHERE id = 1")
-    r.execute("UPDATE k SET v = 1 WHERE id = 2")
-    w.execute("UPDATE k SET v = 1 WHERE id = 1")
+    r, w = rw_pair(a)
+    other = begin(a)
     other.execute("INSERT INTO other_t VALUES (3)")
     w.execute("PREPARE TRANSACTION 'w_ok'")
     with pytest.raises(errors.SerializationFailure):
@@ -141,12 +151,7 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
     """r -rw-> w. r passes its check and pauses before PostgreSQL's own prepare step; w
     checks in that window. Without the marker both get through; with it w is refused."""
     with PgServer() as s:
-        s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
-        s.sql("INSERT INTO k VALUES (1, 0), (2, 0)")
-        r, w = begin(s), begin(s)
-        r.execute("SELECT v FROM k WHERE id = 1")
-        r.execute("UPDATE k SET v = 1 WHERE id = 2")
-        w.execute("UPDATE k SET v = 1 WHERE id = 1")
+        r, w = rw_pair(s)
         r.execute("SET LOCAL pg_co.test_pause_after_check_ms = 1500")
         if skip_marker:
             r.execute("SET LOCAL pg_co.test_skip_marker = on")
@@ -258,12 +263,7 @@ def test_wait_mode_waits_for_in_doubt_reader(outcome):
     decision arrives, then goes on; the stats count the wait."""
     with PgServer() as s:
         s.sql("CREATE EXTENSION pg_co")
-        s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
-        s.sql("INSERT INTO k VALUES (1, 0), (2, 0)")
-        r, w = begin(s), begin(s)
-        r.execute("SELECT v FROM k WHERE id = 1")
-        r.execute("UPDATE k SET v = 1 WHERE id = 2")
-        w.execute("UPDATE k SET v = 5 WHERE id = 1")
+        r, w = rw_pair(s, w_value=5)
         w.execute("SET LOCAL pg_co.conflict_action = wait")
         r.execute("PREPARE TRANSACTION 'r'")
         waits_before = s.sql("SELECT waits FROM co.stats")[0][0]
@@ -301,11 +301,7 @@ def test_log_vetoes_writes_refusals_to_the_server_log(two_pg):
     a.sql("ALTER SYSTEM SET pg_co.log_vetoes = on")
     a.sql("SELECT pg_reload_conf()")
     try:
-        a.sql("DROP TABLE IF EXISTS k; CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k VALUES (1, 0), (2, 0)")
-        r, w = begin(a), begin(a)
-        r.execute("SELECT v FROM k WHERE id = 1")
-        r.execute("UPDATE k SET v = 1 WHERE id = 2")
-        w.execute("UPDATE k SET v = 1 WHERE id = 1")
+        r, w = rw_pair(a)
         w.execute("PREPARE TRANSACTION 'logged_w'")
         with pytest.raises(errors.SerializationFailure):
             r.execute("PREPARE TRANSACTION 'logged_r'")
