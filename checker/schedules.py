@@ -200,8 +200,10 @@ def G(name, *ops):
     return Program(name, "global", tuple(_op(o) for o in ops))
 
 
-def L(name, *ops):
-    return Program(name, "local", tuple(_op(o) for o in ops))
+def L(name, *ops, kind="local"):
+    """A local transaction; kind local_ro = PostgreSQL READ ONLY, auto = one autocommit
+    statement (its only op may read several keys: 'r my:x+y')."""
+    return Program(name, kind, tuple(_op(o) for o in ops))
 
 
 def _op(s):
@@ -266,6 +268,32 @@ def named_schedules():
         "pg": ["Y.w(pg:y)", "Y.prep(pg)", "G.w(pg:x)", "G.prep(pg)", "G.commit(pg)",
                "L.r(pg:x)", "L.r(pg:y)", "L.commit(pg)", "Y.commit(pg)"],
         "my": ["Y.w(my:z)", "Y.prep(my)", "Y.commit(my)", "G.r(my:z)", "G.prep(my)", "G.commit(my)"]})))
+    return out
+
+
+def limit_schedules():
+    """The documented limits (docs/guarantees.md): with the project on, these local readers
+    are NOT protected and the checker finds the rule-C cycle. The same reader in the
+    protected form is serializable (refused, or it waits for the in-doubt branch)."""
+    out = []
+    # MariaDB autocommit read: Y in doubt at MariaDB, G (which saw Y at PostgreSQL)
+    # committed at MariaDB; one autocommit SELECT of x and y at MariaDB.
+    for kind, label in (("auto", "limit: MariaDB autocommit SELECT while Y is in doubt"),
+                        ("local", "protected: the same read in BEGIN ... COMMIT SERIALIZABLE")):
+        p = [G("Y", "w my:y", "w pg:z"), G("G", "w my:x", "r pg:z"), L("L", "r my:x+y", kind=kind)]
+        out.append((label, p, schedule_from_db_orders(p, {
+            "my": ["Y.w(my:y)", "Y.prep(my)", "G.w(my:x)", "G.prep(my)", "G.commit(my)",
+                   "L.r(my:x+y)", "L.commit(my)", "Y.commit(my)"],
+            "pg": ["Y.w(pg:z)", "Y.prep(pg)", "Y.commit(pg)", "G.r(pg:z)", "G.prep(pg)", "G.commit(pg)"]})))
+    # PostgreSQL READ ONLY local reader, rule C's schedule with Y's COMMIT PREPARED
+    # reaching PostgreSQL between L's read and L's commit.
+    for kind, label in (("local_ro", "limit: PostgreSQL READ ONLY local reader (rule C, Y commits before L)"),
+                        ("local", "protected: the same reader READ WRITE (rule C refuses it)")):
+        p = [G("Y", "w pg:y", "w my:z"), G("G", "w pg:x", "r my:z"), L("L", "r pg:x+y", kind=kind)]
+        out.append((label, p, schedule_from_db_orders(p, {
+            "pg": ["Y.w(pg:y)", "Y.prep(pg)", "G.w(pg:x)", "G.prep(pg)", "G.commit(pg)",
+                   "L.r(pg:x+y)", "Y.commit(pg)", "L.commit(pg)"],
+            "my": ["Y.w(my:z)", "Y.prep(my)", "Y.commit(my)", "G.r(my:z)", "G.prep(my)", "G.commit(my)"]})))
     return out
 
 
@@ -426,7 +454,7 @@ class Runner:
         tag = f"s{self.n}"
         progs = {p.name: p for p in programs}
         slot_of = {p.name: self.slots[i] for i, p in enumerate(programs)}
-        keys = sorted({(d, k) for p in programs for d, _, k in p.ops})
+        keys = sorted({(d, kk) for p in programs for d, _, k in p.ops for kk in k.split("+")})
         for db in DBS:
             vals = ", ".join(f"('{k}', '')" for d, k in keys if d == db)
             self._mon(db, "DELETE FROM sch")
@@ -450,13 +478,18 @@ class Runner:
             if s.kind == "op":
                 if st == "none":
                     if s.db == "pg":
-                        out.append("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                        out.append("BEGIN ISOLATION LEVEL SERIALIZABLE" + (" READ ONLY" if p.kind == "local_ro" else ""))
+                    elif p.kind == "auto":
+                        # One autocommit statement (InnoDB: a non-locking snapshot read even
+                        # at SERIALIZABLE).
+                        out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
                     else:
                         lvl = "SERIALIZABLE" if self.mode == "co" else "REPEATABLE READ"
                         out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
                         out.append(f"XA START {gid(s.txn, s.db)}" if p.kind == "global" else "BEGIN")
                 if s.f == "r":
-                    out.append(f"SELECT v FROM sch WHERE k = '{s.key}'")
+                    ks = ", ".join(f"'{k}'" for k in s.key.split("+"))
+                    out.append(f"SELECT k, v FROM sch WHERE k IN ({ks}) ORDER BY k")
                 else:
                     cat = f"v || ' ' || '{s.txn}'" if s.db == "pg" else f"CONCAT(v, ' ', '{s.txn}')"
                     out.append(f"UPDATE sch SET v = {cat} WHERE k = '{s.key}'")
@@ -464,8 +497,10 @@ class Runner:
                 out += ([f"PREPARE TRANSACTION '{gid(s.txn, 'pg')}'"] if s.db == "pg"
                         else [f"XA END {gid(s.txn, 'my')}", f"XA PREPARE {gid(s.txn, 'my')}"])
             else:
-                if p.kind == "local":
+                if p.kind in ("local", "local_ro"):
                     out.append("COMMIT")
+                elif p.kind == "auto":
+                    pass                      # committed by itself
                 else:
                     out.append(f"COMMIT PREPARED '{gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {gid(s.txn, 'my')}")
             return out
@@ -510,7 +545,9 @@ class Runner:
                 state[(t, s.db)] = "active"
                 k = f"{s.db}:{s.key}"
                 if s.f == "r":
-                    hist[t].read(k, parse_list(rows[0][0]) if rows else [])
+                    got = {kk: parse_list(v) for kk, v in rows or []}
+                    for kk in s.key.split("+"):
+                        hist[t].read(f"{s.db}:{kk}", got.get(kk, []))
                 else:
                     hist[t].append(k, t)
             elif s.kind == "prep":
