@@ -7,5 +7,5 @@ require_root
 for part in pg-co mysql-co coordinator; do
   script="$COTX_ROOT/scripts/build-$part.sh"
   [ -x "$script" ] || { log "skipping $part (no $script yet)"; continue; }
-  timed bash "$script"
+  timed "build $part" bash "$script"
 done

@@ -37,4 +37,4 @@ deb_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | a
 # Run a command as the unprivileged test user (initdb and mariadbd refuse root or should not run as it).
 as_user() { runuser -u "$COTX_USER" -- "$@"; }
 
-timed() { local t0=$SECONDS; "$@"; local rc=$?; log "$1 took $((SECONDS - t0)) s"; return $rc; }
+timed() { local label=$1; shift; local t0=$SECONDS; "$@"; local rc=$?; log "$label took $((SECONDS - t0)) s"; return $rc; }

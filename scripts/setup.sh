@@ -3,6 +3,6 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
-timed bash "$COTX_ROOT/scripts/bootstrap.sh"
-timed bash "$COTX_ROOT/scripts/build.sh"
+timed bootstrap bash "$COTX_ROOT/scripts/bootstrap.sh"
+timed build bash "$COTX_ROOT/scripts/build.sh"
 exec bash "$COTX_ROOT/scripts/demo.sh" "$@"
