@@ -1,14 +1,14 @@
-"""Single-database cost of pg_co: pgbench, serializable 2PC transactions, pg_co.enabled off
-vs on, interleaved ABBA runs on one durable server (fsync on, synchronous_commit on).
+"""Single-database cost of pg_co, measured with pgbench on one durable server (fsync on,
+synchronous_commit on): each experiment switches one setting between two values in
+interleaved ABBA runs and reports median throughput, their ratio, and refusals.
 
-usage: python bench/pg_co/pgbench_cost.py [--pairs 3] [--seconds 20] [--clients 8] [--scale 10]
-       python bench/pg_co/pgbench_cost.py --rule-c [--rows 10000]   (cost of rule C)
-Prints a table and a Markdown block for bench/RESULTS.md; --quick for a smoke run.
+  cost    pg_co.enabled off vs on; serializable 2PC transactions (serializable_2pc.sql)
+  rule-c  pg_co.check_local_readers off vs on; 2PC writers + local readers (local_reader.sql)
+  wait    pg_co.conflict_action abort vs wait; serializable 2PC transactions
 
---rule-c: a mix of 2PC writers and local serializable readers (local_reader.sql), pg_co on,
-pg_co.check_local_readers off vs on (ABBA): throughput and rule-C refusals per 1000 local
-readers. --rows narrows the accounts touched, to raise the chance that a reader meets a
-row of a transaction that is in doubt.
+usage: python bench/pg_co/pgbench_cost.py [--experiment cost] [--pairs 3] [--seconds 20]
+           [--clients 8] [--scale 10] [--rows N] [--quick]
+--rows narrows the accounts touched (a hot set raises conflicts); --quick is a smoke run.
 """
 import argparse
 import re
@@ -23,90 +23,95 @@ sys.path.insert(0, str(ROOT / "harness"))
 from cotest import PgServer, reap_orphans  # noqa: E402
 
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
-SCRIPT = Path(__file__).with_name("serializable_2pc.sql")
-READER = Path(__file__).with_name("local_reader.sql")
+HERE = Path(__file__).parent
+ALL_REFUSALS = "refused_rule_a + refused_rule_b + refused_rule_c + refused_summarized"
+EXPERIMENTS = {
+    "cost": dict(guc="pg_co.enabled", values=("off", "on"), scripts=["serializable_2pc.sql"],
+                 refusals=ALL_REFUSALS, title="pg_co single-database cost"),
+    "rule-c": dict(guc="pg_co.check_local_readers", values=("off", "on"),
+                   scripts=["serializable_2pc.sql@1", "local_reader.sql@1"],
+                   refusals="refused_rule_c", title="rule C cost (2PC writers + local readers)"),
+    "wait": dict(guc="pg_co.conflict_action", values=("abort", "wait"), scripts=["serializable_2pc.sql"],
+                 refusals=ALL_REFUSALS, title="rule B: abort vs wait"),
+}
 
 
-def pgbench(server, args, check=True):
+def pgbench(server, args):
     cmd = [PGBENCH, "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres"] + args + ["postgres"]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
+    if r.returncode != 0:
         raise SystemExit(f"pgbench failed: {r.stderr}\n{r.stdout}")
     return r.stdout + r.stderr
 
 
-def set_guc(server, name: str, on: bool):
-    server.sql(f"ALTER SYSTEM SET {name} = {'on' if on else 'off'}")
+def set_guc(server, name: str, value: str):
+    server.sql(f"ALTER SYSTEM SET {name} = {value}")
     server.sql("SELECT pg_reload_conf()")
     time.sleep(0.3)
-    assert server.sql(f"SHOW {name}")[0][0] == ("on" if on else "off")
+    assert server.sql(f"SHOW {name}")[0][0] == value
 
 
-def refusals(server, rule_c_only=False):
-    expr = "refused_rule_c" if rule_c_only else "refused_rule_a + refused_rule_b + refused_rule_c + refused_summarized"
+def counter(server, expr):
     return server.sql(f"SELECT {expr} FROM co.stats")[0][0]
 
 
-def run_once(server, on, seconds, clients, rows, rule_c=False):
-    set_guc(server, "pg_co.check_local_readers" if rule_c else "pg_co.enabled", on)
-    before = refusals(server, rule_c)
-    scripts = ["-f", f"{SCRIPT}@1", "-f", f"{READER}@1"] if rule_c else ["-f", str(SCRIPT)]
-    out = pgbench(server, ["-n", "-M", "simple", *scripts, "-D", f"nrows={rows}", "-c", str(clients), "-j", "2",
-                           "-T", str(seconds), "--max-tries=20"])
-    tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
-    done = int(re.search(r"number of transactions actually processed: (\d+)", out).group(1))
-    failed = int((re.search(r"number of failed transactions: (\d+)", out) or [0, 0])[1])
-    retried = int((re.search(r"number of transactions retried: (\d+)", out) or [0, 0])[1])
-    ref = refusals(server, rule_c) - before
-    return {"on": on, "tps": tps, "done": done, "failed": failed, "retried": retried, "pg_co_refusals": ref}
+def run_once(server, exp, value, a, rows):
+    set_guc(server, exp["guc"], value)
+    before = counter(server, exp["refusals"])
+    waits_before = counter(server, "waits")
+    scripts = [x for s in exp["scripts"] for x in ("-f", str(HERE / s))]
+    out = pgbench(server, ["-n", "-M", "simple", *scripts, "-D", f"nrows={rows}", "-c", str(a.clients),
+                           "-j", "2", "-T", str(a.seconds), "--max-tries=20"])
+    num = lambda pat: int((re.search(pat, out) or [0, 0])[1])  # noqa: E731
+    return {"value": value, "tps": float(re.search(r"tps = ([\d.]+)", out).group(1)),
+            "done": num(r"number of transactions actually processed: (\d+)"),
+            "failed": num(r"number of failed transactions: (\d+)"),
+            "retried": num(r"number of transactions retried: (\d+)"),
+            "refusals": counter(server, exp["refusals"]) - before,
+            "waits": counter(server, "waits") - waits_before}
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--experiment", choices=EXPERIMENTS, default="cost")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--scale", type=int, default=10)
     ap.add_argument("--rows", type=int, help="accounts touched (default: all, 100000 x scale)")
-    ap.add_argument("--rule-c", action="store_true", help="measure rule C (check_local_readers off vs on)")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny and short")
     a = ap.parse_args()
     if a.quick:
         a.pairs, a.seconds, a.clients, a.scale = 1, 2, 2, 1
+    exp = EXPERIMENTS[a.experiment]
     rows = a.rows or 100000 * a.scale
-    label = "pg_co.check_local_readers" if a.rule_c else "pg_co"
     reap_orphans()
     conf = {"max_connections": 50, "max_prepared_transactions": 50, "shared_buffers": "'256MB'",
             "default_transaction_isolation": "'read committed'"}
+    results = []
     with PgServer(conf=conf, fsync=True) as s:
         s.sql("CREATE EXTENSION pg_co")
         print(f"pgbench -i -s {a.scale} ...", flush=True)
         pgbench(s, ["-i", "-q", "-s", str(a.scale)])
         s.sql("CHECKPOINT")
-        order = []
-        for _ in range(a.pairs):  # ABBA: off on on off ...
-            order += [False, True, True, False]
-        order = order[: 2 * a.pairs]
-        results = []
-        for i, on in enumerate(order, 1):
-            r = run_once(s, on, a.seconds, a.clients, rows, a.rule_c)
+        v_a, v_b = exp["values"]
+        order = ([v_a, v_b, v_b, v_a] * a.pairs)[: 2 * a.pairs]  # ABBA
+        for i, value in enumerate(order, 1):
+            r = run_once(s, exp, value, a, rows)
             results.append(r)
-            print(f"[{i}/{len(order)}] {label} {'on ' if on else 'off'}: {r['tps']:.1f} tps, "
-                  f"{r['done']} tx, failed {r['failed']}, retried {r['retried']}, pg_co refusals {r['pg_co_refusals']}",
+            print(f"[{i}/{len(order)}] {exp['guc']} = {value}: {r['tps']:.1f} tps, {r['done']} tx, "
+                  f"failed {r['failed']}, retried {r['retried']}, refusals {r['refusals']}, waits {r['waits']}",
                   flush=True)
-    off = [r["tps"] for r in results if not r["on"]]
-    on = [r["tps"] for r in results if r["on"]]
-    ratio = statistics.median(on) / statistics.median(off)
-    per_k = lambda rs: 1000 * sum(r["pg_co_refusals"] for r in rs) / max(1, sum(r["done"] for r in rs))  # noqa: E731
-    retries_k = lambda rs: 1000 * sum(r["retried"] + r["failed"] for r in rs) / max(1, sum(r["done"] for r in rs))  # noqa: E731
-    on_runs = [r for r in results if r["on"]]
-    off_runs = [r for r in results if not r["on"]]
-    print(f"\n### {'rule C cost (2PC writers + local readers)' if a.rule_c else 'pg_co single-database cost'} (pgbench)")
-    print(f"- median tps off: {statistics.median(off):.1f}, on: {statistics.median(on):.1f}, ratio on/off: **{ratio:.3f}**")
-    what = "rule C refusals" if a.rule_c else "pg_co refusals"
-    print(f"- {what} per 1000 committed transactions (on): {per_k(on_runs):.2f}")
-    print(f"- retried+failed per 1000 (pgbench, on / off): {retries_k(on_runs):.2f} / {retries_k(off_runs):.2f}")
-    print(f"- runs: {len(results)} x {a.seconds} s, {a.clients} clients, scale {a.scale}, {rows} rows touched, ABBA order")
+    by = {v: [r for r in results if r["value"] == v] for v in exp["values"]}
+    med = {v: statistics.median(r["tps"] for r in rs) for v, rs in by.items()}
+    per_k = lambda rs, key: 1000 * sum(r[key] for r in rs) / max(1, sum(r["done"] for r in rs))  # noqa: E731
+    print(f"\n### {exp['title']} (pgbench)")
+    print(f"- median tps {v_a}: {med[v_a]:.1f}, {v_b}: {med[v_b]:.1f}, ratio on/off: **{med[v_b] / med[v_a]:.3f}**")
+    for v in exp["values"]:
+        rs = by[v]
+        print(f"- {exp['guc']} = {v}: refusals {per_k(rs, 'refusals'):.2f}, waits {per_k(rs, 'waits'):.2f}, "
+              f"pgbench retried+failed {per_k(rs, 'retried') + per_k(rs, 'failed'):.2f} per 1000 committed")
+    print(f"- runs: {len(results)} x {a.seconds} s, {a.clients} clients, scale {a.scale}, {rows} rows touched, ABBA")
     return 0
 
 

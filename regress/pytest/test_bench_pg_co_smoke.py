@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = requires_pg_co
 
 
-@pytest.mark.parametrize("extra", [[], ["--rule-c", "--rows", "1000"]], ids=["pg_co-cost", "rule-c-cost"])
-def test_pgbench_cost_smoke(extra):
-    r = subprocess.run([sys.executable, str(ROOT / "bench/pg_co/pgbench_cost.py"), "--quick", *extra],
+@pytest.mark.parametrize("experiment", ["cost", "rule-c", "wait"])
+def test_pgbench_cost_smoke(experiment):
+    r = subprocess.run([sys.executable, str(ROOT / "bench/pg_co/pgbench_cost.py"), "--quick", "--experiment", experiment, "--rows", "1000"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ratio on/off" in r.stdout
