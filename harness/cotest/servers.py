@@ -258,8 +258,13 @@ class MariaServer(_Server):
         self.fsync = fsync
         self.data.mkdir()
         _chown(self.data)
+        # A private tmpdir: bootstrap's temporary tables in the shared /tmp were seen removed
+        # underneath it ("Could not remove temporary table '/tmp/#sql-temptable-...'").
+        self.tmpdir = self.dir / "tmp"
+        self.tmpdir.mkdir()
+        _chown(self.tmpdir)
         _run(["mariadb-install-db", "--no-defaults", f"--datadir={self.data}", "--auth-root-authentication-method=normal",
-              "--skip-test-db", "--skip-name-resolve"])
+              "--skip-test-db", "--skip-name-resolve", f"--tmpdir={self.tmpdir}"])
         self.proc: subprocess.Popen | None = None
 
     def server_args(self) -> list[str]:
@@ -267,7 +272,8 @@ class MariaServer(_Server):
                 "--bind-address=127.0.0.1", f"--socket={self.socket}", f"--pid-file={self.pid_file}",
                 f"--log-error={self.log_file}", "--skip-name-resolve", "--innodb-buffer-pool-size=256M",
                 "--max-connections=200", f"--plugin-dir={MARIADB_PLUGIN_DIR}",
-                "--innodb-lock-wait-timeout=10", "--character-set-server=utf8mb4"]
+                "--innodb-lock-wait-timeout=10", "--character-set-server=utf8mb4",
+                f"--tmpdir={self.tmpdir}"]
         if not self.fsync:
             args += ["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"]
         if self.plugin:
