@@ -340,10 +340,10 @@ static int co_rollback(handlerton *, THD *thd, bool all)
   return 0;
 }
 
-static int co_close_connection(handlerton *, THD *thd)
+static int co_close_connection(handlerton *hton, THD *thd)
 {
-  delete (Co_thd*) thd_get_ha_data(thd, co_hton);
-  thd_set_ha_data(thd, co_hton, nullptr);
+  delete (Co_thd*) thd_get_ha_data(thd, hton);
+  thd_set_ha_data(thd, hton, nullptr);   // also releases this session's lock on the plugin
   return 0;
 }
 
