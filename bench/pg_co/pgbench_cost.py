@@ -58,7 +58,7 @@ def counter(server, expr):
 def run_once(server, exp, value, a, rows):
     set_guc(server, exp["guc"], value)
     before = counter(server, exp["refusals"])
-    waits_before = counter(server, "waits")
+    waits_before, wait_ms_before = counter(server, "waits"), counter(server, "wait_time_ms")
     scripts = [x for s in exp["scripts"] for x in ("-f", str(HERE / s))]
     out = pgbench(server, ["-n", "-M", "simple", *scripts, "-D", f"nrows={rows}", "-c", str(a.clients),
                            "-j", "2", "-T", str(a.seconds), "--max-tries=20"])
@@ -68,7 +68,8 @@ def run_once(server, exp, value, a, rows):
             "failed": num(r"number of failed transactions: (\d+)"),
             "retried": num(r"number of transactions retried: (\d+)"),
             "refusals": counter(server, exp["refusals"]) - before,
-            "waits": counter(server, "waits") - waits_before}
+            "waits": counter(server, "waits") - waits_before,
+            "wait_ms": float(counter(server, "wait_time_ms") - wait_ms_before)}
 
 
 def main():
@@ -100,7 +101,8 @@ def main():
             r = run_once(s, exp, value, a, rows)
             results.append(r)
             print(f"[{i}/{len(order)}] {exp['guc']} = {value}: {r['tps']:.1f} tps, {r['done']} tx, "
-                  f"failed {r['failed']}, retried {r['retried']}, refusals {r['refusals']}, waits {r['waits']}",
+                  f"failed {r['failed']}, retried {r['retried']}, refusals {r['refusals']}, waits {r['waits']} "
+                  f"({r['wait_ms']:.0f} ms in all)",
                   flush=True)
     by = {v: [r for r in results if r["value"] == v] for v in exp["values"]}
     med = {v: statistics.median(r["tps"] for r in rs) for v, rs in by.items()}

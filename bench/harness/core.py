@@ -1,0 +1,346 @@
+"""Environment and runner shared by the experiments (see package docstring).
+
+Env starts PostgreSQL 15 (pg_co preloaded), MariaDB 10.11 (mysql_co loaded at startup) and
+the coordinator daemon once; every mode runs on the same servers and data, switched by
+  pg_co.enabled         ALTER SYSTEM + pg_reload_conf() (checked from a new session)
+  mysql_co_enabled      SET GLOBAL
+run_point() runs the modes interleaved (order rotated each repetition), each run being
+CLIENTS worker processes that open their sessions, then warm up, then measure for a fixed
+duration (only transactions that end inside the window count).
+"""
+from __future__ import annotations
+
+import csv
+import multiprocessing as mp
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+from . import MODES
+from .driver import ROOT, Abort, Driver, LocalRetry
+
+from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402  (path set by driver)
+
+PG_CONF = {
+    "shared_buffers": "'256MB'",
+    "max_pred_locks_per_transaction": 256,
+    "max_wal_size": "'2GB'",
+    "checkpoint_timeout": "'15min'",
+}
+MY_OPTIONS = ["--innodb-log-file-size=256M"]
+# The coordinator's documented production defaults (docs/coordinator.md), not the test ones.
+COORD_TIMEOUTS = {"transaction_ms": 30000, "owner_grace_ms": 2000, "recovery_interval_ms": 5000,
+                  "retry_initial_ms": 100, "retry_max_ms": 10000, "retention_ms": 60000}
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%H:%M:%S ") + msg, flush=True)
+
+
+class Env:
+    def __init__(self, fsync: bool = True):
+        from cotx.daemon import Daemon
+        reap_orphans()
+        self.fsync = fsync
+        self.pg = PgServer(conf=PG_CONF, fsync=fsync, preload=True)
+        self.my = MariaServer(plugin=True, fsync=fsync, options=MY_OPTIONS)
+        self.pg.start()
+        self.my.start()
+        self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
+        self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
+        self.daemon = Daemon([{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},
+                              {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
+                             timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
+        self.daemon.start()
+        self.mode = None
+
+    def close(self) -> None:
+        for f in (self.daemon.stop, self.my.destroy, self.pg.destroy):
+            try:
+                f()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- modes ----------------------------------------------------------------------------
+    def set_mode(self, mode: str) -> None:
+        assert mode in MODES, mode
+        want_pg = "on" if mode == "co" else "off"
+        want_my = "ON" if mode == "co" else "OFF"
+        self.pg.sql(f"ALTER SYSTEM SET pg_co.enabled = {want_pg}")
+        self.pg.sql("SELECT pg_reload_conf()")
+        deadline = time.time() + 10
+        while self.pg.sql("SHOW pg_co.enabled")[0][0] != want_pg:
+            if time.time() > deadline:
+                raise RuntimeError("pg_co.enabled did not switch")
+            time.sleep(0.05)
+        self.my.sql(f"SET GLOBAL mysql_co_enabled = {want_my}")
+        self.mode = mode
+
+    def settings(self) -> dict:
+        return {"pg_co.enabled": self.pg.sql("SHOW pg_co.enabled")[0][0],
+                "pg_co.conflict_action": self.pg.sql("SHOW pg_co.conflict_action")[0][0],
+                "mysql_co_enabled": self.my.sql("SELECT @@global.mysql_co_enabled")[0][0]}
+
+    def pg_co_refusals(self) -> dict:
+        try:
+            rows = self.pg.sql("SELECT * FROM co.stats")
+            cols = [r for r in self.pg.sql(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'co.stats'::regclass AND attnum > 0 ORDER BY attnum")]
+            return {c[0]: v for c, v in zip(cols, rows[0])}
+        except Exception:  # noqa: BLE001
+            return {}
+
+    def leftovers(self) -> tuple[int, int]:
+        """Rolls back shim helpers left by a killed worker; returns what else is prepared
+        (waits a little: owners finish their branches, the daemon the rest)."""
+        for (gid,) in self.pg.sql("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shimh-%'"):
+            self.pg.sql(f"ROLLBACK PREPARED '{gid}'")
+        deadline = time.time() + 10
+        while True:
+            n_pg = self.pg.sql("SELECT count(*) FROM pg_prepared_xacts")[0][0]
+            n_my = len(self.my.sql("XA RECOVER"))
+            if (n_pg == 0 and n_my == 0) or time.time() > deadline:
+                return n_pg, n_my
+            time.sleep(0.2)
+
+    def vacuum(self) -> None:
+        self.pg.sql("VACUUM ANALYZE")
+
+
+# --- worker processes -----------------------------------------------------------------------
+def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q):
+    pg_port, my_port, url, token = env_ports
+    res = {"wid": wid, "commits": 0, "lat": [], "aborts": Counter(), "attempts": 0, "error": None,
+           "helpers": 0}
+    drv = None
+    try:
+        rng = random.Random(seed)
+        drv = Driver(mode, wid, pg_port, my_port, url, token)
+        drv.open(workload.sessions(wid))
+        time.sleep(max(0.0, t_start - time.time()))
+        while True:
+            now = time.time()
+            if now >= t_end:
+                break
+            subs = workload.txn(rng, wid)
+            t0 = now
+            pending = subs
+            ok = False
+            tries = 0
+            while True:
+                tries += 1
+                try:
+                    drv.run(pending)
+                    ok = True
+                    break
+                except LocalRetry as e:
+                    pending = pending[e.done:]
+                    t = time.time()
+                    if t_measure <= t < t_end:
+                        res["aborts"][e.reason] += 1
+                        res["attempts"] += 1
+                    if tries > 10000:
+                        raise RuntimeError("local sub-transaction never committed") from e
+                    # local mode finishes what it started (no atomicity to fall back on)
+                except Abort as e:
+                    t = time.time()
+                    if t_measure <= t < t_end:
+                        res["aborts"][e.reason] += 1
+                        res["attempts"] += 1
+                    if t >= t_end:
+                        break
+            t1 = time.time()
+            if ok and t_measure <= t1 < t_end:
+                res["commits"] += 1
+                res["attempts"] += 1
+                res["lat"].append((t1 - t0) * 1000.0)
+        if drv.helpers is not None:
+            res["helpers"] = drv.helpers.helpers
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        res["error"] = traceback.format_exc()[-3000:]
+    finally:
+        if drv is not None:
+            drv.close()
+        q.put(res)
+
+
+def percentile(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duration: float,
+             seed: int) -> dict:
+    env.set_mode(mode)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    t_start = time.time() + 0.3 + 0.1 * clients
+    t_measure = t_start + warmup
+    t_end = t_measure + duration
+    ports = (env.pg.port, env.my.port, env.daemon.url, env.daemon.token)
+    procs = [ctx.Process(target=_worker, args=(ports, mode, w, workload, seed * 1000 + w,
+                                               t_start, t_measure, t_end, q))
+             for w in range(clients)]
+    for p in procs:
+        p.start()
+    results = []
+    deadline = t_end + 120
+    while len(results) < clients:
+        try:
+            results.append(q.get(timeout=max(1.0, deadline - time.time())))
+        except Exception:  # noqa: BLE001 - queue.Empty: a worker hung
+            break
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    errors = [r["error"] for r in results if r["error"]]
+    if len(results) < clients:
+        errors.append(f"{clients - len(results)} worker(s) did not report")
+    lat = [x for r in results for x in r["lat"]]
+    commits = sum(r["commits"] for r in results)
+    attempts = sum(r["attempts"] for r in results)
+    aborts = Counter()
+    for r in results:
+        aborts.update(r["aborts"])
+    n_aborts = sum(aborts.values())
+    left_pg, left_my = env.leftovers()
+    return {"mode": mode, "clients": clients, "duration_s": duration, "commits": commits,
+            "tps": commits / duration, "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99),
+            "attempts": attempts, "aborts": n_aborts,
+            "abort_rate": (n_aborts / attempts) if attempts else 0.0,
+            "reasons": ";".join(f"{k}={v}" for k, v in aborts.most_common()),
+            "helpers": sum(r["helpers"] for r in results),
+            "leftover_prepared": f"{left_pg}/{left_my}",
+            "errors": " | ".join(e.strip().splitlines()[-1] for e in errors)[:500],
+            "_errors_full": errors}
+
+
+RUN_FIELDS = ["experiment", "point", "params", "rep", "order", "mode", "clients", "duration_s",
+              "commits", "tps", "p50_ms", "p99_ms", "attempts", "aborts", "abort_rate", "reasons",
+              "helpers", "leftover_prepared", "check", "errors", "started_utc"]
+
+
+def run_point(env: Env, experiment: str, point: str, params: dict, workload, *, clients: int,
+              warmup: float, duration: float, reps: int, modes=MODES, csv_path: Path | None = None,
+              progress_prefix: str = "", check=None) -> list[dict]:
+    """All modes, `reps` repetitions, interleaved; rows appended to csv_path."""
+    rows = []
+    env.vacuum()
+    for rep in range(reps):
+        order = list(modes[rep % len(modes):]) + list(modes[:rep % len(modes)])
+        for pos, mode in enumerate(order):
+            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            r = run_once(env, mode, workload, clients, warmup, duration, seed=rep * 7919 + pos + 1)
+            r["check"] = check(env) if check else ""
+            r.update({"experiment": experiment, "point": point, "rep": rep + 1, "order": pos + 1,
+                      "params": " ".join(f"{k}={v}" for k, v in params.items()), "started_utc": started})
+            if r["_errors_full"]:
+                log("  worker errors:\n" + "\n".join(r["_errors_full"][:2]))
+            rows.append(r)
+            log(f"{progress_prefix}[{experiment} {point}] rep {rep + 1}/{reps} {mode:5s} "
+                f"{r['tps']:8.1f} tx/s  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
+                f"aborts {r['abort_rate']:6.2%}  {r['reasons'][:70]}"
+                + (f"  check: {r['check']}" if r["check"] and r["check"] != "ok" else ""))
+            if csv_path is not None:
+                new = not csv_path.exists()
+                with open(csv_path, "a", newline="") as f:
+                    w = csv.DictWriter(f, fieldnames=RUN_FIELDS, extrasaction="ignore")
+                    if new:
+                        w.writeheader()
+                    w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})
+    return rows
+
+
+def summarize(rows: list[dict], modes=MODES) -> list[dict]:
+    """Per (experiment, point, mode): medians over repetitions, ratio to 2pc of the same
+    repetition (median of per-repetition ratios), pooled abort rate and reasons."""
+    out = []
+    keys = []
+    for r in rows:
+        k = (r["experiment"], r["point"])
+        if k not in keys:
+            keys.append(k)
+    for exp, point in keys:
+        pr = [r for r in rows if r["experiment"] == exp and r["point"] == point]
+        base = {int(r["rep"]): float(r["tps"]) for r in pr if r["mode"] == "2pc"}
+        for mode in modes:
+            mr = [r for r in pr if r["mode"] == mode]
+            if not mr:
+                continue
+            ratios = [float(r["tps"]) / base[int(r["rep"])] for r in mr
+                      if base.get(int(r["rep"]))]
+            attempts = sum(int(r["attempts"]) for r in mr)
+            aborts = sum(int(r["aborts"]) for r in mr)
+            reasons = Counter()
+            for r in mr:
+                for part in filter(None, str(r["reasons"]).split(";")):
+                    k, _, v = part.rpartition("=")
+                    reasons[k] += int(v)
+            out.append({"experiment": exp, "point": point, "params": mr[0]["params"], "mode": mode,
+                        "reps": len(mr),
+                        "tps_median": statistics.median(float(r["tps"]) for r in mr),
+                        "p50_ms_median": statistics.median(float(r["p50_ms"]) for r in mr),
+                        "p99_ms_median": statistics.median(float(r["p99_ms"]) for r in mr),
+                        "abort_rate": aborts / attempts if attempts else 0.0,
+                        "ratio_to_2pc": statistics.median(ratios) if ratios else float("nan"),
+                        "reasons": ";".join(f"{k}={v}" for k, v in reasons.most_common()),
+                        "checks": ",".join(sorted({str(r.get("check", "")) for r in mr})) or "",
+                        })
+    return out
+
+
+SUMMARY_FIELDS = ["experiment", "point", "params", "mode", "reps", "tps_median", "p50_ms_median",
+                  "p99_ms_median", "abort_rate", "ratio_to_2pc", "reasons", "checks"]
+
+
+def write_summary(summary: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SUMMARY_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for s in summary:
+            w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in s.items()})
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def machine() -> dict:
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:  # noqa: BLE001
+            return "?"
+    return {
+        "cpu": sh("lscpu | sed -n 's/^Model name: *//p' | head -1") + f", {os.cpu_count()} cores",
+        "memory": sh("free -g | awk '/Mem:/{print $2\" GiB\"}'"),
+        "disk": sh("df -h /tmp | awk 'NR==2{print $1\" (\"$2\")\"}'"),
+        "kernel": platform.release(),
+        "os": sh(". /etc/os-release; echo $PRETTY_NAME"),
+        "postgresql": sh("/usr/lib/postgresql/15/bin/postgres --version"),
+        "mariadb": sh("mariadbd --version | cut -c1-60"),
+        "python": platform.python_version(),
+        "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }

@@ -1,0 +1,292 @@
+"""Runs one global transaction (a list of sub-transactions) in one of the four modes.
+
+A sub-transaction is `Sub(key, db, fn)`: `db` is "pg" or "my", `key` names the session it
+runs on (two sub-transactions of one global transaction on the same database need two
+sessions), `fn(ex)` runs its statements through `ex.q(sql, params)` and returns how many
+rows it wrote (the shim needs to know whether a MariaDB branch was read-only).
+
+Modes (the servers are switched by core.Env.set_mode before the workers start):
+  local  every sub-transaction is an independent local SERIALIZABLE transaction, retried
+         on its own until it commits; no 2PC, no coordinator (upper bound).
+  2pc    the product's client and coordinator (cotx), pg_co.enabled = off, mysql_co off,
+         MariaDB branches at REPEATABLE READ (what plain XA users run).
+  co     the product as users run it: cotx client + coordinator, pg_co on (default
+         conflict_action = abort), mysql_co on, MariaDB branches SERIALIZABLE.
+  shim   Sonata's application-level method on the same client and coordinator, pg_co and
+         mysql_co off: on PostgreSQL a helper transaction reads this worker's ten dummy
+         rows and PREPAREs; each PostgreSQL sub-transaction then writes one of those rows
+         before it prepares (helper shared by 10 sub-transactions, rolled back after their
+         decisions); MariaDB branches SERIALIZABLE, a read-only one writes a dummy row.
+All three 2PC modes go through the same coordinator and client code, so ratios between
+them measure the engines' rules and the shim's extra work, nothing else.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+for p in (ROOT / "harness", ROOT / "clients" / "python"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+HELPER_BATCH = 10          # sub-transactions per shim helper (Sonata shares helpers by 10)
+DUMMY_ROWS_PER_WORKER = 16  # dummy keys per worker: helper slots (PG) / branch slots (MariaDB)
+LOCK_TIMEOUT_S = 2
+
+
+@dataclass
+class Sub:
+    key: str                 # session name, e.g. "pg0", "my1"
+    db: str                  # "pg" | "my"
+    fn: Callable             # fn(ex) -> rows written
+
+
+class Abort(Exception):
+    """A global transaction attempt failed; `reason` is a short class for the report."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+class PgEx:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def q(self, sql, params=None):
+        cur = self.conn.execute(sql, params)
+        return cur.fetchall() if cur.description else None
+
+
+class MyEx:
+    def __init__(self, conn):
+        self.conn = conn
+        self.cur = conn.cursor()
+
+    def q(self, sql, params=None):
+        self.cur.execute(sql, params)
+        return self.cur.fetchall() if self.cur.description else None
+
+
+def _rr_cursor_class():
+    """Plain 2PC on MariaDB runs REPEATABLE READ branches. The product client always begins
+    a branch with `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`; in mode 2pc the MariaDB
+    sessions use this cursor class, which runs that one statement at REPEATABLE READ. The
+    client's code path is otherwise untouched."""
+    import pymysql.cursors
+
+    class RepeatableReadCursor(pymysql.cursors.Cursor):
+        def execute(self, query, args=None):
+            if query == "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE":
+                query = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+            return super().execute(query, args)
+    return RepeatableReadCursor
+
+
+def classify(e: BaseException) -> str:
+    """Short abort reason: which database, which mechanism."""
+    text = str(e)
+    low = text.lower()
+    state = getattr(e, "sqlstate", None)
+    code = e.args[0] if getattr(e, "args", None) and isinstance(e.args[0], int) else None
+    cause = e.__cause__
+    if cause is not None and state is None and code is None:
+        state = getattr(cause, "sqlstate", None)
+        code = cause.args[0] if getattr(cause, "args", None) and isinstance(cause.args[0], int) else None
+        low = (text + " " + str(cause)).lower()
+    if "pg_co refused" in low:
+        for rule in ("rule a", "rule b", "rule c"):
+            if rule in low:
+                return "pg_co " + rule
+        return "pg_co other"
+    if "mysql_co" in low:
+        return "mysql_co"
+    if state == "40001" or "could not serialize" in low:
+        return "pg SSI serialization failure"
+    if state == "40P01" or ("deadlock" in low and "postgres" in type(e).__module__):
+        return "pg deadlock"
+    if state == "55P03" or "lock timeout" in low:
+        return "pg lock timeout"
+    if code == 1213 or "deadlock found" in low:
+        return "my deadlock"
+    if code == 1205 or "lock wait timeout" in low:
+        return "my lock wait timeout"
+    if code in (1402, 1613, 1614) or "xa_rb" in low:
+        return "my XA rollback"
+    return type(e).__name__ + ": " + text[:60].replace(",", ";").replace("\n", " ")
+
+
+class ShimHelpers:
+    """Sonata's PostgreSQL helper transactions for one worker."""
+
+    def __init__(self, conn, wid: int):
+        self.conn, self.wid = conn, wid
+        self.base = wid * DUMMY_ROWS_PER_WORKER
+        self.current: str | None = None
+        self.used = 0
+        self.retired: list[str] = []
+        self.n = 0
+        self.helpers = 0
+
+    def slot(self) -> int:
+        """The dummy key the next PostgreSQL sub-transaction writes; a new helper (reading
+        all ten keys, then PREPARE TRANSACTION) when the current one has served ten."""
+        if self.current is None or self.used >= HELPER_BATCH:
+            if self.current is not None:
+                self.retired.append(self.current)
+            self.n += 1
+            gid = f"shimh-{os.getpid()}-{self.n}"
+            c = self.conn
+            c.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            c.execute("SELECT k, v FROM shim_dummy WHERE k >= %s AND k < %s",
+                      (self.base, self.base + HELPER_BATCH)).fetchall()
+            c.execute(f"PREPARE TRANSACTION '{gid}'")
+            self.current, self.used = gid, 0
+            self.helpers += 1
+        k = self.base + self.used
+        self.used += 1
+        return k
+
+    def after_decision(self) -> None:
+        done = list(self.retired)
+        self.retired = []
+        if self.current is not None and self.used >= HELPER_BATCH:
+            done.append(self.current)
+            self.current = None
+        for gid in done:
+            self.conn.execute(f"ROLLBACK PREPARED '{gid}'")
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.retired.append(self.current)
+            self.current = None
+        self.after_decision()
+
+
+class Driver:
+    def __init__(self, mode: str, wid: int, pg_port: int, my_port: int,
+                 coord_url: str | None = None, coord_token: str | None = None,
+                 pg_db: str = "postgres", my_db: str = "test"):
+        self.mode, self.wid = mode, wid
+        self.pg_port, self.my_port, self.pg_db, self.my_db = pg_port, my_port, pg_db, my_db
+        self.conns: dict[str, object] = {}
+        self.exs: dict[str, object] = {}
+        self.coord = None
+        if mode != "local":
+            from cotx import Coordinator
+            self.coord = Coordinator(coord_url, coord_token, timeout=30.0, decision_timeout=60.0)
+        self.helpers = ShimHelpers(self._pg_connect(), wid) if mode == "shim" else None
+        self.my_dummy_slot = 0
+
+    # --- sessions ---------------------------------------------------------------------
+    def _pg_connect(self):
+        import psycopg
+        c = psycopg.connect(host="127.0.0.1", port=self.pg_port, user="postgres", dbname=self.pg_db,
+                            autocommit=True, connect_timeout=10)
+        c.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_S}s'")
+        return c
+
+    def _my_connect(self):
+        import pymysql
+        kw = {}
+        if self.mode == "2pc":
+            kw["cursorclass"] = _rr_cursor_class()
+        c = pymysql.connect(host="127.0.0.1", port=self.my_port, user="root", database=self.my_db,
+                            autocommit=True, connect_timeout=10, **kw)
+        with c.cursor() as cur:
+            cur.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_TIMEOUT_S}")
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"
+                        if self.mode != "2pc" else
+                        "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return c
+
+    def session(self, sub: Sub):
+        if sub.key not in self.conns:
+            c = self._pg_connect() if sub.db == "pg" else self._my_connect()
+            self.conns[sub.key] = c
+            self.exs[sub.key] = PgEx(c) if sub.db == "pg" else MyEx(c)
+        return self.conns[sub.key], self.exs[sub.key]
+
+    def open(self, subs: list[Sub]) -> None:
+        for s in subs:
+            self.session(s)
+
+    def close(self) -> None:
+        if self.helpers is not None:
+            try:
+                self.helpers.close()
+            except Exception:  # noqa: BLE001 - the parent rolls leftovers back
+                pass
+        for c in self.conns.values():
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # --- one global transaction ---------------------------------------------------------
+    def run(self, subs: list[Sub]) -> int:
+        """Runs the global transaction once; raises Abort on failure (everything of the
+        attempt rolled back). Returns the number of local commits it took (local mode)."""
+        if self.mode == "local":
+            return self._run_local(subs)
+        return self._run_2pc(subs)
+
+    def _run_local(self, subs: list[Sub]) -> int:
+        """Independent local transactions: each retried alone (the global transaction is
+        never undone, as without 2PC). Aborts of a single sub-transaction are raised as
+        LocalRetry so the caller can count them and call again with the remaining ones."""
+        done = 0
+        for s in subs:
+            conn, ex = self.session(s)
+            try:
+                if s.db == "pg":
+                    conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    s.fn(ex)
+                    conn.execute("COMMIT")
+                else:
+                    ex.q("START TRANSACTION")
+                    s.fn(ex)
+                    ex.q("COMMIT")
+            except Exception as e:  # noqa: BLE001
+                try:
+                    if s.db == "pg":
+                        conn.execute("ROLLBACK")
+                    else:
+                        ex.q("ROLLBACK")
+                except Exception:  # noqa: BLE001
+                    pass
+                raise LocalRetry(classify(e), done) from e
+            done += 1
+        return done
+
+    def _run_2pc(self, subs: list[Sub]) -> int:
+        from cotx import CotxError
+        shim = self.mode == "shim"
+        try:
+            with self.coord.transaction() as tx:
+                for i, s in enumerate(subs):
+                    conn, ex = self.session(s)
+                    with tx.branch(conn, s.db, f"b{i}"):
+                        wrote = s.fn(ex)
+                        if shim:
+                            if s.db == "pg":
+                                ex.q("UPDATE shim_dummy SET v = v + 1 WHERE k = %s", (self.helpers.slot(),))
+                            elif not wrote:
+                                ex.q("UPDATE shim_dummy SET v = v + 1 WHERE k = %s",
+                                     (self.wid * DUMMY_ROWS_PER_WORKER + i % DUMMY_ROWS_PER_WORKER,))
+        except (CotxError, Exception) as e:  # noqa: BLE001 - any failure aborts the attempt
+            raise Abort(classify(e), str(e)[:200]) from e
+        finally:
+            if shim:
+                self.helpers.after_decision()
+        return 1
+
+
+class LocalRetry(Exception):
+    def __init__(self, reason: str, done: int):
+        super().__init__(reason)
+        self.reason, self.done = reason, done
