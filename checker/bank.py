@@ -3,7 +3,8 @@
 Accounts live in two databases: acct(id, bal, log) in PostgreSQL (resource "pg") and in
 MariaDB (resource "my"). A transfer is one global transaction through the coordinator:
 read both rows, debit one, credit the other, append the transfer's id to both logs (the
-logs are list-append keys for the checker). Every transfer is recorded as a checker Txn:
+logs are list-append keys for the checker) and set both rows' `ver` to it (a read-write
+register whose versions the checker orders by read-then-write). Every transfer is recorded as a checker Txn:
 status ok (committed), fail (the client was told it aborted) or info (outcome unknown to
 the client: a crash in the middle; the final state settles it).
 
@@ -51,13 +52,15 @@ def my_connect(port):
 
 def setup(pg, my, n: int = 3) -> dict:
     """Creates n accounts per database; returns {key: balance}."""
-    pg.sql("CREATE TABLE IF NOT EXISTS acct(id text PRIMARY KEY, bal int NOT NULL, log text NOT NULL)")
-    my.sql("CREATE TABLE IF NOT EXISTS acct(id varchar(16) PRIMARY KEY, bal int NOT NULL, log text NOT NULL) ENGINE=InnoDB")
+    pg.sql("CREATE TABLE IF NOT EXISTS acct(id text PRIMARY KEY, bal int NOT NULL, log text NOT NULL, "
+           "ver text NOT NULL DEFAULT '')")
+    my.sql("CREATE TABLE IF NOT EXISTS acct(id varchar(16) PRIMARY KEY, bal int NOT NULL, log text NOT NULL, "
+           "ver varchar(32) NOT NULL DEFAULT '') ENGINE=InnoDB")
     pg.sql("DELETE FROM acct")
     my.sql("DELETE FROM acct")
     for i in range(n):
-        pg.sql("INSERT INTO acct VALUES (%s, %s, '')", (f"a{i}", START_BALANCE))
-        my.sql("INSERT INTO acct VALUES (%s, %s, '')", (f"b{i}", START_BALANCE))
+        pg.sql("INSERT INTO acct(id, bal, log) VALUES (%s, %s, '')", (f"a{i}", START_BALANCE))
+        my.sql("INSERT INTO acct(id, bal, log) VALUES (%s, %s, '')", (f"b{i}", START_BALANCE))
     return {f"pg:acct/a{i}": START_BALANCE for i in range(n)} | {f"my:acct/b{i}": START_BALANCE for i in range(n)}
 
 
@@ -90,15 +93,21 @@ def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec
             if park:
                 park.tx = tx
             with tx.branch(pc, "pg"):
-                (bal, log), = _q(pc, "pg", "SELECT bal, log FROM acct WHERE id = %s", (a,))
+                (bal, log, ver), = _q(pc, "pg", "SELECT bal, log, ver FROM acct WHERE id = %s", (a,))
                 rec.read(f"pg:acct/{a}", parse_list(log))
-                _q(pc, "pg", "UPDATE acct SET bal = bal - %s, log = log || ' ' || %s::text WHERE id = %s", (amount, tid, a))
+                rec.read(f"pg:ver/{a}", ver or None)
+                _q(pc, "pg", "UPDATE acct SET bal = bal - %s, log = log || ' ' || %s::text, ver = %s WHERE id = %s",
+                   (amount, tid, tid, a))
                 rec.append(f"pg:acct/{a}", tid)
+                rec.write(f"pg:ver/{a}", tid)
             with tx.branch(mc, "my"):
-                (bal, log), = _q(mc, "my", "SELECT bal, log FROM acct WHERE id = %s", (b,))
+                (bal, log, ver), = _q(mc, "my", "SELECT bal, log, ver FROM acct WHERE id = %s", (b,))
                 rec.read(f"my:acct/{b}", parse_list(log))
-                _q(mc, "my", "UPDATE acct SET bal = bal + %s, log = CONCAT(log, ' ', %s) WHERE id = %s", (amount, tid, b))
+                rec.read(f"my:ver/{b}", ver or None)
+                _q(mc, "my", "UPDATE acct SET bal = bal + %s, log = CONCAT(log, ' ', %s), ver = %s WHERE id = %s",
+                   (amount, tid, tid, b))
                 rec.append(f"my:acct/{b}", tid)
+                rec.write(f"my:ver/{b}", tid)
             if park:
                 park("after_register")
             rec.phase = "commit"   # from here on the context manager prepares and decides
