@@ -15,6 +15,9 @@ sys.path.insert(0, str(ROOT))
 import overdraft  # noqa: E402
 
 from checker import serial_order  # noqa: E402
+from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+
+pytestmark = [requires_pg_co, requires_mysql_co]
 
 
 @pytest.fixture(scope="module")

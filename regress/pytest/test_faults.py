@@ -23,6 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 from checker import Txn, check  # noqa: E402
 from checker import bank  # noqa: E402
+from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+
+pytestmark = [requires_pg_co, requires_mysql_co]
 
 TARGETS = ("coordinator", "postgresql", "mariadb")
 

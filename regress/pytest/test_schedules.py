@@ -14,6 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample  # noqa: E402
+from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+
+pytestmark = [requires_pg_co, requires_mysql_co]
 
 SAMPLE = int(os.environ.get("COTX_SCHEDULES_SAMPLE", 120))
 
