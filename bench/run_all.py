@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Every side-by-side experiment of issue 7 in one command: the microbenchmark default
+point and sweeps, the TPC-C subset with 2 and 4 warehouses, then CSVs (bench/results/),
+PNG plots (bench/plots/) and the generated block of bench/RESULTS.md.
+
+  /var/cache/cotx/venv/bin/python bench/run_all.py [--seconds 4] [--warmup 1] [--reps 3]
+      [--clients 8] [--micro-points sweeps] [--warehouses 2,4]
+  --report-only   redo plots and RESULTS.md from the CSVs in --out
+  --smoke         tiny sizes, sub-second runs, no fsync, written to --out only (CI)
+The pgbench cost of pg_co on one database is bench/pg_co/pgbench_cost.py (its own section).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import report  # noqa: E402
+from bench.harness.core import Env, log, machine, read_csv, summarize, write_summary  # noqa: E402
+from bench.micro import micro  # noqa: E402
+from bench.tpcc import tpcc  # noqa: E402
+
+HEADER = "## Side by side: local / 2pc / co / shim (issue 7)"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--micro-points", default="sweeps")
+    ap.add_argument("--warehouses", default="2,4")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--plots", type=Path, default=ROOT / "bench" / "plots")
+    ap.add_argument("--results-md", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args(argv)
+    cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    if a.smoke:
+        a.seconds, a.warmup, a.reps, a.clients = 0.5, 0.2, 1, 2
+        a.micro_points, a.warehouses = "default,S=1:P=1,R=12:W=0:P=0", "2"
+        a.plots = a.out / "plots"
+        a.results_md = a.out / "RESULTS.md"
+    a.out.mkdir(parents=True, exist_ok=True)
+    meta_path = a.out / "meta.txt"
+    if not a.report_only:
+        for f in ("micro_runs.csv", "micro_summary.csv", "tpcc_runs.csv", "tpcc_summary.csv"):
+            (a.out / f).unlink(missing_ok=True)
+        points = micro.SWEEPS if a.micro_points == "sweeps" else a.micro_points.split(",")
+        if a.smoke:
+            micro.DEFAULTS["N"] = 500
+        t0 = time.time()
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(),
+                "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()), "command": cmd,
+                "clients": a.clients, "warmup": a.warmup, "seconds": a.seconds, "reps": a.reps}
+        n_runs = (len(points) + len(a.warehouses.split(","))) * 4 * a.reps
+        log(f"{n_runs} runs of {a.warmup + a.seconds:.1f} s (+ about 1.5 s setup each) and data loads: "
+            f"about {n_runs * (a.warmup + a.seconds + 1.5) / 60 + 1:.0f} min")
+        log(f"machine: {meta['machine']}")
+        with Env(fsync=not a.smoke) as env:
+            mrows = micro.run(env, points, seconds=a.seconds, warmup=a.warmup, reps=a.reps,
+                              clients=a.clients, out=a.out)
+            trows = tpcc.run(env, [int(x) for x in a.warehouses.split(",")], seconds=a.seconds,
+                             warmup=a.warmup, reps=a.reps, clients=a.clients, out=a.out, small=a.smoke)
+        meta["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
+        meta_path.write_text(repr(meta))
+        bad = [r for r in mrows + trows if r["errors"] or r["check"] not in ("", "ok")]
+        if bad:
+            log(f"{len(bad)} run(s) with errors or failed checks, first: {bad[0]['errors'] or bad[0]['check']}")
+    else:
+        import ast
+        meta = ast.literal_eval(meta_path.read_text())
+        bad = []
+    msum = summarize(read_csv(a.out / "micro_runs.csv")) if (a.out / "micro_runs.csv").exists() else []
+    tsum = summarize(read_csv(a.out / "tpcc_runs.csv")) if (a.out / "tpcc_runs.csv").exists() else []
+    write_summary(msum, a.out / "micro_summary.csv")
+    write_summary(tsum, a.out / "tpcc_summary.csv")
+    paths = report.plots(msum, tsum, a.plots)
+    log(f"plots: {', '.join(str(p) for p in paths)}")
+    root_for_links = ROOT if not a.smoke else a.out.parent
+    try:
+        text = report.markdown(msum, tsum, meta, paths, ROOT)
+    except ValueError:  # smoke: plots outside bench/
+        text = report.markdown(msum, tsum, meta, [], root_for_links)
+    report.write_section(a.results_md, text, HEADER)
+    log(f"wrote {a.results_md}")
+    print(report.targets(msum, tsum))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
