@@ -176,7 +176,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         segs.as_slice(),
         ["metrics"] | ["v1", "transactions"] | ["v1", "transactions", _] | ["v1", "transactions", _, "branches"]
             | ["v1", "transactions", _, "branches", _, "prepared" | "failed" | "finished"]
-            | ["v1", "transactions", _, "commit" | "abort" | "decision" | "finished"] | ["v1", "incidents"] | ["v1", "audit"] | ["v1", "admin", "force"]
+            | ["v1", "transactions", _, "commit" | "abort" | "decision" | "finished"] | ["v1", "incidents"] | ["v1", "in-doubt"] | ["v1", "audit"] | ["v1", "admin", "force"]
     );
     if !known {
         return refuse(404, "not_found", format!("no route {path}"));
@@ -275,6 +275,10 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
                 Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal { status: 400, code: "invalid_field", message: "wait_ms must be a non-negative integer".into() })?,
             };
             ok(c.wait_decision(g, wait).await?)
+        }
+        (Method::GET, ["v1", "in-doubt"]) => {
+            query(q.as_deref(), &[])?;
+            ok(c.in_doubt_report().await?)
         }
         (Method::GET, ["v1", "incidents"]) => {
             query(q.as_deref(), &[])?;

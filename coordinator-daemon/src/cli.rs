@@ -49,7 +49,11 @@ fn print_tx(t: &Value) {
         t["abort_reason"].as_str().map(|r| format!("  reason={r}")).unwrap_or_default()
     );
     for b in t["branches"].as_array().into_iter().flatten() {
-        let blocking = if b["state"] == "prepared" { "  (prepared: holds locks until completed)" } else { "" };
+        let blocking = match (&b["state"], b.get("blocking")) {
+            (s, Some(info)) if s == "prepared" => format!("  (prepared, holds its locks until completed; blocking: {info})"),
+            (s, None) if s == "prepared" => "  (prepared, holds its locks until completed)".to_string(),
+            _ => String::new(),
+        };
         println!(
             "    branch {} on {} ({}): {}{}{}",
             b["branch_id"].as_str().unwrap_or("?"),
@@ -71,7 +75,7 @@ fn check(r: Result<(u16, Value), String>) -> Result<Value, String> {
 }
 
 pub fn in_doubt(cfg: &Config, json: bool) -> Result<(), String> {
-    let v = check(http(cfg, "GET", "/v1/transactions?state=in_doubt", None))?;
+    let v = check(http(cfg, "GET", "/v1/in-doubt", None))?;
     if json {
         println!("{v}");
         return Ok(());

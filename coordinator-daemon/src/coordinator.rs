@@ -405,6 +405,25 @@ impl Coordinator {
         Ok(json!({"transactions": out.into_iter().map(|x| x.1).collect::<Vec<_>>()}))
     }
 
+    /// In-doubt transactions, oldest first, each prepared branch with what it blocks.
+    pub async fn in_doubt_report(&self) -> Res {
+        let mut v = self.list(Some("in_doubt"))?;
+        for t in v["transactions"].as_array_mut().into_iter().flatten() {
+            let gtid = t["gtid"].as_str().unwrap_or_default().to_string();
+            for b in t["branches"].as_array_mut().into_iter().flatten() {
+                if b["state"] != "prepared" {
+                    continue;
+                }
+                let res = b["resource"].as_str().unwrap_or_default().to_string();
+                let bid = b["branch_id"].as_str().unwrap_or_default().to_string();
+                if let Some(rc) = self.resources.get(&res) {
+                    b["blocking"] = rc.blocking_info(&gtid, &bid).await;
+                }
+            }
+        }
+        Ok(v)
+    }
+
     pub fn gauges(&self) -> (usize, usize) {
         let txs = self.txs.lock().unwrap();
         (txs.values().filter(|e| e.tx.in_doubt()).count(), txs.values().filter(|e| e.tx.is_undecided()).count())

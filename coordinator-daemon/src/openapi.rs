@@ -55,6 +55,7 @@ pub fn document() -> Value {
             "/v1/transactions/{gtid}/abort": {"post": op("decide abort", json!([gtid]), Some(("AbortRequest", false)), "200", "Decision", &e4)},
             "/v1/transactions/{gtid}/decision": {"get": op("the decision, waiting up to wait_ms for it (long poll)", json!([gtid,
                 {"name": "wait_ms", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0, "maximum": 600000}}]), None, "200", "DecisionState", &["400", "401", "404"])},
+            "/v1/in-doubt": {"get": op("in-doubt transactions, oldest first, with locks held and waiters per prepared branch", json!([]), None, "200", "TransactionList", &["400", "401"])},
             "/v1/incidents": {"get": op("branches that did not reach the decided outcome", json!([]), None, "200", "Incidents", &["400", "401"])},
             "/v1/audit": {"get": op("operator audit log", json!([]), None, "200", "Audit", &["400", "401", "503"])},
             "/v1/admin/force": {"post": op("operator: force an outcome (never contradicts a recorded decision)", json!([]), Some(("ForceRequest", true)), "200", "Decision", &["400", "401", "409", "503"])}

@@ -190,4 +190,50 @@ impl ResourceClient {
             }
         }
     }
+
+    /// What a prepared branch is doing to others, for operators: locks it holds
+    /// (PostgreSQL) and sessions on the resource waiting for a prepared transaction.
+    pub async fn blocking_info(&self, gtid: &str, bid: &str) -> serde_json::Value {
+        use serde_json::json;
+        let r = tokio::time::timeout(QUERY_TIMEOUT, async {
+            match &self.inner {
+                Inner::Pg { .. } => {
+                    let gid = naming::pg_gid(&self.prefix, gtid, bid).map_err(|e| e.message)?;
+                    // Locks of a prepared transaction keep its old virtualtransaction and a
+                    // null pid; pg_blocking_pids() reports such a holder as pid 0.
+                    let sql = format!(
+                        "SELECT (SELECT count(*) FROM pg_locks l2 WHERE l2.pid IS NULL AND l2.virtualtransaction IN \
+                           (SELECT l1.virtualtransaction FROM pg_locks l1 JOIN pg_prepared_xacts p \
+                              ON l1.locktype = 'transactionid' AND l1.transactionid = p.transaction WHERE p.gid = {})), \
+                         (SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND 0 = ANY(pg_blocking_pids(pid)))",
+                        naming::quote_pg(&gid)
+                    );
+                    let msgs = self.pg_simple(&sql).await.map_err(|e| e.to_string())?;
+                    for m in msgs {
+                        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+                            let held: i64 = r.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
+                            let waiting: i64 = r.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+                            return Ok(json!({"locks_held": held, "sessions_waiting_on_prepared": waiting}));
+                        }
+                    }
+                    Err("no row".to_string())
+                }
+                Inner::Maria { pool } => {
+                    use mysql_async::prelude::Queryable;
+                    let mut conn = pool.get_conn().await.map_err(|e| e.to_string())?;
+                    let n: Option<i64> = conn
+                        .query_first("SELECT count(*) FROM information_schema.INNODB_LOCK_WAITS")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok(json!({"lock_waits_on_resource": n.unwrap_or(0)}))
+                }
+            }
+        })
+        .await;
+        match r {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"error": e}),
+            Err(_) => json!({"error": "timed out"}),
+        }
+    }
 }

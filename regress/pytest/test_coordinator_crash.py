@@ -206,6 +206,9 @@ def test_operator_commands(pg, mariadb, daemon_factory):
     ch = Child(d, pg, mariadb, "after_decision", "operator")
     r = d.cli("in-doubt")
     assert r.returncode == 0 and ch.gtid in r.stdout and "age=" in r.stdout and "prepared" in r.stdout, r
+    assert '"locks_held":' in r.stdout and "lock_waits_on_resource" in r.stdout, r.stdout
+    held = int(r.stdout.split('"locks_held":')[1].split(",")[0])
+    assert held >= 1, r.stdout  # the PostgreSQL branch's row lock (and more)
     r = d.cli("show", ch.gtid, "--json")
     assert r.returncode == 0 and '"committed"' in r.stdout
     r = d.cli("force", ch.gtid, "abort", "--operator", "tester", "--reason", "test")
