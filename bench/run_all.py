@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--tpcc-clients-per-warehouse", type=int, default=2)
     ap.add_argument("--micro-points", default="sweeps")
     ap.add_argument("--warehouses", default="2,4")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     if a.smoke:
-        a.seconds, a.warmup, a.reps, a.clients = 0.5, 0.2, 1, 2
+        a.seconds, a.warmup, a.reps, a.clients, a.tpcc_clients_per_warehouse = 0.5, 0.2, 1, 2, 1
         a.micro_points, a.warehouses = "default,S=1:P=1,R=12:W=0:P=0", "2"
         a.plots = a.out / "plots"
         a.results_md = a.out / "RESULTS.md"
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(),
                 "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()), "command": cmd,
-                "clients": a.clients, "warmup": a.warmup, "seconds": a.seconds, "reps": a.reps}
+                "clients": a.clients, "tpcc_cpw": a.tpcc_clients_per_warehouse, "warmup": a.warmup, "seconds": a.seconds, "reps": a.reps}
         n_runs = (len(points) + len(a.warehouses.split(","))) * 4 * a.reps
         log(f"{n_runs} runs of {a.warmup + a.seconds:.1f} s (+ about 1.5 s setup each) and data loads: "
             f"about {n_runs * (a.warmup + a.seconds + 1.5) / 60 + 1:.0f} min")
@@ -69,7 +70,8 @@ def main(argv=None) -> int:
             mrows = micro.run(env, points, seconds=a.seconds, warmup=a.warmup, reps=a.reps,
                               clients=a.clients, out=a.out)
             trows = tpcc.run(env, [int(x) for x in a.warehouses.split(",")], seconds=a.seconds,
-                             warmup=a.warmup, reps=a.reps, clients=a.clients, out=a.out, small=a.smoke)
+                             warmup=a.warmup, reps=a.reps, clients_per_warehouse=a.tpcc_clients_per_warehouse,
+                             out=a.out, small=a.smoke)
         meta["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
         meta_path.write_text(repr(meta))

@@ -178,6 +178,40 @@ def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q):
         q.put(res)
 
 
+def _proc_cpu(pid: int, children: bool = False) -> float:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    t = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if children else 0)
+    return t / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(env: "Env") -> dict:
+    """CPU seconds used so far: PostgreSQL (postmaster + live processes; exited backends
+    are in the postmaster's children time), mariadbd, the coordinator daemon, and the
+    finished worker processes of this harness (RUSAGE_CHILDREN)."""
+    import resource
+    out = {"pg": 0.0, "my": 0.0, "coord": 0.0, "clients": 0.0}
+    try:
+        pm = int((env.pg.data / "postmaster.pid").read_text().split()[0])
+        out["pg"] = _proc_cpu(pm, children=True)
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pm:
+                        out["pg"] += _proc_cpu(int(d.name))
+                except (OSError, IndexError, ValueError):
+                    pass
+        out["my"] = _proc_cpu(int(env.my.pid_file.read_text().split()[0]))
+        out["coord"] = _proc_cpu(env.daemon.proc.pid)
+    except (OSError, ValueError, AttributeError):
+        pass
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["clients"] = ru.ru_utime + ru.ru_stime
+    return out
+
+
 def percentile(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -193,7 +227,8 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
     env.set_mode(mode)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    t_start = time.time() + 0.3 + 0.1 * clients
+    cpu0 = cpu_snapshot(env)
+    t_start = time.time() + 0.3 + 0.05 * clients
     t_measure = t_start + warmup
     t_end = t_measure + duration
     ports = (env.pg.port, env.my.port, env.daemon.url, env.daemon.token)
@@ -214,6 +249,8 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
         if p.is_alive():
             p.kill()
             p.join()
+    time.sleep(0.1)                     # let the postmaster reap the exited backends
+    cpu1 = cpu_snapshot(env)
     errors = [r["error"] for r in results if r["error"]]
     if len(results) < clients:
         errors.append(f"{clients - len(results)} worker(s) did not report")
@@ -225,6 +262,10 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
         aborts.update(r["aborts"])
     n_aborts = sum(aborts.values())
     left_pg, left_my = env.leftovers()
+    # CPU per committed global transaction over the whole run (warm-up included, so it is
+    # divided by every commit of the run, estimated from the measured rate).
+    total_commits = max(1.0, commits / duration * (t_end - t_start))
+    cpu = {k: (cpu1[k] - cpu0[k]) * 1000.0 / total_commits for k in cpu0}
     return {"mode": mode, "clients": clients, "duration_s": duration, "commits": commits,
             "tps": commits / duration, "p50_ms": percentile(lat, 0.5), "p99_ms": percentile(lat, 0.99),
             "attempts": attempts, "aborts": n_aborts,
@@ -232,13 +273,16 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
             "reasons": ";".join(f"{k}={v}" for k, v in aborts.most_common()),
             "helpers": sum(r["helpers"] for r in results),
             "leftover_prepared": f"{left_pg}/{left_my}",
+            "cpu_ms_pg": cpu["pg"], "cpu_ms_my": cpu["my"], "cpu_ms_coord": cpu["coord"],
+            "cpu_ms_clients": cpu["clients"],
             "errors": " | ".join(e.strip().splitlines()[-1] for e in errors)[:500],
             "_errors_full": errors}
 
 
 RUN_FIELDS = ["experiment", "point", "params", "rep", "order", "mode", "clients", "duration_s",
               "commits", "tps", "p50_ms", "p99_ms", "attempts", "aborts", "abort_rate", "reasons",
-              "helpers", "leftover_prepared", "check", "errors", "started_utc"]
+              "helpers", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_clients", "leftover_prepared",
+              "check", "errors", "started_utc"]
 
 
 def run_point(env: Env, experiment: str, point: str, params: dict, workload, *, clients: int,
@@ -305,13 +349,15 @@ def summarize(rows: list[dict], modes=MODES) -> list[dict]:
                         "abort_rate": aborts / attempts if attempts else 0.0,
                         "ratio_to_2pc": statistics.median(ratios) if ratios else float("nan"),
                         "reasons": ";".join(f"{k}={v}" for k, v in reasons.most_common()),
+                        "cpu_ms_per_tx": "/".join(f"{statistics.median(float(r.get(k) or 0) for r in mr):.2f}"
+                                                  for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_clients")),
                         "checks": ",".join(sorted({str(r.get("check", "")) for r in mr})) or "",
                         })
     return out
 
 
 SUMMARY_FIELDS = ["experiment", "point", "params", "mode", "reps", "tps_median", "p50_ms_median",
-                  "p99_ms_median", "abort_rate", "ratio_to_2pc", "reasons", "checks"]
+                  "p99_ms_median", "abort_rate", "ratio_to_2pc", "cpu_ms_per_tx", "reasons", "checks"]
 
 
 def write_summary(summary: list[dict], path: Path) -> None:

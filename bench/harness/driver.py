@@ -105,8 +105,10 @@ def classify(e: BaseException) -> str:
         return "pg_co other"
     if "mysql_co" in low:
         return "mysql_co"
+    if "concurrent update" in low:
+        return "pg concurrent update (first updater wins)"
     if state == "40001" or "could not serialize" in low:
-        return "pg SSI serialization failure"
+        return "pg SSI rw-dependencies"
     if state == "40P01" or ("deadlock" in low and "postgres" in type(e).__module__):
         return "pg deadlock"
     if state == "55P03" or "lock timeout" in low:

@@ -107,8 +107,8 @@ def plots(micro: list[dict], tpcc: list[dict], outdir: Path) -> list[Path]:
 
 
 def table(summary: list[dict], exp: str) -> str:
-    lines = ["| point | mode | tx/s (median) | / 2pc | p50 ms | p99 ms | aborts | abort reasons (pooled counts) |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| point | mode | tx/s (median) | / 2pc | p50 ms | p99 ms | aborts | CPU ms/tx pg/my/coord/clients | abort reasons (pooled counts) |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for s in summary:
         if s["experiment"] != exp:
             continue
@@ -118,7 +118,7 @@ def table(summary: list[dict], exp: str) -> str:
         chk = "" if s.get("checks") in ("", "ok", None) else f" (checks: {s['checks']})"
         lines.append(f"| {s['point']} | {s['mode']} | {_f(s['tps_median']):.1f} | {_f(s['ratio_to_2pc']):.3f} | "
                      f"{_f(s['p50_ms_median']):.1f} | {_f(s['p99_ms_median']):.1f} | "
-                     f"{100 * _f(s['abort_rate']):.2f} % | {reasons}{chk} |")
+                     f"{100 * _f(s['abort_rate']):.2f} % | {s.get('cpu_ms_per_tx', '')} | {reasons}{chk} |")
     return "\n".join(lines)
 
 
@@ -168,7 +168,8 @@ def markdown(micro, tpcc, meta: dict, plot_paths: list[Path], root: Path) -> str
            f"Load average before / after: {meta.get('load_before', '?')} / {meta.get('load_after', '?')}.",
            "",
            "Command:", "", "    " + meta.get("command", "?"), "",
-           f"Each run: {meta.get('clients')} client processes, {meta.get('warmup')} s warm-up, "
+           f"Each run: {meta.get('clients')} client processes (microbenchmark; TPC-C: "
+           f"{meta.get('tpcc_cpw', 2)} per warehouse), {meta.get('warmup')} s warm-up, "
            f"{meta.get('seconds')} s measured; {meta.get('reps')} repetitions per point, the four modes "
            "interleaved (order rotated each repetition); medians over repetitions; ratio to 2pc = median "
            "of per-repetition ratios (each against the 2pc run of the same repetition). Durability on: "

@@ -134,6 +134,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--modes", default=",".join(MODES), help="subset of the modes (2pc first for ratios)")
     ap.add_argument("--rows", type=int, default=None, help="override N of every point (and the load)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     ap.add_argument("--no-fsync", action="store_true", help="durability off (smoke runs only)")
@@ -150,9 +151,10 @@ def main(argv=None) -> int:
         (a.out / f).unlink(missing_ok=True)
     log(f"machine: {machine()}")
     with Env(fsync=not a.no_fsync) as env:
-        rows = run(env, points, seconds=a.seconds, warmup=a.warmup, reps=a.reps, clients=a.clients, out=a.out)
+        rows = run(env, points, seconds=a.seconds, warmup=a.warmup, reps=a.reps, clients=a.clients, out=a.out,
+                   modes=tuple(a.modes.split(",")))
     bad = [r for r in rows if r["errors"] or (r["check"] not in ("", "ok"))]
-    for s in summarize(rows):
+    for s in summarize(rows, tuple(a.modes.split(","))):
         log(f"summary {s['point']:14s} {s['mode']:5s} {s['tps_median']:8.1f} tx/s  ratio to 2pc "
             f"{s['ratio_to_2pc']:.3f}  aborts {s['abort_rate']:.2%}")
     if bad:
