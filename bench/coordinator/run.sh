@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coordinator benchmarks (results: bench/RESULTS.md, "coordinator" section).
 #  1. decisions/s of the SQLite store alone, with and without group commit;
-#  2. the daemon's added latency per two-branch global transaction (p50/p99, ≥ 10k each).
+#  2. the daemon's own share per transaction (protocol.py, no databases);
+#  3. the daemon's added latency per two-branch global transaction (p50/p99, ≥ 10k each).
 # Needs scripts/build.sh first (the daemon binary) and root (servers run as user cotx).
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/lib.sh"
@@ -12,6 +13,9 @@ echo "## store alone (SQLite WAL, synchronous=FULL, on $(df --output=source "$di
 "$BIN" bench-store --path "$dir/store-gc.db" --n 50000 --clients 64
 "$BIN" bench-store --path "$dir/store-nogc.db" --n 3000 --clients 64 --no-group-commit
 "$BIN" bench-store --path "$dir/store-1client.db" --n 3000 --clients 1
+echo "## the daemon's own share (no databases), store on disk and on tmpfs"
+"$COTX_VENV/bin/python" "$COTX_ROOT/bench/coordinator/protocol.py" --n 5000 --store-dir "$dir"
+"$COTX_VENV/bin/python" "$COTX_ROOT/bench/coordinator/protocol.py" --n 5000 --store-dir /dev/shm/cotx-bench
 echo "## added latency, store on disk"
 "$COTX_VENV/bin/python" "$COTX_ROOT/bench/coordinator/latency.py" --n "$N" --store-dir "$dir"
 echo "## added latency, store on tmpfs (/dev/shm: no fsync cost, protocol overhead only)"
