@@ -34,6 +34,10 @@ PG_CONF = {
     "max_pred_locks_per_transaction": 256,
     "max_wal_size": "'2GB'",
     "checkpoint_timeout": "'15min'",
+    # SERIALIZABLE: a sequential scan takes a relation-level predicate lock, which conflicts
+    # with every write to the table (PostgreSQL manual 13.2.3: "eliminate seq scans"). Tiny
+    # hot tables (TPC-C warehouse, district) would otherwise be scanned sequentially.
+    "enable_seqscan": "off",
 }
 MY_OPTIONS = ["--innodb-log-file-size=256M"]
 # The coordinator's documented production defaults (docs/coordinator.md), not the test ones.
