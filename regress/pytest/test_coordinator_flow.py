@@ -162,6 +162,27 @@ def test_refused_one_phase_commit_is_retryable(pg, mariadb, coord):
     assert isinstance(err, RetryableError)
 
 
+def test_serialization_failure_inside_a_branch_is_retryable(pg, mariadb, coord):
+    """40001 raised by a statement (not by PREPARE) surfaces as RetryableError too, and
+    the other branch is rolled back."""
+    pg.sql("INSERT INTO acct VALUES (20, 0) ON CONFLICT DO NOTHING")
+    pc, mc = pg.connect(), mariadb.connect()
+    with pytest.raises(RetryableError) as ei:
+        with coord.transaction() as tx:
+            with tx.branch(mc, "my"):
+                mc.cursor().execute("INSERT INTO acct VALUES (20, 1)")
+            with tx.branch(pc, "pg"):
+                pc.execute("SELECT v FROM acct WHERE id = 20").fetchall()   # snapshot taken
+                pg.sql("UPDATE acct SET v = 5 WHERE id = 20")               # concurrent commit
+                pc.execute("UPDATE acct SET v = v + 1 WHERE id = 20")       # 40001
+    assert isinstance(ei.value.__cause__, psycopg.errors.SerializationFailure)
+    pc.close()
+    mc.close()
+    assert coord.get(tx.gtid)["state"] == "aborted"
+    assert mariadb.sql("SELECT count(*) FROM acct WHERE id = 20") == ((0,),)
+    assert nothing_prepared(pg, mariadb)
+
+
 def _snapshot(coord, gtid):
     t = coord.get(gtid)
     t.pop("age_ms")

@@ -278,8 +278,13 @@ class Branch:
             self.state = "ready"
             return False
         self._rollback_unprepared()
-        self._report_failed(f"{et.__name__}: {ev}", _retryable(ev))
+        retry = _retryable(ev)
+        self._report_failed(f"{et.__name__}: {ev}", retry)
         self.state = "failed"
+        if retry:
+            # A serialization failure, deadlock or lock timeout inside the branch: the same
+            # exception class as a refused prepare, so one `except RetryableError` retries.
+            raise RetryableError(self.tx.gtid, f"{self.resource}: {ev}") from ev
         return False
 
     def _report_failed(self, reason: str, retryable: bool) -> None:
