@@ -133,6 +133,7 @@ class ShimHelpers:
         self.retired: list[str] = []
         self.n = 0
         self.helpers = 0
+        self.rollback_errors = 0
 
     def slot(self) -> int:
         """The dummy key the next PostgreSQL sub-transaction writes; a new helper (reading
@@ -140,13 +141,21 @@ class ShimHelpers:
         if self.current is None or self.used >= HELPER_BATCH:
             if self.current is not None:
                 self.retired.append(self.current)
+                self.current = None
             self.n += 1
             gid = f"shimh-{os.getpid()}-{self.n}"
             c = self.conn
-            c.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-            c.execute("SELECT k, v FROM shim_dummy WHERE k >= %s AND k < %s",
-                      (self.base, self.base + HELPER_BATCH)).fetchall()
-            c.execute(f"PREPARE TRANSACTION '{gid}'")
+            try:
+                c.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                c.execute("SELECT k, v FROM shim_dummy WHERE k >= %s AND k < %s",
+                          (self.base, self.base + HELPER_BATCH)).fetchall()
+                c.execute(f"PREPARE TRANSACTION '{gid}'")
+            except Exception:
+                try:
+                    c.execute("ROLLBACK")        # leave the helper session usable
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
             self.current, self.used = gid, 0
             self.helpers += 1
         k = self.base + self.used
@@ -160,7 +169,10 @@ class ShimHelpers:
             done.append(self.current)
             self.current = None
         for gid in done:
-            self.conn.execute(f"ROLLBACK PREPARED '{gid}'")
+            try:
+                self.conn.execute(f"ROLLBACK PREPARED '{gid}'")
+            except Exception:  # noqa: BLE001 - counted; Env.leftovers() rolls back what is left
+                self.rollback_errors += 1
 
     def close(self) -> None:
         if self.current is not None:
