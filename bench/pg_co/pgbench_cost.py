@@ -59,6 +59,7 @@ def run_once(server, exp, value, a, rows):
     set_guc(server, exp["guc"], value)
     before = counter(server, exp["refusals"])
     waits_before, wait_ms_before = counter(server, "waits"), counter(server, "wait_time_ms")
+    checks_before, check_ms_before = counter(server, "checks_prepare + checks_commit"), counter(server, "check_time_ms")
     scripts = [x for s in exp["scripts"] for x in ("-f", str(HERE / s))]
     out = pgbench(server, ["-n", "-M", "simple", *scripts, "-D", f"nrows={rows}", "-c", str(a.clients),
                            "-j", "2", "-T", str(a.seconds), "--max-tries=20"])
@@ -69,7 +70,9 @@ def run_once(server, exp, value, a, rows):
             "retried": num(r"number of transactions retried: (\d+)"),
             "refusals": counter(server, exp["refusals"]) - before,
             "waits": counter(server, "waits") - waits_before,
-            "wait_ms": float(counter(server, "wait_time_ms") - wait_ms_before)}
+            "wait_ms": float(counter(server, "wait_time_ms") - wait_ms_before),
+            "checks": counter(server, "checks_prepare + checks_commit") - checks_before,
+            "check_ms": float(counter(server, "check_time_ms") - check_ms_before)}
 
 
 def main():
@@ -113,6 +116,10 @@ def main():
         rs = by[v]
         print(f"- {exp['guc']} = {v}: refusals {per_k(rs, 'refusals'):.2f}, waits {per_k(rs, 'waits'):.2f}, "
               f"pgbench retried+failed {per_k(rs, 'retried') + per_k(rs, 'failed'):.2f} per 1000 committed")
+    checks = sum(r["checks"] for r in results)
+    if checks:
+        print(f"- time inside pg_co's checks: {1000 * sum(r['check_ms'] for r in results) / checks:.2f} us per check "
+              f"({checks} checks)")
     print(f"- runs: {len(results)} x {a.seconds} s, {a.clients} clients, scale {a.scale}, {rows} rows touched, ABBA")
     return 0
 
