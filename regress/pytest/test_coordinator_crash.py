@@ -104,7 +104,7 @@ def daemon_factory(pg, mariadb):
         return d.start()
     yield make
     for d in made:
-        d.stop()
+        d.destroy()
 
 
 def test_owner_gone_daemon_completes(pg, mariadb, daemon_factory):

@@ -47,4 +47,4 @@ def test_pg_store_commit_crash_and_recover(pg, mariadb):
         assert committed_both(pg, mariadb, "pgstore-2")
         wait_until(lambda: ch.gtid not in records(pg), what="record deleted")
     finally:
-        d.stop()
+        d.destroy()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +48,7 @@ class Daemon:
 
     def __init__(self, resources: list[dict], timeouts: dict | None = None, store: dict | None = None,
                  node_id: str = "t1", workdir: str | None = None, port: int | None = None):
+        self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="cotx-coord-"))
         self.port = port or _free_port()
         self.token = secrets.token_hex(16)
@@ -103,6 +105,13 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.kill9()
 
+    def destroy(self) -> None:
+        """Stops the daemon and removes the directory it was given by us (its config, store
+        and log), unless COTX_KEEP_SERVERS is set (as for the harness's servers)."""
+        self.stop()
+        if self._own_dir and not os.environ.get("COTX_KEEP_SERVERS"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
     def restart(self) -> None:
         self.stop()
         self.start()
@@ -121,4 +130,4 @@ class Daemon:
         return self.start()
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        self.destroy()
