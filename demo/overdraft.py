@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -241,7 +242,9 @@ def main(argv=None) -> int:
     co = [s for s in stats if s["mode"] == "co"]
     if co and (co[0]["negative_rounds"] or co[0]["report"].cycles() or not co[0]["withdrawn"]):
         say("\nFAILED: with cotx the invariant broke, the checker found a cycle, or nothing was withdrawn")
+        say(f"service and coordinator logs: {workdir}")
         return 1
+    shutil.rmtree(workdir, ignore_errors=True)
     if co:
         say("\ncotx: every committed history was serializable; refused withdrawals were retried and then "
             "done or declined.")

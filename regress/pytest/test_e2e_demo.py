@@ -2,6 +2,7 @@
 process, the two service processes passing the gtid. Plain 2PC breaks the invariant and
 the checker explains the cycle; with cotx the total never goes below 0, refusals are
 retried, and the checker finds no cycle."""
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +29,7 @@ def bank():
         yield b
     finally:
         b.stop()
+        shutil.rmtree(b.workdir, ignore_errors=True)
 
 
 def test_plain_2pc_overdraws_and_checker_explains(bank):
