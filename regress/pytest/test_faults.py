@@ -38,7 +38,7 @@ def world(pg, mariadb):
     d.start()
     w = {"pg": pg, "my": mariadb, "d": d, "total": sum(start.values()), "history": [], "cases": []}
     yield w
-    d.stop()
+    d.destroy()
 
 
 class Victim:
