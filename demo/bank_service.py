@@ -38,23 +38,11 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 sys.path.insert(0, str(ROOT))
 
 from cotx import Coordinator, CotxError, RetryableError, TransactionAborted  # noqa: E402
-from cotx.client import Branch  # noqa: E402
 
 from checker import Txn  # noqa: E402
 from checker.history import parse_list  # noqa: E402
 
 MAX_ATTEMPTS = 5
-
-
-class RepeatableReadBranch(Branch):
-    """A MariaDB branch at REPEATABLE READ (plain 2PC as most deployments run it). The
-    client always asks for SERIALIZABLE; the last SET TRANSACTION before XA START wins."""
-
-    def _my(self, text: str) -> None:
-        if text.startswith("XA START"):
-            with self.conn.cursor() as cur:
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        super()._my(text)
 
 
 class PeerRefused(Exception):
@@ -91,8 +79,9 @@ class Service:
             return cur.fetchall() if cur.description else None
 
     def branch(self, tx, conn, mode):
+        # Plain 2PC as most deployments run it: MariaDB branches at REPEATABLE READ.
         if self.kind == "mariadb" and mode == "plain":
-            return RepeatableReadBranch(tx, conn, self.name, f"{self.name}-{uuid.uuid4().hex[:16]}")
+            return tx.branch(conn, self.name, isolation="REPEATABLE READ")
         return tx.branch(conn, self.name)
 
     def read_row(self, conn, user):

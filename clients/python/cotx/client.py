@@ -220,11 +220,19 @@ def _kind_of(conn) -> str:
     raise CotxError(f"unsupported connection type {type(conn)!r}: use psycopg 3 or PyMySQL")
 
 
+# Spelled into SQL: only these exact strings are accepted.
+ISOLATION_LEVELS = ("SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED")
+
+
 class Branch:
     """One database's part of a global transaction, on the owner's connection."""
 
-    def __init__(self, tx: "Transaction", conn, resource: str, branch_id: str):
+    def __init__(self, tx: "Transaction", conn, resource: str, branch_id: str,
+                 isolation: str = "SERIALIZABLE"):
+        if isolation not in ISOLATION_LEVELS:
+            raise CotxError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
         self.tx, self.conn, self.resource, self.branch_id = tx, conn, resource, branch_id
+        self.isolation = isolation
         self.kind = _kind_of(conn)
         self.state = "new"          # new → active → ready → prepared → finished | rolled_back | failed
         self.gid = None             # PostgreSQL
@@ -259,12 +267,12 @@ class Branch:
                 if not self.conn.autocommit:
                     # Our explicit BEGIN/PREPARE need a session psycopg does not wrap.
                     self.conn.autocommit = True
-                self._pg("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                self._pg(f"BEGIN ISOLATION LEVEL {self.isolation}")
             else:
                 x = r["xid"]
                 self.xid = (x["gtrid"], x["bqual"], x["format_id"])
                 with self.conn.cursor() as cur:
-                    cur.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                    cur.execute(f"SET TRANSACTION ISOLATION LEVEL {self.isolation}")
                 self._my("XA START {xid}")
         except Exception as e:
             self._report_failed(f"begin failed: {e}", False)
@@ -405,9 +413,13 @@ class Transaction:
             self._gtid = self.coord.begin(self._timeout_ms)
         return self._gtid
 
-    def branch(self, conn, resource: str, branch_id: str | None = None) -> Branch:
+    def branch(self, conn, resource: str, branch_id: str | None = None,
+               isolation: str = "SERIALIZABLE") -> Branch:
+        """A branch on `conn`. Only SERIALIZABLE branches are protected by pg_co / mysql_co
+        (which refuse the others' prepare by default); lower levels exist for comparisons
+        with plain 2PC."""
         bid = branch_id or f"{resource[:24]}-{uuid.uuid4().hex[:16]}"
-        return Branch(self, conn, resource, bid)
+        return Branch(self, conn, resource, bid, isolation)
 
     def __enter__(self) -> "Transaction":
         return self
