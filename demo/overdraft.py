@@ -124,10 +124,8 @@ class Bank:
                 p.kill()
         for part in (getattr(self, "daemon", None), self.pg, self.my):
             try:
-                if part is self.pg or part is self.my:
-                    part.destroy()
-                elif part is not None:
-                    part.stop()
+                if part is not None:
+                    part.destroy()  # stops it and removes its directory
             except Exception:  # noqa: BLE001
                 pass
 
