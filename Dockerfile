@@ -17,6 +17,8 @@ WORKDIR /opt/cotx
 COPY . .
 RUN bash scripts/bootstrap.sh && bash scripts/build.sh
 
-# Test servers and the demo run as the unprivileged user the bootstrap created.
-EXPOSE 8470
+# The demo starts its own throwaway PostgreSQL, MariaDB and coordinator (as the
+# unprivileged user the bootstrap created) and prints a summary. For a long-running
+# coordinator, run /var/cache/cotx/bin/cotx-coordinator serve with a config based on
+# coordinator-daemon/coordinator.example.toml (it listens on 127.0.0.1:7420 by default).
 CMD ["bash", "scripts/demo.sh"]
