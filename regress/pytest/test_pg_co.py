@@ -44,6 +44,23 @@ def rw_pair(server, w_value=1):
     return r, w
 
 
+def prepare_in_thread(conn, gid):
+    """Starts PREPARE TRANSACTION on another thread; returns (thread, result) where
+    result[gid] becomes "prepared" or the SQLSTATE of the refusal."""
+    result = {}
+
+    def run():
+        try:
+            conn.execute(f"PREPARE TRANSACTION '{gid}'")
+            result[gid] = "prepared"
+        except psycopg.Error as e:
+            result[gid] = e.sqlstate
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, result
+
+
 def reset_accounts(a, b):
     for s, name in ((a, "savings"), (b, "checking")):
         s.sql(f"DROP TABLE IF EXISTS {name}")
@@ -155,17 +172,7 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
         r.execute("SET LOCAL pg_co.test_pause_after_check_ms = 1500")
         if skip_marker:
             r.execute("SET LOCAL pg_co.test_skip_marker = on")
-        result = {}
-
-        def prep_r():
-            try:
-                r.execute("PREPARE TRANSACTION 'r'")
-                result["r"] = "prepared"
-            except psycopg.Error as e:
-                result["r"] = e.sqlstate
-
-        t = threading.Thread(target=prep_r)
-        t.start()
+        t, result = prepare_in_thread(r, "r")
         time.sleep(0.5)  # r is inside its pause now
         try:
             w.execute("PREPARE TRANSACTION 'w'")
@@ -267,17 +274,7 @@ def test_wait_mode_waits_for_in_doubt_reader(outcome):
         w.execute("SET LOCAL pg_co.conflict_action = wait")
         r.execute("PREPARE TRANSACTION 'r'")
         waits_before = s.sql("SELECT waits FROM co.stats")[0][0]
-        result = {}
-
-        def prepare_w():
-            try:
-                w.execute("PREPARE TRANSACTION 'w'")
-                result["w"] = "prepared"
-            except psycopg.Error as e:
-                result["w"] = e.sqlstate
-
-        t = threading.Thread(target=prepare_w)
-        t.start()
+        t, result = prepare_in_thread(w, "w")
         _wait_until_lock_wait(s, w.info.backend_pid)
         assert t.is_alive() and "w" not in result, "w must wait while r is in doubt"
         s.sql(f"{outcome} PREPARED 'r'")
