@@ -169,11 +169,17 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
     checks in that window. Without the marker both get through; with it w is refused."""
     with PgServer() as s:
         r, w = rw_pair(s)
-        r.execute("SET LOCAL pg_co.test_pause_after_check_ms = 1500")
+        r.execute("SET LOCAL pg_co.test_pause_after_check_ms = 3000")
         if skip_marker:
             r.execute("SET LOCAL pg_co.test_skip_marker = on")
         t, result = prepare_in_thread(r, "r")
-        time.sleep(0.5)  # r is inside its pause now
+        # r's PREPARE is running; its check takes microseconds, then it sleeps 3 s.
+        deadline = time.time() + 20
+        while not s.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'active' AND query LIKE 'PREPARE%%'",
+                        (r.info.backend_pid,)):
+            assert time.time() < deadline, "r's PREPARE never started"
+            time.sleep(0.01)
+        time.sleep(0.3)
         try:
             w.execute("PREPARE TRANSACTION 'w'")
             result["w"] = "prepared"
