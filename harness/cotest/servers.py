@@ -307,35 +307,39 @@ class MariaServer(_Server):
         return pymysql.connect(unix_socket=str(self.socket), user="root", autocommit=True, connect_timeout=5)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.running = False
+        """Shut mariadbd down cleanly. self.proc is `runuser` when root, which does not
+        always pass signals on: signal the whole process group (start_new_session) and wait
+        for mariadbd itself, so no server outlives its (deleted) directory."""
+        self._signal_until_gone(signal.SIGTERM, 60)
+        self._signal_until_gone(signal.SIGKILL, 30)
 
     def kill9(self) -> None:
-        """Crash mariadbd. self.proc is `runuser` when root, which does not pass SIGKILL on:
-        kill the whole process group (start_new_session) and wait until mariadbd is gone."""
-        if self.proc and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait()
+        """Crash mariadbd, as a power loss would."""
+        self._signal_until_gone(signal.SIGKILL, 30)
+
+    def _signal_until_gone(self, sig: int, timeout: float) -> None:
         try:
             pid = int(self.pid_file.read_text().split()[0])
         except (OSError, ValueError, IndexError):
             pid = None
-        deadline = time.time() + 30
-        while pid and _pid_alive(pid) and time.time() < deadline:
+        if self.proc and self.proc.poll() is None:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
-                break
+                pass
+        deadline = time.time() + timeout
+        while pid and _pid_alive(pid) and time.time() < deadline:
+            if sig == signal.SIGKILL:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    break
             time.sleep(0.05)
+        if self.proc:
+            try:
+                self.proc.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
         self.running = False
 
     def restart(self) -> None:
