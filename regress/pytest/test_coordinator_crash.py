@@ -221,7 +221,8 @@ def test_operator_commands(pg, mariadb, daemon_factory):
     assert nothing_prepared(pg, mariadb)
     assert committed_both(pg, mariadb, "operator")
     audit = [line for line in d.cli("audit").stdout.splitlines() if ch.gtid in line]
-    assert len(audit) == 2 and "refused" in audit[0] and "tester" in audit[1]
+    # Each force leaves two records: its attempt (written before it acts) and its result.
+    assert len(audit) == 4 and "attempt" in audit[0] and "refused" in audit[1] and "tester" in audit[3], audit
     # An undecided transaction can be forced to abort.
     coord = Coordinator(d.url, d.token)
     g = coord.begin()

@@ -135,15 +135,19 @@ class _Http:
             close = True
         return status, body, close
 
-    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
+                _followed: bool = False) -> dict:
         data = json.dumps(body).encode() if body is not None else b""
         head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
             f"Content-Length: {len(data)}\r\n\r\n".encode()
         self._drain()
         for attempt in range(2):
-            sock, f = self._conn(timeout or self.timeout)
-            fresh = self._local.fresh
+            fresh = True
             try:
+                # Connecting inside the try: a refused or reset connection is the daemon
+                # being unreachable (CoordinatorUnavailable), never a bare OSError.
+                sock, f = self._conn(timeout or self.timeout)
+                fresh = self._local.fresh
                 sock.sendall(head + data)
                 status, raw, close = self._read_response(f)
                 if close:
@@ -161,8 +165,17 @@ class _Http:
             payload = {"raw": raw.decode(errors="replace")}
         if status >= 400:
             err = payload.get("error", {}) if isinstance(payload, dict) else {}
+            if status == 421 and err.get("owner_url") and not _followed:
+                # Another daemon owns this transaction: ask it (same token, same request).
+                return self._peer(err["owner_url"]).request(method, path, body, timeout, _followed=True)
             raise CoordinatorError(status, err.get("code", "unknown"), err.get("message", str(payload)))
         return payload
+
+    def _peer(self, url: str) -> "_Http":
+        peers = self.__dict__.setdefault("_peers", {})
+        if url not in peers:
+            peers[url] = _Http(url, self.token, self.timeout)
+        return peers[url]
 
 
 class Coordinator:
@@ -405,6 +418,9 @@ class Transaction:
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
         self.outcome: str | None = None
+        # Branches of a committed transaction that could not be finished on their owner's
+        # session (branch id, error): the coordinator finishes them.
+        self.unfinished: list[tuple[str, str]] = []
 
     @property
     def gtid(self) -> str:
@@ -573,7 +589,16 @@ class Transaction:
             done = []
             for b in self._branches:
                 if b.state == "prepared":
-                    b.finish("commit", ack=False)
+                    try:
+                        b.finish("commit", ack=False)
+                    except Exception as e:  # noqa: BLE001
+                        # The decision is commit and durable: a database error while
+                        # finishing our branch (connection lost, server restarting) is not
+                        # the application's failure. The daemon commits the branch after
+                        # its owner grace period; the transaction stays committed.
+                        b.state = "left_to_coordinator"
+                        self.unfinished.append((b.branch_id, f"{type(e).__name__}: {e}"))
+                        continue
                     done.append(b.branch_id)
             if done:
                 # One acknowledgement for all of them; if it is lost, recovery confirms
