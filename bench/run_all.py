@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from bench.harness import report  # noqa: E402
-from bench.harness.core import Env, log, machine, read_csv, summarize, write_summary  # noqa: E402
-from bench.micro import micro  # noqa: E402
-from bench.tpcc import tpcc  # noqa: E402
+from bench.harness import report
+from bench.harness.core import Env, log, machine, read_csv, summarize, write_summary
+from bench.micro import micro
+from bench.tpcc import tpcc
 
 HEADER = "## Side by side: local / 2pc / co / shim (issue 7)"
 

@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 from .history import Txn, parse_list
 
@@ -240,8 +239,6 @@ def _victim(argv) -> int:
 
 
 if __name__ == "__main__":
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "clients" / "python"))
     if len(sys.argv) > 1 and sys.argv[1] == "victim":
         sys.exit(_victim(sys.argv[2:]))
     print(__doc__)

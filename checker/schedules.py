@@ -39,7 +39,6 @@ import time
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .graph import check, serial_order
 from .history import Txn, parse_list
@@ -700,8 +699,6 @@ def main(argv=None) -> int:
         print(f"total: {total} schedules (+ {len(named_schedules())} named)")
         return 0
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "harness"))
     from cotest import MariaServer, PgServer, reap_orphans
     reap_orphans()
     items = [(l, p, s) for l, p, s in named_schedules()]

@@ -23,15 +23,8 @@ them measure the engines' rules and the shim's extra work, nothing else.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
-
-ROOT = Path(__file__).resolve().parents[2]
-for p in (ROOT / "harness", ROOT / "clients" / "python"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
 
 HELPER_BATCH = 10          # sub-transactions per shim helper (Sonata shares helpers by 10)
 DUMMY_ROWS_PER_WORKER = 16  # dummy keys per worker: helper slots (PG) / branch slots (MariaDB)
