@@ -40,6 +40,8 @@ from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from cotx import refusals
+
 from .graph import check, serial_order
 from .history import Txn, parse_list
 
@@ -374,16 +376,13 @@ class Result:
 
 
 def reason_of(e) -> str:
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    for needle, label in (("rule A", "pg_co rule A"), ("rule B", "pg_co rule B"), ("rule C", "pg_co rule C"),
-                          ("mysql_co", "mysql_co"), ("could not serialize", "PostgreSQL SSI"),
-                          ("Deadlock", "MariaDB deadlock"), ("deadlock", "deadlock"),
-                          ("canceling statement", "global deadlock (cancelled)"),
-                          ("interrupted", "global deadlock (cancelled)"), ("Lock wait timeout", "lock timeout"),
-                          ("lock timeout", "lock timeout")):
-        if needle in msg:
-            return label
-    return msg[:120]
+    """Why a step failed: the refusal kind (cotx.refusals), or the error's first line."""
+    kind = refusals.classify(e).kind
+    if kind in ("pg cancelled", "my interrupted"):
+        return "global deadlock (cancelled)"   # only the runner cancels steps, on a wait cycle
+    if kind != "other":
+        return kind
+    return (str(e).splitlines()[0] if str(e) else type(e).__name__)[:120]
 
 
 class Runner:

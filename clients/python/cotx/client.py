@@ -17,10 +17,8 @@ import uuid
 
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
+from .refusals import classify
 
-# Errors worth retrying the whole global transaction for.
-PG_RETRYABLE = {"40001", "40P01", "55P03"}       # serialization failure, deadlock, lock not available
-MY_RETRYABLE = {1402, 1213, 1205, 1613, 1614}   # XA_RBROLLBACK (mysql_co refusal), deadlock, lock wait, XA_RB*
 PG_NO_SUCH_PREPARED = "42704"
 MY_XAER_NOTA = 1397
 
@@ -393,7 +391,7 @@ def _my_code(e) -> int | None:
 
 
 def _retryable(e) -> bool:
-    return _pg_state(e) in PG_RETRYABLE or _my_code(e) in MY_RETRYABLE
+    return classify(e).retryable
 
 
 class Transaction:
