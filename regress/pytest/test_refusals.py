@@ -11,6 +11,7 @@ import pymysql
 import pytest
 from cotx import PrepareRefused
 from cotx.refusals import KINDS, classify
+from cotest.servers import pg_co_installed
 
 from conftest import requires_mysql_co, requires_pg_co
 
@@ -100,6 +101,10 @@ def test_wrapped_errors_classify_by_their_cause():
     assert classify(err).kind == "pg_co rule A"
     assert classify(pymysql.err.OperationalError(1213, "Deadlock found")).kind == "my deadlock"
     assert classify(ValueError(1213)).kind == "other"     # a bare int argument is no errno
+    # PyMySQL errors carry MariaDB's SQLSTATE too (40001 for a deadlock): the errno decides.
+    e = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded; try restarting transaction")
+    e.sqlstate = "HY000"
+    assert classify(e).kind == "my lock wait timeout"
 
 
 # --- real servers -------------------------------------------------------------------------
@@ -113,7 +118,8 @@ def _pg_table(pg):
 def pgs(pg):
     """session(*stmts): a new autocommit session on PostgreSQL that ran `stmts`. Sessions
     are closed and prepared transactions rolled back after the test."""
-    pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
+    if pg_co_installed():
+        pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
     _pg_table(pg)
     conns = []
 
@@ -170,14 +176,14 @@ def raised(conn, stmt):
 
 def deadlock(a, a_stmt, b, b_stmt):
     """a and b each hold a row lock the other's statement wants: both statements run at
-    once (threads), the engine breaks the cycle; returns the error it raised."""
+    once (threads), the engine breaks the cycle; returns (victim's session, its error)."""
     errors = []
 
     def go(conn, stmt):
         try:
             run(conn, stmt)
         except Exception as e:  # noqa: BLE001 - collected
-            errors.append(e)
+            errors.append((conn, e))
     threads = [threading.Thread(target=go, args=x) for x in ((a, a_stmt), (b, b_stmt))]
     for t in threads:
         t.start()
@@ -254,8 +260,8 @@ def test_pg_lock_timeout_and_cancel(pgs):
 def test_pg_deadlock(pgs):
     a = pgs("BEGIN", "UPDATE acct SET bal = 1 WHERE id = 1")
     b = pgs("BEGIN", "UPDATE acct SET bal = 2 WHERE id = 2")
-    assert_kind(deadlock(a, "UPDATE acct SET bal = 1 WHERE id = 2", b, "UPDATE acct SET bal = 2 WHERE id = 1"),
-                "pg deadlock")
+    _, e = deadlock(a, "UPDATE acct SET bal = 1 WHERE id = 2", b, "UPDATE acct SET bal = 2 WHERE id = 1")
+    assert_kind(e, "pg deadlock")
 
 
 @requires_mysql_co
@@ -274,13 +280,15 @@ def test_my_lock_wait_timeout(mys):
 def test_my_deadlocks(mys):
     a = mys("BEGIN", "UPDATE acct SET bal = 1 WHERE id = 1")
     b = mys("BEGIN", "UPDATE acct SET bal = 2 WHERE id = 2")
-    assert_kind(deadlock(a, "UPDATE acct SET bal = 1 WHERE id = 2", b, "UPDATE acct SET bal = 2 WHERE id = 1"),
-                "my deadlock")
-    # Inside XA branches MariaDB reports the same deadlock as XA_RBDEADLOCK.
+    _, e = deadlock(a, "UPDATE acct SET bal = 1 WHERE id = 2", b, "UPDATE acct SET bal = 2 WHERE id = 1")
+    assert_kind(e, "my deadlock")
+    run(a, "ROLLBACK")
+    run(b, "ROLLBACK")
+    # Inside XA branches MariaDB 10.11 reports the same errno (not XA_RBDEADLOCK).
     a = mys("XA START 'a'", "UPDATE acct SET bal = 1 WHERE id = 1")
     b = mys("XA START 'b'", "UPDATE acct SET bal = 2 WHERE id = 2")
-    assert_kind(deadlock(a, "UPDATE acct SET bal = 1 WHERE id = 2", b, "UPDATE acct SET bal = 2 WHERE id = 1"),
-                "my XA rollback")
+    _, e = deadlock(a, "UPDATE acct SET bal = 1 WHERE id = 2", b, "UPDATE acct SET bal = 2 WHERE id = 1")
+    assert_kind(e, "my deadlock")
 
 
 @requires_mysql_co

@@ -197,6 +197,12 @@ class Coordinator:
         or when tx.gtid is first read."""
         return Transaction(self, None, root=True, timeout_ms=timeout_ms)
 
+    def run(self, fn, retries: int = 5, **kw):
+        """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
+        times with jittered exponential backoff; returns fn's result (cotx.retry.run)."""
+        from .retry import run
+        return run(self, fn, retries, **kw)
+
     def join(self, gtid: str, wait: bool = True) -> "Transaction":
         """Take part in a global transaction begun elsewhere (gtid propagated as a string).
         At exit the branches are prepared and reported; with wait=True the exit then waits

@@ -70,6 +70,8 @@ def _codes(e: BaseException) -> tuple[str | None, int | None]:
     errno = args[0] if args and isinstance(args[0], int) and not isinstance(args[0], bool) else None
     if errno is not None and len(args) < 2:
         errno = None  # PyMySQL errors are (errno, message); a bare int argument is something else
+    if errno is not None:
+        state = None  # PyMySQL also carries MariaDB's SQLSTATE (40001 for a deadlock): the errno says more
     return state, errno
 
 
