@@ -131,3 +131,22 @@ def test_every_isolation_spec_switches_its_rule_off():
         if not used and spec.name not in SPEC_OFF_ELSEWHERE:
             without.append(str(spec.relative_to(ROOT)))
     assert not without, f"isolation specs without a permutation that switches their rule off: {without}"
+
+
+TRACKER = re.compile(r"\b(issue|ticket|bug) ?#?\d+\b|\bbench\d+\b", re.I)
+TEXT_SUFFIXES = {".py", ".md", ".sh", ".rs", ".c", ".h", ".cc", ".toml", ".spec", ".sql", ".conf", ".txt", ".yml", ".json"}
+
+
+def test_no_references_to_an_outside_tracker():
+    """Comments, docs and generated markers say what a thing is, not which ticket asked
+    for it: the tracker is not part of the repository."""
+    def sources():
+        for p in ROOT.rglob("*"):
+            parts = p.relative_to(ROOT).parts
+            if p.is_file() and p.suffix in TEXT_SUFFIXES and not any(x.startswith(".") or x == "target" for x in parts):
+                yield p
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:100]}"
+            for p in sources() if p.name != "test_docs.py"
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if TRACKER.search(line)]
+    assert TRACKER.search("see issue 7") and TRACKER.search("<!-- bench7:generated -->")
+    assert not hits, "\n".join(hits)
