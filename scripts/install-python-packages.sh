@@ -14,6 +14,7 @@ stamp="$COTX_VENV/.pkgs-$key"
 log "installing the project's Python packages (editable) from $COTX_ROOT"
 args=()
 for p in "${PKGS[@]}"; do args+=(-e "$COTX_ROOT/$p"); done
-# Without build isolation: setuptools and wheel come from requirements.txt, so no download.
-"$COTX_VENV/bin/pip" install -q --no-build-isolation --no-deps "${args[@]}"
+# Without build isolation: setuptools comes from requirements.txt, so no download. The
+# backend's warnings are informational ("editable installation"): not shown.
+PYTHONWARNINGS=ignore "$COTX_VENV/bin/pip" install -q --no-build-isolation --no-deps "${args[@]}"
 rm -f "$COTX_VENV"/.pkgs-*; touch "$stamp"
