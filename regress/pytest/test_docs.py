@@ -19,7 +19,7 @@ from conftest import requires_mysql_co, requires_pg_co
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted(p for p in ROOT.rglob("*.md")
               if not any(part.startswith(".") or part == "target" for part in p.relative_to(ROOT).parts))
-FILE_SUFFIXES = ("md", "so", "control", "c", "h", "rs", "spec", "sql", "conf", "out", "toml", "py", "sh", "cc")
+FILE_SUFFIXES = ("md", "jsonl", "json", "csv", "png", "so", "control", "c", "h", "rs", "spec", "sql", "conf", "out", "toml", "py", "sh", "cc")
 
 
 def named(pattern: str, files: bool = False) -> dict[str, list[str]]:
@@ -68,7 +68,7 @@ def test_pg_co_views_and_functions(pg):
                            "WHERE n.nspname = 'co' AND c.relname = %s UNION ALL "
                            "SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
                            "WHERE n.nspname = 'co' AND p.proname = %s", (obj, obj)))
-    check(named(r"(?<![\w.])(co\.[a-z_]+)\b"), exists, "co.no_such_view")
+    check(named(r"(?<![\w./-])(co\.[a-z_]+)\b"), exists, "co.no_such_view")
 
 
 @requires_mysql_co
