@@ -4,14 +4,17 @@ of retries is bounded, and the waits between attempts are random draws (injected
 no clock is involved) from an exponentially growing, capped window."""
 import psycopg
 import pytest
-from cotx import Coordinator, RetryableError
+from cotx import Coordinator, RetryableError, TransactionAborted
 from cotx.retry import backoff
 from cotx.testing import make_daemon, nothing_prepared
+
+from conftest import requires_mysql_co
 
 
 @pytest.fixture(scope="module")
 def coord(pg, mariadb):
     pg.sql("CREATE TABLE IF NOT EXISTS runs(id int PRIMARY KEY, v int NOT NULL)")
+    mariadb.sql("CREATE TABLE IF NOT EXISTS runs(id int PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
     d = make_daemon(pg, mariadb)
     with d:
         yield Coordinator(d.url, d.token)
@@ -79,6 +82,27 @@ def test_other_errors_are_not_retried(pg, coord, row):
     with pytest.raises(ValueError):
         coord.run(bug, sleep=sleeps.append)
     assert len(attempts) == 2 and sleeps == []
+
+
+@requires_mysql_co
+def test_a_setup_refusal_is_not_retried(pg, mariadb, coord, row):
+    """mysql_co refuses a REPEATABLE READ branch: retrying cannot cure that (cotx.refusals
+    kind "mysql_co isolation"), so run() gives up at once with TransactionAborted."""
+    pc, mc, sleeps, attempts = pg.connect(), mariadb.connect(), [], []
+
+    def fn(tx):
+        attempts.append(1)
+        with tx.branch(pc, "pg"):
+            pc.execute("UPDATE runs SET v = v + 1 WHERE id = 1")
+        with tx.branch(mc, "my", isolation="REPEATABLE READ"):
+            mc.cursor().execute("INSERT INTO runs VALUES (1, 1)")
+    with pytest.raises(TransactionAborted) as ei:
+        coord.run(fn, sleep=sleeps.append)
+    assert not isinstance(ei.value, RetryableError) and "mysql_co" in str(ei.value)
+    assert len(attempts) == 1 and sleeps == []
+    assert pg.sql("SELECT v FROM runs WHERE id = 1") == [(0,)]
+    assert mariadb.sql("SELECT count(*) FROM runs") == ((0,),)
+    assert nothing_prepared(pg, mariadb)
 
 
 def test_backoff_window_grows_and_is_capped():

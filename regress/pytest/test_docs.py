@@ -150,3 +150,14 @@ def test_no_references_to_an_outside_tracker():
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if TRACKER.search(line)]
     assert TRACKER.search("see issue 7") and TRACKER.search("<!-- bench7:generated -->")
     assert not hits, "\n".join(hits)
+
+
+def test_no_import_path_hacks():
+    """The project's packages are installed (scripts/install-python-packages.sh): nothing
+    may make them importable by editing the import path."""
+    hack = re.compile(r"sys\.path\.(insert|append)|PYTHONPATH=")
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in ROOT.rglob("*")
+            if p.suffix in (".py", ".sh", ".md") and p.name != "test_docs.py"
+            and not any(x.startswith(".") or x == "target" for x in p.relative_to(ROOT).parts)
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if hack.search(line)]
+    assert not hits, hits
