@@ -39,7 +39,8 @@ import time
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from cotx import refusals
 
 from .graph import check, serial_order
 from .history import Txn, parse_list
@@ -375,16 +376,13 @@ class Result:
 
 
 def reason_of(e) -> str:
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    for needle, label in (("rule A", "pg_co rule A"), ("rule B", "pg_co rule B"), ("rule C", "pg_co rule C"),
-                          ("mysql_co", "mysql_co"), ("could not serialize", "PostgreSQL SSI"),
-                          ("Deadlock", "MariaDB deadlock"), ("deadlock", "deadlock"),
-                          ("canceling statement", "global deadlock (cancelled)"),
-                          ("interrupted", "global deadlock (cancelled)"), ("Lock wait timeout", "lock timeout"),
-                          ("lock timeout", "lock timeout")):
-        if needle in msg:
-            return label
-    return msg[:120]
+    """Why a step failed: the refusal kind (cotx.refusals), or the error's first line."""
+    kind = refusals.classify(e).kind
+    if kind in ("pg cancelled", "my interrupted"):
+        return "global deadlock (cancelled)"   # only the runner cancels steps, on a wait cycle
+    if kind != "other":
+        return kind
+    return (str(e).splitlines()[0] if str(e) else type(e).__name__)[:120]
 
 
 class Runner:
@@ -700,8 +698,6 @@ def main(argv=None) -> int:
         print(f"total: {total} schedules (+ {len(named_schedules())} named)")
         return 0
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "harness"))
     from cotest import MariaServer, PgServer, reap_orphans
     reap_orphans()
     items = [(l, p, s) for l, p, s in named_schedules()]

@@ -31,15 +31,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT / "harness", ROOT / "clients" / "python", ROOT):
-    sys.path.insert(0, str(p))
+from cotest import MariaServer, PgServer, free_port, reap_orphans
+from cotx.daemon import Daemon
 
-from cotest import MariaServer, PgServer, free_port, reap_orphans  # noqa: E402
-from cotx.daemon import Daemon  # noqa: E402
+from checker import Txn, check
+from checker.history import dump_jsonl, parse_list
 
-from checker import Txn, check  # noqa: E402
-from checker.history import dump_jsonl, parse_list  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 START = 50
 AMOUNT = 80
@@ -81,14 +79,13 @@ class Bank:
         self.daemon.start()
         ports = {"savings": free_port(), "checking": free_port()}
         self.urls = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}
-        env = dict(os.environ)
         for name, kind, dbport in (("savings", "postgres", self.pg.port), ("checking", "mariadb", self.my.port)):
             peer = "checking" if name == "savings" else "savings"
             log = open(self.workdir / f"{name}.log", "ab")
             self.procs.append(subprocess.Popen(
-                [sys.executable, str(ROOT / "demo" / "bank_service.py"), name, kind, str(ports[name]), str(dbport),
+                [sys.executable, str(HERE / "bank_service.py"), name, kind, str(ports[name]), str(dbport),
                  self.daemon.url, self.daemon.token, self.urls[peer]],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env))
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL))
         for name, url in self.urls.items():
             deadline = time.time() + 30
             while True:

@@ -115,6 +115,7 @@ if [ ! -f "$stamp" ]; then
   "$COTX_VENV/bin/pip" install -q -r "$REQ"
   rm -f "$COTX_VENV"/.req-*; touch "$stamp"
 fi
+bash "$COTX_ROOT/scripts/install-python-packages.sh"
 # The test user must be able to read the checkout and the venv.
 chmod o+rx "$COTX_CACHE" "$COTX_VENV" 2>/dev/null || true
 

@@ -17,7 +17,6 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -25,9 +24,11 @@ from collections import Counter
 from pathlib import Path
 
 from . import MODES
-from .driver import ROOT, Abort, Driver, LocalRetry
+from cotest import MariaServer, PgServer, reap_orphans
 
-from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402  (path set by driver)
+from .driver import Abort, Driver, LocalRetry
+
+ROOT = Path(__file__).resolve().parents[2]    # the checkout: results and plots live in bench/
 
 PG_CONF = {
     "shared_buffers": "'256MB'",

@@ -18,9 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-from cotest import PgServer, reap_orphans  # noqa: E402
+from cotest import PgServer, reap_orphans
 
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 HERE = Path(__file__).parent

@@ -1,16 +1,21 @@
 """Fixtures shared by every pytest suite: real servers, started per module and removed after."""
 import os
-import sys
 from pathlib import Path
 
+import checker
+import cotest
+import cotx
 import pytest
+from cotest import MariaServer, PgServer, reap_orphans
+from cotest.servers import mysql_co_installed, pg_co_installed
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "clients" / "python"))
-
-from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402
-from cotest.servers import mysql_co_installed, pg_co_installed  # noqa: E402
+# The project's packages are installed editable into the machine-wide venv, pointing at
+# one checkout (scripts/install-python-packages.sh): say so when it is another one.
+for _pkg in (cotx, cotest, checker):
+    if not Path(_pkg.__file__).resolve().is_relative_to(ROOT):
+        raise pytest.UsageError(f"{_pkg.__name__} is imported from {_pkg.__file__}, not from this checkout "
+                                f"({ROOT}): run scripts/bootstrap.sh (or scripts/install-python-packages.sh) here")
 
 
 def pytest_sessionstart(session):

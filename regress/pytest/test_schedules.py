@@ -6,15 +6,10 @@ checker and the brute-force serial-order oracle agree); with plain 2PC the same
 schedules produce anomalies, which the checker finds. Full set: docs/guarantees.md
 (`python -m checker.schedules --full`)."""
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample  # noqa: E402
-from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample
+from conftest import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 

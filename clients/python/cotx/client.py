@@ -17,10 +17,8 @@ import uuid
 
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
+from .refusals import classify
 
-# Errors worth retrying the whole global transaction for.
-PG_RETRYABLE = {"40001", "40P01", "55P03"}       # serialization failure, deadlock, lock not available
-MY_RETRYABLE = {1402, 1213, 1205, 1613, 1614}   # XA_RBROLLBACK (mysql_co refusal), deadlock, lock wait, XA_RB*
 PG_NO_SUCH_PREPARED = "42704"
 MY_XAER_NOTA = 1397
 
@@ -211,6 +209,12 @@ class Coordinator:
         It is begun at the coordinator together with its first branch (one round trip),
         or when tx.gtid is first read."""
         return Transaction(self, None, root=True, timeout_ms=timeout_ms)
+
+    def run(self, fn, retries: int = 5, **kw):
+        """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
+        times with jittered exponential backoff; returns fn's result (cotx.retry.run)."""
+        from .retry import run
+        return run(self, fn, retries, **kw)
 
     def join(self, gtid: str, wait: bool = True) -> "Transaction":
         """Take part in a global transaction begun elsewhere (gtid propagated as a string).
@@ -406,7 +410,7 @@ def _my_code(e) -> int | None:
 
 
 def _retryable(e) -> bool:
-    return _pg_state(e) in PG_RETRYABLE or _my_code(e) in MY_RETRYABLE
+    return classify(e).retryable
 
 
 class Transaction:
