@@ -100,9 +100,17 @@ if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION"
   log "installing cargo-pgrx $PGRX_VERSION (about 6 minutes on 2 cores)"
   (cd / && cargo +"$RUST_TOOLCHAIN" install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet)
 fi
-if ! grep -qs "pg$PG_MAJOR = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
-  log "cargo pgrx init --pg$PG_MAJOR $PG_CONFIG"
-  (cd / && cargo +"$RUST_TOOLCHAIN" pgrx init --pg$PG_MAJOR "$PG_CONFIG" >/dev/null)
+# PostgreSQL 17 and 18 from source (cached), 15 linked: every major's pg_config under $COTX_CACHE/pg.
+bash "$COTX_ROOT/scripts/build-pg-servers.sh" $COTX_PG_MAJORS
+pgrx_init=()
+for m in $COTX_PG_MAJORS; do
+  grep -qs "pg$m = \"$(pg_config_of "$m")\"" "$HOME/.pgrx/config.toml" || pgrx_init+=(--pg"$m" "$(pg_config_of "$m")")
+done
+if [ ${#pgrx_init[@]} -gt 0 ]; then
+  # init rewrites config.toml with exactly the majors given: always pass all of them.
+  pgrx_init=(); for m in $COTX_PG_MAJORS; do pgrx_init+=(--pg"$m" "$(pg_config_of "$m")"); done
+  log "cargo pgrx init ${pgrx_init[*]}"
+  (cd / && cargo +"$RUST_TOOLCHAIN" pgrx init "${pgrx_init[@]}" >/dev/null)
 fi
 
 # --- Python virtual environment for tests, demo and bench --------------------------------

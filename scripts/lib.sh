@@ -21,6 +21,11 @@ COTX_TARGET_COORD="$COTX_CACHE/target-coord"
 COTX_USER="${COTX_USER:-cotx}"
 PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
 PG_CONFIG="$PG_BIN/pg_config"
+# Every PostgreSQL major pg_co is built for and tested on (docs/pg_co.md, "Versions"); each
+# one's pg_config is at $COTX_CACHE/pg/<major>/bin/pg_config (15: a link to Debian's, 17
+# and 18: built by scripts/build-pg-servers.sh). COTX_PG_MAJORS="15" narrows a run.
+COTX_PG_MAJORS="${COTX_PG_MAJORS:-15 17 18}"
+pg_config_of() { echo "$COTX_CACHE/pg/$1/bin/pg_config"; }
 export PATH="$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH="${LIBCLANG_PATH:-/usr/lib/llvm-14/lib}"
 

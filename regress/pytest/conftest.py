@@ -10,7 +10,8 @@ sys.path.insert(0, str(ROOT / "harness"))
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402
-from cotest.servers import mysql_co_installed, pg_co_installed  # noqa: E402
+from cotest import servers as cotest_servers  # noqa: E402
+from cotest.servers import PG_MAJORS, mysql_co_installed, pg_co_installed  # noqa: E402
 
 
 def pytest_sessionstart(session):
@@ -29,6 +30,18 @@ def mariadb():
     """MariaDB 10.11 with mysql_co loaded at startup when it is installed."""
     with MariaServer() as s:
         yield s
+
+
+@pytest.fixture(scope="module", params=PG_MAJORS, ids=lambda m: f"pg{m}")
+def pg_major(request):
+    """A module that uses this fixture runs every test once per PostgreSQL major
+    (COTX_PG_MAJORS narrows the list): every PgServer() it starts is of that major."""
+    if not pg_co_installed(request.param) and not os.environ.get("CI"):
+        pytest.skip(f"pg_co is not installed into PostgreSQL {request.param} (run scripts/build.sh)")
+    old = cotest_servers.DEFAULT_PG_MAJOR
+    cotest_servers.DEFAULT_PG_MAJOR = request.param
+    yield request.param
+    cotest_servers.DEFAULT_PG_MAJOR = old
 
 
 requires_pg_co = pytest.mark.skipif(not pg_co_installed() and not os.environ.get("CI"),

@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample  # noqa: E402
 from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+from cotest import PgServer  # noqa: E402
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS, pg_co_installed  # noqa: E402
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
@@ -64,6 +66,26 @@ def test_sample_with_the_project_is_serializable(runner, items):
     print(t.line())
     assert t.run == len(items)
     assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
+    assert t.oracle_disagrees == 0
+    assert 0 < t.refused < t.run
+
+
+@pytest.mark.parametrize("major", [m for m in PG_MAJORS if m != DEFAULT_PG_MAJOR], ids=lambda m: f"pg{m}")
+def test_sample_with_the_project_is_serializable_on_other_majors(major, mariadb, items):
+    """The same sample with pg_co on another PostgreSQL major (the module's runner uses the
+    default one)."""
+    if not pg_co_installed(major) and not os.environ.get("CI"):
+        pytest.skip(f"pg_co is not installed into PostgreSQL {major}")
+    with PgServer(major=major) as pg:
+        r = Runner(pg, mariadb)
+        try:
+            r.set_mode("co")
+            t = run_many(r, items, Tally(f"co pg{major}"))
+        finally:
+            r.close()
+    print(t.line())
+    assert t.run == len(items)
+    assert t.anomalies == 0, [(x.label, x.executed, [a.text for a in x.anomalies]) for x in t.failures]
     assert t.oracle_disagrees == 0
     assert 0 < t.refused < t.run
 
