@@ -25,7 +25,8 @@ PG_CONFIG="$PG_BIN/pg_config"
 # one's pg_config is at $COTX_CACHE/pg/<major>/bin/pg_config (15: a link to Debian's, 17
 # and 18: built by scripts/build-pg-servers.sh). COTX_PG_MAJORS="15" narrows a run.
 COTX_PG_MAJORS="${COTX_PG_MAJORS:-15 17 18}"
-pg_config_of() { echo "$COTX_CACHE/pg/$1/bin/pg_config"; }
+# COTX_PG_CONFIG_<major> points a major at another build (e.g. a staged copy, another minor).
+pg_config_of() { local v="COTX_PG_CONFIG_$1"; echo "${!v:-$COTX_CACHE/pg/$1/bin/pg_config}"; }
 export PATH="$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH="${LIBCLANG_PATH:-/usr/lib/llvm-14/lib}"
 
