@@ -119,9 +119,9 @@ walk_conflicts(const SERIALIZABLEXACT *x, bool out, co_visit_fn fn, void *arg)
 static bool
 first_two_available(const PredXactListData *px, const void **a, const void **b)
 {
-	const dlist_head *head = &px->availableList;
-	const dlist_node *n1 = head->head.next;
-	const dlist_node *n2 = n1->next;
+	dlist_head *head = (dlist_head *) &px->availableList;
+	dlist_node *n1 = head->head.next;
+	dlist_node *n2 = n1->next;
 
 	if (n1 == &head->head || n2 == &head->head)
 		return false;
