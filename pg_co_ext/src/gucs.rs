@@ -78,6 +78,11 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::NO_SHOW_ALL,
     );
+}
+
+/// Settings read once by the postmaster; registered only while shared_preload_libraries is
+/// processed (PostgreSQL refuses PGC_POSTMASTER settings from a library loaded later).
+pub fn register_postmaster() {
     GucRegistry::define_int_guc(
         c"pg_co.test_layout_skew",
         c"Test only: pretend pg_co's SSI struct sizes differ by this many bytes, to show the start-up layout check refusing.",

@@ -44,6 +44,7 @@ pub extern "C-unwind" fn _PG_init() {
         pgrx::warning!("pg_co is loaded without shared_preload_libraries: commitment ordering is NOT enforced; add pg_co to shared_preload_libraries and restart");
         return;
     }
+    gucs::register_postmaster();
     unsafe {
         shmem::install_hooks();
         commit_points::register();
