@@ -102,13 +102,13 @@ if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION"
 fi
 # PostgreSQL 17 and 18 from source (cached), 15 linked: every major's pg_config under $COTX_CACHE/pg.
 bash "$COTX_ROOT/scripts/build-pg-servers.sh" $COTX_PG_MAJORS
-pgrx_init=()
+pgrx_init=(); pgrx_missing=0
 for m in $COTX_PG_MAJORS; do
-  grep -qs "pg$m = \"$(pg_config_of "$m")\"" "$HOME/.pgrx/config.toml" || pgrx_init+=(--pg"$m" "$(pg_config_of "$m")")
+  [ -z "$(pg_unavailable "$m")" ] || continue   # its source did not download: skipped
+  pgrx_init+=(--pg"$m" "$(pg_config_of "$m")")
+  grep -qs "pg$m = \"$(pg_config_of "$m")\"" "$HOME/.pgrx/config.toml" || pgrx_missing=1
 done
-if [ ${#pgrx_init[@]} -gt 0 ]; then
-  # init rewrites config.toml with exactly the majors given: always pass all of them.
-  pgrx_init=(); for m in $COTX_PG_MAJORS; do pgrx_init+=(--pg"$m" "$(pg_config_of "$m")"); done
+if [ $pgrx_missing = 1 ]; then   # init rewrites config.toml: always pass every major
   log "cargo pgrx init ${pgrx_init[*]}"
   (cd / && cargo +"$RUST_TOOLCHAIN" pgrx init "${pgrx_init[@]}" >/dev/null)
 fi

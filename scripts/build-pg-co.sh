@@ -10,6 +10,8 @@ cd "$COTX_ROOT/pg_co_ext"
 inputs=$(cd "$COTX_ROOT" && find pg_co_ext -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' -o -name '*.toml' -o -name '*.control' \) -print0 \
           | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 for major in $COTX_PG_MAJORS; do
+  reason=$(pg_unavailable "$major")
+  if [ -n "$reason" ]; then log "PostgreSQL $major: SKIPPED ($reason)"; continue; fi
   pg_config=$(pg_config_of "$major")
   [ -x "$pg_config" ] || die "no PostgreSQL $major at $pg_config: run scripts/bootstrap.sh (scripts/build-pg-servers.sh builds it)"
   stamp="$COTX_CACHE/pg_co.installed.pg$major"

@@ -12,6 +12,8 @@ log "pg_co_rules unit tests"
 
 rc=0
 for major in $COTX_PG_MAJORS; do
+  reason=$(pg_unavailable "$major")
+  if [ -n "$reason" ]; then log "PostgreSQL $major: SKIPPED ($reason)"; continue; fi
   pg_config=$(pg_config_of "$major")
   [ -x "$pg_config" ] || die "no PostgreSQL $major at $pg_config: run scripts/bootstrap.sh"
   bindir=$("$pg_config" --bindir)

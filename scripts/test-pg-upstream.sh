@@ -22,6 +22,8 @@ isolation_src() {
 
 rc=0
 for major in $COTX_PG_MAJORS; do
+  reason=$(pg_unavailable "$major")
+  if [ -n "$reason" ]; then log "PostgreSQL $major: SKIPPED ($reason)"; continue; fi
   pg_config=$(pg_config_of "$major")
   [ -x "$pg_config" ] || die "no PostgreSQL $major at $pg_config: run scripts/bootstrap.sh"
   src=$(isolation_src "$pg_config" "$major")

@@ -45,6 +45,15 @@ def _pg_config(major: int, what: str) -> Path | None:
     return None
 
 
+def pg_unavailable(major: int) -> str | None:
+    """Why a major is not built here (its source package did not download; written by
+    scripts/build-pg-servers.sh), or None."""
+    try:
+        return (COTX_CACHE / "pg" / str(major) / "UNAVAILABLE").read_text().strip()
+    except OSError:
+        return None
+
+
 def pg_bin(major: int | None = None) -> Path:
     major = major or DEFAULT_PG_MAJOR
     if major == 15 and os.environ.get("COTX_PG_BIN"):

@@ -36,6 +36,8 @@ def mariadb():
 def pg_major(request):
     """A module that uses this fixture runs every test once per PostgreSQL major
     (COTX_PG_MAJORS narrows the list): every PgServer() it starts is of that major."""
+    if cotest_servers.pg_unavailable(request.param):
+        pytest.skip(f"PostgreSQL {request.param} skipped: {cotest_servers.pg_unavailable(request.param)}")
     if not pg_co_installed(request.param) and not os.environ.get("CI"):
         pytest.skip(f"pg_co is not installed into PostgreSQL {request.param} (run scripts/build.sh)")
     old = cotest_servers.DEFAULT_PG_MAJOR

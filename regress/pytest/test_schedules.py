@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample  # noqa: E402
 from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
 from cotest import PgServer  # noqa: E402
-from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS, pg_co_installed  # noqa: E402
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS, pg_co_installed, pg_unavailable  # noqa: E402
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
@@ -74,6 +74,8 @@ def test_sample_with_the_project_is_serializable(runner, items):
 def test_sample_with_the_project_is_serializable_on_other_majors(major, mariadb, items):
     """The same sample with pg_co on another PostgreSQL major (the module's runner uses the
     default one)."""
+    if pg_unavailable(major):
+        pytest.skip(f"PostgreSQL {major} skipped: {pg_unavailable(major)}")
     if not pg_co_installed(major) and not os.environ.get("CI"):
         pytest.skip(f"pg_co is not installed into PostgreSQL {major}")
     with PgServer(major=major) as pg:
