@@ -23,9 +23,16 @@ for major in $COTX_PG_MAJORS; do
   log "building and installing pg_co for PostgreSQL $major (release, $pg_config)"
   buildlog="$COTX_CACHE/pg_co-build.pg$major.log"
   t0=$SECONDS
+  # package, then install each file by rename: servers running the old pg_co.so keep their
+  # mapping (an in-place overwrite can crash them).
   CARGO_TARGET_DIR="$COTX_TARGET_PG/pg$major" PGRX_PG_CONFIG_PATH="$pg_config" PG_CONFIG="$pg_config" \
-    nice -n 10 cargo pgrx install --release --pg-config "$pg_config" --no-default-features --features "pg$major" >"$buildlog" 2>&1 \
+    nice -n 10 cargo pgrx package --pg-config "$pg_config" --no-default-features --features "pg$major" >"$buildlog" 2>&1 \
     || { tail -40 "$buildlog"; die "pg_co build for PostgreSQL $major failed (full log: $buildlog)"; }
+  pkg="$COTX_TARGET_PG/pg$major/release/pg_co-pg$major"
+  (cd "$pkg" && find . -type f) | while read -r f; do
+    dest="/${f#./}"
+    install -m 644 "$pkg/$f" "$dest.cotx-new" && mv -f "$dest.cotx-new" "$dest"
+  done
   echo "$inputs" > "$stamp"
   log "installed $so in $((SECONDS - t0)) s"
 done
