@@ -105,8 +105,9 @@ bash "$COTX_ROOT/scripts/build-pg-servers.sh" $COTX_PG_MAJORS
 pgrx_init=(); pgrx_missing=0
 for m in $COTX_PG_MAJORS; do
   [ -z "$(pg_unavailable "$m")" ] || continue   # its source did not download: skipped
-  pgrx_init+=(--pg"$m" "$(pg_config_of "$m")")
-  grep -qs "pg$m = \"$(pg_config_of "$m")\"" "$HOME/.pgrx/config.toml" || pgrx_missing=1
+  cfg=$(readlink -f "$(pg_config_of "$m")")   # 15: Debian's own path, as pgrx had it before
+  pgrx_init+=(--pg"$m" "$cfg")
+  grep -qs "pg$m = \"$cfg\"" "$HOME/.pgrx/config.toml" || pgrx_missing=1
 done
 if [ $pgrx_missing = 1 ]; then   # init rewrites config.toml: always pass every major
   log "cargo pgrx init ${pgrx_init[*]}"

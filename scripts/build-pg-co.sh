@@ -12,7 +12,7 @@ inputs=$(cd "$COTX_ROOT" && find pg_co_ext -type f \( -name '*.rs' -o -name '*.c
 for major in $COTX_PG_MAJORS; do
   reason=$(pg_unavailable "$major")
   if [ -n "$reason" ]; then log "PostgreSQL $major: SKIPPED ($reason)"; continue; fi
-  pg_config=$(pg_config_of "$major")
+  pg_config=$(readlink -f "$(pg_config_of "$major")")   # 15: Debian's, as in ~/.pgrx/config.toml
   [ -x "$pg_config" ] || die "no PostgreSQL $major at $pg_config: run scripts/bootstrap.sh (scripts/build-pg-servers.sh builds it)"
   stamp="$COTX_CACHE/pg_co.installed.pg$major"
   so="$("$pg_config" --pkglibdir)/pg_co.so"
