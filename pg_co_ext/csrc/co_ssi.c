@@ -3,7 +3,8 @@
  *
  * Supported: PostgreSQL 15, 17 and 18 (16 has the same lists as 17 but is untested).
  * Only the list walks differ between majors: 15 links the SSI lists with SHM_QUEUE, 16+
- * with dlist. Each implementation is one fenced section below with the same two walks;
+ * with dlist. Each implementation is one fenced section below with the same pieces (the
+ * two walks, the first two free pool entries, where the pool of SERIALIZABLEXACTs lives);
  * everything else is shared. docs/pg_co.md ("What the shim reads, per major") lists the
  * fields read and why each is safe. No ereport here: errors are raised from Rust, under
  * #[pg_guard].
