@@ -36,6 +36,7 @@ from cotx.daemon import Daemon
 
 from checker import Txn, check
 from checker.history import dump_jsonl, parse_list
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,14 +58,14 @@ def post(url, body, timeout=120):
 class Bank:
     """Servers, coordinator and the two service processes."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, pg_major: int | None = None):
         self.workdir = workdir
-        self.pg = PgServer()
+        self.pg = PgServer(major=pg_major)
         self.my = MariaServer()
         self.procs = []
 
     def start(self):
-        say("starting PostgreSQL (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
+        say(f"starting {self.pg.version} (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
         self.pg.start()
         self.my.start()
         self.pg.sql("CREATE TABLE savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')")
@@ -214,13 +215,15 @@ def main(argv=None) -> int:
     ap.add_argument("--think-ms", type=int, default=200,
                     help="time a withdrawal spends between reading and writing (widens the race)")
     ap.add_argument("--keep-history", metavar="DIR", help="write each mode's history (JSON lines) there")
+    ap.add_argument("--pg", type=int, choices=PG_MAJORS, default=DEFAULT_PG_MAJOR,
+                    help="PostgreSQL major to run (default $COTX_PG_MAJOR or 15)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         say("run as root (the demo starts throwaway servers as the 'cotx' user)")
         return 2
     reap_orphans()
     workdir = Path(tempfile.mkdtemp(prefix="cotx-demo-"))
-    bank = Bank(workdir)
+    bank = Bank(workdir, args.pg)
     modes = ["plain", "co"] if args.mode == "both" else [args.mode]
     stats = []
     try:

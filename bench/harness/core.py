@@ -59,6 +59,8 @@ class Env:
         self.my = MariaServer(plugin=True, fsync=fsync, options=MY_OPTIONS)
         self.pg.start()
         self.my.start()
+        # Which PostgreSQL ran goes into every log ($COTX_PG_MAJOR picks the major).
+        log(f"servers: {self.pg.version} (pg_co), MariaDB (mysql_co)")
         self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
         self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
         self.daemon = Daemon([{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},

@@ -7,7 +7,8 @@ import cotest
 import cotx
 import pytest
 from cotest import MariaServer, PgServer, reap_orphans
-from cotest.servers import mysql_co_installed, pg_co_installed
+from cotest import servers as cotest_servers
+from cotest.servers import PG_MAJORS, mysql_co_installed, pg_co_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 # The project's packages are installed editable into the machine-wide venv, pointing at
@@ -34,6 +35,20 @@ def mariadb():
     """MariaDB 10.11 with mysql_co loaded at startup when it is installed."""
     with MariaServer() as s:
         yield s
+
+
+@pytest.fixture(scope="module", params=PG_MAJORS, ids=lambda m: f"pg{m}")
+def pg_major(request):
+    """A module that uses this fixture runs every test once per PostgreSQL major
+    (COTX_PG_MAJORS narrows the list): every PgServer() it starts is of that major."""
+    if cotest_servers.pg_unavailable(request.param):
+        pytest.skip(f"PostgreSQL {request.param} skipped: {cotest_servers.pg_unavailable(request.param)}")
+    if not pg_co_installed(request.param) and not os.environ.get("CI"):
+        pytest.skip(f"pg_co is not installed into PostgreSQL {request.param} (run scripts/build.sh)")
+    old = cotest_servers.DEFAULT_PG_MAJOR
+    cotest_servers.DEFAULT_PG_MAJOR = request.param
+    yield request.param
+    cotest_servers.DEFAULT_PG_MAJOR = old
 
 
 requires_pg_co = pytest.mark.skipif(not pg_co_installed() and not os.environ.get("CI"),

@@ -10,6 +10,8 @@ import os
 import pytest
 from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample
 from conftest import requires_mysql_co, requires_pg_co
+from cotest import PgServer
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS, pg_co_installed, pg_unavailable
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
@@ -59,6 +61,28 @@ def test_sample_with_the_project_is_serializable(runner, items):
     print(t.line())
     assert t.run == len(items)
     assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
+    assert t.oracle_disagrees == 0
+    assert 0 < t.refused < t.run
+
+
+@pytest.mark.parametrize("major", [m for m in PG_MAJORS if m != DEFAULT_PG_MAJOR], ids=lambda m: f"pg{m}")
+def test_sample_with_the_project_is_serializable_on_other_majors(major, mariadb, items):
+    """The same sample with pg_co on another PostgreSQL major (the module's runner uses the
+    default one)."""
+    if pg_unavailable(major):
+        pytest.skip(f"PostgreSQL {major} skipped: {pg_unavailable(major)}")
+    if not pg_co_installed(major) and not os.environ.get("CI"):
+        pytest.skip(f"pg_co is not installed into PostgreSQL {major}")
+    with PgServer(major=major) as pg:
+        r = Runner(pg, mariadb)
+        try:
+            r.set_mode("co")
+            t = run_many(r, items, Tally(f"co pg{major}"))
+        finally:
+            r.close()
+    print(t.line())
+    assert t.run == len(items)
+    assert t.anomalies == 0, [(x.label, x.executed, [a.text for a in x.anomalies]) for x in t.failures]
     assert t.oracle_disagrees == 0
     assert 0 < t.refused < t.run
 
