@@ -134,12 +134,16 @@ public final class Bank {
                     st.setString(3, user);
                     st.executeUpdate();
                 }
-            } catch (SQLException e) {
-                // A statement failed inside the branch (deadlock, lock timeout, serialization).
+            } catch (Exception e) {
+                // A statement failed inside the branch (deadlock, lock timeout, serialization),
+                // or enlisting did (XA START): roll back; never leave the thread associated.
                 if (tm.getStatus() != Status.STATUS_NO_TRANSACTION) {
                     tm.rollback();
                 }
-                return rolledBack(tid, account, e);
+                if (e instanceof SQLException || Retry.isRetryable(e)) {
+                    return rolledBack(tid, account, e);
+                }
+                throw e;
             }
             try {
                 tm.commit();
