@@ -156,6 +156,32 @@ func (s *service) handleRead(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]int{"balance": bal})
 }
 
+// lineup lets n withdrawals meet between their reads and their writes.
+type lineup struct {
+	arrived sync.WaitGroup
+	all     chan struct{}
+}
+
+func newLineup(n int) *lineup {
+	l := &lineup{all: make(chan struct{})}
+	l.arrived.Add(n)
+	go func() { l.arrived.Wait(); close(l.all) }()
+	return l
+}
+
+// side: arriveAndWait for the first attempt's hook, leave (idempotent) when it is over.
+func (l *lineup) side() (arriveAndWait func(), leave func()) {
+	var once sync.Once
+	leave = func() { once.Do(l.arrived.Done) }
+	return func() {
+		leave()
+		select {
+		case <-l.all:
+		case <-time.After(5 * time.Second):
+		}
+	}, leave
+}
+
 type attempt struct {
 	tid     string
 	told    string // committed, aborted, declined, error
@@ -171,11 +197,14 @@ type result struct {
 var errDeclined = errors.New("declined")
 
 // withdraw is the root: up to 5 attempts, retrying when cotx.IsRetryable.
-func (s *service) withdraw(user, tag string, checksOn bool, afterReads func()) result {
+func (s *service) withdraw(user, tag string, checksOn bool, lu *lineup) result {
 	var res result
+	wait, leave := lu.side()
+	defer leave()
 	for i := 1; i <= 5; i++ {
-		a := s.once(user, fmt.Sprintf("%s.%d", tag, i), checksOn, afterReads)
-		afterReads = nil
+		a := s.once(user, fmt.Sprintf("%s.%d", tag, i), checksOn, wait)
+		wait = nil
+		leave()
 		res.attempts = append(res.attempts, a)
 		switch {
 		case a.told == "committed":
@@ -360,26 +389,18 @@ func runOverdraft(t *testing.T, checksOn bool) stats {
 		mustExec(t, env.pg, "INSERT INTO savings VALUES ($1, $2, '')", user, start)
 		mustExec(t, env.my, "INSERT INTO checking VALUES (?, ?, '')", user, start)
 		// Both withdrawals read both balances before either writes: the race the overdraft
-		// needs, made certain instead of left to timing (bounded: a side stuck in a lock
-		// wait lets the other go on).
-		var arrive sync.WaitGroup
-		arrive.Add(2)
-		both := make(chan struct{})
-		go func() { arrive.Wait(); close(both) }()
-		hook := func() {
-			arrive.Done()
-			select {
-			case <-both:
-			case <-time.After(5 * time.Second):
-			}
-		}
+		// needs, made certain instead of left to timing. An attempt that ends before its
+		// reads are done (a refused peer) leaves the line-up; a side stuck in a lock wait
+		// lets the other go on after 5 s.
+		lu := newLineup(2)
+		t0 := time.Now()
 		results := make([]result, 2)
 		var wg sync.WaitGroup
 		for i, s := range []*service{savings, checking} {
 			wg.Add(1)
 			go func(i int, s *service) {
 				defer wg.Done()
-				results[i] = s.withdraw(user, fmt.Sprintf("%s-r%d-%s", mode, r, s.name[:1]), checksOn, hook)
+				results[i] = s.withdraw(user, fmt.Sprintf("%s-r%d-%s", mode, r, s.name[:1]), checksOn, lu)
 			}(i, s)
 		}
 		wg.Wait()
@@ -438,7 +459,7 @@ func runOverdraft(t *testing.T, checksOn bool) stats {
 			}
 			line += fmt.Sprintf(" %s=%s(%d attempt(s))", []string{"savings", "checking"}[i], res.outcome, len(res.attempts))
 		}
-		t.Logf("[checks %s] round %d: savings %d + checking %d = %d;%s", mode, r, sb, cb, sb+cb, line)
+		t.Logf("[checks %s] round %d: savings %d + checking %d = %d;%s [%.1f s]", mode, r, sb, cb, sb+cb, line, time.Since(t0).Seconds())
 	}
 	st.preparedPG, st.preparedMy = preparedLeft(t)
 	t.Logf("[checks %s] %+v", mode, st)
