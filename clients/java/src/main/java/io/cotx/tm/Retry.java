@@ -24,6 +24,9 @@ public final class Retry {
     /** MariaDB: XA_RBROLLBACK (mysql_co refusal), deadlock, lock wait timeout, XA_RBTIMEOUT, XA_RBDEADLOCK. */
     static final Set<Integer> MARIADB_CODES = Set.of(1402, 1213, 1205, 1613, 1614);
 
+    /** In mysql_co's refusal of a branch that did not run SERIALIZABLE. */
+    static final String NOT_SERIALIZABLE_MARKER = "refused: this XA branch ran at";
+
     private Retry() {}
 
     /** True when some exception in t's cause/suppressed graph says "refused or conflicted, retry". */
@@ -33,6 +36,13 @@ public final class Retry {
 
     /** The message of the database error that makes t retryable, or null. */
     public static String reason(Throwable t) {
+        for (Throwable e : graph(t)) {
+            // mysql_co refuses a non-SERIALIZABLE branch with 1402 (XA_RBROLLBACK) too, but
+            // running it again at the same level is refused again: a configuration error.
+            if (String.valueOf(e.getMessage()).contains(NOT_SERIALIZABLE_MARKER)) {
+                return null;
+            }
+        }
         for (Throwable e : graph(t)) {
             if (e instanceof SQLException s) {
                 String state = s.getSQLState();

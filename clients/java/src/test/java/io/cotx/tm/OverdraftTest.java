@@ -100,6 +100,37 @@ class OverdraftTest {
         st.assertConsistent();
     }
 
+    /**
+     * A refusal on the MariaDB side: with mysql_co on, a REPEATABLE READ branch is refused at
+     * XA PREPARE with 1402, which Connector/J hands to Narayana as XA_RBROLLBACK (a rollback,
+     * not an outage). The application gets a RollbackException that is not retryable, the
+     * debit is not in the database, and nothing stays prepared.
+     */
+    @Test
+    @Order(3)
+    void mariadbRefusalArrivesAsRollback() throws Exception {
+        setChecks(true);
+        String user = "rr-u1";
+        try (Connection c = pgAdmin(); Statement s = c.createStatement()) {
+            s.execute("INSERT INTO savings VALUES ('" + user + "', " + START + ", '')");
+        }
+        try (Connection c = myAdmin(); Statement s = c.createStatement()) {
+            s.execute("INSERT INTO checking VALUES ('" + user + "', " + START + ", '')");
+        }
+        Bank bank = new Bank(tm, pgxa, myxa, Connection.TRANSACTION_REPEATABLE_READ, 5);
+        Bank.Result res = bank.withdraw("checking", user, 10, "rr", null);
+        System.out.println("[mariadb refusal] " + res.outcome + ": " + res.attempts.get(0).detail());
+        assertEquals("failed", res.outcome);
+        assertEquals(1, res.attempts.size(), "a configuration error is not retried");
+        assertEquals(Bank.Told.ROLLED_BACK, res.attempts.get(0).told());
+        assertTrue(res.attempts.get(0).detail().contains("XA_RBROLLBACK") || res.attempts.get(0).detail().contains("ran at"),
+                res.attempts.get(0).detail());
+        Map<String, Object> fin = finalState(user);
+        assertEquals(START, fin.get("checking"));
+        assertEquals(0, count(pgAdmin(), "SELECT count(*) FROM pg_prepared_xacts"));
+        assertEquals(0, count(myAdmin(), "XA RECOVER"));
+    }
+
     static final class Stats {
         final String mode;
         int negative;
