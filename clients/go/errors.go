@@ -3,6 +3,7 @@ package cotx
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -89,6 +90,12 @@ const (
 func IsRetryableDBError(err error) bool {
 	if s := pgState(err); s != "" {
 		return pgRetryable[s]
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && strings.Contains(me.Message, "refused: this XA branch ran at") {
+		// mysql_co refuses a non-SERIALIZABLE branch with 1402 too; running it again at
+		// the same level is refused again: a configuration error, not a conflict.
+		return false
 	}
 	return myRetryable[myCode(err)]
 }

@@ -23,6 +23,7 @@ func TestRetryableClassification(t *testing.T) {
 		{&pgconn.PgError{Code: "55000", Message: "pg_co refused PREPARE TRANSACTION: the transaction is READ ONLY"}, false},
 		{&mysql.MySQLError{Number: 1402, Message: "XA_RBROLLBACK"}, true},
 		{&mysql.MySQLError{Number: 1213}, true},
+		{&mysql.MySQLError{Number: 1402, Message: "mysql_co: XA PREPARE refused: this XA branch ran at REPEATABLE-READ, but ..."}, false},
 		{&mysql.MySQLError{Number: 1064}, false},
 		{&cotx.AbortedError{Retryable: true}, true},
 		{&cotx.AbortedError{Retryable: false, Err: &pgconn.PgError{Code: "40001"}}, false},

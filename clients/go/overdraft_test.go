@@ -531,3 +531,51 @@ func TestOnePhase(t *testing.T) {
 		t.Fatalf("one phase left prepared transactions: pg %d, mariadb %d", pg, my)
 	}
 }
+
+// A MariaDB branch that is not SERIALIZABLE is refused by mysql_co at XA PREPARE (1402):
+// the global transaction aborts everywhere, not retryable, nothing stays prepared.
+func TestMariaDBRefusesNonSerializableBranch(t *testing.T) {
+	needServers(t)
+	setChecks(t, true)
+	ctx := context.Background()
+	mustExec(t, env.pg, "INSERT INTO savings VALUES ('go-rr', 10, '')")
+	mustExec(t, env.my, "INSERT INTO checking VALUES ('go-rr', 10, '')")
+	pc, err := env.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	mc, err := env.my.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	tx := env.coord.Transaction(0)
+	if _, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Branch(ctx, mc, cotx.MariaDB, "checking", "", cotx.WithIsolation(cotx.RepeatableRead)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.ExecContext(ctx, "UPDATE savings SET bal = bal - 1 WHERE u = 'go-rr'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.ExecContext(ctx, "UPDATE checking SET bal = bal - 1 WHERE u = 'go-rr'"); err != nil {
+		t.Fatal(err)
+	}
+	err = tx.Commit(ctx)
+	var ab *cotx.AbortedError
+	if !errors.As(err, &ab) || cotx.IsRetryable(err) {
+		t.Fatalf("want a non-retryable abort, got %v", err)
+	}
+	t.Logf("told the application: %v", err)
+	var sb, cb int
+	_ = env.pg.QueryRow("SELECT bal FROM savings WHERE u = 'go-rr'").Scan(&sb)
+	_ = env.my.QueryRow("SELECT bal FROM checking WHERE u = 'go-rr'").Scan(&cb)
+	if sb != 10 || cb != 10 {
+		t.Fatalf("balances %d / %d, want 10 / 10 (rolled back everywhere)", sb, cb)
+	}
+	if pg, my := preparedLeft(t); pg+my != 0 {
+		t.Fatalf("prepared transactions left: pg %d, mariadb %d", pg, my)
+	}
+}
