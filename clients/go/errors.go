@@ -115,3 +115,13 @@ func myCode(err error) uint16 {
 	}
 	return 0
 }
+
+// describeDBError is err's text plus, for PostgreSQL, its DETAIL: pg_co names the rule in
+// the message and the peer transaction (xid, state, gid when in doubt) in the DETAIL.
+func describeDBError(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return err.Error() + " DETAIL: " + pe.Detail
+	}
+	return err.Error()
+}

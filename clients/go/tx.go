@@ -170,7 +170,7 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 func (b *Branch) Fail(err error) error {
 	b.rollbackUnprepared()
 	retry := IsRetryableDBError(err)
-	b.reportFailed(context.Background(), err.Error(), retry)
+	b.reportFailed(context.Background(), describeDBError(err), retry)
 	b.state = stFailed
 	for _, o := range b.tx.branches {
 		if o != b {
@@ -178,7 +178,7 @@ func (b *Branch) Fail(err error) error {
 		}
 	}
 	b.tx.Outcome = "abort"
-	return &AbortedError{GTID: b.tx.gtid, Reason: b.Resource + ": " + err.Error(), Retryable: retry, Err: err}
+	return &AbortedError{GTID: b.tx.gtid, Reason: b.Resource + ": " + describeDBError(err), Retryable: retry, Err: err}
 }
 
 func (b *Branch) exec(sqlText string) error {
@@ -219,10 +219,10 @@ func (b *Branch) prepare() error {
 		b.rollbackUnprepared()
 		b.state = stFailed
 		retry := IsRetryableDBError(err)
-		b.reportFailed(context.Background(), "prepare refused: "+err.Error(), retry)
-		reason := b.Resource + ": prepare failed: " + err.Error()
+		b.reportFailed(context.Background(), "prepare refused: "+describeDBError(err), retry)
+		reason := b.Resource + ": prepare failed: " + describeDBError(err)
 		if retry {
-			reason = b.Resource + ": prepare refused: " + err.Error()
+			reason = b.Resource + ": prepare refused: " + describeDBError(err)
 		}
 		return &AbortedError{GTID: b.tx.gtid, Reason: reason, Retryable: retry, Refused: retry, Err: err}
 	}
@@ -370,7 +370,7 @@ func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
 		b.ack("abort")
 		t.Outcome = "abort"
 		retry := IsRetryableDBError(err)
-		return true, &AbortedError{GTID: t.gtid, Reason: b.Resource + ": commit refused: " + err.Error(), Retryable: retry, Refused: retry, Err: err}
+		return true, &AbortedError{GTID: t.gtid, Reason: b.Resource + ": commit refused: " + describeDBError(err), Retryable: retry, Refused: retry, Err: err}
 	}
 	b.state = stFinished
 	b.ack("commit")

@@ -51,6 +51,7 @@ class OverdraftTest {
     static TransactionManager tm;
     static PGXADataSource pgxa;
     static MariaDbDataSource myxa;
+    static com.arjuna.ats.arjuna.recovery.RecoveryManager recovery;
 
     @BeforeAll
     static void setUp() throws Exception {
@@ -65,7 +66,11 @@ class OverdraftTest {
         pgxa.setDatabaseName("postgres");
         pgxa.setUser("postgres");
         myxa = new MariaDbDataSource("jdbc:mariadb://127.0.0.1:" + myPort + "/test?user=root");
-        Narayana.startRecovery(pgxa, myxa);
+        // Test only: recovery may roll back an orphaned branch 3 s after it was prepared
+        // (default 20 s, which protects in-flight transactions on a loaded machine).
+        com.arjuna.common.internal.util.propertyservice.BeanPopulator
+                .getDefaultInstance(com.arjuna.ats.jta.common.JTAEnvironmentBean.class).setOrphanSafetyInterval(3000);
+        recovery = Narayana.startRecovery(pgxa, myxa);
         try (Connection c = pgAdmin(); Statement s = c.createStatement()) {
             s.execute("CREATE TABLE IF NOT EXISTS savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')");
         }
@@ -128,6 +133,63 @@ class OverdraftTest {
         Map<String, Object> fin = finalState(user);
         assertEquals(START, fin.get("checking"));
         assertEquals(0, count(pgAdmin(), "SELECT count(*) FROM pg_prepared_xacts"));
+        assertEquals(0, count(myAdmin(), "XA RECOVER"));
+    }
+
+    /**
+     * Why branch connections must not be marked read-only, and why recovery must be set up.
+     * pgjdbc 42.7.9 to 42.7.14 answer XA_RDONLY at prepare for a read-only connection, but
+     * 42.7.13+ do so after PREPARE TRANSACTION succeeded (XA's BEGIN is not READ ONLY, so
+     * pg_co lets it prepare): the TM never commits a "read-only" branch, and it stays
+     * prepared, an in-doubt peer that pg_co makes every writer of its reads wait for or
+     * refuses (rule B). Narayana's recovery rolls it back as an orphan (no log record for
+     * it); without a recovery manager it would stay until an operator acts.
+     */
+    @Test
+    @Order(4)
+    void readOnlyBranchLeftPreparedIsRecovered() throws Exception {
+        setChecks(true);
+        javax.sql.XAConnection px = pgxa.getXAConnection();
+        javax.sql.XAConnection mx = myxa.getXAConnection();
+        String told;
+        long leftBefore;
+        try {
+            Connection pc = px.getConnection();
+            Connection mc = mx.getConnection();
+            pc.setTransactionIsolation(Connection.TRANSACTION_SERIALIZABLE);
+            pc.setReadOnly(true); // what the application must not do
+            mc.setTransactionIsolation(Connection.TRANSACTION_SERIALIZABLE);
+            tm.begin();
+            tm.getTransaction().enlistResource(px.getXAResource());
+            tm.getTransaction().enlistResource(mx.getXAResource());
+            try (Statement s = pc.createStatement(); ResultSet rs = s.executeQuery("SELECT count(*) FROM savings")) {
+                rs.next();
+            }
+            try (Statement s = mc.createStatement()) {
+                s.executeUpdate("UPDATE checking SET bal = bal WHERE u = 'rr-u1'");
+            }
+            try {
+                tm.commit();
+                told = "committed";
+            } catch (Exception e) {
+                told = Bank.describe(e);
+            }
+            leftBefore = count(pgAdmin(), "SELECT count(*) FROM pg_prepared_xacts");
+        } finally {
+            px.close();
+            mx.close();
+        }
+        // Recovery rolls back prepared branches of this node that have no log record once
+        // they are older than orphanSafetyInterval (set short for this test in setUp).
+        long left = leftBefore;
+        for (int i = 0; i < 40 && left > 0; i++) {
+            Thread.sleep(500);
+            recovery.scan();
+            left = count(pgAdmin(), "SELECT count(*) FROM pg_prepared_xacts");
+        }
+        System.out.printf("[read-only branch] pgjdbc %s told the application: %s; left prepared: %d, after recovery: %d%n",
+                org.postgresql.util.DriverInfo.DRIVER_VERSION, told, leftBefore, left);
+        assertEquals(0, left, "recovery must roll back the orphaned prepared branch");
         assertEquals(0, count(myAdmin(), "XA RECOVER"));
     }
 
