@@ -139,7 +139,7 @@ class OverdraftTest {
     /**
      * Why branch connections must not be marked read-only, and why recovery must be set up.
      * pgjdbc 42.7.9 to 42.7.14 answer XA_RDONLY at prepare for a read-only connection, but
-     * 42.7.13+ do so after PREPARE TRANSACTION succeeded (XA's BEGIN is not READ ONLY, so
+     * only after PREPARE TRANSACTION succeeded (XA's BEGIN is not READ ONLY, so
      * pg_co lets it prepare): the TM never commits a "read-only" branch, and it stays
      * prepared, an in-doubt peer that pg_co makes every writer of its reads wait for or
      * refuses (rule B). Narayana's recovery rolls it back as an orphan (no log record for
