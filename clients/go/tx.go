@@ -341,6 +341,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 			}
 			decision = d
 		case errors.As(err, &ce):
+			// Refused (a participant failed or never reported, the transaction timed
+			// out): make sure it is aborted, then roll back our own branches.
+			_ = t.coord.Abort(ctx, t.gtid, "commit refused: "+ce.Error())
 			decision = "abort"
 		default: // unreachable: the decision may or may not be durable
 			d, werr := t.waitDecision(ctx)
