@@ -14,5 +14,5 @@ trap 'stop_tm_servers; rm -rf "$work"' EXIT
 start_tm_servers "$work"
 cd "$COTX_ROOT/clients/java"
 # shellcheck disable=SC2086
-nice -n 5 mvn -o -B -q -Dmaven.repo.local="$COTX_M2" -Dcotx.pg.port="$PG_PORT" -Dcotx.my.port="$MY_PORT" \
+nice -n 5 mvn -o -B -ntp -Dmaven.repo.local="$COTX_M2" -Dcotx.pg.port="$PG_PORT" -Dcotx.my.port="$MY_PORT" \
   ${JAVA_TEST_ARGS:-} test
