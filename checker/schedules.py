@@ -202,7 +202,8 @@ def G(name, *ops):
 
 def L(name, *ops, kind="local"):
     """A local transaction; kind local_ro = PostgreSQL READ ONLY, auto = one autocommit
-    statement (its only op may read several keys: 'r my:x+y')."""
+    statement at SERIALIZABLE on MariaDB (its only op may read several keys: 'r my:x+y'),
+    auto_unlocked = the same with mysql_co_lock_autocommit_reads=OFF for its session."""
     return Program(name, kind, tuple(_op(o) for o in ops))
 
 
@@ -243,6 +244,9 @@ def catalogue(three: bool = False):
             out.append((f"g{i}+l{j}", [gl[i]("T1"), lo[j]("L2")]))
     # Three transactions: the programs of rule C (two globals and a local reader).
     out.append(("ruleC", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), L("L", "r pg:x", "r pg:y")]))
+    # Rule C with MariaDB as the reader's database, the reader one autocommit SELECT (InnoDB
+    # reads it from a snapshot unless mysql_co makes it a locking read).
+    out.append(("ruleC_my", [G("Y", "w my:y", "w pg:x"), G("G", "w my:x", "r pg:x"), L("L", "r my:x+y", kind="auto")]))
     if three:
         # More three-transaction combinations (large: tens of thousands of schedules each).
         for i, j in ((0, 1), (2, 3), (4, 2), (1, 4)):
@@ -277,8 +281,11 @@ def limit_schedules():
     protected form is serializable (refused, or it waits for the in-doubt branch)."""
     out = []
     # MariaDB autocommit read: Y in doubt at MariaDB, G (which saw Y at PostgreSQL)
-    # committed at MariaDB; one autocommit SELECT of x and y at MariaDB.
-    for kind, label in (("auto", "limit: MariaDB autocommit SELECT while Y is in doubt"),
+    # committed at MariaDB; one autocommit SELECT of x and y at MariaDB. Unprotected only
+    # with mysql_co_lock_autocommit_reads=OFF (the project on otherwise).
+    for kind, label in (("auto_unlocked", "limit: MariaDB autocommit SELECT while Y is in doubt, "
+                                          "mysql_co_lock_autocommit_reads=OFF"),
+                        ("auto", "protected: the same autocommit SELECT (mysql_co locks it)"),
                         ("local", "protected: the same read in BEGIN ... COMMIT SERIALIZABLE")):
         p = [G("Y", "w my:y", "w pg:z"), G("G", "w my:x", "r pg:z"), L("L", "r my:x+y", kind=kind)]
         out.append((label, p, schedule_from_db_orders(p, {
@@ -479,9 +486,11 @@ class Runner:
                 if st == "none":
                     if s.db == "pg":
                         out.append("BEGIN ISOLATION LEVEL SERIALIZABLE" + (" READ ONLY" if p.kind == "local_ro" else ""))
-                    elif p.kind == "auto":
-                        # One autocommit statement (InnoDB: a non-locking snapshot read even
-                        # at SERIALIZABLE).
+                    elif p.kind in ("auto", "auto_unlocked"):
+                        # One autocommit statement at SERIALIZABLE: InnoDB reads it from a
+                        # snapshot unless mysql_co makes it a locking read.
+                        lock = "OFF" if p.kind == "auto_unlocked" else "ON"
+                        out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
                         out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
                     else:
                         lvl = "SERIALIZABLE" if self.mode == "co" else "REPEATABLE READ"
@@ -499,7 +508,7 @@ class Runner:
             else:
                 if p.kind in ("local", "local_ro"):
                     out.append("COMMIT")
-                elif p.kind == "auto":
+                elif p.kind in ("auto", "auto_unlocked"):
                     pass                      # committed by itself
                 else:
                     out.append(f"COMMIT PREPARED '{gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {gid(s.txn, 'my')}")
