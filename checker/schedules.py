@@ -304,8 +304,10 @@ def limit_schedules():
     return out
 
 
-def full_set(three: bool = False):
+def full_set(three: bool = False, only: str | None = None):
     for label, progs in catalogue(three):
+        if only and label != only:
+            continue
         for i, sch in enumerate(enumerate_schedules(progs)):
             yield (f"{label}#{i}", progs, sch)
 
@@ -698,6 +700,7 @@ def main(argv=None) -> int:
     ap.add_argument("--count", action="store_true", help="only count the schedules of the full set")
     ap.add_argument("--log", help="write every schedule's result as JSON lines here")
     ap.add_argument("--budget", type=float, default=None, help="stop each mode after this many seconds")
+    ap.add_argument("--only", help="one combination of the catalogue (a label of --count, e.g. ruleC_my)")
     args = ap.parse_args(argv)
 
     if args.count:
@@ -713,8 +716,9 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(root / "harness"))
     from cotest import MariaServer, PgServer, reap_orphans
     reap_orphans()
-    items = [(l, p, s) for l, p, s in named_schedules()]
-    items += list(full_set(args.three)) if args.full else sample(full_set(args.three), args.sample, args.seed)
+    items = [] if args.only else [(l, p, s) for l, p, s in named_schedules()]
+    items += (list(full_set(args.three, args.only)) if args.full
+              else sample(full_set(args.three, args.only), args.sample, args.seed))
     log = open(args.log, "w") if args.log else None
     tallies = []
     with PgServer() as pg, MariaServer() as my:

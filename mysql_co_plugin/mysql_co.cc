@@ -542,10 +542,10 @@ static bool text_has_one_phase(const char *q, unsigned int n)
    set (the LOCK TABLES / stored-routine path). So, before every statement of a session
    that runs autocommit at SERIALIZABLE, we set in_lock_tables: its SELECT then reads like
    SELECT ... LOCK IN SHARE MODE in autocommit (waits for in-doubt branches; its S locks go
-   when the statement commits). Other statements already read with LOCK_S there. The flag
-   is read nowhere else in this server except by engines' store_lock() for table-lock
-   downgrades (ARCHIVE, BLACKHOLE, FEDERATED keep stronger table locks) and by LOCK
-   TABLES, which sets and clears it itself. Called before each statement (GENERAL_LOG: a
+   when the statement commits). Other statements already read with LOCK_S there. Elsewhere
+   the flag is read only by LOCK TABLES (which sets and clears it itself) and by other
+   engines' store_lock() (ARCHIVE, BLACKHOLE, FEDERATED keep stronger table locks; MyRocks
+   reads with locks as InnoDB does). Called before each statement (GENERAL_LOG: a
    client packet or a prepared statement's execution) and after each one (STATUS: the
    state for the next statement of a multi-statement packet). */
 static void autocommit_reads(THD *thd, XID_STATE &xs, unsigned int subclass)
