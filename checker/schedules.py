@@ -412,12 +412,15 @@ class Runner:
 
     def set_mode(self, mode):
         """co: pg_co on, mysql_co on, MariaDB branches SERIALIZABLE. plain: pg_co off on our
-        sessions, mysql_co off, MariaDB at REPEATABLE READ (PostgreSQL stays SERIALIZABLE)."""
+        sessions, mysql_co off, MariaDB at REPEATABLE READ (PostgreSQL stays SERIALIZABLE).
+        co-unlocked: co, but MariaDB autocommit readers with mysql_co_lock_autocommit_reads
+        =OFF (InnoDB's snapshot read: the project before it protected them)."""
         self.mode = mode
+        on = mode in ("co", "co-unlocked")
         with self.monitor["my"].cursor() as c:
-            c.execute(f"SET GLOBAL mysql_co_enabled = {'ON' if mode == 'co' else 'OFF'}")
+            c.execute(f"SET GLOBAL mysql_co_enabled = {'ON' if on else 'OFF'}")
         for slot in self.slots:
-            slot["pg"].run([f"SET pg_co.enabled = {'on' if mode == 'co' else 'off'}"])
+            slot["pg"].run([f"SET pg_co.enabled = {'on' if on else 'off'}"])
 
     def close(self):
         for slot in self.slots:
@@ -491,11 +494,11 @@ class Runner:
                     elif p.kind in ("auto", "auto_unlocked"):
                         # One autocommit statement at SERIALIZABLE: InnoDB reads it from a
                         # snapshot unless mysql_co makes it a locking read.
-                        lock = "OFF" if p.kind == "auto_unlocked" else "ON"
+                        lock = "OFF" if p.kind == "auto_unlocked" or self.mode == "co-unlocked" else "ON"
                         out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
                         out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
                     else:
-                        lvl = "SERIALIZABLE" if self.mode == "co" else "REPEATABLE READ"
+                        lvl = "REPEATABLE READ" if self.mode == "plain" else "SERIALIZABLE"
                         out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
                         out.append(f"XA START {gid(s.txn, s.db)}" if p.kind == "global" else "BEGIN")
                 if s.f == "r":
@@ -694,7 +697,9 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="every schedule of the catalogue (long: see --count)")
     ap.add_argument("--sample", type=int, default=200, help="random schedules from the full set (default 200)")
     ap.add_argument("--seed", type=int, default=6)
-    ap.add_argument("--modes", default="co,plain", help="co, plain or both (default co,plain)")
+    ap.add_argument("--modes", default="co,plain",
+                    help="co, plain, co-unlocked (co with MariaDB autocommit reads unprotected), "
+                         "comma-separated (default co,plain)")
     ap.add_argument("--three", action="store_true",
                     help="add eight more three-transaction combinations (about 150 000 schedules)")
     ap.add_argument("--count", action="store_true", help="only count the schedules of the full set")
@@ -726,7 +731,7 @@ def main(argv=None) -> int:
         try:
             for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
                 runner.set_mode(mode)
-                print(f"running {len(items)} schedules with {'the project on' if mode == 'co' else 'plain 2PC'} ...", flush=True)
+                print(f"running {len(items)} schedules with {dict(co='the project on', plain='plain 2PC').get(mode, mode)} ...", flush=True)
                 tallies.append(run_many(runner, items, Tally(mode), progress_every=max(50, len(items) // 20), log=log,
                                         time_budget=args.budget))
                 print(tallies[-1].line(), flush=True)
