@@ -224,6 +224,7 @@ def test_runtime_install_without_binlog_says_hooks_disabled():
         assert "Cannot enable tc-log at run-time" in warnings
         assert "mysql_co: 2PC hooks are disabled" in warnings
         assert status(s, "Mysql_co_hooks") == "DISABLED"
+        assert status(s, "Mysql_co_health") == "HOOKS_DISABLED"
         assert "the server disabled the 2PC hooks of mysql_co" in open(s.log_file).read()
         # Nothing can be enforced; the unchecked XA PREPARE is counted.
         t = fresh_table(s)
