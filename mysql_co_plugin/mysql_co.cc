@@ -486,7 +486,7 @@ static int co_hton_init(void *p)
        ones (it is private to xa.cc; engines' recover() lists both, and InnoDB's is meant
        for startup: it flips the state of every prepared transaction while it runs). So
        the gate cannot be armed now: say so loudly and report the plugin unhealthy until
-       the server restarts with plugin-load-add. The XA rules (isolation, ONE PHASE) and
+       the server restarts (and loads it at startup from mysql.plugin). The XA rules (isolation, ONE PHASE) and
        the lost-branch reports work from now on when the server keeps our prepare hook
        (binary log on): whether it does is known only after this function returns (it
        clears hton->prepare when it cannot enable a tc-log at run time), so
@@ -497,8 +497,9 @@ static int co_hton_init(void *p)
     sql_print_error("mysql_co: installed at run time (INSTALL SONAME): the restart gate is NOT "
                     "armed, so XA branches recovered at the last server start (XA RECOVER) are "
                     "not waited for and their lost read locks are not protected. "
-                    "Mysql_co_health=RESTART_REQUIRED until the server is restarted with "
-                    "plugin-load-add=mysql_co.so.");
+                    "Mysql_co_health=RESTART_REQUIRED until the server restarts (INSTALL "
+                    "SONAME recorded mysql_co in mysql.plugin: it is then loaded at startup, "
+                    "like plugin-load-add=mysql_co.so).");
   }
   return 0;
 }
@@ -539,7 +540,7 @@ static bool text_has_one_phase(const char *q, unsigned int n)
    OPTION_BEGIN is set): it does not wait for an in-doubt branch's X lock and can show a
    global transaction G committed after an in-doubt Y that G saw elsewhere, without Y.
    ha_innobase::store_lock() gives a plain TL_READ a LOCK_S when thd->in_lock_tables is
-   set (the LOCK TABLES / stored-routine path). So, before every statement of a session
+   set (the LOCK TABLES path). So, before every statement of a session
    that runs autocommit at SERIALIZABLE, we set in_lock_tables: its SELECT then reads like
    SELECT ... LOCK IN SHARE MODE in autocommit (waits for in-doubt branches; its S locks go
    when the statement commits). Other statements already read with LOCK_S there. Elsewhere
@@ -653,7 +654,7 @@ static int co_audit_init(void *)
       push_warning(thd, Sql_condition::WARN_LEVEL_WARN, ER_UNKNOWN_ERROR,
                    "mysql_co: installed at run time: the restart gate is NOT armed (branches "
                    "recovered at the last start are not waited for). Mysql_co_health="
-                   "RESTART_REQUIRED until the server restarts with plugin-load-add=mysql_co.so.");
+                   "RESTART_REQUIRED until the server restarts.");
   }
   return 0;
 }
