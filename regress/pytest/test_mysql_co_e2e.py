@@ -352,7 +352,10 @@ def test_autocommit_read_with_plugin(co, lock):
     y = _rule_c_at_mariadb(co, t)
     r = session(co, "SERIALIZABLE")
     run(r, f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
-    before = int(status(co, "Mysql_co_autocommit_reads_locked"))
+    # Read on the reader's own connection: the counter grows after the SELECT's result
+    # reached the client, so another connection could read it too early.
+    locked = "SHOW GLOBAL STATUS LIKE 'Mysql_co_autocommit_reads_locked'"
+    before = int(run(r, locked)[0][1])
     out = {}
     reader = threading.Thread(target=lambda: out.update(rows=run(r, f"SELECT id, v FROM {t} ORDER BY id"),
                                                         at=time.monotonic()), daemon=True)
@@ -369,12 +372,13 @@ def test_autocommit_read_with_plugin(co, lock):
     decided_at = time.monotonic()
     run(y, "XA COMMIT 'Y'")
     reader.join(10)
+    after = int(run(r, locked)[0][1])
     y.close()
     r.close()
     if lock == "OFF":
         assert waited is False and out["rows"] == ((1, 1), (2, 0))
-        assert int(status(co, "Mysql_co_autocommit_reads_locked")) == before
+        assert after == before
     else:
         assert waited is True and out["at"] >= decided_at
         assert out["rows"] == ((1, 1), (2, 1))
-        assert int(status(co, "Mysql_co_autocommit_reads_locked")) == before + 1
+        assert after == before + 1
