@@ -12,10 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "harness"))
-
-from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402
+from cotest import MariaServer, PgServer, reap_orphans
 
 
 def main() -> int:
