@@ -194,6 +194,10 @@ def test_dead_daemon_is_taken_over(pg, mariadb, daemons):
     # The client of the committed one, asking B, hears commit; of the undecided one, abort.
     cb = Coordinator(b.url, b.token)
     assert cb.decision(committed.gtid)["decision"] == "commit"
+    # A client that knows the deployment's daemons reaches B while A is down.
+    both = Coordinator([a.url, b.url], a.token)
+    assert both.decision(committed.gtid)["decision"] == "commit"
+    assert both.decision(undecided.gtid)["decision"] == "abort"
     # A comes back: it may own its node again once B released it.
     a.timeouts["owner_grace_ms"] = 200
     a.write_config()

@@ -40,6 +40,7 @@ class _Http:
         self.token = token
         self.timeout = timeout
         self._local = threading.local()
+        self.alternates: list[str] = []
         auth = f"Authorization: Bearer {token}\r\n" if token else ""
         self._fixed = f"Host: {self.host}:{self.port}\r\n{auth}Content-Type: application/json\r\n".encode()
 
@@ -156,6 +157,15 @@ class _Http:
                 # Only a stale keep-alive connection is retried (the daemon closed it before
                 # reading our request); a fresh one failing means the daemon is unreachable.
                 if fresh or attempt == 1:
+                    if not _followed:
+                        # Other daemons of the deployment answer for any gtid (decisions
+                        # from the shared store); only their success is taken: a refusal
+                        # from a non-owner says nothing about the outcome.
+                        for url in self.alternates:
+                            try:
+                                return self._peer(url).request(method, path, body, timeout, _followed=True)
+                            except CotxError:
+                                continue
                     raise CoordinatorUnavailable(f"{method} {path}: {e}") from e
         try:
             payload = json.loads(raw) if raw else {}
@@ -177,11 +187,17 @@ class _Http:
 
 
 class Coordinator:
-    """Handle on a coordinator daemon: `Coordinator("http://127.0.0.1:7420", token)`."""
+    """Handle on a coordinator daemon: `Coordinator("http://127.0.0.1:7420", token)`, or on
+    several daemons of one deployment (`Coordinator([url1, url2, url3], token)`): requests go
+    to the first, and to the others when it cannot be reached."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0,
+    def __init__(self, url: str | list[str], token: str | None = None, timeout: float = 10.0,
                  decision_timeout: float = 120.0):
-        self.http = _Http(url, token, timeout)
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("at least one coordinator url is needed")
+        self.http = _Http(urls[0], token, timeout)
+        self.http.alternates = urls[1:]
         self.decision_timeout = decision_timeout
 
     # --- plain API calls -------------------------------------------------------------
