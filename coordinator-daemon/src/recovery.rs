@@ -180,8 +180,9 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
                 None => continue,
             },
         };
+        let ago = decided_ms_ago(c, g);
         for (n, b) in branches {
-            let res = c.complete_branch(g, n, b, o, 0).await;
+            let res = c.complete_branch(g, n, b, o, ago).await;
             let done = matches!(res, crate::resources::Completion::Done);
             if c.note_completion(g, n, b, o, res, FinishedBy::Recovery) && done {
                 match o {
