@@ -134,4 +134,5 @@ if [ ! -d "$PG_SRC/src/test/isolation/specs" ]; then
   (cd "$COTX_CACHE/postgresql-src" && apt-get source -qq --download-only "postgresql-$PG_MAJOR=$PG_VERSION" >/dev/null \
      && dpkg-source -x --no-check "postgresql-${PG_MAJOR}_$PG_VERSION.dsc" "$PG_SRC" >/dev/null)
 fi
+bash "$COTX_ROOT/scripts/bootstrap-ops.sh"   # prometheus/promtool for deploy/ tests
 log "bootstrap complete"
