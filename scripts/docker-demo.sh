@@ -77,7 +77,8 @@ fi
 # --- build --------------------------------------------------------------------------------
 log "building $IMAGE (podman build --network host; the first build takes about 15 minutes)"
 t0=$SECONDS
-"${PODMAN[@]}" build --network host "${LIMITS[@]}" -t "$IMAGE" -f "$COTX_ROOT/Dockerfile" "$COTX_ROOT"
+# --format docker: the OCI format ignores the Dockerfile's SHELL (bash with pipefail).
+"${PODMAN[@]}" build --format docker --network host "${LIMITS[@]}" -t "$IMAGE" -f "$COTX_ROOT/Dockerfile" "$COTX_ROOT"
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 log "built $IMAGE in $((SECONDS - t0)) s; image size $((size / 1000000)) MB"
 [ "$what" = build ] && exit 0
