@@ -236,6 +236,8 @@ def run_transactions(pg, mariadb, d) -> int:
 
 def test_prometheus_scrapes_the_daemon_and_the_dashboard_has_data(pg, mariadb, stack):
     d, prom = stack
+    # A first sample before the transactions, so that rates see them happen.
+    wait_until(lambda: prom.query('cotx_transactions_begun_total{job="cotx-coordinator"}'), 60, "a first scrape")
     commits = run_transactions(pg, mariadb, d)
 
     def scraped():
@@ -243,7 +245,10 @@ def test_prometheus_scrapes_the_daemon_and_the_dashboard_has_data(pg, mariadb, s
         return r and float(r[0]["value"][1]) >= commits
     wait_until(scraped, 60, "the commits in Prometheus")
     # The token in prometheus.yml's authorization block is what lets the scrape in.
-    up = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
+    def up_by_job():
+        up = {r["metric"]["job"]: r["value"][1] for r in prom.query("up")}
+        return up if len(up) == 2 else None
+    up = wait_until(up_by_job, 60, "both scrape jobs")
     assert up == {"cotx-coordinator": "1", "cotx-wrong-token": "0"}, up
 
     # Every dashboard query, with Grafana's variables filled in, returns series.
