@@ -69,7 +69,7 @@ RUN source scripts/lib.sh \
       "mariadb-server=$MARIADB_VERSION" "mariadb-client=$MARIADB_VERSION" \
       python3 python3-venv procps psmisc iproute2 \
  && if [ -d "/etc/postgresql/$PG_MAJOR/main" ]; then pg_dropcluster --stop "$PG_MAJOR" main; fi \
- && rm -rf /var/lib/mysql/* /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /usr/sbin/policy-rc.d \
+ && rm -rf /var/lib/mysql/* /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /usr/sbin/policy-rc.d \
  && useradd --system --create-home --home-dir "/var/lib/$COTX_USER" --shell /bin/sh "$COTX_USER" \
  && grep -E '^(psycopg|PyMySQL)' requirements.txt > /tmp/client-requirements.txt \
  && python3 -m venv "$COTX_VENV" \
