@@ -5,7 +5,8 @@
 #
 # Checked before each release with Debian's podman, no registry needed:
 #   bash scripts/docker-demo.sh        # makes the debian:12 base, builds, runs the demo
-# (docs/testing.md, "Release checks"; about 15 minutes of CPU on 2 cores).
+# (docs/testing.md, "Release checks": 36 minutes the first time on 2 shared cores, image
+# 753 MB).
 
 # ---------------------------------------------------------------------------------------
 FROM debian:12 AS build
@@ -34,7 +35,7 @@ RUN apt-get update \
  && rm /tmp/rustup-init \
  && cargo --version
 
-# The bootstrap (Debian packages, cargo-pgrx, the venv, the server sources: ~12 minutes)
+# The bootstrap (Debian packages, cargo-pgrx, the venv, the server sources: 10-20 minutes)
 # depends only on these files, so an edit elsewhere reuses this layer.
 WORKDIR /opt/cotx
 COPY rust-toolchain.toml requirements.txt ./

@@ -8,9 +8,10 @@
 #   bash scripts/docker-demo.sh build        # base + build, no demo
 #   COTX_IMAGE=cotx:test bash scripts/docker-demo.sh
 #
-# About 15 minutes of CPU on 2 cores for the first build; an edit outside scripts/ and
-# requirements.txt reuses the cached bootstrap layer. Not part of scripts/test.sh (too
-# slow for CI's budget): docs/testing.md, "Release checks".
+# The first build took 36 minutes on 2 shared cores; an edit outside scripts/lib.sh,
+# scripts/bootstrap*.sh, requirements.txt and rust-toolchain.toml reuses the cached
+# bootstrap layer (about 12 minutes then). Not part of scripts/test.sh (too slow for CI's
+# budget): docs/testing.md, "Release checks".
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
@@ -75,7 +76,7 @@ fi
 [ "$what" = base ] && exit 0
 
 # --- build --------------------------------------------------------------------------------
-log "building $IMAGE (podman build --network host; the first build takes about 15 minutes)"
+log "building $IMAGE (podman build --network host; 20-40 minutes the first time on 2 cores)"
 t0=$SECONDS
 # --format docker: the OCI format ignores the Dockerfile's SHELL (bash with pipefail).
 "${PODMAN[@]}" build --format docker --network host "${LIMITS[@]}" -t "$IMAGE" -f "$COTX_ROOT/Dockerfile" "$COTX_ROOT"
