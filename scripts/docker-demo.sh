@@ -41,7 +41,7 @@ make_base() {
   rootfs=$(mktemp -d /var/tmp/cotx-rootfs.XXXXXX)
   trap 'rm -rf "$rootfs"' EXIT
   local dir=$rootfs
-  log "making the base image $BASE with debootstrap (bookworm, minbase; about 3 minutes)"
+  log "making the base image $BASE with debootstrap (bookworm, minbase; about a minute)"
   debootstrap --variant=minbase bookworm "$dir" "$MIRROR" >/dev/null
   # The same apt sources as Debian's official image (the security suite carries the pinned
   # PostgreSQL and MariaDB updates).
