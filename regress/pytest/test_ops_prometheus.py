@@ -280,7 +280,7 @@ def test_rules_evaluate_and_an_unreachable_resource_alerts(stack):
         return rules if rules and all(r["lastEvaluation"] > "2000" for r in rules) else None
     rules = wait_until(evaluated, 60, "every rule evaluated")
     assert {r["health"] for r in rules} == {"ok"}, [(r["name"], r.get("lastError")) for r in rules]
-    assert len(rules) == yaml.safe_load(RULES.read_text())["groups"][0]["rules"].__len__()
+    assert len(rules) == len(yaml.safe_load(RULES.read_text())["groups"][0]["rules"])
 
     # "gone" listens nowhere: recovery cannot reach it, its up gauge is 0, and the alert
     # (for: 2m) is pending for it and for no other resource.
