@@ -146,4 +146,5 @@ if [ ! -d "$PG_SRC/src/test/isolation/specs" ]; then
 fi
 # --- Java (Narayana example) and Go client: toolchains and dependency caches -----------
 bash "$COTX_ROOT/scripts/bootstrap-tm.sh"
+bash "$COTX_ROOT/scripts/bootstrap-ops.sh"   # prometheus/promtool for deploy/ tests
 log "bootstrap complete"
