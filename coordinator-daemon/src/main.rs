@@ -21,39 +21,80 @@ mod store;
 use std::sync::Arc;
 use std::time::Duration;
 
-const USAGE: &str = "usage:
-  cotx-coordinator serve --config FILE
-  cotx-coordinator check-config --config FILE
-  cotx-coordinator in-doubt --config FILE [--json]
-  cotx-coordinator show --config FILE GTID [--json]
-  cotx-coordinator force --config FILE GTID commit|abort --yes-i-know --operator NAME --reason TEXT
-  cotx-coordinator audit --config FILE
-  cotx-coordinator bench-store --path FILE [--n N] [--clients C] [--no-group-commit]";
-
-struct Args {
-    pos: Vec<String>,
-    opts: std::collections::HashMap<String, String>,
-    flags: std::collections::HashSet<String>,
+/// The commit coordinator of cotx: durable two-phase commit decisions across PostgreSQL
+/// and MariaDB (docs/coordinator.md).
+///
+/// Exit status: 0 done; 1 a command failed (the daemon said no, or could not be reached);
+/// 2 bad arguments or an invalid config; 3 the daemon lost its node lease to another one.
+#[derive(clap::Parser)]
+#[command(name = "cotx-coordinator", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
 }
 
-fn parse_args() -> Args {
-    let mut a = Args { pos: vec![], opts: Default::default(), flags: Default::default() };
-    let mut it = std::env::args().skip(1).peekable();
-    while let Some(x) = it.next() {
-        if let Some(name) = x.strip_prefix("--") {
-            match name {
-                "json" | "yes-i-know" | "no-group-commit" => {
-                    a.flags.insert(name.to_string());
-                }
-                _ => {
-                    a.opts.insert(name.to_string(), it.next().unwrap_or_default());
-                }
-            }
-        } else {
-            a.pos.push(x);
-        }
-    }
-    a
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// The TOML config file (coordinator.example.toml documents every key).
+    #[arg(long, env = "COTX_CONFIG", value_name = "FILE")]
+    config: String,
+    /// Bearer token; overrides `token`/`token_file` of the config.
+    #[arg(long = "token-env-only", env = "COTX_TOKEN", hide = true, hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum Cmd {
+    /// Run the daemon.
+    Serve(ConfigArg),
+    /// Check a config file and say what it configures.
+    CheckConfig(ConfigArg),
+    /// In-doubt transactions (prepared, unfinished), oldest first, with what they block.
+    InDoubt {
+        #[command(flatten)]
+        c: ConfigArg,
+        /// Print the daemon's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One transaction: state, decision, branches.
+    Show {
+        #[command(flatten)]
+        c: ConfigArg,
+        gtid: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Force an outcome (audited; never contradicts a recorded decision).
+    Force {
+        #[command(flatten)]
+        c: ConfigArg,
+        gtid: String,
+        #[arg(value_parser = ["commit", "abort"])]
+        outcome: String,
+        /// Required: forcing an outcome overrides the protocol.
+        #[arg(long)]
+        yes_i_know: bool,
+        /// Who forces it (default: $USER).
+        #[arg(long, env = "USER")]
+        operator: Option<String>,
+        /// Why (written to the audit log).
+        #[arg(long)]
+        reason: String,
+    },
+    /// The operator audit log.
+    Audit(ConfigArg),
+    /// Decisions/s of the SQLite store alone.
+    BenchStore {
+        #[arg(long, value_name = "FILE")]
+        path: String,
+        #[arg(long, default_value_t = 20000)]
+        n: usize,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long)]
+        no_group_commit: bool,
+    },
 }
 
 fn die(msg: &str) -> ! {
@@ -61,49 +102,41 @@ fn die(msg: &str) -> ! {
     std::process::exit(2);
 }
 
-fn load_config(a: &Args) -> config::Config {
-    let Some(p) = a.opts.get("config") else { die(&format!("--config FILE is required\n{USAGE}")) };
-    match config::load(p) {
+fn load_config(a: &ConfigArg) -> config::Config {
+    let mut c = match config::load(&a.config) {
         Ok(c) => c,
-        Err(e) => die(&format!("{p}: {e}")),
+        Err(e) => die(&format!("{}: {e}", a.config)),
+    };
+    if let Some(t) = &a.token {
+        if t.trim().len() < 16 {
+            die("COTX_TOKEN must be at least 16 characters");
+        }
+        c.token = Some(t.trim().to_string());
     }
+    c
 }
 
 fn main() {
-    let a = parse_args();
-    let cmd = a.pos.first().cloned().unwrap_or_default();
-    let r = match cmd.as_str() {
-        "serve" => {
-            let cfg = load_config(&a);
-            serve(cfg);
-            Ok(())
-        }
-        "check-config" => {
-            let cfg = load_config(&a);
+    use clap::Parser;
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Serve(c) => serve(load_config(&c)),
+        Cmd::CheckConfig(c) => {
+            let cfg = load_config(&c);
             println!("config ok: node {}, {} resource(s), listen {}", cfg.node_id, cfg.resources.len(), cfg.listen);
             Ok(())
         }
-        "in-doubt" => cli::in_doubt(&load_config(&a), a.flags.contains("json")),
-        "show" => {
-            let g = a.pos.get(1).unwrap_or_else(|| die("show needs a GTID"));
-            cli::show(&load_config(&a), g, a.flags.contains("json"))
-        }
-        "force" => {
-            let cfg = load_config(&a);
-            let (Some(g), Some(o)) = (a.pos.get(1), a.pos.get(2)) else { die("force needs GTID and commit|abort") };
-            if o != "commit" && o != "abort" {
-                die("outcome must be commit or abort");
-            }
-            if !a.flags.contains("yes-i-know") {
+        Cmd::InDoubt { c, json } => cli::in_doubt(&load_config(&c), json),
+        Cmd::Show { c, gtid, json } => cli::show(&load_config(&c), &gtid, json),
+        Cmd::Force { c, gtid, outcome, yes_i_know, operator, reason } => {
+            if !yes_i_know {
                 die("forcing an outcome overrides the protocol: add --yes-i-know (an audit record is written)");
             }
-            let op = a.opts.get("operator").cloned().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into());
-            let Some(reason) = a.opts.get("reason") else { die("--reason TEXT is required") };
-            cli::force(&cfg, g, o, &op, reason)
+            let op = operator.unwrap_or_else(|| "unknown".into());
+            cli::force(&load_config(&c), &gtid, &outcome, &op, &reason)
         }
-        "audit" => cli::audit(&load_config(&a)),
-        "bench-store" => bench_store(&a),
-        _ => die(USAGE),
+        Cmd::Audit(c) => cli::audit(&load_config(&c)),
+        Cmd::BenchStore { path, n, clients, no_group_commit } => bench_store(&path, n, clients, !no_group_commit),
     };
     if let Err(e) = r {
         eprintln!("error: {e}");
@@ -125,7 +158,7 @@ fn open_store(cfg: &config::StoreConfig, holder: &str) -> Result<store::Store, S
     }
 }
 
-fn serve(cfg: config::Config) {
+fn serve(cfg: config::Config) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async move {
         let nonce = coordinator::Coordinator::new_nonce();
@@ -193,15 +226,11 @@ fn serve(cfg: config::Config) {
 }
 
 /// Decisions/s of the store alone: `clients` concurrent writers, `n` decisions in total.
-fn bench_store(a: &Args) -> Result<(), String> {
-    let path = a.opts.get("path").ok_or("--path FILE is required")?;
-    let n: usize = a.opts.get("n").map(|s| s.parse().unwrap_or(20000)).unwrap_or(20000);
-    let clients: usize = a.opts.get("clients").map(|s| s.parse().unwrap_or(64)).unwrap_or(64);
-    let group = !a.flags.contains("no-group-commit");
+fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
     let _ = std::fs::remove_file(format!("{path}-shm"));
-    let cfg = config::StoreConfig::Sqlite { path: path.clone(), group_commit: group, max_batch: 1024 };
+    let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024 };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let s = open_store(&cfg, "bench")?;
