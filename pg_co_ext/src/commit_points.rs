@@ -76,7 +76,7 @@ fn check(point: Point) {
             return;
         }
         drop(lock);
-        if let Verdict::BlockedByInDoubt(peer, _) = verdict {
+        if let Verdict::RuleBInDoubtReader(peer, _) = verdict {
             if gucs::CONFLICT_ACTION.get() == ConflictAction::Wait {
                 if wait_started.is_none() {
                     wait_started = Some(Instant::now());

@@ -76,22 +76,22 @@ pub fn raise(r: Refusal) -> ! {
         ),
         Refusal::Rule(point, v) => {
             let (counter, msg, detail) = match v {
-                Verdict::RefuseOutEdge(p, st) => (
+                Verdict::RuleAOutEdge(p, st) => (
                     Counter::RefusedRuleA,
                     format!("pg_co refused {}: commitment ordering rule A", point_name(point)),
                     format!("This transaction read data that {} overwrote; it would have to commit before that transaction, which already reached its commit point.", describe(&p, st)),
                 ),
-                Verdict::RefuseSummarized => (
+                Verdict::RuleASummarized => (
                     Counter::RefusedSummarized,
                     format!("pg_co refused {}: commitment ordering rule A (summarized conflicts)", point_name(point)),
                     "PostgreSQL summarized this transaction's rw-conflicts under memory pressure; pg_co cannot prove the prepare safe.".to_string(),
                 ),
-                Verdict::BlockedByInDoubt(p, st) => (
+                Verdict::RuleBInDoubtReader(p, st) => (
                     Counter::RefusedRuleB,
                     format!("pg_co refused {}: commitment ordering rule B", point_name(point)),
                     format!("{} read data that this transaction overwrote; this transaction may reach its commit point only after that one is decided.", capitalize(&describe(&p, st))),
                 ),
-                Verdict::RefuseStaleLocalRead(p, st) => (
+                Verdict::RuleCStaleLocalRead(p, st) => (
                     Counter::RefusedRuleC,
                     "pg_co refused COMMIT: commitment ordering rule C".to_string(),
                     format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
@@ -102,7 +102,7 @@ pub fn raise(r: Refusal) -> ! {
             if gucs::LOG_VETOES.get() {
                 pgrx::log!("{msg}: {detail}");
             }
-            let hint = if matches!(v, Verdict::BlockedByInDoubt(..)) {
+            let hint = if matches!(v, Verdict::RuleBInDoubtReader(..)) {
                 "Retry the transaction, or set pg_co.conflict_action = 'wait' to wait for the in-doubt transaction's outcome."
             } else {
                 "Retry the transaction."

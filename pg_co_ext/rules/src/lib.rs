@@ -102,26 +102,26 @@ pub enum Verdict {
     Allow,
     /// Rule A: T -rw-> X and X already committed or is prepared/committing: X's commit
     /// came (or will come) before T's prepare although CO needs T's commit first.
-    RefuseOutEdge(Peer, PeerState),
+    RuleAOutEdge(Peer, PeerState),
     /// Rule A, conservative: PostgreSQL folded some of T's out-edges into a summary.
-    RefuseSummarized,
+    RuleASummarized,
     /// Rule B: X -rw-> T and X is in doubt: T must not reach its commit point before X is
     /// decided. The caller refuses or waits for X and asks again.
-    BlockedByInDoubt(Peer, PeerState),
+    RuleBInDoubtReader(Peer, PeerState),
     /// Rule C: local reader L -rw-> Y where Y was prepared before L's snapshot.
-    RefuseStaleLocalRead(Peer, PeerState),
+    RuleCStaleLocalRead(Peer, PeerState),
 }
 
 /// The decision at one commit point. Rule A comes first: waiting cannot cure it.
 pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer], s: &Settings) -> Verdict {
     if point == Point::Prepare {
         if me.flags & flags::SUMMARY_CONFLICT_OUT != 0 {
-            return Verdict::RefuseSummarized;
+            return Verdict::RuleASummarized;
         }
         for p in out_edges {
             let st = classify(p);
             if matches!(st, PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing) {
-                return Verdict::RefuseOutEdge(*p, st);
+                return Verdict::RuleAOutEdge(*p, st);
             }
         }
     }
@@ -130,14 +130,14 @@ pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer]
             let st = classify(p);
             let two_phase = matches!(st, PeerState::InDoubt | PeerState::Committed { two_phase: true });
             if two_phase && p.prepare_seq <= me.last_commit_before_snapshot {
-                return Verdict::RefuseStaleLocalRead(*p, st);
+                return Verdict::RuleCStaleLocalRead(*p, st);
             }
         }
     }
     for p in in_edges {
         let st = classify(p);
         if matches!(st, PeerState::InDoubt | PeerState::Preparing) {
-            return Verdict::BlockedByInDoubt(*p, st);
+            return Verdict::RuleBInDoubtReader(*p, st);
         }
     }
     Verdict::Allow
@@ -196,11 +196,11 @@ mod tests {
     #[test]
     fn rule_a_refuses_out_edge_to_finished_or_finishing_peer() {
         for st in [IN_DOUBT, COMMITTED, COMMITTING] {
-            assert!(matches!(d(Point::Prepare, &[p(st)], &[]), Verdict::RefuseOutEdge(..)), "{st:?}");
+            assert!(matches!(d(Point::Prepare, &[p(st)], &[]), Verdict::RuleAOutEdge(..)), "{st:?}");
         }
         let mut preparing = p(ACTIVE);
         preparing.marker = Some(Marker::Preparing);
-        assert!(matches!(d(Point::Prepare, &[preparing], &[]), Verdict::RefuseOutEdge(..)));
+        assert!(matches!(d(Point::Prepare, &[preparing], &[]), Verdict::RuleAOutEdge(..)));
     }
 
     #[test]
@@ -217,7 +217,7 @@ mod tests {
     fn summarized_out_conflicts_refuse_prepare_only() {
         let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0 };
         let s = Settings::default();
-        assert_eq!(decide(Point::Prepare, &me, &[], &[], &s), Verdict::RefuseSummarized);
+        assert_eq!(decide(Point::Prepare, &me, &[], &[], &s), Verdict::RuleASummarized);
         assert_eq!(decide(Point::LocalCommit, &me, &[], &[], &s), Verdict::Allow);
     }
 
@@ -226,25 +226,25 @@ mod tests {
         let mut preparing = p(ACTIVE);
         preparing.marker = Some(Marker::Preparing);
         for point in [Point::Prepare, Point::LocalCommit] {
-            assert!(matches!(d(point, &[], &[p(IN_DOUBT)]), Verdict::BlockedByInDoubt(_, PeerState::InDoubt)));
-            assert!(matches!(d(point, &[], &[preparing]), Verdict::BlockedByInDoubt(_, PeerState::Preparing)));
+            assert!(matches!(d(point, &[], &[p(IN_DOUBT)]), Verdict::RuleBInDoubtReader(_, PeerState::InDoubt)));
+            assert!(matches!(d(point, &[], &[preparing]), Verdict::RuleBInDoubtReader(_, PeerState::Preparing)));
             assert_eq!(d(point, &[], &[p(ACTIVE), p(COMMITTED), p(ROLLED_BACK), p(COMMITTING)]), Verdict::Allow);
         }
     }
 
     #[test]
     fn rule_a_wins_over_rule_b() {
-        assert!(matches!(d(Point::Prepare, &[p(COMMITTED)], &[p(IN_DOUBT)]), Verdict::RefuseOutEdge(..)));
+        assert!(matches!(d(Point::Prepare, &[p(COMMITTED)], &[p(IN_DOUBT)]), Verdict::RuleAOutEdge(..)));
     }
 
     #[test]
     fn rule_c_refuses_local_reader_of_data_prepared_before_its_snapshot() {
         let mut y = p(IN_DOUBT);
         y.prepare_seq = 15; // before snapshot (20)
-        assert!(matches!(d(Point::LocalCommit, &[y], &[]), Verdict::RefuseStaleLocalRead(..)));
+        assert!(matches!(d(Point::LocalCommit, &[y], &[]), Verdict::RuleCStaleLocalRead(..)));
         let mut y_committed = peer(flags::PREPARED | flags::COMMITTED, 0);
         y_committed.prepare_seq = 15;
-        assert!(matches!(d(Point::LocalCommit, &[y_committed], &[]), Verdict::RefuseStaleLocalRead(..)));
+        assert!(matches!(d(Point::LocalCommit, &[y_committed], &[]), Verdict::RuleCStaleLocalRead(..)));
         y.prepare_seq = 25; // prepared after the snapshot: no G can sit in between
         assert_eq!(d(Point::LocalCommit, &[y], &[]), Verdict::Allow);
         let off = Settings { rule_c: false };
