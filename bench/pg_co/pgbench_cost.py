@@ -3,7 +3,7 @@ synchronous_commit on): each experiment switches one setting between two values 
 interleaved ABBA runs and reports median throughput, their ratio, and refusals.
 
   cost    pg_co.enabled off vs on; serializable 2PC transactions (serializable_2pc.sql)
-  rule-c  pg_co.check_local_readers off vs on; 2PC writers + local readers (local_reader.sql)
+  rule-c  pg_co.rule_c off vs on; 2PC writers + local readers (local_reader.sql)
   wait    pg_co.conflict_action abort vs wait; serializable 2PC transactions
 
 usage: python bench/pg_co/pgbench_cost.py [--experiment cost] [--pairs 3] [--seconds 20]
@@ -26,7 +26,7 @@ ALL_REFUSALS = "refused_rule_a + refused_rule_b + refused_rule_c + refused_summa
 EXPERIMENTS = {
     "cost": dict(guc="pg_co.enabled", values=("off", "on"), scripts=["serializable_2pc.sql"],
                  refusals=ALL_REFUSALS, title="pg_co single-database cost"),
-    "rule-c": dict(guc="pg_co.check_local_readers", values=("off", "on"),
+    "rule-c": dict(guc="pg_co.rule_c", values=("off", "on"),
                    scripts=["serializable_2pc.sql@1", "local_reader.sql@1"],
                    refusals="refused_rule_c", title="rule C cost (2PC writers + local readers)"),
     "wait": dict(guc="pg_co.conflict_action", values=("abort", "wait"), scripts=["serializable_2pc.sql"],

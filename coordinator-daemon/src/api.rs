@@ -85,16 +85,16 @@ fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Refusal> {
 }
 
 fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::new(400, "invalid_json", format!("body is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::new("invalid_json", format!("body is not valid JSON: {e}")))?;
     if !v.is_object() {
-        return refuse(400, "invalid_body", "body must be a JSON object");
+        return refuse("invalid_body", "body must be a JSON object");
     }
-    serde_json::from_value(v).map_err(|e| Refusal::new(400, "invalid_field", format!("{e}")))
+    serde_json::from_value(v).map_err(|e| Refusal::new("invalid_field", format!("{e}")))
 }
 
 fn text_field(what: &str, s: &str, max: usize) -> Result<(), Refusal> {
     if s.len() > max {
-        return refuse(400, "invalid_field", format!("{what} is longer than {max} bytes"));
+        return refuse("invalid_field", format!("{what} is longer than {max} bytes"));
     }
     Ok(())
 }
@@ -104,7 +104,7 @@ fn query(req_query: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, Strin
     for kv in req_query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         if !allowed.contains(&k) {
-            return refuse(400, "invalid_field", format!("unknown query parameter {k:?}"));
+            return refuse("invalid_field", format!("unknown query parameter {k:?}"));
         }
         out.push((k.to_string(), v.to_string()));
     }
@@ -119,13 +119,32 @@ fn reply(status: u16, v: &Value) -> Response<Full<Bytes>> {
         .unwrap()
 }
 
+/// The HTTP status of each refusal code (docs/coordinator.md, "Error codes").
+pub fn http_status(code: &str) -> u16 {
+    match code {
+        "invalid_json" | "invalid_body" | "invalid_field" | "invalid_id" | "id_too_long" | "confirmation_required" => 400,
+        "unauthorized" => 401,
+        "not_found" | "not_in_memory" | "unknown_transaction" | "unknown_branch" | "unknown_resource" => 404,
+        "method_not_allowed" => 405,
+        "duplicate_branch" | "already_prepared" | "branch_not_prepared" | "no_branches" | "not_single_branch" | "not_decided"
+        | "outcome_mismatch" | "transaction_aborted" | "transaction_committed" | "transaction_one_phase" | "wrong_state"
+        | "contradicts_decision" => 409,
+        "payload_too_large" => 413,
+        "wrong_node" => 421,
+        "too_many_transactions" => 429,
+        "store_unavailable" | "owner_unavailable" | "quarantined" | "lease_unconfirmed" | "too_many_connections" => 503,
+        _ => 500,
+    }
+}
+
 fn error_reply(r: &Refusal) -> Response<Full<Bytes>> {
     let mut err = json!({"code": r.code, "message": r.message});
     if let Some(u) = &r.owner_url {
         err["owner_url"] = json!(u);
     }
-    let mut resp = reply(r.status, &json!({"error": err}));
-    if r.status == 429 || r.status == 503 {
+    let status = http_status(r.code);
+    let mut resp = reply(status, &json!({"error": err}));
+    if status == 429 || status == 503 {
         resp.headers_mut().insert("retry-after", hyper::header::HeaderValue::from_static("1"));
     }
     resp
@@ -145,7 +164,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     Ok(match r {
         Ok((status, resp)) => resp.unwrap_or_else(|v| reply(status, &v)),
         Err(e) => {
-            if e.status < 500 {
+            if http_status(e.code) < 500 {
                 c.metrics.refused_requests.fetch_add(1, Relaxed);
             }
             error_reply(&e)
@@ -178,7 +197,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         _ => {}
     }
     if !authorized(c, &req) {
-        return refuse(401, "unauthorized", "missing or wrong bearer token");
+        return refuse("unauthorized", "missing or wrong bearer token");
     }
     let known = matches!(
         segs.as_slice(),
@@ -187,11 +206,11 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             | ["v1", "transactions", _, "commit" | "abort" | "decision" | "finished"] | ["v1", "incidents"] | ["v1", "in-doubt"] | ["v1", "audit"] | ["v1", "admin", "force"]
     );
     if !known {
-        return refuse(404, "not_found", format!("no route {path}"));
+        return refuse("not_found", format!("no route {path}"));
     }
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(_) => return refuse(413, "payload_too_large", format!("body larger than {MAX_BODY} bytes")),
+        Err(_) => return refuse("payload_too_large", format!("body larger than {MAX_BODY} bytes")),
     };
     match (method, segs.as_slice()) {
         (Method::GET, ["metrics"]) => {
@@ -242,7 +261,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             query(q.as_deref(), &[])?;
             let b: FinishedBody = parse_required(&body)?;
             let Some(o) = Outcome::parse(&b.outcome) else {
-                return refuse(400, "invalid_field", "outcome must be \"commit\" or \"abort\"");
+                return refuse("invalid_field", "outcome must be \"commit\" or \"abort\"");
             };
             ok(c.finished(g, bid, o).await?)
         }
@@ -250,12 +269,12 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             query(q.as_deref(), &[])?;
             let b: CommitBody = parse(&body)?;
             match (b.one_phase_branch, b.prepared) {
-                (Some(_), Some(_)) => refuse(400, "invalid_field", "one_phase_branch and prepared exclude each other"),
+                (Some(_), Some(_)) => refuse("invalid_field", "one_phase_branch and prepared exclude each other"),
                 (Some(bid), None) => ok(c.one_phase(g, &bid).await?),
                 (None, p) => {
                     let p = p.unwrap_or_default();
                     if p.len() > 1000 {
-                        return refuse(400, "invalid_field", "prepared lists at most 1000 branch ids");
+                        return refuse("invalid_field", "prepared lists at most 1000 branch ids");
                     }
                     ok(c.commit_with(g, "coordinator", &p).await?)
                 }
@@ -265,7 +284,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             query(q.as_deref(), &[])?;
             let b: FinishedManyBody = parse_required(&body)?;
             let Some(o) = Outcome::parse(&b.outcome) else {
-                return refuse(400, "invalid_field", "outcome must be \"commit\" or \"abort\"");
+                return refuse("invalid_field", "outcome must be \"commit\" or \"abort\"");
             };
             ok(c.finished_many(g, &b.branches, o).await?)
         }
@@ -280,7 +299,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             let qs = query(q.as_deref(), &["wait_ms"])?;
             let wait = match qs.iter().find(|(k, _)| k == "wait_ms") {
                 None => 0,
-                Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new(400, "invalid_field", "wait_ms must be a non-negative integer"))?,
+                Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new("invalid_field", "wait_ms must be a non-negative integer"))?,
             };
             ok(c.wait_decision(g, wait).await?)
         }
@@ -295,26 +314,26 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         }
         (Method::GET, ["v1", "audit"]) => {
             query(q.as_deref(), &[])?;
-            let v = c.store.audit_log().await.map_err(|e| Refusal::new(503, "store_unavailable", e))?;
+            let v = c.store.audit_log().await.map_err(|e| Refusal::new("store_unavailable", e))?;
             ok(json!({"audit": v}))
         }
         (Method::POST, ["v1", "admin", "force"]) => {
             query(q.as_deref(), &[])?;
             let b: ForceBody = parse_required(&body)?;
             if !b.confirm {
-                return refuse(400, "confirmation_required", "forcing an outcome requires \"confirm\": true");
+                return refuse("confirmation_required", "forcing an outcome requires \"confirm\": true");
             }
             let Some(o) = Outcome::parse(&b.outcome) else {
-                return refuse(400, "invalid_field", "outcome must be \"commit\" or \"abort\"");
+                return refuse("invalid_field", "outcome must be \"commit\" or \"abort\"");
             };
             text_field("operator", &b.operator, 200)?;
             text_field("reason", &b.reason, 1000)?;
             if b.operator.trim().is_empty() || b.reason.trim().is_empty() {
-                return refuse(400, "invalid_field", "operator and reason must not be empty");
+                return refuse("invalid_field", "operator and reason must not be empty");
             }
             ok(c.force(&b.gtid, o, &b.operator, &b.reason).await?)
         }
-        _ => refuse(405, "method_not_allowed", format!("method not allowed on {path}")),
+        _ => refuse("method_not_allowed", format!("method not allowed on {path}")),
     }
 }
 
@@ -377,5 +396,33 @@ pub async fn serve(c: Arc<Coordinator>, listener: tokio::net::TcpListener) {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every refusal code written anywhere in the daemon has its HTTP status here.
+    #[test]
+    fn every_refusal_code_has_a_status() {
+        let sources = [
+            include_str!("api.rs"),
+            include_str!("coordinator.rs"),
+            include_str!("operator.rs"),
+            include_str!("state.rs"),
+            include_str!("naming.rs"),
+        ];
+        let mut n = 0;
+        for src in sources {
+            for pat in ["refuse(\"", "Refusal::new(\"", "code: \""] {
+                for part in src.split(pat).skip(1) {
+                    let code = part.split('"').next().unwrap();
+                    if code.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !code.is_empty() {
+                        n += 1;
+                        assert_ne!(super::http_status(code), 500, "refusal code {code:?} has no HTTP status");
+                    }
+                }
+            }
+        }
+        assert!(n > 20, "found only {n} codes");
     }
 }

@@ -193,7 +193,7 @@ impl Coordinator {
 
     fn with_tx<T>(&self, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T, Refusal>) -> Result<T, Refusal> {
         if let Err(e) = naming::check_id("gtid", gtid) {
-            return refuse(400, e.code, e.message);
+            return refuse(e.code, e.message);
         }
         let mut txs = self.txs.lock().unwrap();
         match txs.get_mut(gtid) {
@@ -202,7 +202,7 @@ impl Coordinator {
                 e.publish();
                 r
             }
-            None => Err(Refusal::new(404, "not_in_memory", gtid)),
+            None => Err(Refusal::new("not_in_memory", gtid)),
         }
     }
 
@@ -211,9 +211,9 @@ impl Coordinator {
     /// node's transaction is sent to its owner, or waits for a takeover.
     pub async fn elsewhere(&self, gtid: &str) -> Refusal {
         if self.is_quarantined(gtid) {
-            return Refusal::new(503, "quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
+            return Refusal::new("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
         }
-        let unknown = || Refusal::new(404, "unknown_transaction", format!("no transaction {gtid:?} (never begun, or finished and forgotten: presumed abort)"));
+        let unknown = || Refusal::new("unknown_transaction", format!("no transaction {gtid:?} (never begun, or finished and forgotten: presumed abort)"));
         let Some((node, _)) = naming::gtid_epoch(gtid) else { return unknown() };
         if self.acts_for(node) {
             return unknown();
@@ -224,22 +224,21 @@ impl Coordinator {
             Ok(ls) if !ls.iter().any(|l| l.node == node) => unknown(),
             Ok(ls) => match ls.into_iter().find(|l| l.node == node) {
                 Some(l) if l.expires_in_ms > 0 && !l.url.is_empty() => Refusal {
-                    status: 421,
                     code: "wrong_node",
                     message: format!("{gtid} belongs to node {node}, served at {}", l.url),
                     owner_url: Some(l.url),
                 },
-                _ => Refusal::new(503, "owner_unavailable",
+                _ => Refusal::new("owner_unavailable",
                     format!("{gtid} belongs to node {node}, which holds no live lease: a takeover will decide it; ask again")),
             },
-            Err(e) => Refusal::new(503, "store_unavailable", format!("cannot look up the owner of {gtid}: {e}")),
+            Err(e) => Refusal::new("store_unavailable", format!("cannot look up the owner of {gtid}: {e}")),
         }
     }
 
     /// The store's word on a gtid not in memory: its recorded decision, if any.
     pub async fn stored_decision(&self, gtid: &str) -> Result<Option<DecisionRecord>, Refusal> {
         if let Err(e) = naming::check_id("gtid", gtid) {
-            return refuse(400, e.code, e.message);
+            return refuse(e.code, e.message);
         }
         match self.store.get(gtid).await {
             Ok(Some(Stored::Record(r))) => Ok(Some(r)),
@@ -248,7 +247,7 @@ impl Coordinator {
                 Err(self.elsewhere(gtid).await)
             }
             Ok(None) => Ok(None),
-            Err(e) => refuse(503, "store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
+            Err(e) => refuse("store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
         }
     }
 
@@ -262,7 +261,7 @@ impl Coordinator {
 
     fn refuse_new_work(&self) -> Result<(), Refusal> {
         if self.lease.expired() {
-            return refuse(503, "lease_unconfirmed", format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
+            return refuse("lease_unconfirmed", format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
         }
         Ok(())
     }
@@ -272,7 +271,7 @@ impl Coordinator {
         let t = timeout_ms.unwrap_or(self.cfg.timeouts.transaction_ms);
         let max = self.cfg.limits.max_transaction_ms;
         if !(10..=max).contains(&t) {
-            return refuse(400, "invalid_field", format!("timeout_ms must be between 10 and {max} (limits.max_transaction_ms)"));
+            return refuse("invalid_field", format!("timeout_ms must be between 10 and {max} (limits.max_transaction_ms)"));
         }
         let gtid = naming::new_gtid(&self.cfg.node_id, self.nonce, self.seq.fetch_add(1, Relaxed));
         let tx = Tx::new(gtid.clone(), Duration::from_millis(t));
@@ -281,7 +280,7 @@ impl Coordinator {
             let active = txs.values().filter(|e| e.tx.is_undecided()).count();
             if active >= self.cfg.limits.max_active {
                 self.metrics.overloaded.fetch_add(1, Relaxed);
-                return refuse(429, "too_many_transactions",
+                return refuse("too_many_transactions",
                     format!("{active} transactions are undecided (limits.max_active = {}); retry later", self.cfg.limits.max_active));
             }
             txs.insert(gtid.clone(), Entry::new(tx, false));
@@ -310,15 +309,15 @@ impl Coordinator {
 
     pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res {
         if let Err(e) = naming::check_id("branch_id", bid) {
-            return refuse(400, e.code, e.message);
+            return refuse(e.code, e.message);
         }
         let Some(kind) = self.kind_of(resource) else {
-            return refuse(404, "unknown_resource", format!("no resource named {resource:?} in the coordinator's config"));
+            return refuse("unknown_resource", format!("no resource named {resource:?} in the coordinator's config"));
         };
         let ids = match kind {
             ResourceKind::Postgres => match naming::pg_gid(&self.cfg.gid_prefix, gtid, bid) {
                 Ok(g) => json!({"gid": g}),
-                Err(e) => return refuse(400, e.code, e.message),
+                Err(e) => return refuse(e.code, e.message),
             },
             ResourceKind::Mariadb => json!({"xid": {"format_id": naming::XA_FORMAT_ID, "gtrid": gtid, "bqual": bid}}),
         };
@@ -405,7 +404,7 @@ impl Coordinator {
                         delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
                     }
                 });
-                refuse(503, "store_unavailable", format!("decision store failed ({err}); the decision is pending, poll /decision"))
+                refuse("store_unavailable", format!("decision store failed ({err}); the decision is pending, poll /decision"))
             }
         }
     }
@@ -420,7 +419,7 @@ impl Coordinator {
             Decided::Corrupt(problem) => {
                 // The transaction stays Committing (never rolled back) until an operator decides.
                 self.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
-                refuse(503, "quarantined", format!("{gtid}: an unreadable decision record exists; an operator must decide"))
+                refuse("quarantined", format!("{gtid}: an unreadable decision record exists; an operator must decide"))
             }
             Decided::Fenced(why) => crate::lease::lost(self, &why),
         }
@@ -488,7 +487,7 @@ impl Coordinator {
     /// Several branches finished by their owner(s) in one call. All or nothing.
     pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
         if bids.is_empty() || bids.len() > 1000 {
-            return refuse(400, "invalid_field", "branches must list 1..1000 branch ids");
+            return refuse("invalid_field", "branches must list 1..1000 branch ids");
         }
         self.on(gtid, |e| {
             let mut next = e.tx.clone();
@@ -573,7 +572,7 @@ impl Coordinator {
         let ok = ["active", "committing", "committed", "aborted", "one_phase", "in_doubt"];
         if let Some(f) = filter {
             if !ok.contains(&f) {
-                return refuse(400, "invalid_field", format!("state must be one of {ok:?}"));
+                return refuse("invalid_field", format!("state must be one of {ok:?}"));
             }
         }
         let txs = self.txs.lock().unwrap();
@@ -687,7 +686,7 @@ mod tests {
         c.begin(None).unwrap();
         c.begin(None).unwrap();
         let e = c.begin(None).unwrap_err();
-        assert_eq!((e.status, e.code), (429, "too_many_transactions"));
+        assert_eq!(e.code, "too_many_transactions");
         assert_eq!(c.begin(Some(86_400_000)).unwrap_err().code, "invalid_field");
     }
 }

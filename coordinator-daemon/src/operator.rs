@@ -28,7 +28,7 @@ impl Coordinator {
     /// its result is recorded after.
     pub async fn force(self: &Arc<Self>, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res {
         if let Err(e) = naming::check_id("gtid", gtid) {
-            return refuse(400, e.code, e.message);
+            return refuse(e.code, e.message);
         }
         let node = naming::gtid_node(gtid).unwrap_or_default().to_string();
         let quarantined = self.is_quarantined(gtid);
@@ -41,24 +41,24 @@ impl Coordinator {
             // else is its owner's to decide (or a takeover's), never "abort" here.
             if let Some(rec) = self.stored_decision(gtid).await? {
                 if rec.outcome != outcome {
-                    return refuse(409, "contradicts_decision", format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
+                    return refuse("contradicts_decision", format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
                 }
             }
             return Err(self.elsewhere(gtid).await);
         }
         if let Err(e) = self.audit(gtid, outcome, operator, reason, "attempt".into()).await {
-            return refuse(503, "store_unavailable", format!("could not write the audit record, nothing was done: {e}"));
+            return refuse("store_unavailable", format!("could not write the audit record, nothing was done: {e}"));
         }
         let result: Result<Value, Refusal> = if quarantined {
             self.resolve_quarantined(gtid, &node, outcome, operator).await
         } else {
             match (current, outcome) {
                 (None, Outcome::Abort) => Ok(json!({"gtid": gtid, "decision": "abort", "note": "no live transaction and no record: presumed abort; recovery rolls back any prepared branch"})),
-                (None, Outcome::Commit) => refuse(409, "contradicts_decision", format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
+                (None, Outcome::Commit) => refuse("contradicts_decision", format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
                 (Some((TxState::Committed | TxState::Committing, _)), Outcome::Abort) => {
-                    refuse(409, "contradicts_decision", format!("{gtid} is decided commit"))
+                    refuse("contradicts_decision", format!("{gtid} is decided commit"))
                 }
-                (Some((TxState::Aborted, _)), Outcome::Commit) => refuse(409, "contradicts_decision", format!("{gtid} is decided abort")),
+                (Some((TxState::Aborted, _)), Outcome::Commit) => refuse("contradicts_decision", format!("{gtid} is decided abort")),
                 (Some((TxState::Committed, _)), Outcome::Commit) | (Some((TxState::Aborted, _)), Outcome::Abort) => {
                     // The operator wants it finished now: one attempt per branch without
                     // waiting for the owners' grace period; what fails stays for the retries.
@@ -66,7 +66,7 @@ impl Coordinator {
                     Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
                 }
                 (Some((TxState::Committing, _)), Outcome::Commit) => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
-                (Some((TxState::OnePhase, _)), _) => refuse(409, "transaction_one_phase", format!("{gtid} commits in one phase on its owner's session")),
+                (Some((TxState::OnePhase, _)), _) => refuse("transaction_one_phase", format!("{gtid} commits in one phase on its owner's session")),
                 (Some((TxState::Active, _)), Outcome::Abort) => self.abort(gtid, &format!("forced by {operator}: {reason}")).await,
                 (Some((TxState::Active, Some(why))), Outcome::Commit) => Err(why),
                 (Some((TxState::Active, None)), Outcome::Commit) => self.commit(gtid, "operator").await,
@@ -99,12 +99,12 @@ impl Coordinator {
             source: "operator".into(),
         };
         if outcome == Outcome::Commit && rec.branches.is_empty() {
-            return refuse(409, "no_branches", format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
+            return refuse("no_branches", format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
         }
         self.store
             .write(Op::Overwrite(rec.clone()))
             .await
-            .map_err(|e| Refusal::new(503, "store_unavailable", format!("could not replace the record: {e}")))?;
+            .map_err(|e| Refusal::new("store_unavailable", format!("could not replace the record: {e}")))?;
         self.quarantined.lock().unwrap().remove(gtid);
         self.txs.lock().unwrap().remove(gtid);
         self.adopt_records(std::slice::from_ref(&rec));

@@ -91,24 +91,24 @@ pub struct Tx {
     pub recovered: bool,
 }
 
-/// A refused request: HTTP status, machine-readable code, message; `owner_url` when
-/// another daemon owns the transaction (the client asks it instead).
+/// A refused request: a machine-readable code and a message; `owner_url` when another
+/// daemon owns the transaction (the client asks it instead). The HTTP status of each code
+/// is the API's business (api.rs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    pub status: u16,
     pub code: &'static str,
     pub message: String,
     pub owner_url: Option<String>,
 }
 
 impl Refusal {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refusal {
-        Refusal { status, code, message: message.into(), owner_url: None }
+    pub fn new(code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal { code, message: message.into(), owner_url: None }
     }
 }
 
-pub fn refuse<T>(status: u16, code: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal::new(status, code, message))
+pub fn refuse<T>(code: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal::new(code, message))
 }
 
 pub fn unix_ms() -> u64 {
@@ -156,19 +156,19 @@ impl Tx {
     fn branch_idx(&self, bid: &str) -> Result<usize, Refusal> {
         match self.branches.iter().position(|b| b.branch_id == bid) {
             Some(i) => Ok(i),
-            None => refuse(404, "unknown_branch", format!("transaction {} has no branch {bid:?}", self.gtid)),
+            None => refuse("unknown_branch", format!("transaction {} has no branch {bid:?}", self.gtid)),
         }
     }
 
     fn decided_refusal<T>(&self, what: &str) -> Result<T, Refusal> {
         match self.state {
-            TxState::Aborted => refuse(409, "transaction_aborted",
+            TxState::Aborted => refuse("transaction_aborted",
                 format!("{what}: transaction {} was aborted ({})", self.gtid, self.abort_reason.as_deref().unwrap_or("no reason"))),
             TxState::Committed | TxState::Committing => {
-                refuse(409, "transaction_committed", format!("{what}: transaction {} is already decided commit", self.gtid))
+                refuse("transaction_committed", format!("{what}: transaction {} is already decided commit", self.gtid))
             }
-            TxState::OnePhase => refuse(409, "transaction_one_phase", format!("{what}: transaction {} is committing in one phase", self.gtid)),
-            TxState::Active => refuse(409, "wrong_state", format!("{what}: transaction {} is active", self.gtid)),
+            TxState::OnePhase => refuse("transaction_one_phase", format!("{what}: transaction {} is committing in one phase", self.gtid)),
+            TxState::Active => refuse("wrong_state", format!("{what}: transaction {} is active", self.gtid)),
         }
     }
 
@@ -177,7 +177,7 @@ impl Tx {
             return self.decided_refusal("register branch");
         }
         if self.branches.iter().any(|b| b.branch_id == bid) {
-            return refuse(409, "duplicate_branch", format!("branch {bid:?} is already registered in {}", self.gtid));
+            return refuse("duplicate_branch", format!("branch {bid:?} is already registered in {}", self.gtid));
         }
         self.branches.push(Branch {
             branch_id: bid.to_string(),
@@ -204,8 +204,8 @@ impl Tx {
                 self.branches[i].state = BranchState::Prepared;
                 Ok(())
             }
-            BranchState::Prepared => refuse(409, "already_prepared", format!("branch {bid:?} is already prepared")),
-            s => refuse(409, "wrong_state", format!("branch {bid:?} is {s:?}, cannot become prepared")),
+            BranchState::Prepared => refuse("already_prepared", format!("branch {bid:?} is already prepared")),
+            s => refuse("wrong_state", format!("branch {bid:?} is {s:?}, cannot become prepared")),
         }
     }
 
@@ -219,7 +219,7 @@ impl Tx {
         }
         match self.branches[i].state {
             BranchState::Registered | BranchState::Prepared => {}
-            s => return refuse(409, "wrong_state", format!("branch {bid:?} is {s:?}")),
+            s => return refuse("wrong_state", format!("branch {bid:?} is {s:?}")),
         }
         self.branches[i].state = BranchState::Failed;
         self.branches[i].note = Some(reason.to_string());
@@ -235,10 +235,10 @@ impl Tx {
             return self.decided_refusal("commit");
         }
         if self.branches.is_empty() {
-            return refuse(409, "no_branches", format!("transaction {} has no branches", self.gtid));
+            return refuse("no_branches", format!("transaction {} has no branches", self.gtid));
         }
         if let Some(b) = self.branches.iter().find(|b| b.state != BranchState::Prepared) {
-            return refuse(409, "branch_not_prepared", format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+            return refuse("branch_not_prepared", format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
         }
         Ok(())
     }
@@ -250,10 +250,10 @@ impl Tx {
         }
         let i = self.branch_idx(bid)?;
         if self.branches.len() != 1 {
-            return refuse(409, "not_single_branch", format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()));
+            return refuse("not_single_branch", format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()));
         }
         if self.branches[i].state != BranchState::Registered {
-            return refuse(409, "wrong_state", format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state));
+            return refuse("wrong_state", format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state));
         }
         Ok(())
     }
@@ -278,10 +278,10 @@ impl Tx {
         match (self.state, outcome) {
             (TxState::Committed, Outcome::Commit) | (TxState::Aborted, Outcome::Abort) | (TxState::OnePhase, _) => {}
             (TxState::Active | TxState::Committing, _) => {
-                return refuse(409, "not_decided", format!("transaction {} is not decided yet", self.gtid))
+                return refuse("not_decided", format!("transaction {} is not decided yet", self.gtid))
             }
             _ => {
-                return refuse(409, "outcome_mismatch",
+                return refuse("outcome_mismatch",
                     format!("branch finished with {} but the decision is {}", outcome.as_str(), self.decision().map(|o| o.as_str()).unwrap_or("none")))
             }
         }

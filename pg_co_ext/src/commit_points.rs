@@ -57,7 +57,7 @@ fn check(point: Point) {
         }
         shmem::bump(Counter::ChecksCommit, 1);
     }
-    let settings = Settings { rule_c: gucs::CHECK_LOCAL_READERS.get() };
+    let settings = Settings { rule_c: gucs::RULE_C.get() };
     let t0 = Instant::now();
     let mut wait_started: Option<Instant> = None;
     loop {

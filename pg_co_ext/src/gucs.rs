@@ -14,7 +14,7 @@ pub static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static CONFLICT_ACTION: GucSetting<ConflictAction> = GucSetting::<ConflictAction>::new(ConflictAction::Abort);
 pub static REQUIRE_SERIALIZABLE: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static LOG_VETOES: GucSetting<bool> = GucSetting::<bool>::new(false);
-pub static CHECK_LOCAL_READERS: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static RULE_C: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_SKIP_MARKER: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static TEST_LAYOUT_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -53,10 +53,10 @@ pub fn register() {
         GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
-        c"pg_co.check_local_readers",
+        c"pg_co.rule_c",
         c"Rule C: refuse a local COMMIT that missed the write of a 2PC transaction prepared before its snapshot.",
         c"",
-        &CHECK_LOCAL_READERS,
+        &RULE_C,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -250,7 +250,7 @@ def test_rule_c_local_reader_of_in_doubt_write(two_pg, rule_c):
     lc = a.connect()
     lc.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
     if not rule_c:
-        lc.execute("SET LOCAL pg_co.check_local_readers = off")
+        lc.execute("SET LOCAL pg_co.rule_c = off")
     seen = dict(lc.execute("SELECT k, v FROM r ORDER BY k").fetchall())
     assert seen == {"x": 1, "y": 0}, "L sees G's write but not Y's"
     try:

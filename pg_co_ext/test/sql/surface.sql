@@ -3,7 +3,7 @@ SELECT co.preloaded();
 SHOW pg_co.enabled;
 SHOW pg_co.conflict_action;
 SHOW pg_co.require_serializable;
-SHOW pg_co.check_local_readers;
+SHOW pg_co.rule_c;
 SET pg_co.conflict_action = 'sometimes';
 SET pg_co.conflict_action = wait;
 RESET pg_co.conflict_action;
