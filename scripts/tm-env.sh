@@ -10,11 +10,11 @@ for d in /usr/local/go/bin /usr/lib/go/bin; do
 done
 export PATH
 
-# start_tm_servers DIR: starts tm_servers.py in the background, waits for its ports, and
+# start_tm_servers DIR: starts `python -m cotest up --info` in the background, waits for its ports, and
 # exports PG_PORT, MY_PORT, PG_DSN, MY_DSN; stop_tm_servers stops it (call it from a trap).
 start_tm_servers() {
   TM_INFO="$1/servers.env"
-  "$COTX_VENV/bin/python" "$COTX_ROOT/scripts/tm_servers.py" "$TM_INFO" >"$1/servers.log" 2>&1 &
+  "$COTX_VENV/bin/python" -m cotest up --info "$TM_INFO" --require-ext >"$1/servers.log" 2>&1 &
   TM_SERVERS_PID=$!
   local i
   for i in $(seq 1 1200); do
