@@ -26,6 +26,9 @@ impl Coordinator {
             return Completion::Retry("our node lease is unconfirmed".into());
         }
         let node = naming::gtid_node(gtid).unwrap_or_default();
+        if !self.acts_for(node) {
+            return Completion::Retry(format!("node {node} is not ours (any more)"));
+        }
         if let Err(e) = rc.hold_node_lock(node, node != self.cfg.node_id).await {
             return Completion::Retry(e);
         }
@@ -74,7 +77,9 @@ impl Coordinator {
                 tokio::time::sleep(Duration::from_millis(me.cfg.timeouts.owner_grace_ms)).await;
             }
             let mut delay = me.cfg.timeouts.retry_initial_ms;
-            while me.complete_pending(&gtid, FinishedBy::Daemon).await > 0 {
+            let node = naming::gtid_node(&gtid).unwrap_or_default().to_string();
+            // A node we gave back is its own daemon's to finish.
+            while me.acts_for(&node) && me.complete_pending(&gtid, FinishedBy::Daemon).await > 0 {
                 me.metrics.completion_retries.fetch_add(1, Relaxed);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);

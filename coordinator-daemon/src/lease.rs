@@ -52,6 +52,9 @@ pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
         match c.store.claim_node(&c.cfg.node_id, &c.holder, &c.cfg.advertise_url, l.ttl_ms, true).await? {
             Claim::Granted => break,
             Claim::HeldBy(h) => {
+                // A survivor that took our node over gives it back when asked (it releases
+                // at its next renewal): the row is a request, never a lease.
+                let _ = c.store.claim_node(&reclaim_key(&c.cfg.node_id), &c.holder, &c.cfg.advertise_url, l.ttl_ms, false).await;
                 if Instant::now() >= deadline {
                     return Err(format!(
                         "node {} is held by {} ({}) whose lease runs {} ms more: another daemon runs as this node; give every daemon its own node_id",
@@ -66,6 +69,7 @@ pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
             }
         }
     }
+    let _ = c.store.release_node(&reclaim_key(&c.cfg.node_id), &c.holder, true).await;
     c.lease.confirmed(l.ttl_ms, l.renew_ms);
     // The epoch is durable before any gtid of it exists: recovery acts only on known epochs.
     c.store.write(Op::RegisterEpoch { node: c.cfg.node_id.clone(), nonce: c.nonce }).await?;
@@ -154,8 +158,17 @@ pub fn spawn_renewal(c: Arc<Coordinator>) {
 
 async fn take_over_expired(c: &Arc<Coordinator>) {
     let Ok(leases) = c.store.nodes().await else { return };
+    // Nodes whose own daemon is back and asks for them.
+    let wanted: Vec<String> = leases.iter().filter_map(|l| l.node.strip_suffix("!reclaim").map(str::to_string)).collect();
+    let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
+    for node in adopted.into_iter().filter(|n| wanted.contains(n)) {
+        log("info", "the owner of a taken-over node is back: giving it back", json!({"node": node}));
+        release_adopted(c, &node, false).await;
+    }
     for lease in leases {
-        if lease.node == c.cfg.node_id || lease.expires_in_ms > 0 || c.adopted.lock().unwrap().contains(&lease.node) {
+        if lease.node == c.cfg.node_id || lease.node.contains('!') || wanted.contains(&lease.node) || lease.expires_in_ms > 0
+            || c.adopted.lock().unwrap().contains(&lease.node)
+        {
             continue;
         }
         match c.store.claim_node(&lease.node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
@@ -170,15 +183,24 @@ async fn take_over_expired(c: &Arc<Coordinator>) {
     }
 }
 
-/// A taken-over node with nothing left to finish is given back: its own daemon may return.
-pub async fn release_adopted(c: &Coordinator, node: &str) {
-    if let Err(e) = c.store.release_node(node, &c.holder, true).await {
+/// A taken-over node is given back: `forget` when nothing of it is left (its lease row
+/// goes), otherwise only marked expired — its own daemon, coming back, recovers the rest
+/// (every decision we took for it is in the store), or another takeover does.
+pub async fn release_adopted(c: &Coordinator, node: &str, forget: bool) {
+    // Stop acting for it first: our completions of its gtids check this.
+    c.adopted.lock().unwrap().remove(node);
+    if let Err(e) = c.store.release_node(node, &c.holder, forget).await {
         log("warn", "could not release a taken-over node; will retry", json!({"node": node, "error": e}));
+        c.adopted.lock().unwrap().insert(node.to_string());
         return;
     }
     for rc in c.resources.values() {
         rc.release_node_lock(node).await;
     }
-    c.adopted.lock().unwrap().remove(node);
-    log("info", "released a taken-over node: all its branches are finished", json!({"node": node}));
+    log("info", "released a taken-over node", json!({"node": node, "all_finished": forget}));
+}
+
+/// The row by which a returning daemon asks a survivor for its node back.
+pub fn reclaim_key(node: &str) -> String {
+    format!("{node}!reclaim")
 }

@@ -219,12 +219,12 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
     c.forget_finished();
     // Taken-over nodes with nothing left prepared and nothing undecided go back.
-    if rep.unreachable.is_empty() {
-        let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
-        for node in adopted {
-            if !nodes_with_branches.contains(&node) && !c.has_unfinished_of(&node) {
-                crate::lease::release_adopted(c, &node).await;
-            }
+    // Taken-over nodes with nothing of them prepared where we could look, and nothing
+    // undecided, go back (forgotten only when every resource could be listed).
+    let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
+    for node in adopted {
+        if !nodes_with_branches.contains(&node) && !c.has_unfinished_of(&node) {
+            crate::lease::release_adopted(c, &node, rep.unreachable.is_empty()).await;
         }
     }
     if rep.committed + rep.rolled_back > 0 {
