@@ -59,3 +59,20 @@ def test_plain_http_only_on_loopback(pg, mariadb):
     r = d.cli("check-config")
     assert r.returncode == 2 and "[tls]" in r.stderr, r
     d.destroy()
+
+
+def test_traceparent_is_logged_with_the_gtid(pg, mariadb):
+    """A caller's W3C trace context (traceparent header) is logged with the gtid."""
+    import json
+    import urllib.request
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    d = make_daemon(pg, mariadb).start()
+    try:
+        gtid = Coordinator(d.url, d.token).begin()
+        req = urllib.request.Request(f"{d.url}/v1/transactions/{gtid}/abort", data=b"{}", method="POST",
+                                     headers={"Authorization": f"Bearer {d.token}", "traceparent": tp})
+        urllib.request.urlopen(req, timeout=5).read()
+        lines = [json.loads(x) for x in d.log_tail(50).splitlines() if "traceparent" in x]
+        assert [(x["gtid"], x["traceparent"], x["status"]) for x in lines] == [(gtid, tp, 200)], lines
+    finally:
+        d.destroy()
