@@ -7,13 +7,14 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// Minimal blocking HTTP/1.1 client: one request per connection, for the CLI only.
+/// Minimal blocking HTTP/1.1 client: one request per connection, for the CLI only; over
+/// TLS (trusting `tls.ca_file`) when the daemon serves TLS.
 pub fn http(cfg: &Config, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), String> {
     let mut addr = cfg.listen;
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("cannot reach the daemon at {addr}: {e}"))?;
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("cannot reach the daemon at {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(60))).ok();
     let b = body.map(|v| v.to_string()).unwrap_or_default();
     let auth = cfg.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
@@ -21,14 +22,45 @@ pub fn http(cfg: &Config, method: &str, path: &str, body: Option<&Value>) -> Res
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
         b.len()
     );
-    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
     let mut resp = Vec::new();
-    s.read_to_end(&mut resp).map_err(|e| e.to_string())?;
+    match &cfg.tls {
+        None => exchange(s, req.as_bytes(), &mut resp)?,
+        Some(t) => exchange(tls_client(t, addr, s)?, req.as_bytes(), &mut resp)?,
+    }
     let text = String::from_utf8_lossy(&resp);
     let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed response")?;
     let status: u16 = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("malformed status line")?;
     let v = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
     Ok((status, v))
+}
+
+fn exchange(mut s: impl Read + Write, req: &[u8], resp: &mut Vec<u8>) -> Result<(), String> {
+    s.write_all(req).map_err(|e| e.to_string())?;
+    match s.read_to_end(resp) {
+        Ok(_) => Ok(()),
+        // A TLS peer that closes without close_notify after a full answer is fine here.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !resp.is_empty() => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn tls_client(
+    t: &crate::config::Tls,
+    addr: std::net::SocketAddr,
+    s: TcpStream,
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&t.ca_file).map_err(|e| format!("tls.ca_file {}: {e}", t.ca_file))? {
+        roots.add(c.map_err(|e| format!("tls.ca_file {}: {e}", t.ca_file))?).map_err(|e| format!("tls.ca_file {}: {e}", t.ca_file))?;
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), ServerName::IpAddress(addr.ip().into())).map_err(|e| e.to_string())?;
+    Ok(rustls::StreamOwned::new(conn, s))
 }
 
 fn age(ms: u64) -> String {

@@ -44,6 +44,16 @@ struct RawConfig {
     lease: RawLease,
     #[serde(default)]
     limits: RawLimits,
+    tls: Option<Spanned<RawTls>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_file: Spanned<String>,
+    key_file: Spanned<String>,
+    /// What the operator commands trust (default: cert_file itself, for a self-signed one).
+    ca_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,6 +126,14 @@ pub struct Lease {
     pub takeover: bool,
 }
 
+/// TLS for the API: PEM files (paths relative to the config file's directory).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub cert_file: String,
+    pub key_file: String,
+    pub ca_file: String,
+}
+
 /// Protection against slow or greedy clients.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -157,6 +175,7 @@ pub struct Config {
     pub advertise_url: String,
     pub lease: Lease,
     pub limits: Limits,
+    pub tls: Option<Tls>,
 }
 
 /// A config error: where it is and what is wrong.
@@ -249,9 +268,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         None => "127.0.0.1:7420".parse().unwrap(),
         Some(l) => match l.get_ref().parse::<SocketAddr>() {
             Ok(a) => {
-                if !a.ip().is_loopback() && !raw.allow_non_loopback {
+                // Plain HTTP only on loopback: a token and decisions never cross a network
+                // in clear text.
+                if !a.ip().is_loopback() && (!raw.allow_non_loopback || raw.tls.is_none()) {
                     return cx.err(Some(l.span()), "listen",
-                        "not a loopback address; set allow_non_loopback = true to expose the API");
+                        "not a loopback address; exposing the API needs allow_non_loopback = true and a [tls] section (plain HTTP is served on loopback only)");
                 }
                 a
             }
@@ -376,8 +397,28 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     if timeouts.transaction_ms > limits.max_transaction_ms {
         return cx.err(t.transaction_ms.as_ref().map(|s| s.span()), "timeouts.transaction_ms", "must be <= limits.max_transaction_ms");
     }
+    let rel = |p: &str| {
+        let p = std::path::Path::new(p);
+        if p.is_relative() { base.map(|b| b.join(p)).unwrap_or(p.to_path_buf()) } else { p.to_path_buf() }.display().to_string()
+    };
+    let tls = match &raw.tls {
+        None => None,
+        Some(t) => {
+            let t = t.get_ref();
+            for (f, field) in [(&t.cert_file, "tls.cert_file"), (&t.key_file, "tls.key_file")] {
+                if let Err(e) = std::fs::metadata(rel(f.get_ref())) {
+                    return cx.err(Some(f.span()), field, format!("cannot read {}: {e}", rel(f.get_ref())));
+                }
+            }
+            Some(Tls {
+                cert_file: rel(t.cert_file.get_ref()),
+                key_file: rel(t.key_file.get_ref()),
+                ca_file: rel(t.ca_file.as_ref().unwrap_or(&t.cert_file).get_ref()),
+            })
+        }
+    };
     let advertise_url = match &raw.advertise_url {
-        None => format!("http://{listen}"),
+        None => format!("{}://{listen}", if tls.is_some() { "https" } else { "http" }),
         Some(u) => {
             let v = u.get_ref();
             if !(v.starts_with("http://") || v.starts_with("https://")) || v.len() > 200 || v.contains(char::is_whitespace) {
@@ -415,7 +456,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         };
         resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size });
     }
-    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits })
+    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls })
 }
 
 #[cfg(test)]
@@ -465,6 +506,9 @@ pool_size = 4
         assert_eq!((e.line, e.field.as_str()), (Some(19), "resources[1].pool_size"));
         let e = err(&GOOD.replace("127.0.0.1:7000", "0.0.0.0:7000"));
         assert_eq!((e.line, e.field.as_str()), (Some(3), "listen"));
+        // allow_non_loopback alone is not enough: plain HTTP is for loopback only.
+        let e = err(&GOOD.replace("127.0.0.1:7000\"", "0.0.0.0:7000\"\nallow_non_loopback = true"));
+        assert!(e.message.contains("[tls]"), "{e}");
         let e = err(&GOOD.replace("name = \"m1\"", "name = \"pg1\""));
         assert_eq!(e.field, "resources[1].name");
         let e = err(&GOOD.replace("pool_size = 4", "pool_sise = 4"));

@@ -167,6 +167,10 @@ fn serve(cfg: config::Config) -> Result<(), String> {
             Ok(s) => s,
             Err(e) => die(&format!("cannot open the decision store: {e}")),
         };
+        let tls = match cfg.tls.as_ref().map(api::tls_acceptor).transpose() {
+            Ok(t) => t,
+            Err(e) => die(&format!("cannot set up TLS: {e}")),
+        };
         let listener = match tokio::net::TcpListener::bind(cfg.listen).await {
             Ok(l) => l,
             Err(e) => die(&format!("cannot listen on {}: {e}", cfg.listen)),
@@ -209,7 +213,7 @@ fn serve(cfg: config::Config) -> Result<(), String> {
                 tc.tick();
             }
         });
-        let server = tokio::spawn(api::serve(c.clone(), listener));
+        let server = tokio::spawn(api::serve(c.clone(), listener, tls));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
         tokio::select! {
             _ = term.recv() => {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -31,11 +32,14 @@ class _Http:
     transaction makes several calls. It speaks only to our daemon (Content-Length bodies;
     chunked is understood for safety)."""
 
-    def __init__(self, url: str, token: str | None, timeout: float):
+    def __init__(self, url: str, token: str | None, timeout: float, cafile: str | None = None):
         u = urllib.parse.urlsplit(url)
-        if u.scheme != "http" or not u.hostname:
-            raise ValueError(f"coordinator url must be http://host:port, got {url!r}")
-        self.host, self.port = u.hostname, u.port or 80
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"coordinator url must be http(s)://host:port, got {url!r}")
+        self.host, self.port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+        # TLS: the daemon's certificate is checked against cafile (or the system's CAs).
+        self.cafile = cafile
+        self._tls = ssl.create_default_context(cafile=cafile) if u.scheme == "https" else None
         self.base = u.path.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -49,6 +53,8 @@ class _Http:
         if c is None:
             sock = socket.create_connection((self.host, self.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
             c = (sock, sock.makefile("rb"))
             self._local.conn = c
             self._local.fresh = True
@@ -182,7 +188,7 @@ class _Http:
     def _peer(self, url: str) -> "_Http":
         peers = self.__dict__.setdefault("_peers", {})
         if url not in peers:
-            peers[url] = _Http(url, self.token, self.timeout)
+            peers[url] = _Http(url, self.token, self.timeout, self.cafile)
         return peers[url]
 
 
@@ -192,11 +198,11 @@ class Coordinator:
     to the first, and to the others when it cannot be reached."""
 
     def __init__(self, url: str | list[str], token: str | None = None, timeout: float = 10.0,
-                 decision_timeout: float = 120.0):
+                 decision_timeout: float = 120.0, cafile: str | None = None):
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise ValueError("at least one coordinator url is needed")
-        self.http = _Http(urls[0], token, timeout)
+        self.http = _Http(urls[0], token, timeout, cafile)
         self.http.alternates = urls[1:]
         self.decision_timeout = decision_timeout
 

@@ -48,7 +48,7 @@ class Daemon:
 
     def __init__(self, resources: list[dict], timeouts: dict | None = None, store: dict | None = None,
                  node_id: str | None = None, workdir: str | None = None, port: int | None = None,
-                 lease: dict | None = None, limits: dict | None = None):
+                 lease: dict | None = None, limits: dict | None = None, tls: dict | None = None):
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="cotx-coord-"))
         self.port = port or _free_port()
@@ -58,6 +58,7 @@ class Daemon:
         self.node_id = node_id or f"t{secrets.token_hex(4)}"
         self.lease = lease or {}
         self.limits = limits or {}
+        self.tls = tls or {}
         self.resources = resources
         self.timeouts = {"transaction_ms": 10000, "owner_grace_ms": 500, "recovery_interval_ms": 500,
                          "retry_initial_ms": 50, "retry_max_ms": 500, "retention_ms": 60000}
@@ -70,13 +71,13 @@ class Daemon:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def write_config(self) -> None:
         lines = [f"node_id = {_toml(self.node_id)}", f"listen = \"127.0.0.1:{self.port}\"",
                  f"token = {_toml(self.token)}", "", "[timeouts]"]
         lines += [f"{k} = {_toml(v)}" for k, v in self.timeouts.items()]
-        for table, values in (("lease", self.lease), ("limits", self.limits)):
+        for table, values in (("lease", self.lease), ("limits", self.limits), ("tls", self.tls)):
             if values:
                 lines += ["", f"[{table}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
         lines += ["", "[store]"] + [f"{k} = {_toml(v)}" for k, v in self.store.items()]
@@ -93,12 +94,21 @@ class Daemon:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"coordinator exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1) as r:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1, context=self.ssl_context()) as r:
                     if r.status == 200:
                         return self
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError(f"coordinator did not answer on {self.url}:\n{self.log_tail()}")
+
+    @property
+    def cafile(self) -> str | None:
+        """What a client trusts for this daemon's TLS certificate (None: plain HTTP)."""
+        return self.tls.get("ca_file", self.tls.get("cert_file")) if self.tls else None
+
+    def ssl_context(self):
+        import ssl
+        return ssl.create_default_context(cafile=self.cafile) if self.tls else None
 
     def kill9(self) -> None:
         if self.proc and self.proc.poll() is None:

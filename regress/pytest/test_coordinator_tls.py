@@ -1,0 +1,78 @@
+"""TLS for the API: a daemon with [tls] serves HTTPS only (a plain-HTTP request gets no
+answer), the Python client and the operator commands talk to it with its certificate
+trusted, and a config that exposes the API beyond loopback without TLS is refused."""
+import socket
+import subprocess
+
+import pytest
+from cotx import Coordinator, CotxError
+from cotx.testing import make_daemon
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "2", "-subj", "/CN=cotx-test", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
+    d.chmod(0o755)
+    for f in ("key.pem", "cert.pem"):
+        (d / f).chmod(0o644)
+    return d
+
+
+def test_api_over_tls(pg, mariadb, cert):
+    d = make_daemon(pg, mariadb, tls={"cert_file": str(cert / "cert.pem"), "key_file": str(cert / "key.pem")}).start()
+    try:
+        assert d.url.startswith("https://")
+        c = Coordinator(d.url, d.token, cafile=d.cafile)
+        pc, mc = pg.connect(), mariadb.connect()
+        pg.sql("CREATE TABLE IF NOT EXISTS tls_t(k text PRIMARY KEY)")
+        mariadb.sql("CREATE TABLE IF NOT EXISTS tls_t(k varchar(20) PRIMARY KEY) ENGINE=InnoDB")
+        with c.transaction() as tx:
+            with tx.branch(pc, "pg"):
+                pc.execute("INSERT INTO tls_t VALUES ('a')")
+            with tx.branch(mc, "my"):
+                mc.cursor().execute("INSERT INTO tls_t VALUES ('a')")
+        assert tx.outcome == "commit"
+        # Without trusting the certificate: refused by the client.
+        with pytest.raises(CotxError):
+            Coordinator(d.url, d.token).begin()
+        # Plain HTTP on the TLS port: no HTTP answer.
+        with socket.create_connection(("127.0.0.1", d.port), timeout=5) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            try:
+                assert not s.recv(100).startswith(b"HTTP/1.1 200")
+            except (ConnectionResetError, socket.timeout):
+                pass
+        r = d.cli("in-doubt")
+        assert r.returncode == 0 and "in-doubt transaction" in r.stdout, r
+        pc.close()
+        mc.close()
+    finally:
+        d.destroy()
+
+
+def test_plain_http_only_on_loopback(pg, mariadb):
+    d = make_daemon(pg, mariadb)
+    d.config.write_text(d.config.read_text().replace('listen = "127.0.0.1:', 'allow_non_loopback = true\nlisten = "0.0.0.0:'))
+    r = d.cli("check-config")
+    assert r.returncode == 2 and "[tls]" in r.stderr, r
+    d.destroy()
+
+
+def test_traceparent_is_logged_with_the_gtid(pg, mariadb):
+    """A caller's W3C trace context (traceparent header) is logged with the gtid."""
+    import json
+    import urllib.request
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    d = make_daemon(pg, mariadb).start()
+    try:
+        gtid = Coordinator(d.url, d.token).begin()
+        req = urllib.request.Request(f"{d.url}/v1/transactions/{gtid}/abort", data=b"{}", method="POST",
+                                     headers={"Authorization": f"Bearer {d.token}", "traceparent": tp})
+        urllib.request.urlopen(req, timeout=5).read()
+        lines = [json.loads(x) for x in d.log_tail(50).splitlines() if "traceparent" in x]
+        assert [(x["gtid"], x["traceparent"], x["status"]) for x in lines] == [(gtid, tp, 200)], lines
+    finally:
+        d.destroy()
