@@ -1,0 +1,478 @@
+"""Fault campaign (issue 10): bank transfers through several coordinator daemons sharing
+one PostgreSQL decision store, while a fault injector kills and pauses processes.
+
+    python -m checker.campaign --seconds 600            # as root, from the repository root
+    python -m checker.campaign --seconds 60 --json out.json --store plain
+
+World: a participant PostgreSQL (pg_co) and MariaDB (mysql_co) holding the accounts
+(checker/bank.py), a decision store (default: the harness's primary + synchronous
+standby, harness/cotest/replica.py, reached through a multi-host DSN; `--store plain`: one
+PostgreSQL), N daemons (node ids n1..nN) on that store. Client threads run transfers, each
+through a randomly chosen daemon; an attempt that fails before the commit request
+(daemon dead or paused, database down) is aborted and the next attempt goes to another
+daemon; an attempt whose commit outcome the client could not learn is recorded as
+unknown and settled at the end by reading the databases.
+
+Faults, one at a time at random intervals: kill -9 a daemon (restarted after a random
+downtime), SIGSTOP a daemon (SIGCONT after a random pause), kill -9 and restart the
+participant PostgreSQL, the same for MariaDB, kill -9 the store's primary (promote the
+standby, rebuild a standby; with a plain store: restart it).
+
+Afterwards (faults stopped, everything running, recovery given time), the verdict:
+total balance conserved; no split transfer (applied in one database only); no transfer
+the client was told committed missing from either database; none told aborted applied;
+nothing left prepared (pg_prepared_xacts, XA RECOVER); the history checker finds no
+cycle. A monitor samples the prepared branches twice a second for the longest time a
+branch stayed in doubt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "harness", ROOT / "clients" / "python"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from . import bank  # noqa: E402
+from .graph import check  # noqa: E402
+from .history import Txn  # noqa: E402
+
+FAULT_KINDS = ("daemon_kill9", "daemon_stop", "pg_kill9", "mariadb_kill9", "store_kill9")
+DEFAULT_WEIGHTS = {"daemon_kill9": 3, "daemon_stop": 3, "pg_kill9": 1, "mariadb_kill9": 1, "store_kill9": 1}
+
+
+@dataclass
+class Config:
+    seconds: float = 60.0             # how long transfers run with faults
+    daemons: int = 3
+    threads: int = 4                  # client threads
+    accounts: int = 8                 # per database
+    fault_gap: tuple = (2.0, 6.0)     # seconds between the end of a fault and the next one
+    downtime: tuple = (0.3, 4.0)      # a killed process stays down / a paused one paused
+    store: str = "replica"            # replica | plain
+    weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    seed: int | None = None
+    recovery_timeout: float = 180.0   # after the faults: time allowed for nothing to stay prepared
+    http_timeout: float = 3.0         # the client's per-call timeout (a paused daemon answers nothing)
+    decision_timeout: float = 30.0    # then the client reports the outcome unknown
+    daemon_timeouts: dict = field(default_factory=lambda: {
+        "transaction_ms": 10000, "owner_grace_ms": 1000, "recovery_interval_ms": 500,
+        "retry_initial_ms": 50, "retry_max_ms": 1000})
+    quiet: bool = False
+
+
+class Campaign:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.seed = cfg.seed if cfg.seed is not None else random.randrange(1 << 30)
+        self.rnd = random.Random(self.seed)
+        self.history: list[Txn] = []
+        self.lock = threading.Lock()
+        self.stop_clients = threading.Event()
+        self.stop_faults = threading.Event()
+        self.stop_monitor = threading.Event()
+        self.faults: list[dict] = []
+        self.fault_errors: list[str] = []
+        self.counts = {"attempted": 0, "committed": 0, "aborted": 0, "unknown": 0, "retried_elsewhere": 0}
+        self.per_daemon = {}
+        self.unknown_errors: dict[str, int] = {}
+        self.in_doubt_max = (0.0, None)     # (seconds, gid)
+        self._my_first_seen: dict = {}
+        self.pg = self.my = self.store = None
+        self.daemons = []
+
+    def log(self, msg: str) -> None:
+        if not self.cfg.quiet:
+            print(f"[campaign {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    # --- world -------------------------------------------------------------------------
+    def setup(self) -> None:
+        from cotest import MariaServer, PgReplicaPair, PgServer, reap_orphans
+        from cotx.daemon import Daemon
+        reap_orphans()
+        self.pg = PgServer().start()
+        self.my = MariaServer().start()
+        self.start_accounts = bank.setup(self.pg, self.my, self.cfg.accounts)
+        self.total0 = sum(self.start_accounts.values())
+        if self.cfg.store == "replica":
+            self.store = PgReplicaPair().start()
+            sdsn = self.store.dsn("cotx_log")
+        else:
+            self.store = PgServer(preload=False).start()
+            sdsn = self.store.dsn.replace("dbname=postgres", "dbname=cotx_log")
+        self.store.sql("CREATE DATABASE cotx_log")
+        res = [{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},
+               {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}]
+        for i in range(self.cfg.daemons):
+            d = Daemon(res, timeouts=self.cfg.daemon_timeouts, node_id=f"n{i + 1}",
+                       store={"kind": "postgres", "dsn": sdsn, "table": "cotx_decisions"})
+            self.daemons.append(d)
+            d.start()   # one after the other: the first creates the store's table
+            self.per_daemon[d.node_id] = {"attempted": 0, "committed": 0}
+        self.log(f"seed {self.seed}; pg :{self.pg.port} (pg_co {self.pg.preload}), mariadb :{self.my.port} "
+                 f"(mysql_co {self.my.plugin}), store {self.cfg.store} {sdsn}; daemons "
+                 + ", ".join(f"{d.node_id}={d.url}" for d in self.daemons))
+
+    def teardown(self) -> None:
+        for d in self.daemons:
+            try:
+                if d.proc and d.proc.poll() is None:
+                    d.proc.send_signal(signal.SIGCONT)
+                d.destroy()
+            except Exception:  # noqa: BLE001
+                pass
+        for s in (self.store, self.my, self.pg):
+            if s is not None:
+                try:
+                    s.destroy()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    # --- clients -----------------------------------------------------------------------
+    def _client(self, i: int) -> None:
+        from cotx import Coordinator
+        rnd = random.Random(self.seed * 1000 + i)
+        coords = [Coordinator(d.url, d.token, timeout=self.cfg.http_timeout,
+                              decision_timeout=self.cfg.decision_timeout) for d in self.daemons]
+        di = rnd.randrange(len(coords))
+        moved = False
+        while not self.stop_clients.is_set():
+            tid = f"c{i}x{uuid.uuid4().hex[:8]}"
+            rec = Txn(tid, note=f"transfer via {self.daemons[di].node_id}")
+            a, b = f"a{rnd.randrange(self.cfg.accounts)}", f"b{rnd.randrange(self.cfg.accounts)}"
+            amt = rnd.randint(1, 9) * rnd.choice((1, -1))
+            err = None
+            try:
+                bank.transfer(coords[di], self.pg.port, self.my.port, a, b, amt, tid, rec)
+            except Exception as e:  # noqa: BLE001 - every outcome is recorded
+                err = e
+            rec.status = bank.classify(err, rec)
+            if err is not None:
+                rec.note += f" -> {type(err).__name__}: {str(err)[:200]}"
+            node = self.daemons[di].node_id
+            with self.lock:
+                self.history.append(rec)
+                self.counts["attempted"] += 1
+                self.counts[{"ok": "committed", "fail": "aborted", "info": "unknown"}[rec.status]] += 1
+                self.counts["retried_elsewhere"] += moved
+                self.per_daemon[node]["attempted"] += 1
+                self.per_daemon[node]["committed"] += rec.status == "ok"
+                if rec.status == "info":
+                    k = type(err).__name__
+                    self.unknown_errors[k] = self.unknown_errors.get(k, 0) + 1
+            moved = False
+            if err is not None:
+                if _daemon_trouble(err):
+                    # The daemon died or does not answer: the next attempt goes elsewhere.
+                    di = (di + 1 + rnd.randrange(len(coords) - 1)) % len(coords) if len(coords) > 1 else di
+                    moved = True
+                time.sleep(0.02 + 0.08 * rnd.random())
+            else:
+                di = rnd.randrange(len(coords))
+
+    # --- faults ------------------------------------------------------------------------
+    def _pick_kind(self) -> str:
+        kinds = [k for k in FAULT_KINDS if self.cfg.weights.get(k, 0) > 0]
+        return self.rnd.choices(kinds, [self.cfg.weights[k] for k in kinds])[0]
+
+    def _restart(self, what: str, start) -> None:
+        for attempt in range(20):
+            try:
+                start()
+                return
+            except Exception as e:  # noqa: BLE001 - e.g. a daemon started while the store is busy
+                self.fault_errors.append(f"restart {what} attempt {attempt}: {str(e)[:300]}")
+                time.sleep(1)
+        raise RuntimeError(f"could not restart {what}")
+
+    def inject(self, kind: str) -> dict:
+        down = self.rnd.uniform(*self.cfg.downtime)
+        f = {"kind": kind, "at": round(time.time() - self.t0, 2), "down_s": round(down, 2)}
+        if kind in ("daemon_kill9", "daemon_stop"):
+            d = self.rnd.choice(self.daemons)
+            f["target"] = d.node_id
+            if kind == "daemon_kill9":
+                d.kill9()
+                time.sleep(down)
+                self._restart(d.node_id, d.start)
+            else:
+                d.proc.send_signal(signal.SIGSTOP)
+                time.sleep(down)
+                d.proc.send_signal(signal.SIGCONT)
+        elif kind == "pg_kill9":
+            self.pg.kill9()
+            time.sleep(down)
+            self._restart("postgresql", self.pg.start)
+        elif kind == "mariadb_kill9":
+            self.my.kill9()
+            time.sleep(down)
+            self._restart("mariadb", self.my.start)
+        elif kind == "store_kill9":
+            if self.cfg.store == "replica":
+                f["target"] = f"primary :{self.store.primary.port}"
+                self.store.kill9_primary()
+                time.sleep(down)
+                self.store.promote()
+                f["promoted"] = self.store.primary.port
+                self.store.rejoin()
+            else:
+                self.store.kill9()
+                time.sleep(down)
+                self._restart("store", self.store.start)
+        f["took_s"] = round(time.time() - self.t0 - f["at"], 2)
+        return f
+
+    def _injector(self) -> None:
+        while not self.stop_faults.wait(self.rnd.uniform(*self.cfg.fault_gap)):
+            kind = self._pick_kind()
+            try:
+                f = self.inject(kind)
+            except Exception as e:  # noqa: BLE001 - reported; the heal step restores the world
+                f = {"kind": kind, "error": str(e)[:500]}
+                self.fault_errors.append(f"{kind}: {str(e)[:500]}")
+            self.faults.append(f)
+            self.log(f"fault {len(self.faults)}: {f}")
+
+    # --- in-doubt monitor --------------------------------------------------------------
+    def _sample_in_doubt(self) -> None:
+        now = time.time()
+        try:
+            for gid, age in self.pg.sql("SELECT gid, extract(epoch FROM now() - prepared)::float8 "
+                                        "FROM pg_prepared_xacts WHERE gid LIKE 'cotx:%'"):
+                if age > self.in_doubt_max[0]:
+                    self.in_doubt_max = (age, f"pg {gid}")
+        except Exception:  # noqa: BLE001 - down right now
+            pass
+        try:
+            seen = set()
+            for row in self.my.sql("XA RECOVER"):
+                xid = row[3] if isinstance(row[3], str) else row[3].decode(errors="replace")
+                seen.add(xid)
+                first = self._my_first_seen.setdefault(xid, now)
+                if now - first > self.in_doubt_max[0]:
+                    self.in_doubt_max = (now - first, f"my {xid}")
+            for x in list(self._my_first_seen):
+                if x not in seen:
+                    del self._my_first_seen[x]
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _monitor(self) -> None:
+        while not self.stop_monitor.wait(0.5):
+            self._sample_in_doubt()
+
+    # --- the run -----------------------------------------------------------------------
+    def heal(self) -> None:
+        """Everything running again (an injected fault restores what it broke; this is for
+        a fault that failed half way)."""
+        for d in self.daemons:
+            if d.proc is None or d.proc.poll() is not None:
+                self._restart(d.node_id, d.start)
+            else:
+                d.proc.send_signal(signal.SIGCONT)
+        for s, name in ((self.pg, "postgresql"), (self.my, "mariadb")):
+            try:
+                s.sql("SELECT 1")
+            except Exception:  # noqa: BLE001
+                self._restart(name, s.start)
+        if self.cfg.store == "replica" and self.store.standby is None:
+            self.store.rejoin()
+
+    def prepared(self) -> tuple[list, list]:
+        from cotx.testing import my_prepared, pg_prepared
+        return pg_prepared(self.pg), my_prepared(self.my)
+
+    def run(self) -> dict:
+        self.t0 = time.time()
+        clients = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(self.cfg.threads)]
+        injector = threading.Thread(target=self._injector, daemon=True)
+        monitor = threading.Thread(target=self._monitor, daemon=True)
+        monitor.start()
+        for t in clients:
+            t.start()
+        injector.start()
+        last = 0
+        while time.time() - self.t0 < self.cfg.seconds:
+            time.sleep(1)
+            if time.time() - last >= 10:
+                last = time.time()
+                with self.lock:
+                    self.log(f"{time.time() - self.t0:.0f}s {self.counts}, faults {len(self.faults)}")
+        self.stop_faults.set()
+        injector.join()
+        self.heal()
+        self.stop_clients.set()
+        for t in clients:
+            t.join(self.cfg.decision_timeout + 60)
+        stuck_clients = sum(t.is_alive() for t in clients)
+        load_s = time.time() - self.t0
+        self.log(f"faults stopped after {load_s:.0f}s; waiting for recovery")
+        t_rec = time.time()
+        while time.time() - t_rec < self.cfg.recovery_timeout:
+            self._sample_in_doubt()
+            p, m = self.prepared()
+            if not p and not m:
+                break
+            time.sleep(0.5)
+        recovery_s = time.time() - t_rec
+        self.stop_monitor.set()
+        monitor.join()
+        return self.verdict(load_s, recovery_s, stuck_clients)
+
+    def verdict(self, load_s: float, recovery_s: float, stuck_clients: int) -> dict:
+        left_pg, left_my = self.prepared()
+        total, logs = bank.state(self.pg, self.my)
+        seen: dict = {}
+        for key, lst in logs.items():
+            for x in lst:
+                seen.setdefault(x, set()).add(key.split(":")[0])
+        with self.lock:
+            history = list(self.history)
+        split = sorted(x for x, s in seen.items() if s != {"pg", "my"})
+        lost = [t.id for t in history if t.status == "ok" and seen.get(t.id) != {"pg", "my"}]
+        aborted_applied = [t.id for t in history if t.status == "fail" and t.id in seen]
+        resolved = {"committed": 0, "aborted": 0, "split": 0}
+        for t in history:
+            if t.status == "info":
+                s = seen.get(t.id)
+                if s == {"pg", "my"}:
+                    t.status, t.note = "ok", t.note + " (settled: committed)"
+                    resolved["committed"] += 1
+                elif s is None:
+                    t.status, t.note = "fail", t.note + " (settled: aborted)"
+                    resolved["aborted"] += 1
+                else:
+                    resolved["split"] += 1
+        t_check = time.time()
+        rep = check(history, final_reads=logs)
+        faults_by_kind: dict = {}
+        for f in self.faults:
+            faults_by_kind[f["kind"]] = faults_by_kind.get(f["kind"], 0) + 1
+        incidents = {}
+        from cotx import Coordinator
+        for d in self.daemons:
+            try:
+                incidents[d.node_id] = len(Coordinator(d.url, d.token).http.request("GET", "/v1/incidents")["incidents"])
+            except Exception as e:  # noqa: BLE001
+                incidents[d.node_id] = f"unreachable: {e}"
+        r = {
+            "seed": self.seed,
+            "config": {k: v for k, v in asdict(self.cfg).items() if k != "quiet"},
+            "load_seconds": round(load_s, 1),
+            "transfers": dict(self.counts),
+            "per_daemon": self.per_daemon,
+            "unknown_settled": resolved,
+            "unknown_errors": self.unknown_errors,
+            "faults": len(self.faults),
+            "faults_by_kind": faults_by_kind,
+            "fault_errors": self.fault_errors,
+            "store_failovers": getattr(self.store, "failovers", 0),
+            "total_expected": self.total0,
+            "total_found": total,
+            "total_conserved": total == self.total0,
+            "split": split,
+            "lost_commits": lost,
+            "aborted_but_applied": aborted_applied,
+            "left_prepared": {"pg": left_pg, "my": [x.decode(errors="replace") if isinstance(x, bytes) else x
+                                                    for x in left_my]},
+            "recovery_seconds": round(recovery_s, 1),
+            "longest_in_doubt_s": round(self.in_doubt_max[0], 1),
+            "longest_in_doubt_branch": self.in_doubt_max[1],
+            "checker": {"ok": rep.ok, "txns": rep.txns, "committed": rep.committed, "edges": rep.edges,
+                        "anomalies": [a.kind for a in rep.anomalies][:20], "summary": rep.summary()[:4000],
+                        "seconds": round(time.time() - t_check, 1)},
+            "daemon_incidents": incidents,
+            "stuck_clients": stuck_clients,
+        }
+        r["ok"] = (r["total_conserved"] and not split and not lost and not aborted_applied
+                   and not left_pg and not left_my and rep.ok)
+        return r
+
+
+def _daemon_trouble(e: BaseException) -> bool:
+    from cotx import CoordinatorUnavailable, OutcomeUnknown
+    from cotx.errors import CoordinatorError
+    if isinstance(e, (CoordinatorUnavailable, OutcomeUnknown, ConnectionError, TimeoutError)):
+        return True
+    return isinstance(e, CoordinatorError) and e.status >= 500
+
+
+def run(cfg: Config, keep: bool = False) -> dict:
+    c = Campaign(cfg)
+    try:
+        c.setup()
+        return c.run()
+    finally:
+        if not keep:
+            c.teardown()
+
+
+def summary(r: dict) -> str:
+    t = r["transfers"]
+    lines = [
+        f"campaign {'PASSED' if r['ok'] else 'FAILED'} (seed {r['seed']}, {r['load_seconds']} s of load, "
+        f"{r['config']['daemons']} daemons, store {r['config']['store']})",
+        f"  transfers: {t['attempted']} attempted, {t['committed']} committed, {t['aborted']} aborted, "
+        f"{t['unknown']} unknown (settled: {r['unknown_settled']}), {t['retried_elsewhere']} retried on another daemon",
+        f"  faults: {r['faults']} {r['faults_by_kind']}, store failovers {r['store_failovers']}"
+        + (f", fault errors {len(r['fault_errors'])}" if r["fault_errors"] else ""),
+        f"  total {r['total_found']} (expected {r['total_expected']}); split {len(r['split'])}; "
+        f"lost commits {len(r['lost_commits'])}; aborted-but-applied {len(r['aborted_but_applied'])}; "
+        f"left prepared pg {len(r['left_prepared']['pg'])} my {len(r['left_prepared']['my'])}",
+        f"  checker: {'no cycle' if r['checker']['ok'] else 'ANOMALIES ' + str(r['checker']['anomalies'])} "
+        f"({r['checker']['txns']} txns, {r['checker']['committed']} committed, {r['checker']['seconds']} s)",
+        f"  longest in doubt {r['longest_in_doubt_s']} s ({r['longest_in_doubt_branch']}); "
+        f"recovery after the faults {r['recovery_seconds']} s; daemon incidents {r['daemon_incidents']}",
+    ]
+    if r["stuck_clients"]:
+        lines.append(f"  {r['stuck_clients']} client threads did not stop")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m checker.campaign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--daemons", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--accounts", type=int, default=8)
+    ap.add_argument("--store", choices=("replica", "plain"), default="replica")
+    ap.add_argument("--fault-gap", type=float, nargs=2, default=(2.0, 6.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--downtime", type=float, nargs=2, default=(0.3, 4.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--no", action="append", default=[], choices=FAULT_KINDS, help="leave out a fault kind")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--recovery-timeout", type=float, default=180)
+    ap.add_argument("--json", help="write the full report here")
+    ap.add_argument("--keep", action="store_true", help="leave servers and daemons' directories (debugging)")
+    a = ap.parse_args(argv)
+    weights = {k: (0 if k in a.no else v) for k, v in DEFAULT_WEIGHTS.items()}
+    cfg = Config(seconds=a.seconds, daemons=a.daemons, threads=a.threads, accounts=a.accounts, store=a.store,
+                 fault_gap=tuple(a.fault_gap), downtime=tuple(a.downtime), weights=weights, seed=a.seed,
+                 recovery_timeout=a.recovery_timeout)
+    if a.keep:
+        os.environ["COTX_KEEP_SERVERS"] = "1"
+    r = run(cfg, keep=a.keep)
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=1, default=str))
+    print(summary(r))
+    if not r["ok"]:
+        for k in ("split", "lost_commits", "aborted_but_applied"):
+            if r[k]:
+                print(f"  {k}: {r[k][:20]}")
+        if not r["checker"]["ok"]:
+            print(r["checker"]["summary"])
+    return 0 if r["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
