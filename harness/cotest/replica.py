@@ -41,6 +41,9 @@ REPLICATION_CONF = {
     "wal_sender_timeout": "'5s'",
     "wal_receiver_timeout": "'5s'",
     "wal_retrieve_retry_interval": "'200ms'",
+    # PostgreSQL's own default (the harness's is serializable): a hot standby refuses
+    # serializable reads.
+    "default_transaction_isolation": "'read committed'",
 }
 
 
@@ -87,8 +90,11 @@ class PgReplicaPair:
     # --- lifecycle ---------------------------------------------------------------------
     def start(self) -> "PgReplicaPair":
         self.primary.start()
-        self.primary.sql(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{REPL_USER}') "
-                         f"THEN CREATE ROLE {REPL_USER} WITH REPLICATION LOGIN; END IF; END $$")
+        with self.primary.connect() as c:
+            # No standby yet: this commit must not wait for one.
+            c.execute("SET synchronous_commit = local")
+            c.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{REPL_USER}') "
+                      f"THEN CREATE ROLE {REPL_USER} WITH REPLICATION LOGIN; END IF; END $$")
         self._add_standby(None)
         self.ports = (self.primary.port, self.standby.port)
         return self
@@ -103,15 +109,21 @@ class PgReplicaPair:
         self.standby = sb
         self.wait_sync()
 
+    @property
+    def synchronous(self) -> bool:
+        return self.primary.conf.get("synchronous_standby_names") not in ("''", "", None)
+
     def wait_sync(self, timeout: float = 60) -> None:
-        """Until the primary reports the standby streaming as its synchronous standby."""
+        """Until the primary reports the standby streaming (as its synchronous standby,
+        unless synchronous_standby_names was overridden to '')."""
         deadline = time.time() + timeout
         last = None
         while time.time() < deadline:
             try:
                 last = self.primary.sql("SELECT state, sync_state FROM pg_stat_replication WHERE application_name = %s",
                                         (STANDBY_NAME,))
-                if last and last[0] == ("streaming", "sync"):
+                want = "sync" if self.synchronous else "async"
+                if last and last[0] == ("streaming", want):
                     return
             except Exception as e:  # noqa: BLE001 - not ready yet
                 last = e

@@ -72,3 +72,16 @@ def test_failover_keeps_every_committed_row(pair):
     pair.failover()
     assert pair.primary.port == old_primary
     assert pair.sql("SELECT count(*) FROM t") == [(502,)]
+
+
+def test_asynchronous_standby_does_not_hold_commits():
+    """The counterpart of the two tests above: without synchronous_standby_names a
+    COMMIT returns with the standby down, so a failover then could lose it."""
+    with PgReplicaPair(conf={"synchronous_standby_names": "''"}) as p:
+        p.sql("CREATE TABLE t(k int PRIMARY KEY)")
+        p.standby.stop()
+        p.sql("INSERT INTO t VALUES (1)")      # returns: nobody waits for the standby
+        p.kill9_primary()
+        p.standby.start()
+        p.promote()
+        assert p.sql("SELECT count(*) FROM t") == [(0,)]   # the acknowledged row is gone
