@@ -179,3 +179,33 @@ def test_store_failover_mid_stream(pg, mariadb, store):
                 c.kill9()
         for d in daemons:
             d.destroy()
+
+
+def test_asynchronous_standby_loses_acknowledged_decisions(pg, mariadb):
+    """Why the store's standby must be synchronous: with asynchronous replication and the
+    standby behind, a decision the client was told ("commit") exists on the primary only;
+    after the failover the store has no record, recovery presumes abort and rolls back
+    branches of a transaction its client saw committed."""
+    with PgReplicaPair(conf={"synchronous_standby_names": "''"}) as pair:
+        pair.sql("CREATE DATABASE cotx_log")
+        d = make_daemon(pg, mariadb, node_id="fa1",
+                        store={"kind": "postgres", "dsn": pair.dsn("cotx_log"), "table": TABLE},
+                        timeouts={"owner_grace_ms": 600000}).start()
+        try:
+            pair.standby.stop()      # the standby falls behind (here: entirely)
+            ch = Child(d, pg, mariadb, "after_decision", "fo-async")
+            assert ch.what == "commit"
+            assert ch.gtid in store_records(pair)
+            d.kill9()
+            ch.kill9()
+            pair.kill9_primary()
+            pair.standby.start()
+            pair.promote()
+            assert ch.gtid not in store_records(pair)      # the acknowledged decision is gone
+            d.timeouts["owner_grace_ms"] = 300
+            d.write_config()
+            d.start()
+            wait_until(lambda: nothing_prepared(pg, mariadb), what="recovery")
+            assert (in_pg(pg, "fo-async"), in_my(mariadb, "fo-async")) == (0, 0)   # told commit, rolled back
+        finally:
+            d.destroy()
