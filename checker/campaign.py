@@ -14,7 +14,8 @@ daemon; an attempt whose commit outcome the client could not learn is recorded a
 unknown and settled at the end by reading the databases.
 
 Faults, one at a time at random intervals: kill -9 a daemon (restarted after a random
-downtime), SIGSTOP a daemon (SIGCONT after a random pause), kill -9 and restart the
+downtime), SIGSTOP a daemon (SIGCONT after a random pause), both also with a long
+downtime (takeover by the surviving daemons), kill -9 and restart the
 participant PostgreSQL, the same for MariaDB, kill -9 the store's primary (promote the
 standby, rebuild a standby; with a plain store: restart it).
 
@@ -48,8 +49,13 @@ from . import bank  # noqa: E402
 from .graph import check  # noqa: E402
 from .history import Txn  # noqa: E402
 
-FAULT_KINDS = ("daemon_kill9", "daemon_stop", "pg_kill9", "mariadb_kill9", "store_kill9")
-DEFAULT_WEIGHTS = {"daemon_kill9": 3, "daemon_stop": 3, "pg_kill9": 1, "mariadb_kill9": 1, "store_kill9": 1}
+FAULT_KINDS = ("daemon_kill9", "daemon_stop", "daemon_kill9_long", "daemon_stop_long", "pg_kill9", "mariadb_kill9",
+               "store_kill9")
+# *_long: the daemon stays dead / paused for `long_downtime`, longer than a node lease is
+# expected to last, so that its transactions are taken over (issue 10) — or, before
+# takeover exists, stay in doubt that long (see longest_in_doubt_s in the report).
+DEFAULT_WEIGHTS = {"daemon_kill9": 3, "daemon_stop": 3, "daemon_kill9_long": 1, "daemon_stop_long": 1,
+                   "pg_kill9": 1, "mariadb_kill9": 1, "store_kill9": 1}
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Config:
     accounts: int = 8                 # per database
     fault_gap: tuple = (2.0, 6.0)     # seconds between the end of a fault and the next one
     downtime: tuple = (0.3, 4.0)      # a killed process stays down / a paused one paused
+    long_downtime: tuple = (10.0, 20.0)
     store: str = "replica"            # replica | plain
     weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     seed: int | None = None
@@ -147,6 +154,7 @@ class Campaign:
                               decision_timeout=self.cfg.decision_timeout) for d in self.daemons]
         di = rnd.randrange(len(coords))
         moved = False
+        conns = None   # kept across transfers; replaced after any failure (state unknown)
         while not self.stop_clients.is_set():
             tid = f"c{i}x{uuid.uuid4().hex[:8]}"
             rec = Txn(tid, note=f"transfer via {self.daemons[di].node_id}")
@@ -154,9 +162,18 @@ class Campaign:
             amt = rnd.randint(1, 9) * rnd.choice((1, -1))
             err = None
             try:
-                bank.transfer(coords[di], self.pg.port, self.my.port, a, b, amt, tid, rec)
+                if conns is None:
+                    rec.phase = "body"
+                    conns = (bank.pg_connect(self.pg.port), bank.my_connect(self.my.port))
+                bank.transfer(coords[di], self.pg.port, self.my.port, a, b, amt, tid, rec, conns=conns)
             except Exception as e:  # noqa: BLE001 - every outcome is recorded
                 err = e
+                for c in conns or ():
+                    try:
+                        c.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                conns = None
             rec.status = bank.classify(err, rec)
             if err is not None:
                 rec.note += f" -> {type(err).__name__}: {str(err)[:200]}"
@@ -180,6 +197,11 @@ class Campaign:
                 time.sleep(0.02 + 0.08 * rnd.random())
             else:
                 di = rnd.randrange(len(coords))
+        for c in conns or ():
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                pass
 
     # --- faults ------------------------------------------------------------------------
     def _pick_kind(self) -> str:
@@ -197,12 +219,12 @@ class Campaign:
         raise RuntimeError(f"could not restart {what}")
 
     def inject(self, kind: str) -> dict:
-        down = self.rnd.uniform(*self.cfg.downtime)
+        down = self.rnd.uniform(*(self.cfg.long_downtime if kind.endswith("_long") else self.cfg.downtime))
         f = {"kind": kind, "at": round(time.time() - self.t0, 2), "down_s": round(down, 2)}
-        if kind in ("daemon_kill9", "daemon_stop"):
+        if kind.startswith("daemon_"):
             d = self.rnd.choice(self.daemons)
             f["target"] = d.node_id
-            if kind == "daemon_kill9":
+            if kind.startswith("daemon_kill9"):
                 d.kill9()
                 time.sleep(down)
                 self._restart(d.node_id, d.start)
@@ -449,6 +471,7 @@ def main(argv=None) -> int:
     ap.add_argument("--store", choices=("replica", "plain"), default="replica")
     ap.add_argument("--fault-gap", type=float, nargs=2, default=(2.0, 6.0), metavar=("MIN", "MAX"))
     ap.add_argument("--downtime", type=float, nargs=2, default=(0.3, 4.0), metavar=("MIN", "MAX"))
+    ap.add_argument("--long-downtime", type=float, nargs=2, default=(10.0, 20.0), metavar=("MIN", "MAX"))
     ap.add_argument("--no", action="append", default=[], choices=FAULT_KINDS, help="leave out a fault kind")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--recovery-timeout", type=float, default=180)
@@ -457,7 +480,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     weights = {k: (0 if k in a.no else v) for k, v in DEFAULT_WEIGHTS.items()}
     cfg = Config(seconds=a.seconds, daemons=a.daemons, threads=a.threads, accounts=a.accounts, store=a.store,
-                 fault_gap=tuple(a.fault_gap), downtime=tuple(a.downtime), weights=weights, seed=a.seed,
+                 fault_gap=tuple(a.fault_gap), downtime=tuple(a.downtime),
+                 long_downtime=tuple(a.long_downtime), weights=weights, seed=a.seed,
                  recovery_timeout=a.recovery_timeout)
     if a.keep:
         os.environ["COTX_KEEP_SERVERS"] = "1"

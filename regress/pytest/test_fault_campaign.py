@@ -22,7 +22,7 @@ pytestmark = [requires_pg_co, requires_mysql_co]
 
 def test_fault_campaign():
     seconds = float(os.environ.get("COTX_CAMPAIGN_SECONDS", "60"))
-    cfg = campaign.Config(seconds=seconds, fault_gap=(1.0, 3.0), downtime=(0.3, 3.0),
+    cfg = campaign.Config(seconds=seconds, fault_gap=(1.0, 3.0), downtime=(0.3, 3.0), long_downtime=(5.0, 10.0),
                           recovery_timeout=150)
     r = campaign.run(cfg)
     print(campaign.summary(r))
