@@ -76,6 +76,8 @@ class Config:
     daemon_timeouts: dict = field(default_factory=lambda: {
         "transaction_ms": 10000, "owner_grace_ms": 1000, "recovery_interval_ms": 500,
         "retry_initial_ms": 50, "retry_max_ms": 1000})
+    lease: dict | None = None         # the daemons' [lease] table (daemons with node leases)
+    shared_node_id: bool = False      # misconfiguration on purpose: every daemon "n1" (issue 10 defect 1)
     quiet: bool = False
 
 
@@ -98,6 +100,8 @@ class Campaign:
         self._my_first_seen: dict = {}
         self.pg = self.my = self.store = None
         self.daemons = []
+        self.busy: set = set()            # node ids the injector is working on right now
+        self.supervisor_restarts: list = []
 
     def log(self, msg: str) -> None:
         if not self.cfg.quiet:
@@ -122,14 +126,18 @@ class Campaign:
         res = [{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},
                {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}]
         for i in range(self.cfg.daemons):
-            d = Daemon(res, timeouts=self.cfg.daemon_timeouts, node_id=f"n{i + 1}",
-                       store={"kind": "postgres", "dsn": sdsn, "table": "cotx_decisions"})
+            extra = {"lease": self.cfg.lease} if self.cfg.lease else {}
+            d = Daemon(res, timeouts=self.cfg.daemon_timeouts, node_id="n1" if self.cfg.shared_node_id else f"n{i + 1}",
+                       store={"kind": "postgres", "dsn": sdsn, "table": "cotx_decisions"}, **extra)
             self.daemons.append(d)
             d.start()   # one after the other: the first creates the store's table
-            self.per_daemon[d.node_id] = {"attempted": 0, "committed": 0}
+            self.per_daemon[self._name(d)] = {"attempted": 0, "committed": 0}
         self.log(f"seed {self.seed}; pg :{self.pg.port} (pg_co {self.pg.preload}), mariadb :{self.my.port} "
                  f"(mysql_co {self.my.plugin}), store {self.cfg.store} {sdsn}; daemons "
                  + ", ".join(f"{d.node_id}={d.url}" for d in self.daemons))
+
+    def _name(self, d) -> str:
+        return f"{d.node_id}@{d.port}" if self.cfg.shared_node_id else d.node_id
 
     def teardown(self) -> None:
         for d in self.daemons:
@@ -157,7 +165,7 @@ class Campaign:
         conns = None   # kept across transfers; replaced after any failure (state unknown)
         while not self.stop_clients.is_set():
             tid = f"c{i}x{uuid.uuid4().hex[:8]}"
-            rec = Txn(tid, note=f"transfer via {self.daemons[di].node_id}")
+            rec = Txn(tid, note=f"transfer via {self._name(self.daemons[di])}")
             a, b = f"a{rnd.randrange(self.cfg.accounts)}", f"b{rnd.randrange(self.cfg.accounts)}"
             amt = rnd.randint(1, 9) * rnd.choice((1, -1))
             err = None
@@ -177,7 +185,7 @@ class Campaign:
             rec.status = bank.classify(err, rec)
             if err is not None:
                 rec.note += f" -> {type(err).__name__}: {str(err)[:200]}"
-            node = self.daemons[di].node_id
+            node = self._name(self.daemons[di])
             with self.lock:
                 self.history.append(rec)
                 self.counts["attempted"] += 1
@@ -223,15 +231,21 @@ class Campaign:
         f = {"kind": kind, "at": round(time.time() - self.t0, 2), "down_s": round(down, 2)}
         if kind.startswith("daemon_"):
             d = self.rnd.choice(self.daemons)
-            f["target"] = d.node_id
-            if kind.startswith("daemon_kill9"):
-                d.kill9()
-                time.sleep(down)
-                self._restart(d.node_id, d.start)
-            else:
-                d.proc.send_signal(signal.SIGSTOP)
-                time.sleep(down)
-                d.proc.send_signal(signal.SIGCONT)
+            f["target"] = self._name(d)
+            with self.lock:
+                self.busy.add(self._name(d))
+            try:
+                if kind.startswith("daemon_kill9"):
+                    d.kill9()
+                    time.sleep(down)
+                    self._restart(d.node_id, d.start)
+                else:
+                    d.proc.send_signal(signal.SIGSTOP)
+                    time.sleep(down)
+                    d.proc.send_signal(signal.SIGCONT)
+            finally:
+                with self.lock:
+                    self.busy.discard(self._name(d))
         elif kind == "pg_kill9":
             self.pg.kill9()
             time.sleep(down)
@@ -266,6 +280,24 @@ class Campaign:
             self.faults.append(f)
             self.log(f"fault {len(self.faults)}: {f}")
 
+    def _supervise(self) -> None:
+        """What systemd's Restart=always does in a deployment: a daemon that exited on its
+        own (e.g. it woke from a pause to find its node lease taken over) is restarted."""
+        for d in self.daemons:
+            with self.lock:
+                if self._name(d) in self.busy:
+                    continue
+            if d.proc is not None and d.proc.poll() is not None:
+                rc = d.proc.returncode
+                try:
+                    self._restart(d.node_id, d.start)
+                    ok = True
+                except Exception:  # noqa: BLE001 - recorded in fault_errors
+                    ok = False
+                self.supervisor_restarts.append({"node": d.node_id, "exit": rc, "restarted": ok,
+                                                 "at": round(time.time() - self.t0, 2)})
+                self.log(f"supervisor: {d.node_id} had exited ({rc}); restarted: {ok}")
+
     # --- in-doubt monitor --------------------------------------------------------------
     def _sample_in_doubt(self) -> None:
         now = time.time()
@@ -293,6 +325,8 @@ class Campaign:
     def _monitor(self) -> None:
         while not self.stop_monitor.wait(0.5):
             self._sample_in_doubt()
+            if not self.stop_faults.is_set():
+                self._supervise()
 
     # --- the run -----------------------------------------------------------------------
     def heal(self) -> None:
@@ -416,6 +450,7 @@ class Campaign:
                         "seconds": round(time.time() - t_check, 1)},
             "daemon_incidents": incidents,
             "stuck_clients": stuck_clients,
+            "supervisor_restarts": self.supervisor_restarts,
         }
         r["ok"] = (r["total_conserved"] and not split and not lost and not aborted_applied
                    and not left_pg and not left_my and rep.ok)
@@ -457,6 +492,8 @@ def summary(r: dict) -> str:
         f"  longest in doubt {r['longest_in_doubt_s']} s ({r['longest_in_doubt_branch']}); "
         f"recovery after the faults {r['recovery_seconds']} s; daemon incidents {r['daemon_incidents']}",
     ]
+    if r["supervisor_restarts"]:
+        lines.append(f"  daemons that exited on their own and were restarted: {r['supervisor_restarts']}")
     if r["stuck_clients"]:
         lines.append(f"  {r['stuck_clients']} client threads did not stop")
     return "\n".join(lines)
@@ -474,6 +511,9 @@ def main(argv=None) -> int:
     ap.add_argument("--long-downtime", type=float, nargs=2, default=(10.0, 20.0), metavar=("MIN", "MAX"))
     ap.add_argument("--no", action="append", default=[], choices=FAULT_KINDS, help="leave out a fault kind")
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--shared-node-id", action="store_true",
+                    help="give every daemon the same node id (a misconfiguration, to see the campaign fail)")
+    ap.add_argument("--lease-ttl-ms", type=int, help="daemons' lease.ttl_ms (daemons with node leases)")
     ap.add_argument("--recovery-timeout", type=float, default=180)
     ap.add_argument("--json", help="write the full report here")
     ap.add_argument("--keep", action="store_true", help="leave servers and daemons' directories (debugging)")
@@ -481,7 +521,8 @@ def main(argv=None) -> int:
     weights = {k: (0 if k in a.no else v) for k, v in DEFAULT_WEIGHTS.items()}
     cfg = Config(seconds=a.seconds, daemons=a.daemons, threads=a.threads, accounts=a.accounts, store=a.store,
                  fault_gap=tuple(a.fault_gap), downtime=tuple(a.downtime),
-                 long_downtime=tuple(a.long_downtime), weights=weights, seed=a.seed,
+                 long_downtime=tuple(a.long_downtime), lease={"ttl_ms": a.lease_ttl_ms} if a.lease_ttl_ms else None,
+                 weights=weights, shared_node_id=a.shared_node_id, seed=a.seed,
                  recovery_timeout=a.recovery_timeout)
     if a.keep:
         os.environ["COTX_KEEP_SERVERS"] = "1"
