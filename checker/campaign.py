@@ -345,6 +345,24 @@ class Campaign:
         if self.cfg.store == "replica" and self.store.standby is None:
             self.store.rejoin()
 
+    def log_warnings(self, top: int = 15) -> dict:
+        """warn/error lines of every daemon's log (all its runs), counted by message."""
+        counts: dict = {}
+        for d in self.daemons:
+            try:
+                text = d.log_file.read_text(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(j, dict) and j.get("level") in ("warn", "error"):
+                    k = f"{j['level']}: {j.get('msg')}"
+                    counts[k] = counts.get(k, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:top])
+
     def prepared(self) -> tuple[list, list]:
         from cotx.testing import my_prepared, pg_prepared
         return pg_prepared(self.pg), my_prepared(self.my)
@@ -424,6 +442,7 @@ class Campaign:
                 incidents[d.node_id] = f"unreachable: {e}"
         r = {
             "seed": self.seed,
+            "daemon_binary": _binary_info(),
             "config": {k: v for k, v in asdict(self.cfg).items() if k != "quiet"},
             "load_seconds": round(load_s, 1),
             "transfers": dict(self.counts),
@@ -451,10 +470,21 @@ class Campaign:
             "daemon_incidents": incidents,
             "stuck_clients": stuck_clients,
             "supervisor_restarts": self.supervisor_restarts,
+            "daemon_log_warnings": self.log_warnings(),
         }
         r["ok"] = (r["total_conserved"] and not split and not lost and not aborted_applied
                    and not left_pg and not left_my and rep.ok)
         return r
+
+
+def _binary_info() -> str:
+    from cotx.daemon import find_binary
+    try:
+        b = find_binary()
+        st = os.stat(b)
+        return f"{b} (modified {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(st.st_mtime))} UTC, {st.st_size} bytes)"
+    except Exception as e:  # noqa: BLE001
+        return f"unknown: {e}"
 
 
 def _daemon_trouble(e: BaseException) -> bool:
@@ -492,6 +522,9 @@ def summary(r: dict) -> str:
         f"  longest in doubt {r['longest_in_doubt_s']} s ({r['longest_in_doubt_branch']}); "
         f"recovery after the faults {r['recovery_seconds']} s; daemon incidents {r['daemon_incidents']}",
     ]
+    lines.append(f"  daemon binary: {r['daemon_binary']}")
+    if r["daemon_log_warnings"]:
+        lines.append(f"  daemon log warnings/errors: {r['daemon_log_warnings']}")
     if r["supervisor_restarts"]:
         lines.append(f"  daemons that exited on their own and were restarted: {r['supervisor_restarts']}")
     if r["stuck_clients"]:
