@@ -32,7 +32,9 @@ import argparse
 import json
 import os
 import random
+import select
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -77,6 +79,7 @@ class Config:
         "transaction_ms": 10000, "owner_grace_ms": 1000, "recovery_interval_ms": 500,
         "retry_initial_ms": 50, "retry_max_ms": 1000})
     lease: dict | None = None         # the daemons' [lease] table (daemons with node leases)
+    victims: bool = True              # park a transfer in doubt on the daemon before each daemon fault
     shared_node_id: bool = False      # misconfiguration on purpose: every daemon "n1" (issue 10 defect 1)
     quiet: bool = False
 
@@ -101,6 +104,7 @@ class Campaign:
         self.pg = self.my = self.store = None
         self.daemons = []
         self.busy: set = set()            # node ids the injector is working on right now
+        self.victims: list = []           # {gtid, step, fault, t_fault, in_doubt_s}
         self.supervisor_restarts: list = []
 
     def log(self, msg: str) -> None:
@@ -232,16 +236,27 @@ class Campaign:
         if kind.startswith("daemon_"):
             d = self.rnd.choice(self.daemons)
             f["target"] = self._name(d)
+            victim = self._park_victim(d, kind) if self.cfg.victims else None
             with self.lock:
                 self.busy.add(self._name(d))
             try:
                 if kind.startswith("daemon_kill9"):
                     d.kill9()
-                    time.sleep(down)
-                    self._restart(d.node_id, d.start)
                 else:
                     d.proc.send_signal(signal.SIGSTOP)
-                    time.sleep(down)
+                if victim is not None:
+                    # The owner dies with (or while) its daemon: only a daemon can finish
+                    # the victim's prepared branches now.
+                    victim["proc"].kill()
+                    victim["proc"].wait()
+                    victim["t_fault"] = time.time()
+                    f["victim"] = f"{victim['step']} {victim['gtid']}"
+                    with self.lock:
+                        self.victims.append(victim)
+                time.sleep(down)
+                if kind.startswith("daemon_kill9"):
+                    self._restart(d.node_id, d.start)
+                else:
                     d.proc.send_signal(signal.SIGCONT)
             finally:
                 with self.lock:
@@ -268,6 +283,36 @@ class Campaign:
                 self._restart("store", self.store.start)
         f["took_s"] = round(time.time() - self.t0 - f["at"], 2)
         return f
+
+    def _park_victim(self, d, kind: str) -> dict | None:
+        """A transfer through daemon d in a child process (checker.bank victim) that stops
+        with its branches prepared, before or right after the commit decision."""
+        step = self.rnd.choice(("after_all_prepares", "after_decision"))
+        tid = f"v{uuid.uuid4().hex[:8]}"
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'clients' / 'python'}")
+        p = subprocess.Popen([sys.executable, "-m", "checker.bank", "victim", step, d.url, d.token,
+                              str(self.pg.port), str(self.my.port), tid],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, cwd=str(ROOT), env=env)
+        line = ""
+        if select.select([p.stdout], [], [], 30)[0]:
+            line = p.stdout.readline()
+        if not line.startswith("READY "):
+            p.kill()
+            p.wait()
+            self.fault_errors.append(f"victim for {kind} on {self._name(d)} did not reach {step}: {line[:200]!r}")
+            return None
+        ready = json.loads(line[6:])
+        rec = Txn.from_json(ready["rec"])
+        # After the decision the victim's client had been told "commit".
+        rec.status = "ok" if step == "after_decision" else "info"
+        rec.note += f" (victim of {kind} on {self._name(d)})"
+        with self.lock:
+            self.history.append(rec)
+            self.counts["attempted"] += 1
+            self.counts["committed" if rec.status == "ok" else "unknown"] += 1
+        return {"proc": p, "gtid": ready["gtid"], "tid": tid, "step": step, "fault": kind,
+                "node": self._name(d), "in_doubt_s": None}
 
     def _injector(self) -> None:
         while not self.stop_faults.wait(self.rnd.uniform(*self.cfg.fault_gap)):
@@ -301,13 +346,16 @@ class Campaign:
     # --- in-doubt monitor --------------------------------------------------------------
     def _sample_in_doubt(self) -> None:
         now = time.time()
+        pg_gids = my_xids = None
         try:
+            pg_gids = []
             for gid, age in self.pg.sql("SELECT gid, extract(epoch FROM now() - prepared)::float8 "
                                         "FROM pg_prepared_xacts WHERE gid LIKE 'cotx:%'"):
+                pg_gids.append(gid)
                 if age > self.in_doubt_max[0]:
                     self.in_doubt_max = (age, f"pg {gid}")
         except Exception:  # noqa: BLE001 - down right now
-            pass
+            pg_gids = None
         try:
             seen = set()
             for row in self.my.sql("XA RECOVER"):
@@ -319,8 +367,17 @@ class Campaign:
             for x in list(self._my_first_seen):
                 if x not in seen:
                     del self._my_first_seen[x]
+            my_xids = seen
         except Exception:  # noqa: BLE001
             pass
+        if pg_gids is not None and my_xids is not None:
+            # A victim is out of doubt once neither database lists a branch of its gtid.
+            with self.lock:
+                open_victims = [v for v in self.victims if v["in_doubt_s"] is None]
+            for v in open_victims:
+                g = v["gtid"]
+                if not any(f":{g}:" in x for x in pg_gids) and not any(x.startswith(g) for x in my_xids):
+                    v["in_doubt_s"] = round(now - v["t_fault"], 1)
 
     def _monitor(self) -> None:
         while not self.stop_monitor.wait(0.5):
@@ -470,6 +527,9 @@ class Campaign:
             "daemon_incidents": incidents,
             "stuck_clients": stuck_clients,
             "supervisor_restarts": self.supervisor_restarts,
+            "victims": [{k: v for k, v in x.items() if k != "proc"} for x in self.victims],
+            "victims_in_doubt_max_s": max([x["in_doubt_s"] or 0 for x in self.victims], default=0),
+            "victims_unresolved": [x["gtid"] for x in self.victims if x["in_doubt_s"] is None],
             "daemon_log_warnings": self.log_warnings(),
         }
         r["ok"] = (r["total_conserved"] and not split and not lost and not aborted_applied
@@ -522,6 +582,16 @@ def summary(r: dict) -> str:
         f"  longest in doubt {r['longest_in_doubt_s']} s ({r['longest_in_doubt_branch']}); "
         f"recovery after the faults {r['recovery_seconds']} s; daemon incidents {r['daemon_incidents']}",
     ]
+    vs = r["victims"]
+    if vs:
+        by: dict = {}
+        for v in vs:
+            k = f"{v['fault']}/{v['step']}"
+            by.setdefault(k, []).append(v["in_doubt_s"])
+        lines.append(f"  victims (a transfer parked in doubt on the daemon, its client killed with the fault): "
+                     f"{len(vs)}; in doubt after the fault, max {r['victims_in_doubt_max_s']} s; by fault/step "
+                     + ", ".join(f"{k}: {sorted(x for x in v if x is not None)}" for k, v in sorted(by.items()))
+                     + (f"; never resolved {len(r['victims_unresolved'])}" if r["victims_unresolved"] else ""))
     lines.append(f"  daemon binary: {r['daemon_binary']}")
     if r["daemon_log_warnings"]:
         lines.append(f"  daemon log warnings/errors: {r['daemon_log_warnings']}")
@@ -544,6 +614,7 @@ def main(argv=None) -> int:
     ap.add_argument("--long-downtime", type=float, nargs=2, default=(10.0, 20.0), metavar=("MIN", "MAX"))
     ap.add_argument("--no", action="append", default=[], choices=FAULT_KINDS, help="leave out a fault kind")
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--no-victims", action="store_true", help="do not park a transfer in doubt before daemon faults")
     ap.add_argument("--shared-node-id", action="store_true",
                     help="give every daemon the same node id (a misconfiguration, to see the campaign fail)")
     ap.add_argument("--lease-ttl-ms", type=int, help="daemons' lease.ttl_ms (daemons with node leases)")
@@ -555,7 +626,7 @@ def main(argv=None) -> int:
     cfg = Config(seconds=a.seconds, daemons=a.daemons, threads=a.threads, accounts=a.accounts, store=a.store,
                  fault_gap=tuple(a.fault_gap), downtime=tuple(a.downtime),
                  long_downtime=tuple(a.long_downtime), lease={"ttl_ms": a.lease_ttl_ms} if a.lease_ttl_ms else None,
-                 weights=weights, shared_node_id=a.shared_node_id, seed=a.seed,
+                 weights=weights, shared_node_id=a.shared_node_id, victims=not a.no_victims, seed=a.seed,
                  recovery_timeout=a.recovery_timeout)
     if a.keep:
         os.environ["COTX_KEEP_SERVERS"] = "1"
@@ -568,7 +639,7 @@ def main(argv=None) -> int:
             if r[k]:
                 print(f"  {k}: {r[k][:20]}")
         if not r["checker"]["ok"]:
-            print(r["checker"]["summary"])
+            print(r["checker"]["summary"][:2000])
     return 0 if r["ok"] else 1
 
 
