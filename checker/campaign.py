@@ -217,7 +217,13 @@ class Campaign:
 
     # --- faults ------------------------------------------------------------------------
     def _pick_kind(self) -> str:
+        """Every enabled kind once (in random order), so that even a short run has them all;
+        then by weight."""
         kinds = [k for k in FAULT_KINDS if self.cfg.weights.get(k, 0) > 0]
+        if not hasattr(self, "_first_round"):
+            self._first_round = self.rnd.sample(kinds, len(kinds))
+        if self._first_round:
+            return self._first_round.pop()
         return self.rnd.choices(kinds, [self.cfg.weights[k] for k in kinds])[0]
 
     def _restart(self, what: str, start) -> None:
