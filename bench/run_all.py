@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Every side-by-side experiment of issue 7 in one command: the microbenchmark default
-point and sweeps, the TPC-C subset with 2 and 4 warehouses, then CSVs (bench/results/),
-PNG plots (bench/plots/) and the generated block of bench/RESULTS.md.
+"""Every side-by-side experiment (local / 2pc / co / shim) in one command: the
+microbenchmark default point and sweeps, the TPC-C subset with 2 and 4 warehouses, then
+CSVs (bench/results/), PNG plots (bench/plots/) and the generated block of bench/RESULTS.md.
 
   /var/cache/cotx/venv/bin/python bench/run_all.py [--seconds 4] [--warmup 1] [--reps 3]
       [--clients 8] [--micro-points sweeps] [--warehouses 2,4]
@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from bench.harness import report  # noqa: E402
-from bench.harness.core import Env, log, machine, read_csv, summarize, write_summary  # noqa: E402
-from bench.micro import micro  # noqa: E402
-from bench.tpcc import tpcc  # noqa: E402
+from bench.harness import report
+from bench.harness.core import Env, log, machine, read_csv, summarize, write_summary
+from bench.micro import micro
+from bench.tpcc import tpcc
 
-HEADER = "## Side by side: local / 2pc / co / shim (issue 7)"
+HEADER = "## Side by side: local / 2pc / co / shim"
 
 
 def main(argv=None) -> int:

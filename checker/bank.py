@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 from .history import Txn, parse_list
 
@@ -121,10 +120,11 @@ def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec
                 pass
 
 
-def classify(e: BaseException | None, rec: Txn | None = None) -> str:
+def status_of(e: BaseException | None, rec: Txn | None = None) -> str:
     """History status of a transfer from what the client raised: an error inside the
     transaction's body (nothing prepared yet: the context manager rolls back) or an abort
-    the client reports is a failure; anything else after that point is an unknown outcome."""
+    the client reports is a failure; anything else after that point is an unknown outcome.
+    (Which refusal it was does not matter here; cotx.refusals says that.)"""
     from cotx import TransactionAborted
     if e is None:
         return "ok"
@@ -165,7 +165,7 @@ class Workers:
                 transfer(coord, self.pg_port, self.my_port, a, b, amt, tid, rec)
             except Exception as e:  # noqa: BLE001 - every outcome is recorded
                 err = e
-            rec.status = classify(err, rec)
+            rec.status = status_of(err, rec)
             with self.lock:
                 self.history.append(rec)
                 self.counts[rec.status] += 1
@@ -232,18 +232,16 @@ def _victim(argv) -> int:
             transfer(coord, pg_port, my_port, "a0", "b0", 7, tid, rec, park=park)
         except Exception as e:  # noqa: BLE001
             err = e
-        if getattr(park, "reached", False) or classify(err, rec) != "fail":
+        if getattr(park, "reached", False) or status_of(err, rec) != "fail":
             break
         time.sleep(0.1)
-    rec.status = classify(err, rec)
+    rec.status = status_of(err, rec)
     print("DONE " + json.dumps({"status": rec.status, "error": f"{type(err).__name__}: {err}" if err else None,
                                 "rec": rec.to_json()}), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "clients" / "python"))
     if len(sys.argv) > 1 and sys.argv[1] == "victim":
         sys.exit(_victim(sys.argv[2:]))
     print(__doc__)

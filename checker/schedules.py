@@ -39,7 +39,8 @@ import time
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from cotx import refusals
 
 from .graph import check, serial_order
 from .history import Txn, parse_list
@@ -202,7 +203,8 @@ def G(name, *ops):
 
 def L(name, *ops, kind="local"):
     """A local transaction; kind local_ro = PostgreSQL READ ONLY, auto = one autocommit
-    statement (its only op may read several keys: 'r my:x+y')."""
+    statement at SERIALIZABLE on MariaDB (its only op may read several keys: 'r my:x+y'),
+    auto_unlocked = the same with mysql_co_lock_autocommit_reads=OFF for its session."""
     return Program(name, kind, tuple(_op(o) for o in ops))
 
 
@@ -243,6 +245,9 @@ def catalogue(three: bool = False):
             out.append((f"g{i}+l{j}", [gl[i]("T1"), lo[j]("L2")]))
     # Three transactions: the programs of rule C (two globals and a local reader).
     out.append(("ruleC", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), L("L", "r pg:x", "r pg:y")]))
+    # Rule C with MariaDB as the reader's database, the reader one autocommit SELECT (InnoDB
+    # reads it from a snapshot unless mysql_co makes it a locking read).
+    out.append(("ruleC_my", [G("Y", "w my:y", "w pg:x"), G("G", "w my:x", "r pg:x"), L("L", "r my:x+y", kind="auto")]))
     if three:
         # More three-transaction combinations (large: tens of thousands of schedules each).
         for i, j in ((0, 1), (2, 3), (4, 2), (1, 4)):
@@ -277,8 +282,11 @@ def limit_schedules():
     protected form is serializable (refused, or it waits for the in-doubt branch)."""
     out = []
     # MariaDB autocommit read: Y in doubt at MariaDB, G (which saw Y at PostgreSQL)
-    # committed at MariaDB; one autocommit SELECT of x and y at MariaDB.
-    for kind, label in (("auto", "limit: MariaDB autocommit SELECT while Y is in doubt"),
+    # committed at MariaDB; one autocommit SELECT of x and y at MariaDB. Unprotected only
+    # with mysql_co_lock_autocommit_reads=OFF (the project on otherwise).
+    for kind, label in (("auto_unlocked", "limit: MariaDB autocommit SELECT while Y is in doubt, "
+                                          "mysql_co_lock_autocommit_reads=OFF"),
+                        ("auto", "protected: the same autocommit SELECT (mysql_co locks it)"),
                         ("local", "protected: the same read in BEGIN ... COMMIT SERIALIZABLE")):
         p = [G("Y", "w my:y", "w pg:z"), G("G", "w my:x", "r pg:z"), L("L", "r my:x+y", kind=kind)]
         out.append((label, p, schedule_from_db_orders(p, {
@@ -297,8 +305,10 @@ def limit_schedules():
     return out
 
 
-def full_set(three: bool = False):
+def full_set(three: bool = False, only: str | None = None):
     for label, progs in catalogue(three):
+        if only and label != only:
+            continue
         for i, sch in enumerate(enumerate_schedules(progs)):
             yield (f"{label}#{i}", progs, sch)
 
@@ -375,16 +385,13 @@ class Result:
 
 
 def reason_of(e) -> str:
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    for needle, label in (("rule A", "pg_co rule A"), ("rule B", "pg_co rule B"), ("rule C", "pg_co rule C"),
-                          ("mysql_co", "mysql_co"), ("could not serialize", "PostgreSQL SSI"),
-                          ("Deadlock", "MariaDB deadlock"), ("deadlock", "deadlock"),
-                          ("canceling statement", "global deadlock (cancelled)"),
-                          ("interrupted", "global deadlock (cancelled)"), ("Lock wait timeout", "lock timeout"),
-                          ("lock timeout", "lock timeout")):
-        if needle in msg:
-            return label
-    return msg[:120]
+    """Why a step failed: the refusal kind (cotx.refusals), or the error's first line."""
+    kind = refusals.classify(e).kind
+    if kind in ("pg cancelled", "my interrupted"):
+        return "global deadlock (cancelled)"   # only the runner cancels steps, on a wait cycle
+    if kind != "other":
+        return kind
+    return (str(e).splitlines()[0] if str(e) else type(e).__name__)[:120]
 
 
 class Runner:
@@ -403,12 +410,15 @@ class Runner:
 
     def set_mode(self, mode):
         """co: pg_co on, mysql_co on, MariaDB branches SERIALIZABLE. plain: pg_co off on our
-        sessions, mysql_co off, MariaDB at REPEATABLE READ (PostgreSQL stays SERIALIZABLE)."""
+        sessions, mysql_co off, MariaDB at REPEATABLE READ (PostgreSQL stays SERIALIZABLE).
+        co-unlocked: co, but MariaDB autocommit readers with mysql_co_lock_autocommit_reads
+        =OFF (InnoDB's snapshot read: the project before it protected them)."""
         self.mode = mode
+        on = mode in ("co", "co-unlocked")
         with self.monitor["my"].cursor() as c:
-            c.execute(f"SET GLOBAL mysql_co_enabled = {'ON' if mode == 'co' else 'OFF'}")
+            c.execute(f"SET GLOBAL mysql_co_enabled = {'ON' if on else 'OFF'}")
         for slot in self.slots:
-            slot["pg"].run([f"SET pg_co.enabled = {'on' if mode == 'co' else 'off'}"])
+            slot["pg"].run([f"SET pg_co.enabled = {'on' if on else 'off'}"])
 
     def close(self):
         for slot in self.slots:
@@ -479,12 +489,14 @@ class Runner:
                 if st == "none":
                     if s.db == "pg":
                         out.append("BEGIN ISOLATION LEVEL SERIALIZABLE" + (" READ ONLY" if p.kind == "local_ro" else ""))
-                    elif p.kind == "auto":
-                        # One autocommit statement (InnoDB: a non-locking snapshot read even
-                        # at SERIALIZABLE).
+                    elif p.kind in ("auto", "auto_unlocked"):
+                        # One autocommit statement at SERIALIZABLE: InnoDB reads it from a
+                        # snapshot unless mysql_co makes it a locking read.
+                        lock = "OFF" if p.kind == "auto_unlocked" or self.mode == "co-unlocked" else "ON"
+                        out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
                         out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
                     else:
-                        lvl = "SERIALIZABLE" if self.mode == "co" else "REPEATABLE READ"
+                        lvl = "REPEATABLE READ" if self.mode == "plain" else "SERIALIZABLE"
                         out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
                         out.append(f"XA START {gid(s.txn, s.db)}" if p.kind == "global" else "BEGIN")
                 if s.f == "r":
@@ -499,7 +511,7 @@ class Runner:
             else:
                 if p.kind in ("local", "local_ro"):
                     out.append("COMMIT")
-                elif p.kind == "auto":
+                elif p.kind in ("auto", "auto_unlocked"):
                     pass                      # committed by itself
                 else:
                     out.append(f"COMMIT PREPARED '{gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {gid(s.txn, 'my')}")
@@ -683,12 +695,15 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="every schedule of the catalogue (long: see --count)")
     ap.add_argument("--sample", type=int, default=200, help="random schedules from the full set (default 200)")
     ap.add_argument("--seed", type=int, default=6)
-    ap.add_argument("--modes", default="co,plain", help="co, plain or both (default co,plain)")
+    ap.add_argument("--modes", default="co,plain",
+                    help="co, plain, co-unlocked (co with MariaDB autocommit reads unprotected), "
+                         "comma-separated (default co,plain)")
     ap.add_argument("--three", action="store_true",
                     help="add eight more three-transaction combinations (about 150 000 schedules)")
     ap.add_argument("--count", action="store_true", help="only count the schedules of the full set")
     ap.add_argument("--log", help="write every schedule's result as JSON lines here")
     ap.add_argument("--budget", type=float, default=None, help="stop each mode after this many seconds")
+    ap.add_argument("--only", help="one combination of the catalogue (a label of --count, e.g. ruleC_my)")
     args = ap.parse_args(argv)
 
     if args.count:
@@ -700,12 +715,11 @@ def main(argv=None) -> int:
         print(f"total: {total} schedules (+ {len(named_schedules())} named)")
         return 0
 
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "harness"))
     from cotest import MariaServer, PgServer, reap_orphans
     reap_orphans()
-    items = [(l, p, s) for l, p, s in named_schedules()]
-    items += list(full_set(args.three)) if args.full else sample(full_set(args.three), args.sample, args.seed)
+    items = [] if args.only else [(l, p, s) for l, p, s in named_schedules()]
+    items += (list(full_set(args.three, args.only)) if args.full
+              else sample(full_set(args.three, args.only), args.sample, args.seed))
     log = open(args.log, "w") if args.log else None
     tallies = []
     with PgServer() as pg, MariaServer() as my:
@@ -713,7 +727,7 @@ def main(argv=None) -> int:
         try:
             for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
                 runner.set_mode(mode)
-                print(f"running {len(items)} schedules with {'the project on' if mode == 'co' else 'plain 2PC'} ...", flush=True)
+                print(f"running {len(items)} schedules with {dict(co='the project on', plain='plain 2PC').get(mode, mode)} ...", flush=True)
                 tallies.append(run_many(runner, items, Tally(mode), progress_every=max(50, len(items) // 20), log=log,
                                         time_budget=args.budget))
                 print(tallies[-1].line(), flush=True)

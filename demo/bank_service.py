@@ -31,16 +31,11 @@ import urllib.error
 import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "clients" / "python"))
-sys.path.insert(0, str(ROOT))
+from cotx import Coordinator, CotxError, RetryableError, TransactionAborted
 
-from cotx import Coordinator, CotxError, RetryableError, TransactionAborted  # noqa: E402
-
-from checker import Txn  # noqa: E402
-from checker.history import parse_list  # noqa: E402
+from checker import Txn
+from checker.history import parse_list
 
 MAX_ATTEMPTS = 5
 

@@ -31,15 +31,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT / "harness", ROOT / "clients" / "python", ROOT):
-    sys.path.insert(0, str(p))
+from cotest import MariaServer, PgServer, free_port, reap_orphans
+from cotx.daemon import Daemon
 
-from cotest import MariaServer, PgServer, free_port, reap_orphans  # noqa: E402
-from cotx.daemon import Daemon  # noqa: E402
+from checker import Txn, check
+from checker.history import dump_jsonl, parse_list
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS
 
-from checker import Txn, check  # noqa: E402
-from checker.history import dump_jsonl, parse_list  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 START = 50
 AMOUNT = 80
@@ -59,14 +58,14 @@ def post(url, body, timeout=120):
 class Bank:
     """Servers, coordinator and the two service processes."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, pg_major: int | None = None):
         self.workdir = workdir
-        self.pg = PgServer()
+        self.pg = PgServer(major=pg_major)
         self.my = MariaServer()
         self.procs = []
 
     def start(self):
-        say("starting PostgreSQL (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
+        say(f"starting {self.pg.version} (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
         self.pg.start()
         self.my.start()
         self.pg.sql("CREATE TABLE savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')")
@@ -81,14 +80,13 @@ class Bank:
         self.daemon.start()
         ports = {"savings": free_port(), "checking": free_port()}
         self.urls = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}
-        env = dict(os.environ)
         for name, kind, dbport in (("savings", "postgres", self.pg.port), ("checking", "mariadb", self.my.port)):
             peer = "checking" if name == "savings" else "savings"
             log = open(self.workdir / f"{name}.log", "ab")
             self.procs.append(subprocess.Popen(
-                [sys.executable, str(ROOT / "demo" / "bank_service.py"), name, kind, str(ports[name]), str(dbport),
+                [sys.executable, str(HERE / "bank_service.py"), name, kind, str(ports[name]), str(dbport),
                  self.daemon.url, self.daemon.token, self.urls[peer]],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env))
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL))
         for name, url in self.urls.items():
             deadline = time.time() + 30
             while True:
@@ -217,13 +215,15 @@ def main(argv=None) -> int:
     ap.add_argument("--think-ms", type=int, default=200,
                     help="time a withdrawal spends between reading and writing (widens the race)")
     ap.add_argument("--keep-history", metavar="DIR", help="write each mode's history (JSON lines) there")
+    ap.add_argument("--pg", type=int, choices=PG_MAJORS, default=DEFAULT_PG_MAJOR,
+                    help="PostgreSQL major to run (default $COTX_PG_MAJOR or 15)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         say("run as root (the demo starts throwaway servers as the 'cotx' user)")
         return 2
     reap_orphans()
     workdir = Path(tempfile.mkdtemp(prefix="cotx-demo-"))
-    bank = Bank(workdir)
+    bank = Bank(workdir, args.pg)
     modes = ["plain", "co"] if args.mode == "both" else [args.mode]
     stats = []
     try:

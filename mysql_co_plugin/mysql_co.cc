@@ -63,6 +63,8 @@ static_assert(offsetof(THD, tx_isolation) == MYSQL_CO_OFF_THD_TX_ISOLATION,
               "mysql_co: THD::tx_isolation offset differs from the installed mariadbd (thd_tx_isolation)");
 static_assert(offsetof(THD, tx_read_only) == MYSQL_CO_OFF_THD_TX_READ_ONLY,
               "mysql_co: THD::tx_read_only offset differs from the installed mariadbd (thd_tx_is_read_only)");
+static_assert(offsetof(THD, in_lock_tables) == MYSQL_CO_OFF_THD_IN_LOCK_TABLES,
+              "mysql_co: THD::in_lock_tables offset differs from the installed mariadbd (thd_in_lock_tables)");
 static_assert(offsetof(THD, lex) == MYSQL_CO_OFF_THD_LEX,
               "mysql_co: THD::lex offset differs from the installed mariadbd (thd_sql_command)");
 static_assert(offsetof(LEX, sql_command) == MYSQL_CO_OFF_LEX_SQL_COMMAND,
@@ -100,8 +102,13 @@ static unsigned long long st_upgraded= 0;
 static unsigned long long st_unchecked= 0;
 static unsigned long long st_gate_pending= 0;
 static unsigned long long st_gate_recovered= 0;
+static unsigned long long st_autocommit_locked= 0;
 static char *st_gate_state= const_cast<char*>("OFF");
 static char *st_hooks_state= const_cast<char*>("NOT_LOADED");
+/* OK: loaded at startup, every rule in force. RESTART_REQUIRED: installed at run time, the
+   restart gate cannot be armed (see co_hton_init). HOOKS_DISABLED: installed at run time
+   without the binary log, XA PREPARE is not checked at all. */
+static char *st_health= const_cast<char*>("NOT_LOADED");
 
 static handlerton *co_hton= nullptr;
 static bool hooks_disabled_reported= false;
@@ -122,6 +129,12 @@ static MYSQL_THDVAR_BOOL(serializable_xa, PLUGIN_VAR_OPCMDARG,
   "Make every XA transaction started in this session (XA START) SERIALIZABLE, "
   "so that mysql_co accepts its XA PREPARE",
   NULL, NULL, FALSE);
+
+static MYSQL_THDVAR_BOOL(lock_autocommit_reads, PLUGIN_VAR_OPCMDARG,
+  "Make SELECTs that run outside an explicit transaction (autocommit) at SERIALIZABLE "
+  "locking reads, like the same SELECT inside BEGIN ... COMMIT: they wait for in-doubt XA "
+  "branches instead of reading an older snapshot. OFF: InnoDB's non-locking snapshot read",
+  NULL, NULL, TRUE);
 
 /* ----------------------------------------- helpers ------------------------------------ */
 static inline XID_STATE &xid_state_of(THD *thd) { return thd->transaction->xid_state; }
@@ -183,6 +196,7 @@ static bool hooks_enabled()
   /* The server cleared our prepare hook: INSTALL SONAME at run time without the binary
      log ("Cannot enable tc-log at run-time"). Nothing can be enforced: say so. */
   st_hooks_state= const_cast<char*>("DISABLED");
+  st_health= const_cast<char*>("HOOKS_DISABLED");
   if (!hooks_disabled_reported)
   {
     hooks_disabled_reported= true;
@@ -462,18 +476,30 @@ static int co_hton_init(void *p)
   if (!mysqld_server_started)
   {
     st_hooks_state= const_cast<char*>("ENABLED");
+    st_health= const_cast<char*>("OK");
     arm_restart_gate();
   }
   else
   {
-    /* INSTALL SONAME: the server keeps our prepare hook only if its transaction
-       coordinator log can take another 2PC engine now (binlog on). */
-    /* Whether the server keeps our prepare hook is known only after this function
-       returns (it clears hton->prepare when it cannot enable a tc-log at run time):
+    /* INSTALL SONAME. The restart gate needs the list of branches recovered at the last
+       start, and only the server's XID cache tells recovered branches from live prepared
+       ones (it is private to xa.cc; engines' recover() lists both, and InnoDB's is meant
+       for startup: it flips the state of every prepared transaction while it runs). So
+       the gate cannot be armed now: say so loudly and report the plugin unhealthy until
+       the server restarts (and loads it at startup from mysql.plugin). The XA rules (isolation, ONE PHASE) and
+       the lost-branch reports work from now on when the server keeps our prepare hook
+       (binary log on): whether it does is known only after this function returns (it
+       clears hton->prepare when it cannot enable a tc-log at run time), so
        mysql_co_audit's init, right after ours, checks and reports. */
     st_hooks_state= const_cast<char*>("ENABLED");
-    sql_print_information("mysql_co: installed at run time; restart gate not armed (recovered "
-                          "branches are known only when loaded at startup)");
+    st_health= const_cast<char*>("RESTART_REQUIRED");
+    st_gate_state= const_cast<char*>("NOT_ARMED");
+    sql_print_error("mysql_co: installed at run time (INSTALL SONAME): the restart gate is NOT "
+                    "armed, so XA branches recovered at the last server start (XA RECOVER) are "
+                    "not waited for and their lost read locks are not protected. "
+                    "Mysql_co_health=RESTART_REQUIRED until the server restarts (INSTALL "
+                    "SONAME recorded mysql_co in mysql.plugin: it is then loaded at startup, "
+                    "like plugin-load-add=mysql_co.so).");
   }
   return 0;
 }
@@ -482,6 +508,8 @@ static int co_hton_deinit(void *)
 {
   co_hton= nullptr;
   st_hooks_state= const_cast<char*>("NOT_LOADED");
+  st_health= const_cast<char*>("NOT_LOADED");
+  st_gate_state= const_cast<char*>("OFF");
   return 0;
 }
 
@@ -506,15 +534,46 @@ static bool text_has_one_phase(const char *q, unsigned int n)
   return std::regex_search(s, re);
 }
 
+/* Autocommit reads (the rule-C situation, docs/mysql_co.md). InnoDB serves a SELECT
+   outside an explicit transaction as a non-locking snapshot read even at SERIALIZABLE
+   (ha_innobase::external_lock adds LOCK_S to plain reads only when OPTION_NOT_AUTOCOMMIT or
+   OPTION_BEGIN is set): it does not wait for an in-doubt branch's X lock and can show a
+   global transaction G committed after an in-doubt Y that G saw elsewhere, without Y.
+   ha_innobase::store_lock() gives a plain TL_READ a LOCK_S when thd->in_lock_tables is
+   set (the LOCK TABLES path). So, before every statement of a session
+   that runs autocommit at SERIALIZABLE, we set in_lock_tables: its SELECT then reads like
+   SELECT ... LOCK IN SHARE MODE in autocommit (waits for in-doubt branches; its S locks go
+   when the statement commits). Other statements already read with LOCK_S there. Elsewhere
+   the flag is read only by LOCK TABLES (which sets and clears it itself) and by other
+   engines' store_lock() (ARCHIVE, BLACKHOLE, FEDERATED keep stronger table locks; MyRocks
+   reads with locks as InnoDB does). Called before each statement (GENERAL_LOG: a
+   client packet or a prepared statement's execution) and after each one (STATUS: the
+   state for the next statement of a multi-statement packet). */
+static void autocommit_reads(THD *thd, XID_STATE &xs, unsigned int subclass)
+{
+  if (subclass == MYSQL_AUDIT_GENERAL_STATUS && thd->in_lock_tables &&
+      thd_sql_command(thd) == SQLCOM_SELECT)
+    __atomic_add_fetch(&st_autocommit_locked, 1, __ATOMIC_RELAXED);
+  bool want= co_enabled && !xs.is_explicit_XA() &&
+             !thd_test_options(thd, OPTION_NOT_AUTOCOMMIT | OPTION_BEGIN) &&
+             thd_tx_isolation(thd) == ISO_SERIALIZABLE && THDVAR(thd, lock_autocommit_reads);
+  /* Between statements only we set it (LOCK TABLES clears it before it returns). */
+  if (thd->in_lock_tables != want)
+    thd->in_lock_tables= want;
+}
+
 static void co_audit_notify(MYSQL_THD thd, unsigned int event_class, const void *ev)
 {
-  if (event_class != MYSQL_AUDIT_GENERAL_CLASS || !co_hton || !co_enabled || !thd)
+  if (event_class != MYSQL_AUDIT_GENERAL_CLASS || !co_hton || !thd)
     return;
   const mysql_event_general *e= (const mysql_event_general*) ev;
   if (e->event_subclass != MYSQL_AUDIT_GENERAL_LOG &&
       e->event_subclass != MYSQL_AUDIT_GENERAL_STATUS)
     return;
   XID_STATE &xs= xid_state_of(thd);
+  autocommit_reads(thd, xs, e->event_subclass);
+  if (!co_enabled)
+    return;
   if (!xs.is_explicit_XA())
   {
     Co_thd *d= co_thd(thd, false);
@@ -582,12 +641,20 @@ static int co_audit_init(void *)
 {
   if (co_hton && !co_hton->prepare)
   {
-    hooks_enabled();    // logs the error once and sets the status variable
+    hooks_enabled();    // logs the error once and sets the status variables
     if (THD *thd= current_thd)
       push_warning(thd, Sql_condition::WARN_LEVEL_WARN, ER_UNKNOWN_ERROR,
                    "mysql_co: 2PC hooks are disabled (installed at run time without the "
                    "binary log): XA PREPARE is NOT checked. Load mysql_co at startup with "
                    "plugin-load-add=mysql_co.so, or run with log-bin.");
+  }
+  else if (co_hton && mysqld_server_started)
+  {
+    if (THD *thd= current_thd)
+      push_warning(thd, Sql_condition::WARN_LEVEL_WARN, ER_UNKNOWN_ERROR,
+                   "mysql_co: installed at run time: the restart gate is NOT armed (branches "
+                   "recovered at the last start are not waited for). Mysql_co_health="
+                   "RESTART_REQUIRED until the server restarts.");
   }
   return 0;
 }
@@ -707,11 +774,13 @@ static struct st_mysql_sys_var *co_sysvars[]=
   MYSQL_SYSVAR(check_one_phase),
   MYSQL_SYSVAR(serializable_xa),
   MYSQL_SYSVAR(lost_branches_max),
+  MYSQL_SYSVAR(lock_autocommit_reads),
   NULL
 };
 
 static struct st_mysql_show_var co_status[]=
 {
+  {"Mysql_co_health",                  (char*) &st_health,            SHOW_CHAR_PTR},
   {"Mysql_co_hooks",                   (char*) &st_hooks_state,       SHOW_CHAR_PTR},
   {"Mysql_co_prepares_checked",        (char*) &st_prepares_checked,  SHOW_ULONGLONG},
   {"Mysql_co_one_phase_checked",       (char*) &st_one_phase_checked, SHOW_ULONGLONG},
@@ -721,6 +790,7 @@ static struct st_mysql_show_var co_status[]=
   {"Mysql_co_read_only_branches_lost", (char*) &st_lost_branches,     SHOW_ULONGLONG},
   {"Mysql_co_serializable_upgrades",   (char*) &st_upgraded,          SHOW_ULONGLONG},
   {"Mysql_co_unchecked_prepares",      (char*) &st_unchecked,         SHOW_ULONGLONG},
+  {"Mysql_co_autocommit_reads_locked", (char*) &st_autocommit_locked, SHOW_ULONGLONG},
   {"Mysql_co_restart_gate",            (char*) &st_gate_state,        SHOW_CHAR_PTR},
   {"Mysql_co_restart_gate_pending",    (char*) &st_gate_pending,      SHOW_ULONGLONG},
   {"Mysql_co_restart_gate_recovered",  (char*) &st_gate_recovered,    SHOW_ULONGLONG},

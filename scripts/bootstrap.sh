@@ -100,9 +100,18 @@ if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION"
   log "installing cargo-pgrx $PGRX_VERSION (about 6 minutes on 2 cores)"
   (cd / && cargo +"$RUST_TOOLCHAIN" install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet)
 fi
-if ! grep -qs "pg$PG_MAJOR = \"$PG_CONFIG\"" "$HOME/.pgrx/config.toml"; then
-  log "cargo pgrx init --pg$PG_MAJOR $PG_CONFIG"
-  (cd / && cargo +"$RUST_TOOLCHAIN" pgrx init --pg$PG_MAJOR "$PG_CONFIG" >/dev/null)
+# PostgreSQL 17 and 18 from source (cached), 15 linked: every major's pg_config under $COTX_CACHE/pg.
+bash "$COTX_ROOT/scripts/build-pg-servers.sh" $COTX_PG_MAJORS
+pgrx_init=(); pgrx_missing=0
+for m in $COTX_PG_MAJORS; do
+  [ -z "$(pg_unavailable "$m")" ] || continue   # its source did not download: skipped
+  cfg=$(readlink -f "$(pg_config_of "$m")")   # 15: Debian's own path, as pgrx had it before
+  pgrx_init+=(--pg"$m" "$cfg")
+  grep -qs "pg$m = \"$cfg\"" "$HOME/.pgrx/config.toml" || pgrx_missing=1
+done
+if [ $pgrx_missing = 1 ]; then   # init rewrites config.toml: always pass every major
+  log "cargo pgrx init ${pgrx_init[*]}"
+  (cd / && cargo +"$RUST_TOOLCHAIN" pgrx init "${pgrx_init[@]}" >/dev/null)
 fi
 
 # --- Python virtual environment for tests, demo and bench --------------------------------
@@ -115,6 +124,7 @@ if [ ! -f "$stamp" ]; then
   "$COTX_VENV/bin/pip" install -q -r "$REQ"
   rm -f "$COTX_VENV"/.req-*; touch "$stamp"
 fi
+bash "$COTX_ROOT/scripts/install-python-packages.sh"
 # The test user must be able to read the checkout and the venv.
 chmod o+rx "$COTX_CACHE" "$COTX_VENV" 2>/dev/null || true
 
@@ -134,4 +144,6 @@ if [ ! -d "$PG_SRC/src/test/isolation/specs" ]; then
   (cd "$COTX_CACHE/postgresql-src" && apt-get source -qq --download-only "postgresql-$PG_MAJOR=$PG_VERSION" >/dev/null \
      && dpkg-source -x --no-check "postgresql-${PG_MAJOR}_$PG_VERSION.dsc" "$PG_SRC" >/dev/null)
 fi
+# --- Java (Narayana example) and Go client: toolchains and dependency caches -----------
+bash "$COTX_ROOT/scripts/bootstrap-tm.sh"
 log "bootstrap complete"

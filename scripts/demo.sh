@@ -4,7 +4,6 @@
 # starts them, shows they answer, and stops.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-export PYTHONPATH="$COTX_ROOT/harness:$COTX_ROOT/clients/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -f "$COTX_ROOT/demo/overdraft.py" ]; then
   exec "$COTX_VENV/bin/python" "$COTX_ROOT/demo/overdraft.py" "$@"
 fi

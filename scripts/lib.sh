@@ -21,6 +21,15 @@ COTX_TARGET_COORD="$COTX_CACHE/target-coord"
 COTX_USER="${COTX_USER:-cotx}"
 PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
 PG_CONFIG="$PG_BIN/pg_config"
+# Every PostgreSQL major pg_co is built for and tested on (docs/pg_co.md, "Versions"); each
+# one's pg_config is at $COTX_CACHE/pg/<major>/bin/pg_config (15: a link to Debian's, 17
+# and 18: built by scripts/build-pg-servers.sh). COTX_PG_MAJORS="15" narrows a run.
+COTX_PG_MAJORS="${COTX_PG_MAJORS:-15 17 18}"
+# COTX_PG_CONFIG_<major> points a major at another build (e.g. a staged copy, another minor).
+pg_config_of() { local v="COTX_PG_CONFIG_$1"; echo "${!v:-$COTX_CACHE/pg/$1/bin/pg_config}"; }
+# Why a major is skipped: its source package did not download here (build-pg-servers.sh
+# writes the reason; the next bootstrap retries). Empty when the major is available.
+pg_unavailable() { cat "$COTX_CACHE/pg/$1/UNAVAILABLE" 2>/dev/null || true; }
 export PATH="$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH="${LIBCLANG_PATH:-/usr/lib/llvm-14/lib}"
 

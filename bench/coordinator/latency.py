@@ -15,17 +15,11 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "clients" / "python"))
-
-from cotest import MariaServer, PgServer  # noqa: E402
-from cotx import Coordinator  # noqa: E402
-from cotx.testing import make_daemon  # noqa: E402
+from cotest import MariaServer, PgServer
+from cotx import Coordinator
+from cotx.testing import make_daemon
 
 ROWS = 1000
 

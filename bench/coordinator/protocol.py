@@ -8,13 +8,10 @@ usage: protocol.py [--n 5000] [--store-dir /dev/shm/cotx-bench]
 import argparse
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
-from cotx import Coordinator  # noqa: E402
-from cotx.daemon import Daemon  # noqa: E402
+from cotx import Coordinator
+from cotx.daemon import Daemon
 
 
 def main():

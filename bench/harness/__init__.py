@@ -1,4 +1,4 @@
-"""Side-by-side benchmark harness (issue 7): one environment (PostgreSQL + pg_co, MariaDB +
+"""Side-by-side benchmark harness: one environment (PostgreSQL + pg_co, MariaDB +
 mysql_co, the coordinator daemon), four modes on the same data, workloads plugged in.
 
   core.Env        servers, daemon, mode switching, interleaved repetitions, CSV, progress

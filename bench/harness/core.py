@@ -17,7 +17,6 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -25,9 +24,11 @@ from collections import Counter
 from pathlib import Path
 
 from . import MODES
-from .driver import ROOT, Abort, Driver, LocalRetry
+from cotest import MariaServer, PgServer, reap_orphans
 
-from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402  (path set by driver)
+from .driver import Abort, Driver, LocalRetry
+
+ROOT = Path(__file__).resolve().parents[2]    # the checkout: results and plots live in bench/
 
 PG_CONF = {
     "shared_buffers": "'256MB'",
@@ -58,6 +59,8 @@ class Env:
         self.my = MariaServer(plugin=True, fsync=fsync, options=MY_OPTIONS)
         self.pg.start()
         self.my.start()
+        # Which PostgreSQL ran goes into every log ($COTX_PG_MAJOR picks the major).
+        log(f"servers: {self.pg.version} (pg_co), MariaDB (mysql_co)")
         self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
         self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
         self.daemon = Daemon([{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},

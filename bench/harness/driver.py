@@ -23,15 +23,10 @@ them measure the engines' rules and the shim's extra work, nothing else.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[2]
-for p in (ROOT / "harness", ROOT / "clients" / "python"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+from cotx import refusals
 
 HELPER_BATCH = 10          # sub-transactions per shim helper (Sonata shares helpers by 10)
 DUMMY_ROWS_PER_WORKER = 16  # dummy keys per worker: helper slots (PG) / branch slots (MariaDB)
@@ -88,38 +83,12 @@ def _rr_cursor_class():
 
 
 def classify(e: BaseException) -> str:
-    """Short abort reason: which database, which mechanism."""
-    text = str(e)
-    low = text.lower()
-    state = getattr(e, "sqlstate", None)
-    code = e.args[0] if getattr(e, "args", None) and isinstance(e.args[0], int) else None
-    cause = e.__cause__
-    if cause is not None and state is None and code is None:
-        state = getattr(cause, "sqlstate", None)
-        code = cause.args[0] if getattr(cause, "args", None) and isinstance(cause.args[0], int) else None
-        low = (text + " " + str(cause)).lower()
-    if "pg_co refused" in low:
-        for rule in ("rule a", "rule b", "rule c"):
-            if rule in low:
-                return "pg_co " + rule
-        return "pg_co other"
-    if "mysql_co" in low:
-        return "mysql_co"
-    if "concurrent update" in low:
-        return "pg concurrent update (first updater wins)"
-    if state == "40001" or "could not serialize" in low:
-        return "pg SSI rw-dependencies"
-    if state == "40P01" or ("deadlock" in low and "postgres" in type(e).__module__):
-        return "pg deadlock"
-    if state == "55P03" or "lock timeout" in low:
-        return "pg lock timeout"
-    if code == 1213 or "deadlock found" in low:
-        return "my deadlock"
-    if code == 1205 or "lock wait timeout" in low:
-        return "my lock wait timeout"
-    if code in (1402, 1613, 1614) or "xa_rb" in low:
-        return "my XA rollback"
-    return type(e).__name__ + ": " + text[:60].replace(",", ";").replace("\n", " ")
+    """Short abort reason for the report: the refusal kind (cotx.refusals: which database,
+    which rule or mechanism), or the error itself when it is none of those."""
+    kind = refusals.classify(e).kind
+    if kind != "other":
+        return kind
+    return type(e).__name__ + ": " + str(e)[:60].replace(",", ";").replace("\n", " ")
 
 
 class ShimHelpers:

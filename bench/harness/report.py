@@ -1,4 +1,4 @@
-"""PNG plots of the sweeps and the generated markdown of bench/RESULTS.md (issue 7 part)."""
+"""PNG plots of the sweeps and the generated markdown of bench/RESULTS.md (the side-by-side section)."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ from pathlib import Path
 from . import MODES
 
 COLORS = {"local": "#7f7f7f", "2pc": "#1f77b4", "co": "#2ca02c", "shim": "#d62728"}
-BEGIN = "<!-- bench7:generated:begin -->"
-END = "<!-- bench7:generated:end -->"
+BEGIN = "<!-- side-by-side:generated:begin -->"
+END = "<!-- side-by-side:generated:end -->"
 
 # sweep name -> (x label, [(point, x value)])
 SWEEP_GROUPS = {

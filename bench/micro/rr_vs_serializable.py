@@ -11,10 +11,8 @@ import multiprocessing as mp
 import random
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "harness"))
-from cotest import MariaServer  # noqa: E402
+from cotest import MariaServer
 
 
 def worker(port, level, q, seed, end):

@@ -23,11 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-
-from cotest import MariaServer  # noqa: E402
-from cotest.servers import mysql_co_installed  # noqa: E402
+from cotest import MariaServer
+from cotest.servers import mysql_co_installed
 
 
 def worker(port, seconds, rows, reads, writes, seed, out):

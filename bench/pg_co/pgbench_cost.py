@@ -18,11 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-from cotest import PgServer, reap_orphans  # noqa: E402
+from cotest import PgServer, reap_orphans
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS
 
-PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 HERE = Path(__file__).parent
 ALL_REFUSALS = "refused_rule_a + refused_rule_b + refused_rule_c + refused_summarized"
 EXPERIMENTS = {
@@ -37,7 +35,7 @@ EXPERIMENTS = {
 
 
 def pgbench(server, args):
-    cmd = [PGBENCH, "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres"] + args + ["postgres"]
+    cmd = [str(server.bin / "pgbench"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres"] + args + ["postgres"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"pgbench failed: {r.stderr}\n{r.stdout}")
@@ -84,6 +82,8 @@ def main():
     ap.add_argument("--scale", type=int, default=10)
     ap.add_argument("--rows", type=int, help="accounts touched (default: all, 100000 x scale)")
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny and short")
+    ap.add_argument("--pg", type=int, choices=PG_MAJORS, default=DEFAULT_PG_MAJOR,
+                    help="PostgreSQL major to measure on (default $COTX_PG_MAJOR or 15)")
     a = ap.parse_args()
     if a.quick:
         a.pairs, a.seconds, a.clients, a.scale = 1, 2, 2, 1
@@ -93,7 +93,9 @@ def main():
     conf = {"max_connections": 50, "max_prepared_transactions": 50, "shared_buffers": "'256MB'",
             "default_transaction_isolation": "'read committed'"}
     results = []
-    with PgServer(conf=conf, fsync=True) as s:
+    with PgServer(conf=conf, fsync=True, major=a.pg) as s:
+        server_version = s.version
+        print(f"server: {server_version} (pg_co preloaded)", flush=True)
         s.sql("CREATE EXTENSION pg_co")
         print(f"pgbench -i -s {a.scale} ...", flush=True)
         pgbench(s, ["-i", "-q", "-s", str(a.scale)])
@@ -110,7 +112,7 @@ def main():
     by = {v: [r for r in results if r["value"] == v] for v in exp["values"]}
     med = {v: statistics.median(r["tps"] for r in rs) for v, rs in by.items()}
     per_k = lambda rs, key: 1000 * sum(r[key] for r in rs) / max(1, sum(r["done"] for r in rs))  # noqa: E731
-    print(f"\n### {exp['title']} (pgbench)")
+    print(f"\n### {exp['title']} (pgbench, {server_version})")
     print(f"- median tps {v_a}: {med[v_a]:.1f}, {v_b}: {med[v_b]:.1f}, ratio on/off: **{med[v_b] / med[v_a]:.3f}**")
     for v in exp["values"]:
         rs = by[v]

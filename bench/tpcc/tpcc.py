@@ -35,11 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.harness import MODES  # noqa: E402
-from bench.harness.core import Env, log, machine, run_point, summarize, write_summary  # noqa: E402
-from bench.harness.driver import DUMMY_ROWS_PER_WORKER, Sub  # noqa: E402
+from bench.harness import MODES
+from bench.harness.core import Env, log, machine, run_point, summarize, write_summary
+from bench.harness.driver import DUMMY_ROWS_PER_WORKER, Sub
 
 DISTRICTS = 10
 W_YTD0 = 30000000        # cents

@@ -85,11 +85,11 @@ fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Refusal> {
 }
 
 fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal { status: 400, code: "invalid_json", message: format!("body is not valid JSON: {e}") })?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::new(400, "invalid_json", format!("body is not valid JSON: {e}")))?;
     if !v.is_object() {
         return refuse(400, "invalid_body", "body must be a JSON object");
     }
-    serde_json::from_value(v).map_err(|e| Refusal { status: 400, code: "invalid_field", message: format!("{e}") })
+    serde_json::from_value(v).map_err(|e| Refusal::new(400, "invalid_field", format!("{e}")))
 }
 
 fn text_field(what: &str, s: &str, max: usize) -> Result<(), Refusal> {
@@ -120,7 +120,15 @@ fn reply(status: u16, v: &Value) -> Response<Full<Bytes>> {
 }
 
 fn error_reply(r: &Refusal) -> Response<Full<Bytes>> {
-    reply(r.status, &json!({"error": {"code": r.code, "message": r.message}}))
+    let mut err = json!({"code": r.code, "message": r.message});
+    if let Some(u) = &r.owner_url {
+        err["owner_url"] = json!(u);
+    }
+    let mut resp = reply(r.status, &json!({"error": err}));
+    if r.status == 429 || r.status == 503 {
+        resp.headers_mut().insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+    }
+    resp
 }
 
 fn authorized(c: &Coordinator, req: &Request<Incoming>) -> bool {
@@ -188,9 +196,9 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
     match (method, segs.as_slice()) {
         (Method::GET, ["metrics"]) => {
             query(q.as_deref(), &[])?;
-            let (in_doubt, active) = c.gauges();
+            let g = c.gauges();
             let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
-            let text = c.metrics.render(in_doubt, active, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
+            let text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
             Ok((200, Ok(Response::builder()
                 .header("content-type", "text/plain; version=0.0.4")
                 .body(Full::new(Bytes::from(text)))
@@ -201,7 +209,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             let b: BeginBody = parse(&body)?;
             match b.branch {
                 None => Ok((201, Err(c.begin(b.timeout_ms)?))),
-                Some(r) => Ok((201, Err(c.begin_with_branch(b.timeout_ms, &r.resource, &r.branch_id)?))),
+                Some(r) => Ok((201, Err(c.begin_with_branch(b.timeout_ms, &r.resource, &r.branch_id).await?))),
             }
         }
         (Method::GET, ["v1", "transactions"]) => {
@@ -211,24 +219,24 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         }
         (Method::GET, ["v1", "transactions", g]) => {
             query(q.as_deref(), &[])?;
-            ok(c.get(g)?)
+            ok(c.get(g).await?)
         }
         (Method::POST, ["v1", "transactions", g, "branches"]) => {
             query(q.as_deref(), &[])?;
             let b: RegisterBody = parse_required(&body)?;
-            Ok((201, Err(c.register(g, &b.resource, &b.branch_id)?)))
+            Ok((201, Err(c.register(g, &b.resource, &b.branch_id).await?)))
         }
         (Method::POST, ["v1", "transactions", g, "branches", bid, "prepared"]) => {
             query(q.as_deref(), &[])?;
             let _: EmptyBody = parse(&body)?;
-            ok(c.prepared(g, bid)?)
+            ok(c.prepared(g, bid).await?)
         }
         (Method::POST, ["v1", "transactions", g, "branches", bid, "failed"]) => {
             query(q.as_deref(), &[])?;
             let b: FailedBody = parse(&body)?;
             let reason = b.reason.unwrap_or_else(|| "prepare failed".into());
             text_field("reason", &reason, 1000)?;
-            ok(c.failed(g, bid, &reason, b.retryable.unwrap_or(false))?)
+            ok(c.failed(g, bid, &reason, b.retryable.unwrap_or(false)).await?)
         }
         (Method::POST, ["v1", "transactions", g, "branches", bid, "finished"]) => {
             query(q.as_deref(), &[])?;
@@ -236,14 +244,14 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             let Some(o) = Outcome::parse(&b.outcome) else {
                 return refuse(400, "invalid_field", "outcome must be \"commit\" or \"abort\"");
             };
-            ok(c.finished(g, bid, o)?)
+            ok(c.finished(g, bid, o).await?)
         }
         (Method::POST, ["v1", "transactions", g, "commit"]) => {
             query(q.as_deref(), &[])?;
             let b: CommitBody = parse(&body)?;
             match (b.one_phase_branch, b.prepared) {
                 (Some(_), Some(_)) => refuse(400, "invalid_field", "one_phase_branch and prepared exclude each other"),
-                (Some(bid), None) => ok(c.one_phase(g, &bid)?),
+                (Some(bid), None) => ok(c.one_phase(g, &bid).await?),
                 (None, p) => {
                     let p = p.unwrap_or_default();
                     if p.len() > 1000 {
@@ -259,20 +267,20 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             let Some(o) = Outcome::parse(&b.outcome) else {
                 return refuse(400, "invalid_field", "outcome must be \"commit\" or \"abort\"");
             };
-            ok(c.finished_many(g, &b.branches, o)?)
+            ok(c.finished_many(g, &b.branches, o).await?)
         }
         (Method::POST, ["v1", "transactions", g, "abort"]) => {
             query(q.as_deref(), &[])?;
             let b: AbortBody = parse(&body)?;
             let reason = b.reason.unwrap_or_else(|| "aborted by client".into());
             text_field("reason", &reason, 1000)?;
-            ok(c.abort(g, &reason)?)
+            ok(c.abort(g, &reason).await?)
         }
         (Method::GET, ["v1", "transactions", g, "decision"]) => {
             let qs = query(q.as_deref(), &["wait_ms"])?;
             let wait = match qs.iter().find(|(k, _)| k == "wait_ms") {
                 None => 0,
-                Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal { status: 400, code: "invalid_field", message: "wait_ms must be a non-negative integer".into() })?,
+                Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new(400, "invalid_field", "wait_ms must be a non-negative integer"))?,
             };
             ok(c.wait_decision(g, wait).await?)
         }
@@ -287,7 +295,7 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         }
         (Method::GET, ["v1", "audit"]) => {
             query(q.as_deref(), &[])?;
-            let v = c.store.audit_log().await.map_err(|e| Refusal { status: 503, code: "store_unavailable", message: e })?;
+            let v = c.store.audit_log().await.map_err(|e| Refusal::new(503, "store_unavailable", e))?;
             ok(json!({"audit": v}))
         }
         (Method::POST, ["v1", "admin", "force"]) => {
@@ -310,22 +318,64 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
     }
 }
 
+/// Accepts connections up to limits.max_connections (more get a 503 and are closed); a
+/// request's headers must arrive within limits.header_timeout_ms and a keep-alive
+/// connection idle for limits.idle_timeout_ms is closed, so slow or half-open clients hold
+/// nothing for long.
 pub async fn serve(c: Arc<Coordinator>, listener: tokio::net::TcpListener) {
+    use std::time::Duration;
+    let slots = Arc::new(tokio::sync::Semaphore::new(c.cfg.limits.max_connections));
+    let header_timeout = Duration::from_millis(c.cfg.limits.header_timeout_ms);
+    let idle_timeout = Duration::from_millis(c.cfg.limits.idle_timeout_ms);
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (mut stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(_) => {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            c.metrics.connections_refused.fetch_add(1, Relaxed);
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let body = r#"{"error":{"code":"too_many_connections","message":"limits.max_connections reached"}}"#;
+                let msg = format!("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes())).await;
+            });
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let c = c.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| handle(c.clone(), req));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
+            let _permit = permit;
+            let activity = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let seen = activity.clone();
+            let svc = hyper::service::service_fn(move |req| {
+                seen.fetch_add(1, Relaxed);
+                handle(c.clone(), req)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            // Idle keep-alive: close when no request arrived for a whole idle period.
+            let mut last = u64::MAX;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    _ = tokio::time::sleep(idle_timeout) => {
+                        let now = activity.load(Relaxed);
+                        if now == last {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = tokio::time::timeout(Duration::from_secs(5), conn.as_mut()).await;
+                            break;
+                        }
+                        last = now;
+                    }
+                }
+            }
         });
     }
 }

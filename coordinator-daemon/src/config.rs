@@ -39,6 +39,29 @@ struct RawConfig {
     store: Option<Spanned<RawStore>>,
     #[serde(default)]
     resources: Vec<Spanned<RawResource>>,
+    advertise_url: Option<Spanned<String>>,
+    #[serde(default)]
+    lease: RawLease,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLease {
+    ttl_ms: Option<Spanned<u64>>,
+    renew_ms: Option<Spanned<u64>>,
+    takeover: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_active: Option<Spanned<u64>>,
+    max_transaction_ms: Option<Spanned<u64>>,
+    max_connections: Option<Spanned<u64>>,
+    header_timeout_ms: Option<Spanned<u64>>,
+    idle_timeout_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -84,6 +107,29 @@ pub struct Timeouts {
     pub retention_ms: u64,
 }
 
+/// Ownership of the node id (docs/coordinator.md, "Several daemons").
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub ttl_ms: u64,
+    pub renew_ms: u64,
+    /// Take over the transactions of nodes whose lease ran out (shared store only).
+    pub takeover: bool,
+}
+
+/// Protection against slow or greedy clients.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Undecided transactions at once; more are refused with 429 and Retry-After.
+    pub max_active: usize,
+    /// Cap on a transaction's timeout_ms.
+    pub max_transaction_ms: u64,
+    pub max_connections: usize,
+    /// A request's headers must arrive within this time.
+    pub header_timeout_ms: u64,
+    /// A keep-alive connection with no request for this long is closed.
+    pub idle_timeout_ms: u64,
+}
+
 #[derive(Debug, Clone)]
 pub enum StoreConfig {
     Sqlite { path: String, group_commit: bool, max_batch: usize },
@@ -107,6 +153,10 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub store: StoreConfig,
     pub resources: Vec<Resource>,
+    /// How other daemons and clients reach this one (the store's node table carries it).
+    pub advertise_url: String,
+    pub lease: Lease,
+    pub limits: Limits,
 }
 
 /// A config error: where it is and what is wrong.
@@ -173,7 +223,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     let cx = Ctx { src };
 
     let node_id = match &raw.node_id {
-        None => "c1".to_string(),
+        // No default: two daemons that both fell back to one would recover (and roll
+        // back) each other's transactions.
+        None => {
+            return cx.err(None, "node_id",
+                "required: every daemon needs its own node id (1..16 of A-Z a-z 0-9 _ -); it names its transactions and is leased exclusively")
+        }
         Some(n) => {
             if let Err(m) = naming::check_token_name("node_id", n.get_ref(), naming::NODE_MAX) {
                 return cx.err(Some(n.span()), "node_id", m);
@@ -300,6 +355,37 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             }
         }
     };
+    let l = &raw.lease;
+    let ttl_ms = cx.ms(&l.ttl_ms, "lease.ttl_ms", 10_000, 1_000, 600_000)?;
+    let lease = Lease {
+        ttl_ms,
+        renew_ms: cx.ms(&l.renew_ms, "lease.renew_ms", (ttl_ms / 4).max(200), 100, 600_000)?,
+        takeover: l.takeover.unwrap_or(true),
+    };
+    if lease.renew_ms * 2 > lease.ttl_ms {
+        return cx.err(l.renew_ms.as_ref().map(|s| s.span()), "lease.renew_ms", "must be at most half of lease.ttl_ms");
+    }
+    let m = &raw.limits;
+    let limits = Limits {
+        max_active: cx.ms(&m.max_active, "limits.max_active", 10_000, 1, 10_000_000)? as usize,
+        max_transaction_ms: cx.ms(&m.max_transaction_ms, "limits.max_transaction_ms", 3_600_000, 10, 86_400_000)?,
+        max_connections: cx.ms(&m.max_connections, "limits.max_connections", 1024, 1, 1_000_000)? as usize,
+        header_timeout_ms: cx.ms(&m.header_timeout_ms, "limits.header_timeout_ms", 5_000, 10, 600_000)?,
+        idle_timeout_ms: cx.ms(&m.idle_timeout_ms, "limits.idle_timeout_ms", 60_000, 10, 3_600_000)?,
+    };
+    if timeouts.transaction_ms > limits.max_transaction_ms {
+        return cx.err(t.transaction_ms.as_ref().map(|s| s.span()), "timeouts.transaction_ms", "must be <= limits.max_transaction_ms");
+    }
+    let advertise_url = match &raw.advertise_url {
+        None => format!("http://{listen}"),
+        Some(u) => {
+            let v = u.get_ref();
+            if !(v.starts_with("http://") || v.starts_with("https://")) || v.len() > 200 || v.contains(char::is_whitespace) {
+                return cx.err(Some(u.span()), "advertise_url", "must be an http:// or https:// URL (≤ 200 characters)");
+            }
+            v.trim_end_matches('/').to_string()
+        }
+    };
     let mut resources: Vec<Resource> = Vec::new();
     for (i, r) in raw.resources.iter().enumerate() {
         let rr = r.get_ref();
@@ -329,7 +415,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         };
         resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size });
     }
-    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources })
+    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits })
 }
 
 #[cfg(test)]
@@ -390,5 +476,11 @@ pool_size = 4
         assert_eq!(e.field, "resources[1].dsn");
         let e = err("node_id = \"a.b\"\nallow_no_auth = true\n");
         assert_eq!((e.line, e.field.as_str()), (Some(1), "node_id"));
+        // No silent default node id.
+        let e = err(&GOOD.replace("node_id = \"n1\"", ""));
+        assert_eq!(e.field, "node_id");
+        assert!(e.message.contains("required"), "{e}");
+        let e = err(&format!("{GOOD}\n[lease]\nttl_ms = 2000\nrenew_ms = 1500\n"));
+        assert_eq!(e.field, "lease.renew_ms");
     }
 }

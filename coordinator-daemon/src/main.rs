@@ -3,11 +3,16 @@
 
 mod api;
 mod cli;
+mod completion;
 mod config;
 mod coordinator;
+mod housekeeping;
+mod lease;
+mod log;
 mod metrics;
 mod naming;
 mod openapi;
+mod operator;
 mod recovery;
 mod resources;
 mod state;
@@ -106,14 +111,15 @@ fn main() {
     }
 }
 
-fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
+fn open_store(cfg: &config::StoreConfig, holder: &str) -> Result<store::Store, String> {
+    let holder = holder.to_string();
     match cfg.clone() {
         config::StoreConfig::Sqlite { path, group_commit, max_batch } => store::Store::open_in_thread(
             move || Ok(Box::new(store::sqlite::SqliteLog::open(&path)?) as Box<dyn store::DecisionLog>),
             if group_commit { max_batch } else { 1 },
         ),
         config::StoreConfig::Postgres { dsn, table, group_commit, max_batch } => store::Store::open_in_thread(
-            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table)?) as Box<dyn store::DecisionLog>),
+            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table, &holder)?) as Box<dyn store::DecisionLog>),
             if group_commit { max_batch } else { 1 },
         ),
     }
@@ -122,7 +128,9 @@ fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
 fn serve(cfg: config::Config) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async move {
-        let store = match open_store(&cfg.store) {
+        let nonce = coordinator::Coordinator::new_nonce();
+        let holder = coordinator::holder_id(&cfg.node_id, nonce);
+        let store = match open_store(&cfg.store, &holder) {
             Ok(s) => s,
             Err(e) => die(&format!("cannot open the decision store: {e}")),
         };
@@ -130,15 +138,29 @@ fn serve(cfg: config::Config) {
             Ok(l) => l,
             Err(e) => die(&format!("cannot listen on {}: {e}", cfg.listen)),
         };
-        let c = match coordinator::Coordinator::new(cfg, store) {
+        let c = match coordinator::Coordinator::new(cfg, store, Some(nonce)) {
             Ok(c) => c,
             Err(e) => die(&e),
         };
-        match c.load_records().await {
-            Ok(n) => coordinator::log("info", "decisions loaded", serde_json::json!({"records": n})),
+        // Own the node id (store lease, then the lock at every resource) before anything else.
+        if let Err(e) = lease::claim_at_start(&c).await {
+            die(&format!("cannot own node {}: {e}", c.cfg.node_id));
+        }
+        if let Err(e) = lease::lock_resources_at_start(&c).await {
+            die(&format!("cannot own node {}: {e}", c.cfg.node_id));
+        }
+        match c.store.load().await {
+            Ok(l) => {
+                for q in &l.corrupt {
+                    c.quarantine(q);
+                }
+                let n = c.adopt_records(&l.records);
+                log::log("info", "decisions loaded", serde_json::json!({"records": n, "quarantined": l.corrupt.len()}));
+            }
             Err(e) => die(&format!("cannot read the decision store: {e}")),
         }
-        coordinator::log("info", "listening", serde_json::json!({"addr": c.cfg.listen.to_string(), "node_id": c.cfg.node_id}));
+        log::log("info", "listening", serde_json::json!({"addr": c.cfg.listen.to_string(), "node_id": c.cfg.node_id, "holder": c.holder, "advertise_url": c.cfg.advertise_url}));
+        lease::spawn_renewal(c.clone());
         // Recovery at start, then periodically.
         let rc = c.clone();
         tokio::spawn(async move {
@@ -161,8 +183,11 @@ fn serve(cfg: config::Config) {
             _ = tokio::signal::ctrl_c() => {}
             _ = server => {}
         }
-        // Every acknowledged decision is already durable: stopping needs no flush.
-        coordinator::log("info", "stopping", serde_json::json!({}));
+        // Every acknowledged decision is already durable: stopping needs no flush. The lease
+        // is marked expired: a restart owns the node at once, and whatever is still in
+        // doubt is taken over by another daemon meanwhile.
+        let _ = c.store.release_node(&c.cfg.node_id, &c.holder, false).await;
+        log::log("info", "stopping", serde_json::json!({}));
     });
     std::process::exit(0);
 }
@@ -179,7 +204,7 @@ fn bench_store(a: &Args) -> Result<(), String> {
     let cfg = config::StoreConfig::Sqlite { path: path.clone(), group_commit: group, max_batch: 1024 };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let s = open_store(&cfg)?;
+        let s = open_store(&cfg, "bench")?;
         let t0 = std::time::Instant::now();
         let mut hs = vec![];
         for c in 0..clients {

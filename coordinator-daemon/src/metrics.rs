@@ -23,6 +23,13 @@ pub struct Metrics {
     pub completion_retries: AtomicU64,
     pub incidents: AtomicU64,
     pub forced: AtomicU64,
+    /// Begins refused because limits.max_active undecided transactions existed.
+    pub overloaded: AtomicU64,
+    /// Connections refused because limits.max_connections were open.
+    pub connections_refused: AtomicU64,
+    /// Prepared branches of our node from an epoch our store does not know (left alone).
+    pub foreign_branches: AtomicU64,
+    pub takeovers: AtomicU64,
     lat_buckets: [AtomicU64; 12],
     lat_count: AtomicU64,
     lat_sum_us: AtomicU64,
@@ -39,8 +46,9 @@ impl Metrics {
         self.lat_sum_us.fetch_add((secs * 1e6) as u64, Relaxed);
     }
 
-    /// `in_doubt` and `active` are gauges the caller computes from the live state.
-    pub fn render(&self, in_doubt: usize, active: usize, store_batches: u64, store_ops: u64, resources_up: &[(String, bool)]) -> String {
+    /// `g`: gauges the caller computes from the live state.
+    pub fn render(&self, g: &crate::housekeeping::Gauges, store_batches: u64, store_ops: u64, resources_up: &[(String, bool)]) -> String {
+        let (in_doubt, active) = (g.in_doubt, g.active);
         let mut s = String::new();
         let c = |s: &mut String, name: &str, help: &str, v: u64| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
@@ -68,6 +76,17 @@ impl Metrics {
         c(&mut s, "cotx_incidents_total", "Branches that did not reach the decided outcome (e.g. MariaDB 1402).", self.incidents.load(Relaxed));
         let _ = writeln!(s, "# HELP cotx_in_doubt Transactions with a prepared, unfinished branch.\n# TYPE cotx_in_doubt gauge\ncotx_in_doubt {in_doubt}");
         let _ = writeln!(s, "# HELP cotx_active Undecided transactions.\n# TYPE cotx_active gauge\ncotx_active {active}");
+        let gauge = |s: &mut String, name: &str, help: &str, v: f64| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        };
+        gauge(&mut s, "cotx_in_doubt_oldest_seconds", "Age of the oldest transaction with a prepared, unfinished branch.", g.oldest_in_doubt_s);
+        gauge(&mut s, "cotx_quarantined", "Transactions stopped because their decision record cannot be read (operator: force).", g.quarantined as f64);
+        gauge(&mut s, "cotx_unconfigured_resource_branches", "Prepared branches on resources no longer in the config.", g.unconfigured_branches as f64);
+        gauge(&mut s, "cotx_adopted_nodes", "Nodes taken over from daemons whose lease ran out.", g.adopted_nodes as f64);
+        c(&mut s, "cotx_takeovers_total", "Nodes taken over.", self.takeovers.load(Relaxed));
+        c(&mut s, "cotx_foreign_branches_total", "Prepared branches of our node id from an epoch our store does not know (left alone).", self.foreign_branches.load(Relaxed));
+        c(&mut s, "cotx_overloaded_total", "Begins refused with 429 (limits.max_active).", self.overloaded.load(Relaxed));
+        c(&mut s, "cotx_connections_refused_total", "Connections refused (limits.max_connections).", self.connections_refused.load(Relaxed));
         c(&mut s, "cotx_store_batches_total", "Durable store writes (syncs).", store_batches);
         c(&mut s, "cotx_store_ops_total", "Store operations (decisions, deletions, audit).", store_ops);
         let _ = writeln!(s, "# HELP cotx_resource_up Whether the last contact with a resource worked.\n# TYPE cotx_resource_up gauge");
@@ -93,7 +112,8 @@ mod tests {
         let m = super::Metrics::default();
         m.observe_decision(0.0003);
         m.observe_decision(0.2);
-        let t = m.render(1, 2, 3, 4, &[("pg".into(), true)]);
+        let g = crate::housekeeping::Gauges { in_doubt: 1, active: 2, ..Default::default() };
+        let t = m.render(&g, 3, 4, &[("pg".into(), true)]);
         assert!(t.contains("cotx_decision_seconds_bucket{le=\"0.0005\"} 1"), "{t}");
         assert!(t.contains("cotx_decision_seconds_bucket{le=\"+Inf\"} 2"));
         assert!(t.contains("cotx_in_doubt 1"));

@@ -122,6 +122,14 @@ pub fn gtid_node(gtid: &str) -> Option<&str> {
     gtid.split_once('.').map(|(n, _)| n)
 }
 
+/// The epoch of a gtid, (node, nonce): one daemon start. Recovery acts only on epochs its
+/// store registered.
+pub fn gtid_epoch(gtid: &str) -> Option<(&str, u64)> {
+    let (node, rest) = gtid.split_once('.')?;
+    let (nonce, _) = rest.split_once('-')?;
+    Some((node, u64::from_str_radix(nonce, 16).ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +171,8 @@ mod tests {
     fn gtid_shape() {
         let g = new_gtid("n1", 0xabc, 17);
         assert_eq!(gtid_node(&g), Some("n1"));
+        assert_eq!(gtid_epoch(&g), Some(("n1", 0xabc)));
+        assert_eq!(gtid_epoch("n1.zz-1"), None);
         assert!(check_id("gtid", &g).is_ok());
         assert!(check_id("gtid", &new_gtid("abcdefghijklmnop", u64::MAX, u64::MAX)).is_ok());
     }

@@ -31,7 +31,9 @@ pub fn document() -> Value {
     let id = json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$", "maxLength": 64});
     let gtid = json!({"name": "gtid", "in": "path", "required": true, "schema": id});
     let bid = json!({"name": "bid", "in": "path", "required": true, "schema": id});
-    let e4 = ["400", "401", "404", "409"];
+    // 421: another daemon owns the gtid (`error.owner_url`); 503 on gtid routes: its owner
+    // is unavailable, or its record is quarantined.
+    let e4 = ["400", "401", "404", "409", "421"];
     json!({
         "openapi": "3.0.3",
         "info": {"title": "cotx coordinator", "version": env!("CARGO_PKG_VERSION"),
@@ -41,24 +43,24 @@ pub fn document() -> Value {
             "/healthz": {"get": {"security": [], "summary": "liveness", "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}, "400": {"description": "bad query", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text exposition format", "content": {"text/plain": {"schema": {"type": "string"}}}}, "400": {"description": "bad query", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}, "401": {"description": "no token", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
             "/v1/transactions": {
-                "post": op("begin a global transaction (optionally registering its first branch)", json!([]), Some(("BeginRequest", false)), "201", "Begun", &["400", "401", "404", "413"]),
+                "post": op("begin a global transaction (optionally registering its first branch)", json!([]), Some(("BeginRequest", false)), "201", "Begun", &["400", "401", "404", "413", "429", "503"]),
                 "get": op("list transactions", json!([{"name": "state", "in": "query", "required": false,
                     "schema": {"type": "string", "enum": ["active", "committing", "committed", "aborted", "one_phase", "in_doubt"]}}]), None, "200", "TransactionList", &["400", "401"])
             },
-            "/v1/transactions/{gtid}": {"get": op("get a transaction", json!([gtid]), None, "200", "Transaction", &["400", "401", "404"])},
-            "/v1/transactions/{gtid}/branches": {"post": op("register a branch", json!([gtid]), Some(("RegisterRequest", true)), "201", "Registered", &["400", "401", "404", "409", "413"])},
+            "/v1/transactions/{gtid}": {"get": op("get a transaction", json!([gtid]), None, "200", "Transaction", &["400", "401", "404", "421", "503"])},
+            "/v1/transactions/{gtid}/branches": {"post": op("register a branch", json!([gtid]), Some(("RegisterRequest", true)), "201", "Registered", &["400", "401", "404", "409", "413", "421"])},
             "/v1/transactions/{gtid}/branches/{bid}/prepared": {"post": op("report a branch prepared", json!([gtid, bid]), Some(("Empty", false)), "200", "Ack", &e4)},
             "/v1/transactions/{gtid}/branches/{bid}/failed": {"post": op("report a failed (refused) prepare; aborts the transaction", json!([gtid, bid]), Some(("FailedRequest", false)), "200", "Ack", &e4)},
             "/v1/transactions/{gtid}/branches/{bid}/finished": {"post": op("acknowledge a finished branch", json!([gtid, bid]), Some(("FinishedRequest", true)), "200", "Ack", &e4)},
-            "/v1/transactions/{gtid}/commit": {"post": op("decide commit (durable before the answer); or one-phase commit of a single branch", json!([gtid]), Some(("CommitRequest", false)), "200", "Decision", &["400", "401", "404", "409", "503"])},
+            "/v1/transactions/{gtid}/commit": {"post": op("decide commit (durable before the answer); or one-phase commit of a single branch", json!([gtid]), Some(("CommitRequest", false)), "200", "Decision", &["400", "401", "404", "409", "421", "503"])},
             "/v1/transactions/{gtid}/finished": {"post": op("acknowledge several finished branches at once (all or nothing)", json!([gtid]), Some(("FinishedManyRequest", true)), "200", "Ack", &e4)},
             "/v1/transactions/{gtid}/abort": {"post": op("decide abort", json!([gtid]), Some(("AbortRequest", false)), "200", "Decision", &e4)},
             "/v1/transactions/{gtid}/decision": {"get": op("the decision, waiting up to wait_ms for it (long poll)", json!([gtid,
-                {"name": "wait_ms", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0, "maximum": 600000}}]), None, "200", "DecisionState", &["400", "401", "404"])},
+                {"name": "wait_ms", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0, "maximum": 600000}}]), None, "200", "DecisionState", &["400", "401", "404", "421", "503"])},
             "/v1/in-doubt": {"get": op("in-doubt transactions, oldest first, with locks held and waiters per prepared branch", json!([]), None, "200", "TransactionList", &["400", "401"])},
             "/v1/incidents": {"get": op("branches that did not reach the decided outcome", json!([]), None, "200", "Incidents", &["400", "401"])},
             "/v1/audit": {"get": op("operator audit log", json!([]), None, "200", "Audit", &["400", "401", "503"])},
-            "/v1/admin/force": {"post": op("operator: force an outcome (never contradicts a recorded decision)", json!([]), Some(("ForceRequest", true)), "200", "Decision", &["400", "401", "409", "503"])}
+            "/v1/admin/force": {"post": op("operator: force an outcome (never contradicts a recorded decision)", json!([]), Some(("ForceRequest", true)), "200", "Decision", &["400", "401", "404", "409", "421", "503"])}
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -1,20 +1,29 @@
 //! Recovery, at start and periodically, in Citus' order:
-//!   1. list our prepared branches on every resource (P1),
+//!   1. list the prepared branches on every resource (P1),
 //!   2. take the active set (undecided transactions),
-//!   3. read the decisions (store + memory),
+//!   3. read the decisions (the store),
 //!   4. list the prepared branches again (P2).
 //! Only branches in both P1 and P2 are acted on: such a branch was prepared before we
 //! looked at the active set, so if its transaction is not in that set it was decided before
 //! step 2 and step 3 sees the decision (a commit is durable before its transaction leaves
-//! the active set). Recorded commit → COMMIT; otherwise (abort, or no record: presumed
-//! abort) → ROLLBACK. A resource that cannot be listed is reported and retried next pass,
+//! the active set). A resource that cannot be listed is reported and retried next pass,
 //! never skipped silently.
+//!
+//! Whose branches: only those of nodes we act for (ours, and nodes taken over), at
+//! resources where we hold the node's lock, of epochs registered in our store (a daemon
+//! of the same name with another store is somebody else). Branches of our current epoch
+//! follow our memory: recorded commit → COMMIT, undecided → leave, else presumed abort.
+//! Branches of any other epoch may still be decided by a paused previous holder, so an
+//! undecided one first gets an abort record (conditional insert: whoever wrote first
+//! wins), then the recorded outcome. A record that cannot be read stops its gtid.
 
-use crate::coordinator::{log, Coordinator};
+use crate::coordinator::Coordinator;
+use crate::log::log;
 use crate::naming;
-use crate::state::{FinishedBy, Outcome};
+use crate::state::{self, FinishedBy, Outcome};
+use crate::store::{Decided, DecisionRecord};
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -25,9 +34,13 @@ pub enum Action {
     Rollback,
     /// Undecided (active) or within its owner's grace period: leave it.
     Leave,
+    /// Another epoch, no record: record abort first, then act on what the store says.
+    RecordAbort,
 }
 
-pub fn decide(decision: Option<(Outcome, bool)>, active: bool, recorded_commit: bool) -> Action {
+/// `decision`: in memory (with "owner grace running"); `ours`: the gtid is of our current
+/// epoch (our memory is complete for it).
+pub fn decide(decision: Option<(Outcome, bool)>, active: bool, recorded_commit: bool, ours: bool) -> Action {
     match decision {
         Some((_, true)) => Action::Leave,
         Some((Outcome::Commit, false)) => Action::Commit,
@@ -35,7 +48,8 @@ pub fn decide(decision: Option<(Outcome, bool)>, active: bool, recorded_commit: 
         Some((Outcome::Abort, false)) => Action::Rollback,
         None if recorded_commit => Action::Commit,
         None if active => Action::Leave,
-        None => Action::Rollback,
+        None if ours => Action::Rollback,
+        None => Action::RecordAbort,
     }
 }
 
@@ -47,13 +61,43 @@ pub struct Report {
     pub unreachable: Vec<String>,
 }
 
+/// Whether we may act on this gtid's branches, and why not.
+fn whose(c: &Coordinator, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, &'static str> {
+    let Some((node, nonce)) = naming::gtid_epoch(gtid) else { return Err("not a gtid of ours") };
+    if !c.acts_for(node) {
+        return Err("another node");
+    }
+    if !epochs.contains(&(node.to_string(), nonce)) {
+        return Err("foreign epoch");
+    }
+    Ok(node == c.cfg.node_id && nonce == c.nonce)
+}
+
 pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     let mut rep = Report::default();
+    if c.lease.expired() {
+        return rep; // our lease is unconfirmed: act on nothing
+    }
     let names: Vec<String> = c.resources.keys().cloned().collect();
-    // 1. P1
+    let mut nodes = vec![c.cfg.node_id.clone()];
+    nodes.extend(c.adopted.lock().unwrap().iter().cloned());
+    // 1. P1, at resources where we hold the locks of the nodes we act for.
     let mut p1: HashMap<String, HashSet<(String, String)>> = HashMap::new();
     for n in &names {
-        match c.resources[n].list_prepared().await {
+        let rc = &c.resources[n];
+        let mut locked = true;
+        for node in &nodes {
+            if let Err(e) = rc.hold_node_lock(node, *node != c.cfg.node_id).await {
+                log("warn", "recovery: cannot hold the node lock at this resource; will retry", json!({"resource": n, "node": node, "error": e}));
+                locked = false;
+            }
+        }
+        if !locked {
+            c.resource_up.lock().unwrap().insert(n.clone(), false);
+            rep.unreachable.push(n.clone());
+            continue;
+        }
+        match rc.list_prepared().await {
             Ok(v) => {
                 p1.insert(n.clone(), v.into_iter().collect());
             }
@@ -68,14 +112,18 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     let active = c.active_set();
     // 3. decisions: the store is the truth (it may be shared with other coordinators).
     let mut recorded: HashMap<String, Outcome> = HashMap::new();
-    match c.store.load().await {
-        Ok(recs) => {
-            for r in recs {
-                if naming::gtid_node(&r.gtid) == Some(c.cfg.node_id.as_str()) {
-                    c.adopt_record(&r);
-                    recorded.insert(r.gtid.clone(), r.outcome);
-                }
+    let epochs = match c.store.load().await {
+        Ok(l) => {
+            for q in &l.corrupt {
+                c.quarantine(q);
             }
+            c.adopt_records(&l.records);
+            for r in l.records {
+                recorded.insert(r.gtid, r.outcome);
+            }
+            let e: HashSet<(String, u64)> = l.epochs.into_iter().collect();
+            *c.epochs.lock().unwrap() = e.clone();
+            e
         }
         Err(e) => {
             // Without the decisions nothing may be rolled back: skip this pass entirely.
@@ -84,8 +132,10 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
             rep.unreachable.push("(store)".into());
             return rep;
         }
-    }
-    // 4. P2, and act on P1 ∩ P2.
+    };
+    // 4. P2; collect P1 ∩ P2 by gtid.
+    let mut both: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut second_of: HashMap<String, HashSet<(String, String)>> = HashMap::new();
     for n in &names {
         let Some(first) = p1.get(n) else { continue };
         let second: HashSet<(String, String)> = match c.resources[n].list_prepared().await {
@@ -98,17 +148,40 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         };
         c.resource_up.lock().unwrap().insert(n.clone(), true);
         for (g, b) in first.intersection(&second) {
-            if naming::gtid_node(g) != Some(c.cfg.node_id.as_str()) {
-                continue; // another coordinator's transaction
+            both.entry(g.clone()).or_default().push((n.clone(), b.clone()));
+        }
+        second_of.insert(n.clone(), second);
+    }
+    let mut nodes_with_branches: HashSet<String> = HashSet::new();
+    for (g, branches) in &both {
+        let current = match whose(c, g, &epochs) {
+            Ok(cur) => cur,
+            Err("foreign epoch") => {
+                c.metrics.foreign_branches.fetch_add(1, Relaxed);
+                c.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
+                    json!({"gtid": g, "branches": branches}));
+                continue;
             }
-            let rec_commit = recorded.get(g) == Some(&Outcome::Commit);
-            let action = decide(c.decision_of(g), active.contains(g), rec_commit);
-            let o = match action {
-                Action::Leave => continue,
-                Action::Commit => Outcome::Commit,
-                Action::Rollback => Outcome::Abort,
-            };
-            let res = c.resources[n].complete(g, b, o).await;
+            Err(_) => continue,
+        };
+        if let Some(node) = naming::gtid_node(g) {
+            nodes_with_branches.insert(node.to_string());
+        }
+        if c.is_quarantined(g) {
+            continue; // an operator decides (cotx-coordinator force)
+        }
+        let action = decide(c.decision_of(g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
+        let o = match action {
+            Action::Leave => continue,
+            Action::Commit => Outcome::Commit,
+            Action::Rollback => Outcome::Abort,
+            Action::RecordAbort => match record_abort(c, g, branches).await {
+                Some(o) => o,
+                None => continue,
+            },
+        };
+        for (n, b) in branches {
+            let res = c.complete_branch(g, n, b, o, 0).await;
             let done = matches!(res, crate::resources::Completion::Done);
             if c.note_completion(g, n, b, o, res, FinishedBy::Recovery) && done {
                 match o {
@@ -117,13 +190,24 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
                 }
             }
         }
-        // Branches of decided transactions that are prepared in neither list are finished.
+        c.maybe_forget(g);
+    }
+    // Branches of decided transactions that are prepared in neither list are finished.
+    for n in &names {
+        let (Some(first), Some(second)) = (p1.get(n), second_of.get(n)) else { continue };
         for (g, b) in c.decided_prepared_on(n) {
-            if let Some((_, false)) = c.decision_of(&g) {
-                if !first.contains(&(g.clone(), b.clone())) && !second.contains(&(g.clone(), b.clone())) {
-                    let o = c.decision_of(&g).map(|x| x.0).unwrap_or(Outcome::Abort);
-                    c.note_completion(&g, n, &b, o, crate::resources::Completion::Gone, FinishedBy::Recovery);
-                    rep.confirmed += 1;
+            if let Some((o, false)) = c.decision_of(&g) {
+                let key = (g.clone(), b.clone());
+                if !first.contains(&key) && !second.contains(&key) {
+                    let res = match (c.kind_of(n), o) {
+                        // A MariaDB branch of a commit that vanished unreported may have been
+                        // lost (read-only, session or server gone): the resource checks.
+                        (Some(crate::config::ResourceKind::Mariadb), Outcome::Commit) => c.complete_branch(&g, n, &b, o, decided_ms_ago(c, &g)).await,
+                        _ => crate::resources::Completion::Gone,
+                    };
+                    if c.note_completion(&g, n, &b, o, res, FinishedBy::Recovery) {
+                        rep.confirmed += 1;
+                    }
                 }
             }
         }
@@ -133,10 +217,65 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     }
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
     c.forget_finished();
+    // Taken-over nodes with nothing left prepared and nothing undecided go back.
+    if rep.unreachable.is_empty() {
+        let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
+        for node in adopted {
+            if !nodes_with_branches.contains(&node) && !c.has_unfinished_of(&node) {
+                crate::lease::release_adopted(c, &node).await;
+            }
+        }
+    }
     if rep.committed + rep.rolled_back > 0 {
         log("info", "recovery pass", json!({"committed": rep.committed, "rolled_back": rep.rolled_back, "confirmed": rep.confirmed, "unreachable": rep.unreachable}));
     }
     rep
+}
+
+fn decided_ms_ago(c: &Coordinator, gtid: &str) -> u64 {
+    c.txs.lock().unwrap().get(gtid).and_then(|e| e.tx.decided).map(|d| d.elapsed().as_millis() as u64).unwrap_or(0)
+}
+
+/// An undecided transaction of another epoch (a previous run, or a node taken over): its
+/// abort is recorded before anything is rolled back, so its old owner, should it wake up,
+/// finds the decision taken. Returns the outcome in force, None when the store did not
+/// answer (nothing is done this pass).
+async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, String)]) -> Option<Outcome> {
+    let rec = DecisionRecord {
+        gtid: gtid.to_string(),
+        outcome: Outcome::Abort,
+        branches: branches.to_vec(),
+        decided_unix_ms: state::unix_ms(),
+        node: c.cfg.node_id.clone(),
+        source: "takeover".into(),
+    };
+    match c.store.decide(rec.clone()).await {
+        Ok(Decided::Outcome(o)) => {
+            let mut r = rec;
+            r.outcome = o;
+            c.adopt_records(std::slice::from_ref(&r));
+            Some(o)
+        }
+        Ok(Decided::Corrupt(problem)) => {
+            c.quarantine(&crate::store::CorruptRecord { gtid: gtid.to_string(), problem });
+            None
+        }
+        Ok(Decided::Fenced(why)) => {
+            log("warn", "recovery: lost the lease of this gtid's node; leaving it", json!({"gtid": gtid, "why": why}));
+            None
+        }
+        Err(e) => {
+            log("warn", "recovery: cannot record an abort; will retry", json!({"gtid": gtid, "error": e}));
+            None
+        }
+    }
+}
+
+impl Coordinator {
+    /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
+    pub fn has_unfinished_of(&self, node: &str) -> bool {
+        self.txs.lock().unwrap().values().any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
+    }
 }
 
 #[cfg(test)]
@@ -145,15 +284,17 @@ mod tests {
 
     #[test]
     fn recovery_decisions() {
-        // Unknown, not active: presumed abort.
-        assert_eq!(decide(None, false, false), Action::Rollback);
+        // Unknown, not active, our epoch: presumed abort.
+        assert_eq!(decide(None, false, false, true), Action::Rollback);
+        // Unknown, another epoch: an abort is recorded first (its old owner may wake up).
+        assert_eq!(decide(None, false, false, false), Action::RecordAbort);
         // Undecided and live: leave it.
-        assert_eq!(decide(None, true, false), Action::Leave);
+        assert_eq!(decide(None, true, false, true), Action::Leave);
         // Recorded commit (e.g. after a restart): commit.
-        assert_eq!(decide(None, false, true), Action::Commit);
-        assert_eq!(decide(Some((Outcome::Commit, false)), false, true), Action::Commit);
+        assert_eq!(decide(None, false, true, false), Action::Commit);
+        assert_eq!(decide(Some((Outcome::Commit, false)), false, true, true), Action::Commit);
         // Owner still in its grace period: leave it to the owner.
-        assert_eq!(decide(Some((Outcome::Commit, true)), false, true), Action::Leave);
-        assert_eq!(decide(Some((Outcome::Abort, false)), false, false), Action::Rollback);
+        assert_eq!(decide(Some((Outcome::Commit, true)), false, true, true), Action::Leave);
+        assert_eq!(decide(Some((Outcome::Abort, false)), false, false, true), Action::Rollback);
     }
 }

@@ -1,13 +1,39 @@
 //! The daemon's own connections to the resources: list our prepared branches, and commit
 //! or roll back a branch whose owner is gone. Connections are made lazily and dropped on
 //! error, so a database that was down is simply reconnected at the next attempt.
+//!
+//! Node locks: before the daemon acts for a node at a resource it holds a lock named after
+//! the node there (PostgreSQL session advisory lock, MariaDB GET_LOCK) on a connection of
+//! its own, so two daemons that share databases but not a store cannot both act as one node.
 
 use crate::config::{Resource, ResourceKind};
 use crate::naming;
 use crate::state::Outcome;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
+
+/// A driver error with what the database said: SQLSTATE and message (not "db error").
+pub fn pg_err(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{}: {} (SQLSTATE {})", d.severity(), d.message(), d.code().code()),
+        None => e.to_string(),
+    }
+}
+
+fn my_err(e: &mysql_async::Error) -> String {
+    match e {
+        mysql_async::Error::Server(se) => format!("{} (error {}, SQLSTATE {})", se.message, se.code, se.state),
+        other => other.to_string(),
+    }
+}
+
+/// A connection that holds one node's lock at this resource.
+enum LockConn {
+    Pg(tokio_postgres::Client),
+    Maria(mysql_async::Conn),
+}
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const QUERY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -34,20 +60,21 @@ pub struct ResourceClient {
     pub kind: ResourceKind,
     prefix: String,
     inner: Inner,
+    locks: Mutex<HashMap<String, LockConn>>,
 }
 
 enum Inner {
     Pg { cfg: tokio_postgres::Config, conns: Vec<Mutex<Option<tokio_postgres::Client>>>, next: AtomicUsize },
-    Maria { pool: mysql_async::Pool },
+    Maria { pool: mysql_async::Pool, opts: mysql_async::Opts },
 }
 
 impl ResourceClient {
-    pub fn new(r: &Resource, prefix: &str) -> Result<ResourceClient, String> {
+    pub fn new(r: &Resource, prefix: &str, node: &str) -> Result<ResourceClient, String> {
         let inner = match r.kind {
             ResourceKind::Postgres => {
                 let mut cfg: tokio_postgres::Config = r.dsn.parse().map_err(|e| format!("{}: {e}", r.name))?;
                 cfg.connect_timeout(CONNECT_TIMEOUT);
-                cfg.application_name("cotx-coordinator");
+                cfg.application_name(&format!("cotx-coordinator:{node}"));
                 Inner::Pg { cfg, conns: (0..r.pool_size).map(|_| Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
             }
             ResourceKind::Mariadb => {
@@ -56,10 +83,114 @@ impl ResourceClient {
                 let opts = mysql_async::OptsBuilder::from_opts(opts)
                     .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints))
                     .prefer_socket(false);
-                Inner::Maria { pool: mysql_async::Pool::new(opts) }
+                Inner::Maria { pool: mysql_async::Pool::new(opts.clone()), opts: opts.into() }
             }
         };
-        Ok(ResourceClient { name: r.name.clone(), kind: r.kind, prefix: prefix.to_string(), inner })
+        Ok(ResourceClient { name: r.name.clone(), kind: r.kind, prefix: prefix.to_string(), inner, locks: Mutex::new(HashMap::new()) })
+    }
+
+    fn lock_name(&self, node: &str) -> String {
+        format!("cotx-node:{}:{node}", self.prefix)
+    }
+
+    /// Holds (or takes) the lock of `node` at this resource. `fence`: the store says the
+    /// current holder's lease ran out, so its lock session is ended and the lock taken.
+    /// Err names who holds it.
+    pub async fn hold_node_lock(&self, node: &str, fence: bool) -> Result<(), String> {
+        match tokio::time::timeout(QUERY_TIMEOUT, self.hold_node_lock_inner(node, fence)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("{}: timed out taking the node lock", self.name)),
+        }
+    }
+
+    async fn hold_node_lock_inner(&self, node: &str, fence: bool) -> Result<(), String> {
+        let name = self.lock_name(node);
+        let mut locks = self.locks.lock().await;
+        // Still held? (A restarted database or a cut connection loses it.)
+        let alive = match locks.get_mut(node) {
+            Some(LockConn::Pg(c)) => !c.is_closed(),
+            Some(LockConn::Maria(c)) => {
+                use mysql_async::prelude::Queryable;
+                matches!(c.query_first::<Option<i64>, _>(format!("SELECT IS_USED_LOCK({}) = CONNECTION_ID()", naming::quote_maria(&name))).await,
+                         Ok(Some(Some(1))))
+            }
+            None => false,
+        };
+        if alive {
+            return Ok(());
+        }
+        locks.remove(node);
+        let who = format!("{}: node {node} is held by another session on this resource", self.name);
+        for attempt in 0..3 {
+            match &self.inner {
+                Inner::Pg { cfg, .. } => {
+                    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    let key = format!("{}, hashtext({})", naming::XA_FORMAT_ID, naming::quote_pg(&name));
+                    let got = client.simple_query(&format!("SELECT pg_try_advisory_lock({key})")).await.map_err(|e| pg_err(&e))?;
+                    if simple_first(&got).as_deref() == Some("t") {
+                        locks.insert(node.to_string(), LockConn::Pg(client));
+                        return Ok(());
+                    }
+                    let holder_q = format!(
+                        "SELECT l.pid::text || ' (' || coalesce(a.application_name, '') || ')' FROM pg_locks l LEFT JOIN pg_stat_activity a USING (pid) \
+                         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = ({})::oid \
+                           AND l.objid = (hashtext({}))::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                        naming::XA_FORMAT_ID, naming::quote_pg(&name)
+                    );
+                    let holder = client.simple_query(&holder_q).await.ok().and_then(|m| simple_first(&m)).unwrap_or_default();
+                    if !fence || attempt == 2 {
+                        return Err(format!("{who} (pid {holder})"));
+                    }
+                    let pid = holder.split_whitespace().next().unwrap_or("0").to_string();
+                    let _ = client.simple_query(&format!("SELECT pg_terminate_backend({})", pid.parse::<i64>().unwrap_or(0))).await;
+                }
+                Inner::Maria { opts, .. } => {
+                    use mysql_async::prelude::Queryable;
+                    let mut conn = mysql_async::Conn::new(opts.clone()).await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
+                    let got: Option<Option<i64>> = conn.query_first(format!("SELECT GET_LOCK({}, 0)", naming::quote_maria(&name))).await.map_err(|e| my_err(&e))?;
+                    if got == Some(Some(1)) {
+                        locks.insert(node.to_string(), LockConn::Maria(conn));
+                        return Ok(());
+                    }
+                    let holder: Option<Option<i64>> = conn.query_first(format!("SELECT IS_USED_LOCK({})", naming::quote_maria(&name))).await.map_err(|e| my_err(&e))?;
+                    let holder = holder.flatten().unwrap_or(0);
+                    if !fence || attempt == 2 {
+                        return Err(format!("{who} (connection {holder})"));
+                    }
+                    let _ = conn.query_drop(format!("KILL CONNECTION {holder}")).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(who)
+    }
+
+    /// Gives up the lock of a node taken over (its branches are finished).
+    pub async fn release_node_lock(&self, node: &str) {
+        self.locks.lock().await.remove(node);
+    }
+
+    /// What identifies the server behind this resource: two MariaDB resources on one server
+    /// would list (and complete) each other's branches, since XA RECOVER is server-wide.
+    pub async fn server_identity(&self) -> Result<String, String> {
+        match &self.inner {
+            Inner::Pg { .. } => {
+                let m = self
+                    .pg_simple("SELECT current_database() || '@' || coalesce(inet_server_addr()::text, 'local') || ':' || current_setting('port') || ':' || current_setting('data_directory')")
+                    .await
+                    .map_err(|e| pg_err(&e))?;
+                simple_first(&m).ok_or_else(|| "no row".into())
+            }
+            Inner::Maria { pool, .. } => {
+                use mysql_async::prelude::Queryable;
+                let mut conn = pool.get_conn().await.map_err(|e| my_err(&e))?;
+                let v: Option<String> = conn.query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@datadir)").await.map_err(|e| my_err(&e))?;
+                v.ok_or_else(|| "no row".into())
+            }
+        }
     }
 
     async fn pg_simple(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error> {
@@ -92,8 +223,13 @@ impl ResourceClient {
         match &self.inner {
             Inner::Pg { .. } => {
                 let like = format!("{}:%", self.prefix);
-                let sql = format!("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE {}", naming::quote_pg(&like));
-                let msgs = self.pg_simple(&sql).await.map_err(|e| format!("{}: {e}", self.name))?;
+                // pg_prepared_xacts lists every database's: only this database's are ours
+                // to finish (COMMIT PREPARED of another's fails with "belongs to another database").
+                let sql = format!(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE {}",
+                    naming::quote_pg(&like)
+                );
+                let msgs = self.pg_simple(&sql).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
                 Ok(msgs
                     .into_iter()
                     .filter_map(|m| match m {
@@ -102,11 +238,11 @@ impl ResourceClient {
                     })
                     .collect())
             }
-            Inner::Maria { pool } => {
+            Inner::Maria { pool, .. } => {
                 use mysql_async::prelude::Queryable;
-                let mut conn = pool.get_conn().await.map_err(|e| format!("{}: {e}", self.name))?;
+                let mut conn = pool.get_conn().await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
                 let rows: Vec<(i64, i64, i64, Vec<u8>)> =
-                    conn.query("XA RECOVER").await.map_err(|e| format!("{}: {e}", self.name))?;
+                    conn.query("XA RECOVER").await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
                 Ok(rows
                     .into_iter()
                     .filter_map(|(f, gl, bl, data)| naming::parse_xa_row(f, gl.max(0) as usize, bl.max(0) as usize, &data))
@@ -115,15 +251,17 @@ impl ResourceClient {
         }
     }
 
-    /// Gives one branch its outcome from the daemon's own connection.
-    pub async fn complete(&self, gtid: &str, bid: &str, outcome: Outcome) -> Completion {
-        match tokio::time::timeout(QUERY_TIMEOUT, self.complete_inner(gtid, bid, outcome)).await {
+    /// Gives one branch its outcome from the daemon's own connection. `decided_ms_ago`:
+    /// how long ago the decision was made (a MariaDB branch gone after a server restart
+    /// since then may have been a read-only branch lost in the restart).
+    pub async fn complete(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
+        match tokio::time::timeout(QUERY_TIMEOUT, self.complete_inner(gtid, bid, outcome, decided_ms_ago)).await {
             Ok(r) => r,
             Err(_) => Completion::Retry(format!("{}: timed out", self.name)),
         }
     }
 
-    async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome) -> Completion {
+    async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
         match &self.inner {
             Inner::Pg { .. } => {
                 let gid = match naming::pg_gid(&self.prefix, gtid, bid) {
@@ -141,11 +279,11 @@ impl ResourceClient {
                         Some("42704") => Completion::Gone,
                         // object_in_use: its owner is finishing it right now.
                         Some("55000") => Completion::OwnerAttached,
-                        _ => Completion::Retry(format!("{}: {e}", self.name)),
+                        _ => Completion::Retry(format!("{}: {}", self.name, pg_err(&e))),
                     },
                 }
             }
-            Inner::Maria { pool } => {
+            Inner::Maria { pool, .. } => {
                 use mysql_async::prelude::Queryable;
                 let xid = match naming::xa_xid_sql(gtid, bid) {
                     Ok(x) => x,
@@ -153,13 +291,13 @@ impl ResourceClient {
                 };
                 let mut conn = match pool.get_conn().await {
                     Ok(c) => c,
-                    Err(e) => return Completion::Retry(format!("{}: {e}", self.name)),
+                    Err(e) => return Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
                 };
                 // XA COMMIT answers 1397 both for "unknown" and for "attached to a live
                 // session": XA RECOVER tells them apart (it lists attached ones too).
                 let rows: Vec<(i64, i64, i64, Vec<u8>)> = match conn.query("XA RECOVER").await {
                     Ok(r) => r,
-                    Err(e) => return Completion::Retry(format!("{}: {e}", self.name)),
+                    Err(e) => return Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
                 };
                 let listed = rows.iter().any(|(f, gl, bl, d)| {
                     naming::parse_xa_row(*f, (*gl).max(0) as usize, (*bl).max(0) as usize, d)
@@ -167,7 +305,10 @@ impl ResourceClient {
                         .unwrap_or(false)
                 });
                 if !listed {
-                    return Completion::Gone;
+                    return match outcome {
+                        Outcome::Commit => self.maria_gone_after_commit(&mut conn, gtid, bid, decided_ms_ago).await,
+                        Outcome::Abort => Completion::Gone,
+                    };
                 }
                 let verb = match outcome {
                     Outcome::Commit => "XA COMMIT",
@@ -183,11 +324,50 @@ impl ResourceClient {
                             Completion::Incident(format!("{}: {} ({}): branch was rolled back, not committed", self.name, se.message, se.code))
                         }
                         (1402..=1404 | 1614, Outcome::Abort) => Completion::Done,
-                        _ => Completion::Retry(format!("{}: {} ({})", self.name, se.message, se.code)),
+                        _ => Completion::Retry(format!("{}: {} (error {}, SQLSTATE {})", self.name, se.message, se.code, se.state)),
                     },
-                    Err(e) => Completion::Retry(format!("{}: {e}", self.name)),
+                    Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
                 }
             }
+        }
+    }
+
+    /// A branch of a committed transaction that MariaDB no longer lists, and that its owner
+    /// did not report finished: committed by its owner (acknowledgement lost) — or lost, if
+    /// it was read-only and its session ended (mysql_co lists it) or the server restarted
+    /// since the decision. The lost cases are incidents, never "finished".
+    async fn maria_gone_after_commit(&self, conn: &mut mysql_async::Conn, gtid: &str, bid: &str, decided_ms_ago: u64) -> Completion {
+        use mysql_async::prelude::Queryable;
+        // mysql_co spells the XID as XA RECOVER FORMAT='SQL' does; ours are plain text.
+        let Ok(sql_xid) = naming::xa_xid_sql(gtid, bid) else { return Completion::Gone };
+        let lost: Result<Option<i64>, _> = conn
+            .query_first(format!(
+                "SELECT COUNT(*) FROM information_schema.MYSQL_CO_LOST_BRANCHES WHERE XID = {}",
+                naming::quote_maria(&sql_xid)
+            ))
+            .await;
+        if let Ok(Some(n)) = lost {
+            if n > 0 {
+                return Completion::Incident(format!(
+                    "{}: read-only branch was rolled back when its session ended before the decision (mysql_co lists it as lost)",
+                    self.name
+                ));
+            }
+        }
+        let up: Result<Option<String>, _> =
+            conn.query_first("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'").await;
+        match up {
+            Ok(Some(u)) => match u.parse::<u64>() {
+                Ok(secs) if secs * 1000 < decided_ms_ago => Completion::Incident(format!(
+                    "{}: branch is gone and MariaDB restarted ({secs} s ago) after the commit decision ({} s ago) without its owner reporting it finished: \
+                     a read-only branch is lost in a restart (its reads were not protected until the decision)",
+                    self.name,
+                    decided_ms_ago / 1000
+                )),
+                _ => Completion::Gone,
+            },
+            Ok(None) => Completion::Gone,
+            Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
         }
     }
 
@@ -208,7 +388,7 @@ impl ResourceClient {
                          (SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND 0 = ANY(pg_blocking_pids(pid)))",
                         naming::quote_pg(&gid)
                     );
-                    let msgs = self.pg_simple(&sql).await.map_err(|e| e.to_string())?;
+                    let msgs = self.pg_simple(&sql).await.map_err(|e| pg_err(&e))?;
                     for m in msgs {
                         if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
                             let held: i64 = r.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -218,7 +398,7 @@ impl ResourceClient {
                     }
                     Err("no row".to_string())
                 }
-                Inner::Maria { pool } => {
+                Inner::Maria { pool, .. } => {
                     use mysql_async::prelude::Queryable;
                     let mut conn = pool.get_conn().await.map_err(|e| e.to_string())?;
                     let n: Option<i64> = conn
@@ -236,4 +416,11 @@ impl ResourceClient {
             Err(_) => json!({"error": "timed out"}),
         }
     }
+}
+
+fn simple_first(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Option<String> {
+    msgs.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    })
 }

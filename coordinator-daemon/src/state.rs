@@ -91,16 +91,24 @@ pub struct Tx {
     pub recovered: bool,
 }
 
-/// A refused request: HTTP status, machine-readable code, message.
+/// A refused request: HTTP status, machine-readable code, message; `owner_url` when
+/// another daemon owns the transaction (the client asks it instead).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
+    pub owner_url: Option<String>,
+}
+
+impl Refusal {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal { status, code, message: message.into(), owner_url: None }
+    }
 }
 
 pub fn refuse<T>(status: u16, code: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal { status, code, message: message.into() })
+    Err(Refusal::new(status, code, message))
 }
 
 pub fn unix_ms() -> u64 {

@@ -1,20 +1,21 @@
 """Small CLI: start throwaway servers for a demo or a manual session.
 
-  python -m cotest up [--pg] [--mariadb] [--no-ext]   start, print how to connect, wait for Ctrl-C
+  python -m cotest up [--pg [15|17|18]] [--mariadb] [--no-ext]   start, print how to connect, wait for Ctrl-C
   python -m cotest reap                               stop servers left behind by killed runs
 """
 import argparse
 import signal
 import sys
 
-from .servers import MariaServer, PgServer, reap_orphans
+from .servers import DEFAULT_PG_MAJOR, PG_MAJORS, MariaServer, PgServer, reap_orphans
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="cotest")
     sub = ap.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="start servers and wait")
-    up.add_argument("--pg", action="store_true")
+    up.add_argument("--pg", nargs="?", type=int, const=DEFAULT_PG_MAJOR, choices=PG_MAJORS, metavar="MAJOR",
+                    help=f"start PostgreSQL (major {'/'.join(map(str, PG_MAJORS))}, default {DEFAULT_PG_MAJOR} or $COTX_PG_MAJOR)")
     up.add_argument("--mariadb", action="store_true")
     up.add_argument("--no-ext", action="store_true", help="do not load pg_co / mysql_co")
     up.add_argument("--pg-port", type=int)
@@ -29,9 +30,9 @@ def main(argv=None) -> int:
     servers = []
     try:
         if a.pg or both:
-            pg = PgServer(port=a.pg_port, preload=False if a.no_ext else None).start()
+            pg = PgServer(port=a.pg_port, preload=False if a.no_ext else None, major=a.pg).start()
             servers.append(pg)
-            print(f"PostgreSQL 15: psql 'host=127.0.0.1 port={pg.port} user=postgres'  (pg_co preloaded: {pg.preload})")
+            print(f"{pg.version}: psql 'host=127.0.0.1 port={pg.port} user=postgres'  (pg_co preloaded: {pg.preload})")
         if a.mariadb or both:
             md = MariaServer(port=a.mariadb_port, plugin=False if a.no_ext else None).start()
             servers.append(md)

@@ -1,4 +1,5 @@
-"""Start and stop real PostgreSQL 15 and MariaDB 10.11 servers in temporary directories.
+"""Start and stop real PostgreSQL (15, 17 or 18) and MariaDB 10.11 servers in temporary
+directories.
 
 Every server lives in its own directory under BASE_DIR, named after the harness process
 that owns it. A server left behind by a killed run is found by reap_orphans() (its owner
@@ -16,7 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-PG_BIN = Path(os.environ.get("COTX_PG_BIN", "/usr/lib/postgresql/15/bin"))
+COTX_CACHE = Path(os.environ.get("COTX_CACHE", "/var/cache/cotx"))
+# The PostgreSQL majors pg_co supports; COTX_PG_MAJORS narrows them (e.g. "15"), COTX_PG_MAJOR
+# picks the one a PgServer() without major= starts.
+PG_MAJORS = [int(m) for m in os.environ.get("COTX_PG_MAJORS", "15 17 18").split()]
+DEFAULT_PG_MAJOR = int(os.environ.get("COTX_PG_MAJOR", "15"))
 MARIADB_PLUGIN_DIR = Path(os.environ.get("COTX_MARIADB_PLUGIN_DIR", "/usr/lib/mysql/plugin"))
 BASE_DIR = Path(os.environ.get("COTX_TEST_BASE", "/tmp/cotx-servers"))
 RUN_USER = os.environ.get("COTX_USER", "cotx")
@@ -26,13 +31,42 @@ class ServerError(RuntimeError):
     pass
 
 
-def _pg_lib_dir() -> Path:
-    out = subprocess.run([str(PG_BIN / "pg_config"), "--pkglibdir"], capture_output=True, text=True)
-    return Path(out.stdout.strip() or "/usr/lib/postgresql/15/lib")
+def _pg_config(major: int, what: str) -> Path | None:
+    """pg_config --bindir / --pkglibdir of a major: $COTX_CACHE/pg/<major>/bin/pg_config
+    (scripts/build-pg-servers.sh), Debian's for 15 when that link is missing."""
+    candidates = [COTX_CACHE / "pg" / str(major) / "bin" / "pg_config", Path(f"/usr/lib/postgresql/{major}/bin/pg_config")]
+    if major == 15 and os.environ.get("COTX_PG_BIN"):  # a staged or other build of 15
+        candidates.insert(0, Path(os.environ["COTX_PG_BIN"]) / "pg_config")
+    for cfg in candidates:
+        if cfg.exists():
+            out = subprocess.run([str(cfg), what], capture_output=True, text=True)
+            if out.returncode == 0 and out.stdout.strip():
+                return Path(out.stdout.strip())
+    return None
 
 
-def pg_co_installed() -> bool:
-    return (_pg_lib_dir() / "pg_co.so").exists()
+def pg_unavailable(major: int) -> str | None:
+    """Why a major is not built here (its source package did not download; written by
+    scripts/build-pg-servers.sh), or None."""
+    try:
+        return (COTX_CACHE / "pg" / str(major) / "UNAVAILABLE").read_text().strip()
+    except OSError:
+        return None
+
+
+def pg_bin(major: int | None = None) -> Path:
+    major = major or DEFAULT_PG_MAJOR
+    if major == 15 and os.environ.get("COTX_PG_BIN"):
+        return Path(os.environ["COTX_PG_BIN"])
+    b = _pg_config(major, "--bindir")
+    if b is None:
+        raise ServerError(f"PostgreSQL {major} is not installed: run scripts/bootstrap.sh (scripts/build-pg-servers.sh)")
+    return b
+
+
+def pg_co_installed(major: int | None = None) -> bool:
+    lib = _pg_config(major or DEFAULT_PG_MAJOR, "--pkglibdir")
+    return lib is not None and (lib / "pg_co.so").exists()
 
 
 def mysql_co_installed() -> bool:
@@ -164,16 +198,19 @@ class _Server:
 
 
 class PgServer(_Server):
-    """A PostgreSQL 15 cluster. preload=True loads pg_co when the extension is installed."""
+    """A PostgreSQL cluster of one major (default DEFAULT_PG_MAJOR). preload=True loads pg_co
+    when the extension is installed."""
 
     kind = "pg"
 
     def __init__(self, port: int | None = None, preload: bool | None = None,
-                 conf: dict | None = None, fsync: bool = False):
+                 conf: dict | None = None, fsync: bool = False, major: int | None = None):
+        self.major = major or DEFAULT_PG_MAJOR
+        self.bin = pg_bin(self.major)
         super().__init__(port)
         self.data = self.dir / "data"
         self.log_file = self.dir / "postgres.log"
-        self.preload = pg_co_installed() if preload is None else preload
+        self.preload = pg_co_installed(self.major) if preload is None else preload
         self.conf = {
             "port": self.port,
             "listen_addresses": "'127.0.0.1'",
@@ -188,7 +225,7 @@ class PgServer(_Server):
         if self.preload:
             self.conf["shared_preload_libraries"] = "'pg_co'"
         self.conf.update(conf or {})
-        _run([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+        _run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
               "--no-sync", "-E", "UTF8", "--locale=C"])
         with open(self.data / "postgresql.auto.conf", "a") as f:
             for k, v in self.conf.items():
@@ -198,19 +235,25 @@ class PgServer(_Server):
     def dsn(self) -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
+    @property
+    def version(self) -> str:
+        """"PostgreSQL 17.12", from the server binary this cluster runs."""
+        out = subprocess.run([str(self.bin / "postgres"), "--version"], capture_output=True, text=True)
+        return "PostgreSQL " + out.stdout.split()[-1] if out.stdout else f"PostgreSQL {self.major}"
+
     def start(self) -> "PgServer":
         log = self.log_file
         if os.geteuid() == 0 and not log.exists():
             log.touch()
             _chown(log)
-        _run([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start"])
+        _run([str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60", "start"])
         self.running = True
         self._wait_ready(lambda: self.connect().close(), "PostgreSQL")
         return self
 
     def stop(self, mode: str = "fast") -> None:
         if self.running or (self.data / "postmaster.pid").exists():
-            subprocess.run(_as_user([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]),
+            subprocess.run(_as_user([str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]),
                            capture_output=True)
         self.running = False
 

@@ -1,22 +1,147 @@
 /*
- * co_ssi.c: reads PostgreSQL 15's SSI state (SERIALIZABLEXACT and its rw-conflict lists).
+ * co_ssi.c: reads PostgreSQL's SSI state (SERIALIZABLEXACT and its rw-conflict lists).
  *
- * Version-specific on purpose: PostgreSQL 15 links these lists with SHM_QUEUE; 16+ uses
- * dlist. Another major version means another copy of the three list walks below, nothing
- * else. No ereport here: errors are raised from Rust, under #[pg_guard].
+ * Supported: PostgreSQL 15, 17 and 18 (16 has the same lists as 17 but is untested).
+ * Only the list walks differ between majors: 15 links the SSI lists with SHM_QUEUE, 16+
+ * with dlist. Each implementation is one fenced section below with the same pieces (the
+ * two walks, the first two free pool entries, where the pool of SERIALIZABLEXACTs lives);
+ * everything else is shared. docs/pg_co.md ("What the shim reads, per major") lists the
+ * fields read and why each is safe. No ereport here: errors are raised from Rust, under
+ * #[pg_guard].
  */
 #include "postgres.h"
 
 #include "storage/lwlock.h"
 #include "storage/predicate.h"
 #include "storage/predicate_internals.h"
+#include "storage/proc.h"
 #include "storage/shmem.h"
+#include "access/twophase.h"
+#include "miscadmin.h"
 
 #include "co_ssi.h"
 
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
-#error "co_ssi.c walks PostgreSQL 15's SHM_QUEUE conflict lists; port the list walks for this version"
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
+#error "pg_co's SSI shim knows PostgreSQL 15 to 18; check predicate_internals.h of this major and add it"
 #endif
+
+/* The copies below assume these widths; a major that changes one must fail here. */
+StaticAssertDecl(sizeof(SerCommitSeqNo) == sizeof(uint64_t), "SerCommitSeqNo is copied into a uint64_t");
+StaticAssertDecl(sizeof(TransactionId) == sizeof(uint32_t), "TransactionId is copied into a uint32_t");
+StaticAssertDecl(sizeof(((SERIALIZABLEXACT *) 0)->flags) == sizeof(uint32_t), "SERIALIZABLEXACT.flags is copied into a uint32_t");
+StaticAssertDecl(sizeof(((SERIALIZABLEXACT *) 0)->pid) == sizeof(int32_t), "SERIALIZABLEXACT.pid is copied into an int32_t");
+StaticAssertDecl(sizeof(((SERIALIZABLEXACT *) 0)->pgprocno) == sizeof(int32_t), "SERIALIZABLEXACT.pgprocno is copied into an int32_t");
+
+/* Called once per transaction at the other end of an edge, or per active transaction. */
+typedef void (*co_visit_fn) (const SERIALIZABLEXACT *sx, void *arg);
+
+/*
+ * walk_conflicts(x, out, fn, arg): fn(peer) for every rw-conflict of x in one direction:
+ *   out: x -rw-> peer (x read a version that peer overwrote), peer = conflict->sxactIn;
+ *   in:  peer -rw-> x (peer read a version that x overwrote), peer = conflict->sxactOut.
+ * walk_active(px, fn, arg): fn(sxact) for every SERIALIZABLEXACT on PredXact->activeList.
+ */
+#if PG_VERSION_NUM < 160000
+/* ---- PostgreSQL 15: SHM_QUEUE lists; activeList links PredXactListElementData ---------- */
+
+static void
+walk_conflicts(const SERIALIZABLEXACT *x, bool out, co_visit_fn fn, void *arg)
+{
+	const SHM_QUEUE *head = out ? &x->outConflicts : &x->inConflicts;
+	Size		off = out ? offsetof(RWConflictData, outLink) : offsetof(RWConflictData, inLink);
+	RWConflict	c = (RWConflict) SHMQueueNext(head, head, off);
+
+	while (c)
+	{
+		fn(out ? c->sxactIn : c->sxactOut, arg);
+		c = (RWConflict) SHMQueueNext(head, out ? &c->outLink : &c->inLink, off);
+	}
+}
+
+/* The pool of SERIALIZABLEXACTs: PredXactListElementData entries, allocated apart. */
+#define CO_SXACT_POOL_ELEMENT_SIZE sizeof(PredXactListElementData)
+#define CO_PREDXACT_REQUEST_SIZE() PredXactListDataSize
+
+/* The first two entries of availableList (consecutive pool elements at startup). */
+static bool
+first_two_available(const PredXactListData *px, const void **a, const void **b)
+{
+	const SHM_QUEUE *head = &px->availableList;
+	Size		off = offsetof(PredXactListElementData, link);
+
+	*a = SHMQueueNext(head, head, off);
+	*b = *a ? SHMQueueNext(head, &((const PredXactListElementData *) *a)->link, off) : NULL;
+	return *a && *b;
+}
+
+static void
+walk_active(const PredXactListData *px, co_visit_fn fn, void *arg)
+{
+	const SHM_QUEUE *head = &px->activeList;
+	Size		off = offsetof(PredXactListElementData, link);
+	PredXactListElement e = (PredXactListElement) SHMQueueNext(head, head, off);
+
+	while (e)
+	{
+		fn(&e->sxact, arg);
+		e = (PredXactListElement) SHMQueueNext(head, &e->link, off);
+	}
+}
+
+#else
+/* ---- PostgreSQL 16+: dlist; activeList links SERIALIZABLEXACT.xactLink ------------------ */
+
+static void
+walk_conflicts(const SERIALIZABLEXACT *x, bool out, co_visit_fn fn, void *arg)
+{
+	dlist_head *head = (dlist_head *) (out ? &x->outConflicts : &x->inConflicts);
+	dlist_iter	it;
+
+	dlist_foreach(it, head)
+	{
+		RWConflict	c = out ? dlist_container(RWConflictData, outLink, it.cur)
+			: dlist_container(RWConflictData, inLink, it.cur);
+
+		fn(out ? c->sxactIn : c->sxactOut, arg);
+	}
+}
+
+/* The pool of SERIALIZABLEXACTs: an array of them. */
+#define CO_SXACT_POOL_ELEMENT_SIZE sizeof(SERIALIZABLEXACT)
+#if PG_VERSION_NUM >= 180000
+/* 18 places the pool inside the "PredXactList" struct (InitPredicateLocks). */
+#define CO_PREDXACT_REQUEST_SIZE() \
+	add_size(PredXactListDataSize, \
+			 mul_size((Size) (MaxBackends + max_prepared_xacts) * 10, sizeof(SERIALIZABLEXACT)))
+#else
+#define CO_PREDXACT_REQUEST_SIZE() PredXactListDataSize
+#endif
+
+static bool
+first_two_available(const PredXactListData *px, const void **a, const void **b)
+{
+	dlist_head *head = (dlist_head *) &px->availableList;
+	dlist_node *n1 = head->head.next;
+	dlist_node *n2 = n1->next;
+
+	if (n1 == &head->head || n2 == &head->head)
+		return false;
+	*a = dlist_container(SERIALIZABLEXACT, xactLink, n1);
+	*b = dlist_container(SERIALIZABLEXACT, xactLink, n2);
+	return true;
+}
+
+static void
+walk_active(const PredXactListData *px, co_visit_fn fn, void *arg)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, (dlist_head *) &px->activeList)
+		fn(dlist_container(SERIALIZABLEXACT, xactLink, it.cur), arg);
+}
+
+#endif
+/* ---- shared by every major --------------------------------------------------------------- */
 
 void *
 co_sxact_lock(void)
@@ -33,32 +158,70 @@ co_addin_shmem_init_lock(void)
 size_t
 co_predxact_size(void)
 {
-	return PredXactListDataSize;
+	return CO_PREDXACT_REQUEST_SIZE();
+}
+
+/*
+ * Whether the running server lays out SSI state as the headers pg_co was compiled with do.
+ * Called once in the postmaster, right after PostgreSQL initialised SSI's shared memory
+ * and before any transaction ran. Two facts are checked: the size the server registered
+ * for "PredXactList" (ShmemInitStruct raises an error when ours differs), and the distance
+ * between two consecutive entries of the untouched pool, which is the server's
+ * sizeof(SERIALIZABLEXACT) (15: of PredXactListElementData). Returns NULL when both match,
+ * else a message; *predxact receives the struct. skew (test only) is added to both
+ * expectations, to show that a mismatch is caught.
+ */
+const char *
+co_check_layout(void **predxact, int skew)
+{
+	static char msg[256];
+	volatile bool size_ok = true;
+	PredXactListData *volatile px = NULL;
+	const void *a,
+			   *b;
+	bool		found;
+
+	PG_TRY();
+	{
+		px = ShmemInitStruct("PredXactList", co_predxact_size() + skew, &found);
+	}
+	PG_CATCH();
+	{
+		FlushErrorState();
+		size_ok = false;
+	}
+	PG_END_TRY();
+	if (!size_ok || !found)
+	{
+		snprintf(msg, sizeof(msg), "the server's \"PredXactList\" shared struct is not %zu bytes as in the headers pg_co was built with",
+				 co_predxact_size() + skew);
+		return msg;
+	}
+	*predxact = px;
+	if (first_two_available(px, &a, &b) &&
+		(size_t) ((const char *) b - (const char *) a) != CO_SXACT_POOL_ELEMENT_SIZE + skew)
+	{
+		snprintf(msg, sizeof(msg), "the server's SERIALIZABLEXACT pool entries are %zd bytes apart, the headers pg_co was built with say %zu",
+				 (ssize_t) ((const char *) b - (const char *) a), (size_t) CO_SXACT_POOL_ELEMENT_SIZE + skew);
+		return msg;
+	}
+	return NULL;
+}
+
+int32_t
+co_my_procno(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProcNumber;		/* 17 dropped PGPROC.pgprocno */
+#else
+	return MyProc ? MyProc->pgprocno : -1;
+#endif
 }
 
 static void
-fill_peer(co_peer *p, const SERIALIZABLEXACT *s)
+count_one(const SERIALIZABLEXACT *sx, void *arg)
 {
-	p->sxact = s;
-	p->xid = s->topXid;
-	p->flags = s->flags;
-	p->pid = s->pid;
-	p->pgprocno = s->pgprocno;
-	p->prepare_seq = s->prepareSeqNo;
-}
-
-static int
-queue_length(SHM_QUEUE *head, Size offset)
-{
-	int			n = 0;
-	char	   *elem = (char *) SHMQueueNext(head, head, offset);
-
-	while (elem)
-	{
-		n++;
-		elem = (char *) SHMQueueNext(head, (SHM_QUEUE *) (elem + offset), offset);
-	}
-	return n;
+	(*(int *) arg)++;
 }
 
 bool
@@ -72,9 +235,37 @@ co_read_self(co_self *out)
 	out->flags = me->flags;
 	out->xid = me->topXid;
 	out->last_commit_before_snapshot = me->SeqNo.lastCommitBeforeSnapshot;
-	out->n_out = queue_length(&me->outConflicts, offsetof(RWConflictData, outLink));
-	out->n_in = queue_length(&me->inConflicts, offsetof(RWConflictData, inLink));
+	out->n_out = 0;
+	out->n_in = 0;
+	walk_conflicts(me, true, count_one, &out->n_out);
+	walk_conflicts(me, false, count_one, &out->n_in);
 	return true;
+}
+
+typedef struct peer_buf
+{
+	co_peer    *buf;
+	int			cap;
+	int			n;
+} peer_buf;
+
+static void
+copy_peer(const SERIALIZABLEXACT *s, void *arg)
+{
+	peer_buf   *pb = arg;
+
+	if (pb->n < pb->cap)
+	{
+		co_peer    *p = &pb->buf[pb->n];
+
+		p->sxact = s;
+		p->xid = s->topXid;
+		p->flags = s->flags;
+		p->pid = s->pid;
+		p->pgprocno = s->pgprocno;
+		p->prepare_seq = s->prepareSeqNo;
+	}
+	pb->n++;
 }
 
 /* Copy up to cap peers of this backend's out-edges (or in-edges); return how many exist. */
@@ -82,83 +273,63 @@ int
 co_read_edges(bool out_edges, co_peer *buf, int cap)
 {
 	SERIALIZABLEXACT *me = (SERIALIZABLEXACT *) ShareSerializableXact();
-	SHM_QUEUE  *head;
-	Size		offset;
-	RWConflict	c;
-	int			n = 0;
+	peer_buf	pb = {buf, cap, 0};
 
 	if (me == InvalidSerializableXact)
 		return 0;
-	head = out_edges ? &me->outConflicts : &me->inConflicts;
-	offset = out_edges ? offsetof(RWConflictData, outLink) : offsetof(RWConflictData, inLink);
-	c = (RWConflict) SHMQueueNext(head, head, offset);
-	while (c)
+	walk_conflicts(me, out_edges, copy_peer, &pb);
+	return pb.n;
+}
+
+typedef struct edge_buf
+{
+	co_edge    *buf;
+	int			cap;
+	int			n;
+	const SERIALIZABLEXACT *prepared;
+	int			prepared_is_reader;
+} edge_buf;
+
+static void
+copy_edge(const SERIALIZABLEXACT *peer, void *arg)
+{
+	edge_buf   *eb = arg;
+
+	if (eb->n < eb->cap)
 	{
-		if (n < cap)
-			fill_peer(&buf[n], out_edges ? c->sxactIn : c->sxactOut);
-		n++;
-		c = (RWConflict) SHMQueueNext(head, out_edges ? &c->outLink : &c->inLink, offset);
+		co_edge    *e = &eb->buf[eb->n];
+
+		e->prepared_xid = eb->prepared->topXid;
+		e->prepared_flags = eb->prepared->flags;
+		e->prepared_pid = eb->prepared->pid;
+		e->peer_xid = peer->topXid;
+		e->peer_pid = peer->pid;
+		e->peer_flags = peer->flags;
+		e->prepared_is_reader = eb->prepared_is_reader;
 	}
-	return n;
+	eb->n++;
 }
 
-static bool
-is_in_doubt(const SERIALIZABLEXACT *s)
+static void
+copy_edges_if_prepared(const SERIALIZABLEXACT *x, void *arg)
 {
-	return (s->flags & SXACT_FLAG_PREPARED) && s->pid == 0 &&
-		!(s->flags & (SXACT_FLAG_COMMITTED | SXACT_FLAG_ROLLED_BACK));
+	edge_buf   *eb = arg;
+
+	if (!(x->flags & SXACT_FLAG_PREPARED))
+		return;
+	eb->prepared = x;
+	eb->prepared_is_reader = 0;
+	walk_conflicts(x, false, copy_edge, eb);
+	eb->prepared_is_reader = 1;
+	walk_conflicts(x, true, copy_edge, eb);
 }
 
-static bool
-is_finished(const SERIALIZABLEXACT *s)
-{
-	return (s->flags & (SXACT_FLAG_COMMITTED | SXACT_FLAG_ROLLED_BACK)) != 0;
-}
-
-/* Every rw edge between an in-doubt transaction and a transaction not yet finished. */
+/* Every rw edge of a transaction flagged PREPARED (Rust keeps the in-doubt ones). */
 int
 co_read_prepared_edges(const void *predxact, co_edge *buf, int cap)
 {
-	PredXactList px = (PredXactList) predxact;
-	PredXactListElement e;
-	int			n = 0;
+	edge_buf	eb = {buf, cap, 0, NULL, 0};
 
-	e = (PredXactListElement) SHMQueueNext(&px->activeList, &px->activeList,
-										   offsetof(PredXactListElementData, link));
-	while (e)
-	{
-		SERIALIZABLEXACT *x = &e->sxact;
-
-		if (is_in_doubt(x))
-		{
-			for (int dir = 0; dir < 2; dir++)
-			{
-				SHM_QUEUE  *head = dir ? &x->outConflicts : &x->inConflicts;
-				Size		off = dir ? offsetof(RWConflictData, outLink) : offsetof(RWConflictData, inLink);
-				RWConflict	c = (RWConflict) SHMQueueNext(head, head, off);
-
-				while (c)
-				{
-					SERIALIZABLEXACT *peer = dir ? c->sxactIn : c->sxactOut;
-
-					if (!is_finished(peer))
-					{
-						if (n < cap)
-						{
-							buf[n].prepared_xid = x->topXid;
-							buf[n].peer_xid = peer->topXid;
-							buf[n].peer_pid = peer->pid;
-							buf[n].peer_flags = peer->flags;
-							buf[n].prepared_is_reader = dir;
-						}
-						n++;
-					}
-					c = (RWConflict) SHMQueueNext(head, dir ? &c->outLink : &c->inLink, off);
-				}
-			}
-		}
-		e = (PredXactListElement) SHMQueueNext(&px->activeList, &e->link,
-											   offsetof(PredXactListElementData, link));
-	}
-	return n;
+	walk_active((const PredXactListData *) predxact, copy_edges_if_prepared, &eb);
+	return eb.n;
 }

@@ -1,15 +1,21 @@
 /*
  * co_ssi.h: the only window pg_co has onto PostgreSQL's SSI internals
  * (storage/predicate_internals.h, which pgrx's bindings do not include).
- * Plain copies out of shared memory; no function here raises an error.
- * Mirrored by src/ssi_ffi.rs: keep the two in step.
+ * Plain copies out of shared memory; no function here raises an error and none decides
+ * anything: what a peer's flags and pid mean is decided in Rust (pg_co_rules::classify).
+ *
+ * Mirrored by src/ssi_ffi.rs. The build ties the two: build.rs runs csrc/co_layout.c,
+ * which prints Rust const assertions of every size, offset and SXACT flag value below as
+ * the C compiler sees them (against the real server headers); a mismatch fails the build.
  */
 #ifndef CO_SSI_H
 #define CO_SSI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+/* One rw-conflict peer of this backend's transaction. */
 typedef struct co_peer
 {
 	const void *sxact;			/* identity, for pg_co's marker table */
@@ -20,6 +26,7 @@ typedef struct co_peer
 	int32_t		pgprocno;
 } co_peer;
 
+/* This backend's serializable transaction. */
 typedef struct co_self
 {
 	const void *sxact;
@@ -30,10 +37,16 @@ typedef struct co_self
 	int32_t		n_in;
 } co_self;
 
-/* An rw edge that touches a prepared (in-doubt) transaction, for the pg_co.blocking view. */
+/*
+ * An rw edge of a transaction that has SXACT_FLAG_PREPARED set (a superset of the in-doubt
+ * ones: the Rust side keeps the edges whose prepared side is in doubt and whose peer is not
+ * finished), for the co.in_doubt view.
+ */
 typedef struct co_edge
 {
 	uint32_t	prepared_xid;
+	uint32_t	prepared_flags;
+	int32_t		prepared_pid;
 	uint32_t	peer_xid;
 	int32_t		peer_pid;
 	uint32_t	peer_flags;
@@ -45,6 +58,11 @@ extern void *co_sxact_lock(void);
 extern void *co_addin_shmem_init_lock(void);
 /* Size of the "PredXactList" shared struct, to look it up with ShmemInitStruct. */
 extern size_t co_predxact_size(void);
+/* In the postmaster after SSI's shared memory is set up: NULL when the server's layout is
+ * that of pg_co's headers (and *predxact is set), else what differs. */
+extern const char *co_check_layout(void **predxact, int skew);
+/* This backend's PGPROC number (the index SERIALIZABLEXACT.pgprocno holds), -1 if none. */
+extern int32_t co_my_procno(void);
 
 /* The rest need co_sxact_lock() held. */
 extern bool co_read_self(co_self *out);

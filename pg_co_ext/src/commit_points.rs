@@ -11,7 +11,8 @@ use pg_co_rules::{decide, Marker, Point, Settings, Verdict};
 use pgrx::pg_sys;
 use std::time::Instant;
 
-const XACT_SERIALIZABLE: i32 = 3;
+// From the server headers via pgrx (xact.h), not a copy.
+const XACT_SERIALIZABLE: i32 = pg_sys::XACT_SERIALIZABLE as i32;
 
 pub unsafe fn register() {
     pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());

@@ -17,6 +17,7 @@ pub static LOG_VETOES: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static CHECK_LOCAL_READERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_SKIP_MARKER: GucSetting<bool> = GucSetting::<bool>::new(false);
+pub static TEST_LAYOUT_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 pub fn register() {
     GucRegistry::define_bool_guc(
@@ -75,6 +76,21 @@ pub fn register() {
         c"",
         &TEST_SKIP_MARKER,
         GucContext::Suset,
+        GucFlags::NO_SHOW_ALL,
+    );
+}
+
+/// Settings read once by the postmaster; registered only while shared_preload_libraries is
+/// processed (PostgreSQL refuses PGC_POSTMASTER settings from a library loaded later).
+pub fn register_postmaster() {
+    GucRegistry::define_int_guc(
+        c"pg_co.test_layout_skew",
+        c"Test only: pretend pg_co's SSI struct sizes differ by this many bytes, to show the start-up layout check refusing.",
+        c"",
+        &TEST_LAYOUT_SKEW,
+        0,
+        1024,
+        GucContext::Postmaster,
         GucFlags::NO_SHOW_ALL,
     );
 }

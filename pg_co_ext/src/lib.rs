@@ -19,20 +19,8 @@ extension_sql!(
     r#"
 SELECT co.require_preload();
 
-CREATE VIEW co.stats AS
-SELECT
-    max(value) FILTER (WHERE counter = 'checks_prepare')           AS checks_prepare,
-    max(value) FILTER (WHERE counter = 'checks_commit')            AS checks_commit,
-    max(value) FILTER (WHERE counter = 'refused_rule_a')           AS refused_rule_a,
-    max(value) FILTER (WHERE counter = 'refused_summarized')       AS refused_summarized,
-    max(value) FILTER (WHERE counter = 'refused_rule_b')           AS refused_rule_b,
-    max(value) FILTER (WHERE counter = 'refused_rule_c')           AS refused_rule_c,
-    max(value) FILTER (WHERE counter = 'refused_not_serializable') AS refused_not_serializable,
-    max(value) FILTER (WHERE counter = 'refused_read_only')        AS refused_read_only,
-    max(value) FILTER (WHERE counter = 'waits')                    AS waits,
-    round(max(value) FILTER (WHERE counter = 'wait_time_us') / 1000.0, 3) AS wait_time_ms,
-    round(max(value) FILTER (WHERE counter = 'check_time_ns') / 1e6, 3) AS check_time_ms
-FROM co.stat_counters();
+-- One column per counter, built from the counter list (src/shmem.rs COUNTERS).
+DO $$ BEGIN EXECUTE 'CREATE VIEW co.stats AS ' || co.stats_view_sql(); END $$;
 
 -- In-doubt transactions and the transactions they hold up.
 CREATE VIEW co.in_doubt AS
@@ -44,7 +32,7 @@ FROM pg_catalog.pg_prepared_xacts p
 LEFT JOIN co.blocking_edges() b ON b.prepared_xid::text::xid = p.transaction;
 "#,
     name = "views",
-    requires = [sql_api::require_preload, sql_api::stat_counters, sql_api::blocking_edges]
+    requires = [sql_api::require_preload, sql_api::stat_counters, sql_api::stats_view_sql, sql_api::blocking_edges]
 );
 
 #[pg_guard]
@@ -56,6 +44,7 @@ pub extern "C-unwind" fn _PG_init() {
         pgrx::warning!("pg_co is loaded without shared_preload_libraries: commitment ordering is NOT enforced; add pg_co to shared_preload_libraries and restart");
         return;
     }
+    gucs::register_postmaster();
     unsafe {
         shmem::install_hooks();
         commit_points::register();

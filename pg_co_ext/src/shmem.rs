@@ -22,19 +22,50 @@ pub enum Counter {
     WaitMicros,
     CheckNanos,
 }
-pub const COUNTERS: [(Counter, &str); 11] = [
-    (Counter::ChecksPrepare, "checks_prepare"),
-    (Counter::ChecksCommit, "checks_commit"),
-    (Counter::RefusedRuleA, "refused_rule_a"),
-    (Counter::RefusedSummarized, "refused_summarized"),
-    (Counter::RefusedRuleB, "refused_rule_b"),
-    (Counter::RefusedRuleC, "refused_rule_c"),
-    (Counter::RefusedNotSerializable, "refused_not_serializable"),
-    (Counter::RefusedReadOnly, "refused_read_only"),
-    (Counter::Waits, "waits"),
-    (Counter::WaitMicros, "wait_time_us"),
-    (Counter::CheckNanos, "check_time_ns"),
+/// Every counter: its name in co.stat_counters() and its column in the co.stats view (with
+/// the unit conversion), the one list both are built from.
+pub struct CounterDef {
+    pub counter: Counter,
+    pub name: &'static str,
+    /// SQL of the co.stats column; {v} stands for the counter's value.
+    pub column: &'static str,
+}
+const fn def(counter: Counter, name: &'static str, column: &'static str) -> CounterDef {
+    CounterDef { counter, name, column }
+}
+pub const COUNTERS: [CounterDef; 11] = [
+    def(Counter::ChecksPrepare, "checks_prepare", "{v} AS checks_prepare"),
+    def(Counter::ChecksCommit, "checks_commit", "{v} AS checks_commit"),
+    def(Counter::RefusedRuleA, "refused_rule_a", "{v} AS refused_rule_a"),
+    def(Counter::RefusedSummarized, "refused_summarized", "{v} AS refused_summarized"),
+    def(Counter::RefusedRuleB, "refused_rule_b", "{v} AS refused_rule_b"),
+    def(Counter::RefusedRuleC, "refused_rule_c", "{v} AS refused_rule_c"),
+    def(Counter::RefusedNotSerializable, "refused_not_serializable", "{v} AS refused_not_serializable"),
+    def(Counter::RefusedReadOnly, "refused_read_only", "{v} AS refused_read_only"),
+    def(Counter::Waits, "waits", "{v} AS waits"),
+    def(Counter::WaitMicros, "wait_time_us", "round({v} / 1000.0, 3) AS wait_time_ms"),
+    def(Counter::CheckNanos, "check_time_ns", "round({v} / 1e6, 3) AS check_time_ms"),
 ];
+// The enum and the list are in the same order: a counter's index is its discriminant.
+const _: () = {
+    let mut i = 0;
+    while i < COUNTERS.len() {
+        assert!(COUNTERS[i].counter as usize == i, "COUNTERS must list Counter variants in declaration order");
+        i += 1;
+    }
+};
+
+/// The select list of the co.stats view: one column per counter, in list order.
+pub fn stats_view_select() -> String {
+    COUNTERS
+        .iter()
+        .map(|d| {
+            let v = format!("max(value) FILTER (WHERE counter = '{}')", d.name);
+            d.column.replace("{v}", &v)
+        })
+        .collect::<Vec<_>>()
+        .join(",\n    ")
+}
 
 #[repr(C)]
 struct MarkerSlot {
@@ -93,6 +124,21 @@ unsafe extern "C-unwind" fn startup() {
     }
     SHARED = p;
     pg_sys::LWLockRelease(crate::ssi_ffi::addin_shmem_init_lock());
+    // pg_co reads SSI's structs with the layout of the headers it was compiled with; refuse
+    // to start rather than misread them (an ERROR here stops the postmaster).
+    if let Err(what) = crate::ssi_ffi::check_layout() {
+        let built = crate::ssi_ffi::BUILT_FOR_VERSION_NUM;
+        let running = {
+            let v = pg_sys::GetConfigOption(c"server_version".as_ptr(), true, false);
+            if v.is_null() { "unknown".into() } else { std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned() }
+        };
+        use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+        use pgrx::pg_sys::panic::ErrorReport;
+        ErrorReport::new(PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, format!("pg_co cannot run on this server: {what}"), "pg_co")
+            .set_detail(format!("pg_co was built against the headers of PostgreSQL {}.{}; this server is {running}.", built / 10000, built % 10000))
+            .set_hint("Rebuild pg_co against this server's own headers (its pg_config; scripts/build-pg-co.sh), or remove pg_co from shared_preload_libraries.")
+            .report(pgrx::PgLogLevel::ERROR);
+    }
 }
 
 fn shared() -> Option<&'static Shared> {
@@ -112,7 +158,7 @@ pub fn bump(c: Counter, by: u64) {
 pub fn read_counters() -> Vec<(&'static str, i64)> {
     COUNTERS
         .iter()
-        .map(|(c, name)| (*name, shared().map_or(0, |s| s.counters[*c as usize].load(Ordering::Relaxed) as i64)))
+        .map(|d| (d.name, shared().map_or(0, |s| s.counters[d.counter as usize].load(Ordering::Relaxed) as i64)))
         .collect()
 }
 
@@ -131,7 +177,7 @@ fn slot(pgprocno: i32) -> Option<&'static MarkerSlot> {
 }
 
 fn my_pgprocno() -> i32 {
-    unsafe { if pg_sys::MyProc.is_null() { -1 } else { (*pg_sys::MyProc).pgprocno } }
+    crate::ssi_ffi::my_procno()
 }
 
 /// pg_co's marker of a peer transaction. Read under SerializableXactHashLock.

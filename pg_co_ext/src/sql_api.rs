@@ -33,6 +33,12 @@ fn stat_counters() -> TableIterator<'static, (name!(counter, String), name!(valu
     TableIterator::new(shmem::read_counters().into_iter().map(|(n, v)| (n.to_string(), v)))
 }
 
+/// The query of the co.stats view (used once, by the extension script).
+#[pg_extern]
+fn stats_view_sql() -> String {
+    format!("SELECT\n    {}\nFROM co.stat_counters()", shmem::stats_view_select())
+}
+
 #[pg_extern]
 fn reset_stats() {
     require_preloaded();
@@ -49,19 +55,12 @@ fn blocking_edges() -> TableIterator<
 > {
     require_preloaded();
     let rows = ssi_ffi::prepared_edges().into_iter().map(|e| {
-        let state = pg_co_rules::state_name(pg_co_rules::classify(&pg_co_rules::Peer {
-            xid: e.peer_xid,
-            pid: e.peer_pid,
-            flags: e.peer_flags,
-            prepare_seq: 0,
-            marker: None,
-        }));
         (
             e.prepared_xid as i64,
-            (e.peer_xid != 0).then_some(e.peer_xid as i64),
-            (e.peer_pid != 0).then_some(e.peer_pid),
-            state.to_string(),
-            if e.prepared_is_reader == 1 { "B" } else { "A" }.to_string(),
+            (e.peer.xid != 0).then_some(e.peer.xid as i64),
+            (e.peer.pid != 0).then_some(e.peer.pid),
+            pg_co_rules::state_name(pg_co_rules::classify(&e.peer)).to_string(),
+            if e.prepared_is_reader { "B" } else { "A" }.to_string(),
         )
     });
     TableIterator::new(rows.collect::<Vec<_>>().into_iter())

@@ -1,6 +1,8 @@
-//! Thin, safe wrappers over csrc/co_ssi.c (PostgreSQL's SSI internals). Mirrors co_ssi.h.
+//! Thin, safe wrappers over csrc/co_ssi.c (PostgreSQL's SSI internals). Mirrors co_ssi.h;
+//! the build checks every mirrored size, offset and SXACT flag value against the C side
+//! (build.rs, csrc/co_layout.c).
 
-use pg_co_rules::{Marker, Peer, SelfView};
+use pg_co_rules::{classify, Marker, Peer, PeerState, SelfView};
 use pgrx::pg_sys;
 use std::ffi::c_void;
 
@@ -28,13 +30,30 @@ struct CoSelf {
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
+struct CoEdge {
+    prepared_xid: u32,
+    prepared_flags: u32,
+    prepared_pid: i32,
+    peer_xid: u32,
+    peer_pid: i32,
+    peer_flags: u32,
+    prepared_is_reader: i32,
+}
+
+// Compile-time assertions generated from the C side (sizes, offsets, flag values).
+mod layout {
+    #![allow(dead_code)]
+    use super::{CoEdge, CoPeer, CoSelf};
+    include!(concat!(env!("OUT_DIR"), "/co_layout.rs"));
+}
+pub use layout::BUILT_FOR_VERSION_NUM;
+
+/// An rw edge between an in-doubt transaction and one not yet finished.
 pub struct PreparedEdge {
     pub prepared_xid: u32,
-    pub peer_xid: u32,
-    pub peer_pid: i32,
-    pub peer_flags: u32,
-    /// 1: the prepared transaction read what the peer wrote (the peer is held by rule B).
-    pub prepared_is_reader: i32,
+    pub peer: Peer,
+    /// The prepared transaction read what the peer wrote (the peer is held by rule B).
+    pub prepared_is_reader: bool,
 }
 
 extern "C" {
@@ -43,7 +62,27 @@ extern "C" {
     fn co_predxact_size() -> usize;
     fn co_read_self(out: *mut CoSelf) -> bool;
     fn co_read_edges(out_edges: bool, buf: *mut CoPeer, cap: i32) -> i32;
-    fn co_read_prepared_edges(predxact: *const c_void, buf: *mut PreparedEdge, cap: i32) -> i32;
+    fn co_read_prepared_edges(predxact: *const c_void, buf: *mut CoEdge, cap: i32) -> i32;
+    fn co_my_procno() -> i32;
+    fn co_check_layout(predxact: *mut *mut c_void, skew: i32) -> *const std::ffi::c_char;
+}
+
+/// In the postmaster, once SSI's shared memory exists: Err(what differs) when the running
+/// server's SSI layout is not the one of the headers pg_co was compiled with (another minor
+/// release that changed it, or headers of another build).
+pub fn check_layout() -> Result<(), String> {
+    let mut predxact = std::ptr::null_mut();
+    let msg = unsafe { co_check_layout(&mut predxact, crate::gucs::TEST_LAYOUT_SKEW.get()) };
+    if msg.is_null() {
+        Ok(())
+    } else {
+        Err(unsafe { std::ffi::CStr::from_ptr(msg) }.to_string_lossy().into_owned())
+    }
+}
+
+/// This backend's PGPROC number (SERIALIZABLEXACT.pgprocno of its transactions), -1 if none.
+pub fn my_procno() -> i32 {
+    unsafe { co_my_procno() }
 }
 
 /// AddinShmemInitLock (a macro over MainLWLockArray, absent from pgrx's bindings).
@@ -111,8 +150,26 @@ pub fn read_own(_lock: &SsiLock, marker_of: impl Fn(*const c_void, i32) -> Optio
     })
 }
 
-/// Every rw edge between an in-doubt transaction and an unfinished one.
+fn peer(xid: u32, pid: i32, flags: u32) -> Peer {
+    Peer { xid, pid, flags, prepare_seq: 0, marker: None }
+}
+
+/// Every rw edge between an in-doubt transaction and an unfinished one. What "in doubt"
+/// and "finished" mean is pg_co_rules::classify's decision, as for the checks.
 pub fn prepared_edges() -> Vec<PreparedEdge> {
+    raw_prepared_edges()
+        .into_iter()
+        .filter(|e| classify(&peer(e.prepared_xid, e.prepared_pid, e.prepared_flags)) == PeerState::InDoubt)
+        .map(|e| PreparedEdge {
+            prepared_xid: e.prepared_xid,
+            peer: peer(e.peer_xid, e.peer_pid, e.peer_flags),
+            prepared_is_reader: e.prepared_is_reader == 1,
+        })
+        .filter(|e| !matches!(classify(&e.peer), PeerState::Committed { .. } | PeerState::RolledBack))
+        .collect()
+}
+
+fn raw_prepared_edges() -> Vec<CoEdge> {
     let predxact = unsafe {
         let mut found = false;
         pg_sys::ShmemInitStruct(c"PredXactList".as_ptr(), co_predxact_size(), &mut found)
@@ -120,7 +177,7 @@ pub fn prepared_edges() -> Vec<PreparedEdge> {
     let _lock = SsiLock::shared();
     let mut cap = 64;
     loop {
-        let mut buf = vec![PreparedEdge::default(); cap];
+        let mut buf = vec![CoEdge::default(); cap];
         let n = unsafe { co_read_prepared_edges(predxact, buf.as_mut_ptr(), cap as i32) } as usize;
         if n <= cap {
             buf.truncate(n);

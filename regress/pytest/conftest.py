@@ -1,16 +1,22 @@
 """Fixtures shared by every pytest suite: real servers, started per module and removed after."""
 import os
-import sys
 from pathlib import Path
 
+import checker
+import cotest
+import cotx
 import pytest
+from cotest import MariaServer, PgServer, reap_orphans
+from cotest import servers as cotest_servers
+from cotest.servers import PG_MAJORS, mysql_co_installed, pg_co_installed
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "clients" / "python"))
-
-from cotest import MariaServer, PgServer, reap_orphans  # noqa: E402
-from cotest.servers import mysql_co_installed, pg_co_installed  # noqa: E402
+# The project's packages are installed editable into the machine-wide venv, pointing at
+# one checkout (scripts/install-python-packages.sh): say so when it is another one.
+for _pkg in (cotx, cotest, checker):
+    if not Path(_pkg.__file__).resolve().is_relative_to(ROOT):
+        raise pytest.UsageError(f"{_pkg.__name__} is imported from {_pkg.__file__}, not from this checkout "
+                                f"({ROOT}): run scripts/bootstrap.sh (or scripts/install-python-packages.sh) here")
 
 
 def pytest_sessionstart(session):
@@ -29,6 +35,20 @@ def mariadb():
     """MariaDB 10.11 with mysql_co loaded at startup when it is installed."""
     with MariaServer() as s:
         yield s
+
+
+@pytest.fixture(scope="module", params=PG_MAJORS, ids=lambda m: f"pg{m}")
+def pg_major(request):
+    """A module that uses this fixture runs every test once per PostgreSQL major
+    (COTX_PG_MAJORS narrows the list): every PgServer() it starts is of that major."""
+    if cotest_servers.pg_unavailable(request.param):
+        pytest.skip(f"PostgreSQL {request.param} skipped: {cotest_servers.pg_unavailable(request.param)}")
+    if not pg_co_installed(request.param) and not os.environ.get("CI"):
+        pytest.skip(f"pg_co is not installed into PostgreSQL {request.param} (run scripts/build.sh)")
+    old = cotest_servers.DEFAULT_PG_MAJOR
+    cotest_servers.DEFAULT_PG_MAJOR = request.param
+    yield request.param
+    cotest_servers.DEFAULT_PG_MAJOR = old
 
 
 requires_pg_co = pytest.mark.skipif(not pg_co_installed() and not os.environ.get("CI"),

@@ -8,22 +8,18 @@ import sqlite3
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 from cotx import Coordinator
 from cotx.testing import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
 
-CLIENT_PATH = str(Path(__file__).resolve().parents[2] / "clients" / "python")
-
 # A client process: one global transaction over both engines; `mode` makes it stop (and
 # wait to be killed) at a chosen point.
 CHILD = r'''
 import sys, time
-sys.path.insert(0, sys.argv[1])
 import psycopg, pymysql
 from cotx import Coordinator, client as cl
-_, _, mode, url, token, pg_port, my_port, key, readonly = sys.argv
+_, mode, url, token, pg_port, my_port, key, readonly = sys.argv
 coord = Coordinator(url, token, decision_timeout=600)
 pc = psycopg.connect(host="127.0.0.1", port=int(pg_port), user="postgres", dbname="postgres", autocommit=True)
 mc = pymysql.connect(host="127.0.0.1", port=int(my_port), user="root", database="test", autocommit=True)
@@ -65,7 +61,7 @@ def tables(pg, mariadb):
 
 class Child:
     def __init__(self, d, pg, mariadb, mode, key, readonly=False):
-        self.p = subprocess.Popen([sys.executable, "-c", CHILD, CLIENT_PATH, mode, d.url, d.token, str(pg.port),
+        self.p = subprocess.Popen([sys.executable, "-c", CHILD, mode, d.url, d.token, str(pg.port),
                                    str(mariadb.port), key, "1" if readonly else "0"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline().split()
@@ -221,7 +217,8 @@ def test_operator_commands(pg, mariadb, daemon_factory):
     assert nothing_prepared(pg, mariadb)
     assert committed_both(pg, mariadb, "operator")
     audit = [line for line in d.cli("audit").stdout.splitlines() if ch.gtid in line]
-    assert len(audit) == 2 and "refused" in audit[0] and "tester" in audit[1]
+    # Each force leaves two records: its attempt (written before it acts) and its result.
+    assert len(audit) == 4 and "attempt" in audit[0] and "refused" in audit[1] and "tester" in audit[3], audit
     # An undecided transaction can be forced to abort.
     coord = Coordinator(d.url, d.token)
     g = coord.begin()

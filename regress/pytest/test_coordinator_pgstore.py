@@ -5,7 +5,7 @@ import pytest
 from cotx import Coordinator
 from cotx.testing import make_daemon, nothing_prepared, wait_until
 
-from test_coordinator_crash import CHILD, CLIENT_PATH, Child, committed_both  # noqa: F401
+from test_coordinator_crash import Child, committed_both
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,12 +1,7 @@
 """The history checker on hand-made histories (no servers): it must find G0, G1c, G2,
 G-single, G1a and lost updates, and accept serializable histories; the brute-force
 serial-order oracle must agree with it."""
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from checker import Txn, check, serial_order  # noqa: E402
+from checker import Txn, check, serial_order
 
 
 def kinds(rep):

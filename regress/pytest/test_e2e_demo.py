@@ -2,21 +2,22 @@
 process, the two service processes passing the gtid. Plain 2PC breaks the invariant and
 the checker explains the cycle; with cotx the total never goes below 0, refusals are
 retried, and the checker finds no cycle."""
+import importlib.util
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "demo"))
-sys.path.insert(0, str(ROOT))
+from checker import serial_order
+from conftest import requires_mysql_co, requires_pg_co
 
-import overdraft  # noqa: E402
-
-from checker import serial_order  # noqa: E402
-from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+# The demo is a script (`python demo/overdraft.py`), not an installed package: load it
+# from its file to drive its parts one by one.
+_spec = importlib.util.spec_from_file_location(
+    "overdraft", Path(__file__).resolve().parents[2] / "demo" / "overdraft.py")
+overdraft = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(overdraft)
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 

@@ -8,22 +8,17 @@ The coordinator's own crash tests (test_coordinator_crash.py) kill the client an
 daemon around single transactions; this is the workload-level version: the victim process
 survives and goes on after the restart, other transfers keep running and hit the crash."""
 import json
-import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from cotx import Coordinator
 from cotx.testing import make_daemon, nothing_prepared, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from checker import Txn, check  # noqa: E402
-from checker import bank  # noqa: E402
-from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+from checker import Txn, check
+from checker import bank
+from conftest import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
@@ -44,11 +39,10 @@ def world(pg, mariadb):
 class Victim:
     def __init__(self, d, pg, my, step):
         self.tid = f"v{uuid.uuid4().hex[:8]}"
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'clients' / 'python'}")
         self.p = subprocess.Popen([sys.executable, "-m", "checker.bank", "victim", step, d.url, d.token,
                                    str(pg.port), str(my.port), self.tid],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, cwd=str(ROOT), env=env)
+                                  text=True)
         line = self.p.stdout.readline()
         if not line.startswith("READY "):
             self.p.kill()

@@ -224,6 +224,7 @@ def test_runtime_install_without_binlog_says_hooks_disabled():
         assert "Cannot enable tc-log at run-time" in warnings
         assert "mysql_co: 2PC hooks are disabled" in warnings
         assert status(s, "Mysql_co_hooks") == "DISABLED"
+        assert status(s, "Mysql_co_health") == "HOOKS_DISABLED"
         assert "the server disabled the 2PC hooks of mysql_co" in open(s.log_file).read()
         # Nothing can be enforced; the unchecked XA PREPARE is counted.
         t = fresh_table(s)
@@ -239,6 +240,7 @@ def test_runtime_install_with_binlog_enforces():
     with MariaServer(plugin=False, binlog=True) as s:
         s.sql("INSTALL SONAME 'mysql_co'")
         assert status(s, "Mysql_co_hooks") == "ENABLED"
+        assert status(s, "Mysql_co_health") == "RESTART_REQUIRED"
         t = fresh_table(s)
         a = session(s)
         branch_reads_row1_writes_row2(a, t, "a")
@@ -275,3 +277,108 @@ def test_restart_gate(co):
     run(b, "XA START 'n3'", f"UPDATE {t} SET v = 7 WHERE id = 1", "XA END 'n3'",
         "XA PREPARE 'n3'", "XA COMMIT 'n3'")
     b.close()
+
+
+def test_runtime_install_gate_not_armed_until_restart():
+    """INSTALL SONAME at run time cannot arm the restart gate (recovered branches are known
+    only at startup): the plugin says so loudly and reports RESTART_REQUIRED, and a
+    conflicting branch prepares while a recovered XID is undecided. After a restart (the
+    plugin is now in mysql.plugin, loaded before recovery) the gate is armed and refuses."""
+    with MariaServer(plugin=False, binlog=True) as s:
+        t = fresh_table(s)
+        a = session(s, "SERIALIZABLE")
+        run(a, "XA START 'r1'", f"SELECT v FROM {t} WHERE id = 1",
+            f"UPDATE {t} SET v = 1 WHERE id = 2", "XA END 'r1'", "XA PREPARE 'r1'")
+        s.kill9()
+        s.start()                      # r1 recovered, its S lock on row 1 lost
+        c = s.connect()
+        with c.cursor() as cur:
+            cur.execute("INSTALL SONAME 'mysql_co'")
+            cur.execute("SHOW WARNINGS")
+            warnings = " ".join(str(w[2]) for w in cur.fetchall())
+        c.close()
+        assert "restart gate is NOT armed" in warnings
+        assert "RESTART_REQUIRED" in warnings
+        assert status(s, "Mysql_co_health") == "RESTART_REQUIRED"
+        assert status(s, "Mysql_co_restart_gate") == "NOT_ARMED"
+        assert "the restart gate is NOT armed" in open(s.log_file, errors="replace").read()
+        b = session(s, "SERIALIZABLE")
+        # the gap: a branch overwriting what r1 read prepares while r1 is in doubt
+        run(b, "XA START 'n1'", f"UPDATE {t} SET v = 7 WHERE id = 1", "XA END 'n1'",
+            "XA PREPARE 'n1'", "XA ROLLBACK 'n1'")
+        b.close()
+        s.restart()
+        assert status(s, "Mysql_co_health") == "OK"
+        assert status(s, "Mysql_co_restart_gate") == "ON"
+        b = session(s, "SERIALIZABLE")
+        run(b, "XA START 'n2'", f"UPDATE {t} SET v = 7 WHERE id = 1", "XA END 'n2'")
+        with pytest.raises(pymysql.MySQLError) as e:
+            run(b, "XA PREPARE 'n2'")
+        assert e.value.args[0] == XA_RBROLLBACK and "'r1'" in e.value.args[1]
+        run(b, "XA COMMIT 'r1'")
+        assert status(s, "Mysql_co_restart_gate") == "OFF"
+        b.close()
+
+
+def _rule_c_at_mariadb(server, t):
+    """Rule C's schedule with MariaDB as the reader's database: Y wrote row 2 and is in
+    doubt; G wrote row 1 and committed after Y's prepare (G saw Y elsewhere: Y -> G).
+    Returns Y's session (still prepared)."""
+    y = session(server, "SERIALIZABLE")
+    run(y, "XA START 'Y'", f"UPDATE {t} SET v = 1 WHERE id = 2", "XA END 'Y'", "XA PREPARE 'Y'")
+    g = session(server, "SERIALIZABLE")
+    run(g, "XA START 'G'", f"UPDATE {t} SET v = 1 WHERE id = 1", "XA END 'G'", "XA PREPARE 'G'",
+        "XA COMMIT 'G'")
+    g.close()
+    return y
+
+
+def test_autocommit_read_anomaly_without_plugin(plain):
+    t = fresh_table(plain)
+    y = _rule_c_at_mariadb(plain, t)
+    r = session(plain, "SERIALIZABLE")
+    # G's row new, Y's row old: L -> Y -> G -> L, no serial order
+    assert run(r, f"SELECT id, v FROM {t} ORDER BY id") == ((1, 1), (2, 0))
+    run(y, "XA COMMIT 'Y'")
+    y.close()
+    r.close()
+
+
+@pytest.mark.parametrize("lock", ["OFF", "ON"])
+def test_autocommit_read_with_plugin(co, lock):
+    """mysql_co_lock_autocommit_reads=ON (default): the autocommit SELECT waits for Y's
+    decision and sees both rows; OFF: the anomaly, as without the plugin."""
+    t = fresh_table(co)
+    y = _rule_c_at_mariadb(co, t)
+    r = session(co, "SERIALIZABLE")
+    run(r, f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
+    # Read on the reader's own connection: the counter grows after the SELECT's result
+    # reached the client, so another connection could read it too early.
+    locked = "SHOW GLOBAL STATUS LIKE 'Mysql_co_autocommit_reads_locked'"
+    before = int(run(r, locked)[0][1])
+    out = {}
+    reader = threading.Thread(target=lambda: out.update(rows=run(r, f"SELECT id, v FROM {t} ORDER BY id"),
+                                                        at=time.monotonic()), daemon=True)
+    reader.start()
+    waited = None
+    deadline = time.monotonic() + 4      # the reader's lock wait timeout is 5 s
+    while waited is None and time.monotonic() < deadline:
+        if "at" in out:
+            waited = False
+        elif co.sql("SELECT COUNT(*) FROM information_schema.innodb_lock_waits")[0][0]:
+            waited = True                 # InnoDB shows the reader waiting for Y's lock
+        else:
+            time.sleep(0.02)
+    decided_at = time.monotonic()
+    run(y, "XA COMMIT 'Y'")
+    reader.join(10)
+    after = int(run(r, locked)[0][1])
+    y.close()
+    r.close()
+    if lock == "OFF":
+        assert waited is False and out["rows"] == ((1, 1), (2, 0))
+        assert after == before
+    else:
+        assert waited is True and out["at"] >= decided_at
+        assert out["rows"] == ((1, 1), (2, 1))
+        assert after == before + 1

@@ -1,6 +1,7 @@
 """pg_co on real PostgreSQL clusters: the global anomalies that per-database SSI misses,
 shown with pg_co off and refused with it on; restart, summarization, the check-to-prepare
-race and rule C. Isolation specs in regress/pg cover the single-database rule matrix."""
+race and rule C, on every supported PostgreSQL major. Isolation specs in pg_co_ext/test
+cover the single-database rule matrix."""
 import threading
 import time
 
@@ -10,12 +11,14 @@ from psycopg import errors
 
 from conftest import requires_pg_co
 from cotest import PgServer
+from cotest.servers import ServerError
 
-pytestmark = requires_pg_co
+# Every test runs on each PostgreSQL major (conftest.pg_major).
+pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
 
 
 @pytest.fixture(scope="module")
-def two_pg():
+def two_pg(pg_major):
     """Two clusters, playing two services' databases (A: savings, B: checking)."""
     with PgServer() as a, PgServer() as b:
         for s in (a, b):
@@ -196,11 +199,13 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
 
 
 @pytest.mark.parametrize("pg_co_on", [False, True])
-def test_summarized_conflicts_refuse_prepare(pg_co_on):
+def test_summarized_conflicts_refuse_prepare(pg_co_on, pg_major):
     """A tiny SSI pool makes PostgreSQL fold committed transactions (and T's out-edges to
     them) into a summary. pg_co cannot see those edges any more: it refuses T's prepare."""
     conf = {"max_connections": 4, "max_prepared_transactions": 2, "max_wal_senders": 0,
             "max_worker_processes": 1, "autovacuum_max_workers": 1, "autovacuum": "off"}
+    if pg_major >= 18:  # the pool is sized by backend slots; 18 reserves 16 for autovacuum
+        conf["autovacuum_worker_slots"] = 1
     with PgServer(conf=conf) as s:
         s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
         s.sql("INSERT INTO k SELECT g, 0 FROM generate_series(1, 400) g")
@@ -289,6 +294,20 @@ def test_wait_mode_waits_for_in_doubt_reader(outcome):
         s.sql("COMMIT PREPARED 'w'")
         assert s.sql("SELECT waits FROM co.stats")[0][0] == waits_before + 1
         assert s.sql("SELECT v FROM k WHERE id = 1") == [(5,)]
+
+
+def test_ssi_layout_mismatch_stops_the_server():
+    """pg_co checks at start-up that the server lays out SSI's shared structs as the headers
+    it was built with (docs/pg_co.md, "Minor releases"). pg_co.test_layout_skew plays
+    headers that differ: the server refuses to start and says why; every other test here
+    starts with the real layout."""
+    s = PgServer(conf={"pg_co.test_layout_skew": 8})
+    try:
+        with pytest.raises(ServerError):
+            s.start()
+        assert "pg_co cannot run on this server" in s.log_tail(60), s.log_tail(60)
+    finally:
+        s.destroy()
 
 
 def test_half_loaded_extension_is_refused_loudly():

@@ -6,15 +6,12 @@ checker and the brute-force serial-order oracle agree); with plain 2PC the same
 schedules produce anomalies, which the checker finds. Full set: docs/guarantees.md
 (`python -m checker.schedules --full`)."""
 import os
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample  # noqa: E402
-from conftest import requires_mysql_co, requires_pg_co  # noqa: E402
+from checker.schedules import Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample
+from conftest import requires_mysql_co, requires_pg_co
+from cotest import PgServer
+from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS, pg_co_installed, pg_unavailable
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
@@ -68,6 +65,28 @@ def test_sample_with_the_project_is_serializable(runner, items):
     assert 0 < t.refused < t.run
 
 
+@pytest.mark.parametrize("major", [m for m in PG_MAJORS if m != DEFAULT_PG_MAJOR], ids=lambda m: f"pg{m}")
+def test_sample_with_the_project_is_serializable_on_other_majors(major, mariadb, items):
+    """The same sample with pg_co on another PostgreSQL major (the module's runner uses the
+    default one)."""
+    if pg_unavailable(major):
+        pytest.skip(f"PostgreSQL {major} skipped: {pg_unavailable(major)}")
+    if not pg_co_installed(major) and not os.environ.get("CI"):
+        pytest.skip(f"pg_co is not installed into PostgreSQL {major}")
+    with PgServer(major=major) as pg:
+        r = Runner(pg, mariadb)
+        try:
+            r.set_mode("co")
+            t = run_many(r, items, Tally(f"co pg{major}"))
+        finally:
+            r.close()
+    print(t.line())
+    assert t.run == len(items)
+    assert t.anomalies == 0, [(x.label, x.executed, [a.text for a in x.anomalies]) for x in t.failures]
+    assert t.oracle_disagrees == 0
+    assert 0 < t.refused < t.run
+
+
 def test_sample_with_plain_2pc_has_anomalies_the_checker_finds(runner, items):
     runner.set_mode("plain")
     t = run_many(runner, items, Tally("plain"))
@@ -77,9 +96,11 @@ def test_sample_with_plain_2pc_has_anomalies_the_checker_finds(runner, items):
 
 
 def test_documented_limits_with_the_project_on(runner):
-    """docs/guarantees.md lists two local readers the project does not protect. Shown
-    here with the project on: the unprotected form commits a non-serializable view (the
-    checker finds rule C's cycle), the protected form is serializable."""
+    """docs/guarantees.md lists local readers the project does not protect. Shown here
+    with the project on: the unprotected form commits a non-serializable view (the
+    checker finds rule C's cycle), the protected form is serializable. The MariaDB
+    autocommit reader is protected by mysql_co; its unprotected form is the same reader
+    with mysql_co_lock_autocommit_reads=OFF."""
     runner.set_mode("co")
     res = {label: runner.run(label, progs, steps) for label, progs, steps in limit_schedules()}
     for label, r in res.items():
@@ -88,8 +109,12 @@ def test_documented_limits_with_the_project_on(runner):
             assert [a.kind for a in r.anomalies] == ["G-single"] and not r.oracle_serializable, (label, r.executed)
         else:
             assert not r.anomalies and r.oracle_serializable, (label, r.executed)
-    # The MariaDB reader inside BEGIN ... COMMIT waited for Y's commit; the PostgreSQL
-    # READ WRITE reader was refused by rule C.
-    ex = res["protected: the same read in BEGIN ... COMMIT SERIALIZABLE"].executed
-    assert ex.index("Y.commit(my)") < ex.index("L.commit(my)")
+    # The MariaDB reader, autocommit with mysql_co's locking read or inside BEGIN ...
+    # COMMIT, waited for Y's commit and saw it; the PostgreSQL READ WRITE reader was
+    # refused by rule C.
+    for label in ("protected: the same autocommit SELECT (mysql_co locks it)",
+                  "protected: the same read in BEGIN ... COMMIT SERIALIZABLE"):
+        r = res[label]
+        assert r.committed == ["Y", "G", "L"], (label, r.executed)
+        assert r.executed.index("Y.commit(my)") < r.executed.index("L.commit(my)"), (label, r.executed)
     assert "pg_co rule C" in res["protected: the same reader READ WRITE (rule C refuses it)"].aborted["L"]

@@ -17,10 +17,8 @@ import uuid
 
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
+from .refusals import classify
 
-# Errors worth retrying the whole global transaction for.
-PG_RETRYABLE = {"40001", "40P01", "55P03"}       # serialization failure, deadlock, lock not available
-MY_RETRYABLE = {1402, 1213, 1205, 1613, 1614}   # XA_RBROLLBACK (mysql_co refusal), deadlock, lock wait, XA_RB*
 PG_NO_SUCH_PREPARED = "42704"
 MY_XAER_NOTA = 1397
 
@@ -42,6 +40,7 @@ class _Http:
         self.token = token
         self.timeout = timeout
         self._local = threading.local()
+        self.alternates: list[str] = []
         auth = f"Authorization: Bearer {token}\r\n" if token else ""
         self._fixed = f"Host: {self.host}:{self.port}\r\n{auth}Content-Type: application/json\r\n".encode()
 
@@ -135,15 +134,19 @@ class _Http:
             close = True
         return status, body, close
 
-    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
+                _followed: bool = False) -> dict:
         data = json.dumps(body).encode() if body is not None else b""
         head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
             f"Content-Length: {len(data)}\r\n\r\n".encode()
         self._drain()
         for attempt in range(2):
-            sock, f = self._conn(timeout or self.timeout)
-            fresh = self._local.fresh
+            fresh = True
             try:
+                # Connecting inside the try: a refused or reset connection is the daemon
+                # being unreachable (CoordinatorUnavailable), never a bare OSError.
+                sock, f = self._conn(timeout or self.timeout)
+                fresh = self._local.fresh
                 sock.sendall(head + data)
                 status, raw, close = self._read_response(f)
                 if close:
@@ -154,6 +157,15 @@ class _Http:
                 # Only a stale keep-alive connection is retried (the daemon closed it before
                 # reading our request); a fresh one failing means the daemon is unreachable.
                 if fresh or attempt == 1:
+                    if not _followed:
+                        # Other daemons of the deployment answer for any gtid (decisions
+                        # from the shared store); only their success is taken: a refusal
+                        # from a non-owner says nothing about the outcome.
+                        for url in self.alternates:
+                            try:
+                                return self._peer(url).request(method, path, body, timeout, _followed=True)
+                            except CotxError:
+                                continue
                     raise CoordinatorUnavailable(f"{method} {path}: {e}") from e
         try:
             payload = json.loads(raw) if raw else {}
@@ -161,16 +173,31 @@ class _Http:
             payload = {"raw": raw.decode(errors="replace")}
         if status >= 400:
             err = payload.get("error", {}) if isinstance(payload, dict) else {}
+            if status == 421 and err.get("owner_url") and not _followed:
+                # Another daemon owns this transaction: ask it (same token, same request).
+                return self._peer(err["owner_url"]).request(method, path, body, timeout, _followed=True)
             raise CoordinatorError(status, err.get("code", "unknown"), err.get("message", str(payload)))
         return payload
 
+    def _peer(self, url: str) -> "_Http":
+        peers = self.__dict__.setdefault("_peers", {})
+        if url not in peers:
+            peers[url] = _Http(url, self.token, self.timeout)
+        return peers[url]
+
 
 class Coordinator:
-    """Handle on a coordinator daemon: `Coordinator("http://127.0.0.1:7420", token)`."""
+    """Handle on a coordinator daemon: `Coordinator("http://127.0.0.1:7420", token)`, or on
+    several daemons of one deployment (`Coordinator([url1, url2, url3], token)`): requests go
+    to the first, and to the others when it cannot be reached."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0,
+    def __init__(self, url: str | list[str], token: str | None = None, timeout: float = 10.0,
                  decision_timeout: float = 120.0):
-        self.http = _Http(url, token, timeout)
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("at least one coordinator url is needed")
+        self.http = _Http(urls[0], token, timeout)
+        self.http.alternates = urls[1:]
         self.decision_timeout = decision_timeout
 
     # --- plain API calls -------------------------------------------------------------
@@ -198,6 +225,12 @@ class Coordinator:
         It is begun at the coordinator together with its first branch (one round trip),
         or when tx.gtid is first read."""
         return Transaction(self, None, root=True, timeout_ms=timeout_ms)
+
+    def run(self, fn, retries: int = 5, **kw):
+        """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
+        times with jittered exponential backoff; returns fn's result (cotx.retry.run)."""
+        from .retry import run
+        return run(self, fn, retries, **kw)
 
     def join(self, gtid: str, wait: bool = True) -> "Transaction":
         """Take part in a global transaction begun elsewhere (gtid propagated as a string).
@@ -393,7 +426,7 @@ def _my_code(e) -> int | None:
 
 
 def _retryable(e) -> bool:
-    return _pg_state(e) in PG_RETRYABLE or _my_code(e) in MY_RETRYABLE
+    return classify(e).retryable
 
 
 class Transaction:
@@ -405,6 +438,9 @@ class Transaction:
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
         self.outcome: str | None = None
+        # Branches of a committed transaction that could not be finished on their owner's
+        # session (branch id, error): the coordinator finishes them.
+        self.unfinished: list[tuple[str, str]] = []
 
     @property
     def gtid(self) -> str:
@@ -573,7 +609,16 @@ class Transaction:
             done = []
             for b in self._branches:
                 if b.state == "prepared":
-                    b.finish("commit", ack=False)
+                    try:
+                        b.finish("commit", ack=False)
+                    except Exception as e:  # noqa: BLE001
+                        # The decision is commit and durable: a database error while
+                        # finishing our branch (connection lost, server restarting) is not
+                        # the application's failure. The daemon commits the branch after
+                        # its owner grace period; the transaction stays committed.
+                        b.state = "left_to_coordinator"
+                        self.unfinished.append((b.branch_id, f"{type(e).__name__}: {e}"))
+                        continue
                     done.append(b.branch_id)
             if done:
                 # One acknowledgement for all of them; if it is lost, recovery confirms

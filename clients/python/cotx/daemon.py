@@ -47,12 +47,17 @@ class Daemon:
     """resources: list of dicts {name, kind, dsn[, pool_size]}; timeouts: dict (ms)."""
 
     def __init__(self, resources: list[dict], timeouts: dict | None = None, store: dict | None = None,
-                 node_id: str = "t1", workdir: str | None = None, port: int | None = None):
+                 node_id: str | None = None, workdir: str | None = None, port: int | None = None,
+                 lease: dict | None = None, limits: dict | None = None):
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="cotx-coord-"))
         self.port = port or _free_port()
         self.token = secrets.token_hex(16)
-        self.node_id = node_id
+        # Every daemon owns its node id exclusively: a fresh one unless the test shares one
+        # on purpose (a restart of the same daemon keeps it).
+        self.node_id = node_id or f"t{secrets.token_hex(4)}"
+        self.lease = lease or {}
+        self.limits = limits or {}
         self.resources = resources
         self.timeouts = {"transaction_ms": 10000, "owner_grace_ms": 500, "recovery_interval_ms": 500,
                          "retry_initial_ms": 50, "retry_max_ms": 500, "retention_ms": 60000}
@@ -71,6 +76,9 @@ class Daemon:
         lines = [f"node_id = {_toml(self.node_id)}", f"listen = \"127.0.0.1:{self.port}\"",
                  f"token = {_toml(self.token)}", "", "[timeouts]"]
         lines += [f"{k} = {_toml(v)}" for k, v in self.timeouts.items()]
+        for table, values in (("lease", self.lease), ("limits", self.limits)):
+            if values:
+                lines += ["", f"[{table}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
         lines += ["", "[store]"] + [f"{k} = {_toml(v)}" for k, v in self.store.items()]
         for r in self.resources:
             lines += ["", "[[resources]]"] + [f"{k} = {_toml(v)}" for k, v in r.items()]

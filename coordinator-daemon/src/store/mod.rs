@@ -39,32 +39,134 @@ pub struct AuditEntry {
     pub result: String,
 }
 
+/// A row that exists but cannot be read (an unknown outcome, a branch list that does not
+/// parse). Never read as abort: its gtid is quarantined until an operator decides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CorruptRecord {
+    pub gtid: String,
+    pub problem: String,
+}
+
+/// What the store holds for one gtid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Record(DecisionRecord),
+    Corrupt(CorruptRecord),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    pub records: Vec<DecisionRecord>,
+    pub corrupt: Vec<CorruptRecord>,
+    /// Every (node, nonce) that a daemon registered in this store before issuing gtids:
+    /// recovery acts only on gtids of these epochs (a same-named node with another store
+    /// is somebody else's).
+    pub epochs: Vec<(String, u64)>,
+}
+
+/// The owner of a node id, as the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeLease {
+    pub node: String,
+    pub holder: String,
+    pub url: String,
+    /// Milliseconds until the lease runs out by the store's clock (negative: expired).
+    pub expires_in_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    Granted,
+    HeldBy(NodeLease),
+}
+
 #[derive(Debug, Clone)]
 pub enum Op {
     /// Conditional insert: an existing record for the gtid wins and is returned.
     Decide(DecisionRecord),
+    /// Operator resolution of a quarantined (unreadable) record: replaces it.
+    Overwrite(DecisionRecord),
     Forget(String),
     Audit(AuditEntry),
+    /// Durable before any gtid of this epoch is issued.
+    RegisterEpoch { node: String, nonce: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpResult {
     /// The outcome in force after the op (ours, or the one recorded before).
     Decided(Outcome),
+    /// A record exists for the gtid but cannot be read: nothing was written.
+    Corrupt(String),
+    /// The writer does not hold the lease of the gtid's node any more: nothing was written.
+    Fenced(String),
     Done,
+}
+
+/// The answer to a conditional decision write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decided {
+    /// The outcome in force: ours, or the one recorded before.
+    Outcome(Outcome),
+    Corrupt(String),
+    Fenced(String),
 }
 
 pub trait DecisionLog: Send + 'static {
     /// Applies the ops in one durable transaction (one sync), all or nothing.
     fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String>;
-    fn load(&mut self) -> Result<Vec<DecisionRecord>, String>;
+    fn load(&mut self) -> Result<Loaded, String>;
+    fn get(&mut self, gtid: &str) -> Result<Option<Stored>, String>;
     fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String>;
+    /// Claims (or renews) the lease on `node` for `holder`. `fence_expired`: a holder
+    /// whose lease ran out is cut off (its store session ended) and the claim taken.
+    fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String>;
+    /// Gives the lease up. `forget`: delete it (a taken-over node with nothing left);
+    /// otherwise it is only marked expired, so that anything still in doubt is taken over.
+    fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), String>;
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, String>;
 }
 
+/// Parses one stored row; a row that cannot be read becomes a [`CorruptRecord`].
+pub fn parse_row(gtid: String, outcome: &str, branches: &str, decided_ms: i64, node: String, source: String) -> Stored {
+    let o = Outcome::parse(outcome);
+    let b = serde_json::from_str::<Vec<(String, String)>>(branches);
+    match (o, b) {
+        (Some(outcome), Ok(branches)) if !(branches.is_empty() && outcome == Outcome::Commit) => Stored::Record(DecisionRecord {
+            gtid,
+            outcome,
+            branches,
+            decided_unix_ms: decided_ms.max(0) as u64,
+            node,
+            source,
+        }),
+        (None, _) => Stored::Corrupt(CorruptRecord { gtid, problem: format!("unknown outcome {outcome:?}") }),
+        (_, Err(e)) => Stored::Corrupt(CorruptRecord { gtid, problem: format!("branch list does not parse ({e}): {branches:?}") }),
+        (_, Ok(_)) => Stored::Corrupt(CorruptRecord { gtid, problem: "commit record with an empty branch list".into() }),
+    }
+}
+
+pub fn loaded_from(rows: Vec<Stored>, epochs: Vec<(String, u64)>) -> Loaded {
+    let mut l = Loaded { epochs, ..Default::default() };
+    for r in rows {
+        match r {
+            Stored::Record(x) => l.records.push(x),
+            Stored::Corrupt(x) => l.corrupt.push(x),
+        }
+    }
+    l
+}
+
+type Reply<T> = oneshot::Sender<Result<T, String>>;
+
 enum Req {
-    Write(Op, Option<oneshot::Sender<Result<OpResult, String>>>),
-    Load(oneshot::Sender<Result<Vec<DecisionRecord>, String>>),
-    Audit(oneshot::Sender<Result<Vec<AuditEntry>, String>>),
+    Write(Op, Option<Reply<OpResult>>),
+    Load(Reply<Loaded>),
+    Get(String, Reply<Option<Stored>>),
+    Audit(Reply<Vec<AuditEntry>>),
+    Claim { node: String, holder: String, url: String, ttl_ms: u64, fence_expired: bool, reply: Reply<Claim> },
+    Release { node: String, holder: String, forget: bool, reply: Reply<()> },
+    Nodes(Reply<Vec<NodeLease>>),
 }
 
 #[derive(Default, Debug)]
@@ -125,23 +227,45 @@ impl Store {
         let _ = self.tx.send(Req::Write(op, None));
     }
 
-    pub async fn decide(&self, rec: DecisionRecord) -> Result<Outcome, String> {
+    pub async fn decide(&self, rec: DecisionRecord) -> Result<Decided, String> {
         match self.write(Op::Decide(rec)).await? {
-            OpResult::Decided(o) => Ok(o),
+            OpResult::Decided(o) => Ok(Decided::Outcome(o)),
+            OpResult::Corrupt(why) => Ok(Decided::Corrupt(why)),
+            OpResult::Fenced(why) => Ok(Decided::Fenced(why)),
             OpResult::Done => Err("store returned no outcome".into()),
         }
     }
 
-    pub async fn load(&self) -> Result<Vec<DecisionRecord>, String> {
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, String> {
         let (s, r) = oneshot::channel();
-        self.tx.send(Req::Load(s)).map_err(|_| "store writer stopped".to_string())?;
+        self.tx.send(make(s)).map_err(|_| "store writer stopped".to_string())?;
         r.await.map_err(|_| "store writer stopped".to_string())?
     }
 
+    pub async fn load(&self) -> Result<Loaded, String> {
+        self.ask(Req::Load).await
+    }
+
+    pub async fn get(&self, gtid: &str) -> Result<Option<Stored>, String> {
+        self.ask(|r| Req::Get(gtid.to_string(), r)).await
+    }
+
     pub async fn audit_log(&self) -> Result<Vec<AuditEntry>, String> {
-        let (s, r) = oneshot::channel();
-        self.tx.send(Req::Audit(s)).map_err(|_| "store writer stopped".to_string())?;
-        r.await.map_err(|_| "store writer stopped".to_string())?
+        self.ask(Req::Audit).await
+    }
+
+    pub async fn claim_node(&self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
+        let (node, holder, url) = (node.to_string(), holder.to_string(), url.to_string());
+        self.ask(|reply| Req::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
+    }
+
+    pub async fn release_node(&self, node: &str, holder: &str, forget: bool) -> Result<(), String> {
+        let (node, holder) = (node.to_string(), holder.to_string());
+        self.ask(|reply| Req::Release { node, holder, forget, reply }).await
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<NodeLease>, String> {
+        self.ask(Req::Nodes).await
     }
 }
 
@@ -159,8 +283,20 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
             Req::Load(s) => {
                 let _ = s.send(log.load());
             }
+            Req::Get(g, s) => {
+                let _ = s.send(log.get(&g));
+            }
             Req::Audit(s) => {
                 let _ = s.send(log.audit_log());
+            }
+            Req::Claim { node, holder, url, ttl_ms, fence_expired, reply } => {
+                let _ = reply.send(log.claim_node(&node, &holder, &url, ttl_ms, fence_expired));
+            }
+            Req::Release { node, holder, forget, reply } => {
+                let _ = reply.send(log.release_node(&node, &holder, forget));
+            }
+            Req::Nodes(s) => {
+                let _ = s.send(log.nodes());
             }
             Req::Write(op, s) => {
                 // Group commit: everything that queued up while we were busy joins this batch.
@@ -206,8 +342,12 @@ pub fn branches_to_json(b: &[(String, String)]) -> String {
     serde_json::to_string(b).unwrap_or_else(|_| "[]".into())
 }
 
-pub fn branches_from_json(s: &str) -> Vec<(String, String)> {
-    serde_json::from_str(s).unwrap_or_default()
+/// The outcome of an existing row met by a conditional insert.
+pub fn existing_outcome(s: &str) -> OpResult {
+    match Outcome::parse(s) {
+        Some(o) => OpResult::Decided(o),
+        None => OpResult::Corrupt(format!("unknown outcome {s:?}")),
+    }
 }
 
 #[cfg(test)]
@@ -223,10 +363,22 @@ mod tests {
             self.0.lock().unwrap().push(ops.len());
             Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
         }
-        fn load(&mut self) -> Result<Vec<DecisionRecord>, String> {
-            Ok(vec![])
+        fn load(&mut self) -> Result<Loaded, String> {
+            Ok(Loaded::default())
+        }
+        fn get(&mut self, _: &str) -> Result<Option<Stored>, String> {
+            Ok(None)
         }
         fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+            Ok(vec![])
+        }
+        fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
+            Ok(Claim::Granted)
+        }
+        fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
+            Ok(())
+        }
+        fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
             Ok(vec![])
         }
     }
@@ -244,7 +396,7 @@ mod tests {
             hs.push(tokio::spawn(async move { s.decide(rec(i)).await }));
         }
         for h in hs {
-            assert_eq!(h.await.unwrap().unwrap(), Outcome::Commit);
+            assert_eq!(h.await.unwrap().unwrap(), Decided::Outcome(Outcome::Commit));
         }
         let v = sizes.lock().unwrap().clone();
         v

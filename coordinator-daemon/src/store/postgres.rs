@@ -2,25 +2,40 @@
 //! kept in a replicated database. The decision is a conditional insert
 //! (`ON CONFLICT DO NOTHING`): whoever writes first for a gtid wins, later writers read the
 //! winner's outcome. A batch is one transaction: one commit (one WAL flush) for many.
+//!
+//! Node leases: a daemon owns its node id while its store session holds an advisory lock
+//! named after the node and its row in `<table>_nodes` is renewed. A dead daemon's session
+//! ends and frees the lock at once; a paused one keeps its session, so its row's expiry
+//! (by the store's clock, not the daemons') decides: an expired holder's session is
+//! terminated by whoever takes the node over.
 
-use super::{branches_from_json, branches_to_json, AuditEntry, DecisionLog, DecisionRecord, Op, OpResult};
-use crate::state::Outcome;
+use super::{branches_to_json, existing_outcome, loaded_from, parse_row, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Stored};
+use crate::naming::{self, XA_FORMAT_ID};
 use postgres::{Client, NoTls};
 
 pub struct PgLog {
     dsn: String,
     table: String,
+    /// This process's lease holder id: a decision is written only while the lease of its
+    /// gtid's node names us (a fenced zombie writes nothing).
+    holder: String,
     client: Option<Client>,
 }
 
 fn e(x: postgres::Error) -> String {
-    format!("postgres store: {x}")
+    match x.as_db_error() {
+        Some(d) => format!("postgres store: {} (SQLSTATE {})", d.message(), d.code().code()),
+        None => format!("postgres store: {x}"),
+    }
 }
+
+/// The store's clock in ms: every daemon compares lease expiries against one clock.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 impl PgLog {
     /// `table` is checked by the config to be a plain lowercase identifier.
-    pub fn open(dsn: &str, table: &str) -> Result<PgLog, String> {
-        let mut l = PgLog { dsn: dsn.to_string(), table: table.to_string(), client: None };
+    pub fn open(dsn: &str, table: &str, holder: &str) -> Result<PgLog, String> {
+        let mut l = PgLog { dsn: dsn.to_string(), table: table.to_string(), holder: holder.to_string(), client: None };
         l.client()?;
         Ok(l)
     }
@@ -33,7 +48,11 @@ impl PgLog {
                 "CREATE TABLE IF NOT EXISTS {t}(gtid text PRIMARY KEY, outcome text NOT NULL, branches text NOT NULL,
                     decided_ms bigint NOT NULL, node text NOT NULL, source text NOT NULL);
                  CREATE TABLE IF NOT EXISTS {t}_audit(id bigserial PRIMARY KEY, at_ms bigint NOT NULL, gtid text NOT NULL,
-                    outcome text NOT NULL, operator text NOT NULL, reason text NOT NULL, result text NOT NULL);"
+                    outcome text NOT NULL, operator text NOT NULL, reason text NOT NULL, result text NOT NULL);
+                 CREATE TABLE IF NOT EXISTS {t}_epochs(node text NOT NULL, nonce bigint NOT NULL, started_ms bigint NOT NULL,
+                    PRIMARY KEY(node, nonce));
+                 CREATE TABLE IF NOT EXISTS {t}_nodes(node text PRIMARY KEY, holder text NOT NULL, url text NOT NULL,
+                    expires_ms bigint NOT NULL);"
             ))
             .map_err(e)?;
             self.client = Some(c);
@@ -41,27 +60,49 @@ impl PgLog {
         Ok(self.client.as_mut().unwrap())
     }
 
-    fn batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+    /// Runs `f` on the client; on error drops the connection (reconnect next time).
+    fn with<T>(&mut self, f: impl FnOnce(&mut Client, &str) -> Result<T, String>) -> Result<T, String> {
         let t = self.table.clone();
-        let c = self.client()?;
+        let r = f(self.client()?, &t);
+        if r.is_err() {
+            self.client = None;
+        }
+        r
+    }
+
+    fn batch(c: &mut Client, t: &str, holder: &str, ops: &[Op]) -> Result<Vec<OpResult>, String> {
         let mut tx = c.transaction().map_err(e)?;
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
             out.push(match op {
                 Op::Decide(r) => {
+                    let owner = naming::gtid_node(&r.gtid).unwrap_or_default();
                     let rows = tx
                         .query(
-                            &format!("INSERT INTO {t}(gtid, outcome, branches, decided_ms, node, source) VALUES ($1,$2,$3,$4,$5,$6)
+                            &format!("INSERT INTO {t}(gtid, outcome, branches, decided_ms, node, source) SELECT $1,$2,$3,$4,$5,$6
+                                      WHERE EXISTS (SELECT 1 FROM {t}_nodes WHERE node = $7 AND holder = $8)
                                       ON CONFLICT (gtid) DO NOTHING RETURNING outcome"),
-                            &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source],
+                            &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source, &owner, &holder],
                         )
                         .map_err(e)?;
                     if rows.is_empty() {
-                        let row = tx.query_one(&format!("SELECT outcome FROM {t} WHERE gtid = $1"), &[&r.gtid]).map_err(e)?;
-                        OpResult::Decided(Outcome::parse(row.get::<_, &str>(0)).unwrap_or(Outcome::Abort))
+                        match tx.query_opt(&format!("SELECT outcome FROM {t} WHERE gtid = $1"), &[&r.gtid]).map_err(e)? {
+                            Some(row) => existing_outcome(row.get::<_, &str>(0)),
+                            None => OpResult::Fenced(format!("the lease of node {owner} is not held by this process ({holder})")),
+                        }
                     } else {
                         OpResult::Decided(r.outcome)
                     }
+                }
+                Op::Overwrite(r) => {
+                    tx.execute(
+                        &format!("INSERT INTO {t}(gtid, outcome, branches, decided_ms, node, source) VALUES ($1,$2,$3,$4,$5,$6)
+                                  ON CONFLICT (gtid) DO UPDATE SET outcome = EXCLUDED.outcome, branches = EXCLUDED.branches,
+                                  decided_ms = EXCLUDED.decided_ms, node = EXCLUDED.node, source = EXCLUDED.source"),
+                        &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source],
+                    )
+                    .map_err(e)?;
+                    OpResult::Decided(r.outcome)
                 }
                 Op::Forget(g) => {
                     tx.execute(&format!("DELETE FROM {t} WHERE gtid = $1"), &[g]).map_err(e)?;
@@ -75,59 +116,158 @@ impl PgLog {
                     .map_err(e)?;
                     OpResult::Done
                 }
+                Op::RegisterEpoch { node, nonce } => {
+                    tx.execute(
+                        &format!("INSERT INTO {t}_epochs(node, nonce, started_ms) VALUES ($1, $2, {NOW_MS}) ON CONFLICT DO NOTHING"),
+                        &[node, &(*nonce as i64)],
+                    )
+                    .map_err(e)?;
+                    OpResult::Done
+                }
             });
         }
         tx.commit().map_err(e)?;
         Ok(out)
     }
+
+    fn rows(c: &mut Client, t: &str, gtid: Option<&str>) -> Result<Vec<Stored>, String> {
+        let sql = format!(
+            "SELECT gtid, outcome, branches, decided_ms, node, source FROM {t} {} ORDER BY decided_ms",
+            if gtid.is_some() { "WHERE gtid = $1" } else { "" }
+        );
+        let rows = match gtid {
+            Some(g) => c.query(&sql, &[&g]),
+            None => c.query(&sql, &[]),
+        }
+        .map_err(e)?;
+        Ok(rows.iter().map(|r| parse_row(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))).collect())
+    }
+
+    fn lease_row(c: &mut Client, t: &str, node: &str) -> Result<Option<NodeLease>, String> {
+        let r = c
+            .query_opt(&format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1"), &[&node])
+            .map_err(e)?;
+        Ok(r.map(|r| NodeLease { node: r.get(0), holder: r.get(1), url: r.get(2), expires_in_ms: r.get(3) }))
+    }
+}
+
+/// The advisory lock of a node: (classid "cotx", hash of table and node).
+fn lock_args(t: &str) -> String {
+    format!("{XA_FORMAT_ID}, hashtext('{t}:' || $1)")
 }
 
 impl DecisionLog for PgLog {
     fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
-        let r = self.batch(ops);
-        if r.is_err() {
-            // Reconnect next time. A commit whose answer was lost is harmless: decisions
-            // are conditional inserts, so the retry reads back what was written.
-            self.client = None;
-        }
-        r
+        // On error the connection is dropped and remade. A commit whose answer was lost is
+        // harmless: decisions are conditional inserts, so the retry reads back what was written.
+        let holder = self.holder.clone();
+        self.with(|c, t| Self::batch(c, t, &holder, ops))
     }
 
-    fn load(&mut self) -> Result<Vec<DecisionRecord>, String> {
-        let t = self.table.clone();
-        let rows = self
-            .client()?
-            .query(&format!("SELECT gtid, outcome, branches, decided_ms, node, source FROM {t} ORDER BY decided_ms"), &[])
-            .map_err(e)?;
-        Ok(rows
-            .iter()
-            .map(|r| DecisionRecord {
-                gtid: r.get(0),
-                outcome: Outcome::parse(r.get::<_, &str>(1)).unwrap_or(Outcome::Abort),
-                branches: branches_from_json(r.get::<_, &str>(2)),
-                decided_unix_ms: r.get::<_, i64>(3) as u64,
-                node: r.get(4),
-                source: r.get(5),
-            })
-            .collect())
+    fn load(&mut self) -> Result<Loaded, String> {
+        self.with(|c, t| {
+            let rows = Self::rows(c, t, None)?;
+            let epochs = c
+                .query(&format!("SELECT node, nonce FROM {t}_epochs"), &[])
+                .map_err(e)?
+                .iter()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u64))
+                .collect();
+            Ok(loaded_from(rows, epochs))
+        })
+    }
+
+    fn get(&mut self, gtid: &str) -> Result<Option<Stored>, String> {
+        self.with(|c, t| Ok(Self::rows(c, t, Some(gtid))?.into_iter().next()))
     }
 
     fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
-        let t = self.table.clone();
-        let rows = self
-            .client()?
-            .query(&format!("SELECT at_ms, gtid, outcome, operator, reason, result FROM {t}_audit ORDER BY id"), &[])
-            .map_err(e)?;
-        Ok(rows
-            .iter()
-            .map(|r| AuditEntry {
-                at_unix_ms: r.get::<_, i64>(0) as u64,
-                gtid: r.get(1),
-                outcome: r.get(2),
-                operator: r.get(3),
-                reason: r.get(4),
-                result: r.get(5),
-            })
-            .collect())
+        self.with(|c, t| {
+            let rows = c
+                .query(&format!("SELECT at_ms, gtid, outcome, operator, reason, result FROM {t}_audit ORDER BY id"), &[])
+                .map_err(e)?;
+            Ok(rows
+                .iter()
+                .map(|r| AuditEntry {
+                    at_unix_ms: r.get::<_, i64>(0) as u64,
+                    gtid: r.get(1),
+                    outcome: r.get(2),
+                    operator: r.get(3),
+                    reason: r.get(4),
+                    result: r.get(5),
+                })
+                .collect())
+        })
+    }
+
+    fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
+        self.with(|c, t| {
+            let args = lock_args(t);
+            for _ in 0..20 {
+                // Already ours on this session, or free now (a re-lock would stack counts).
+                let got: bool = c
+                    .query_one(
+                        &format!(
+                            "SELECT EXISTS(SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+                                 AND objsubid = 2 AND classid = ({XA_FORMAT_ID})::oid AND objid = (hashtext('{t}:' || $1))::oid)
+                             OR pg_try_advisory_lock({args})"
+                        ),
+                        &[&node],
+                    )
+                    .map_err(e)?
+                    .get(0);
+                if got {
+                    // The lock was free: whoever held the node before has no store session
+                    // any more (dead, or cut off). Recovery of that holder's epochs records
+                    // aborts before rolling back, so a holder that comes back loses.
+                    c.execute(
+                        &format!(
+                            "INSERT INTO {t}_nodes(node, holder, url, expires_ms) VALUES ($1, $2, $3, {NOW_MS} + $4)
+                             ON CONFLICT (node) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, expires_ms = EXCLUDED.expires_ms"
+                        ),
+                        &[&node, &holder, &url, &(ttl_ms as i64)],
+                    )
+                    .map_err(e)?;
+                    return Ok(Claim::Granted);
+                }
+                let row = Self::lease_row(c, t, node)?;
+                let held = row.unwrap_or(NodeLease { node: node.into(), holder: "(unknown: a session holds the lock)".into(), url: String::new(), expires_in_ms: 0 });
+                if !(fence_expired && held.expires_in_ms <= 0) {
+                    return Ok(Claim::HeldBy(held));
+                }
+                // Fence the expired holder: end its store session (it can no longer write),
+                // then try again.
+                c.execute(
+                    &format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+                           AND classid = ({XA_FORMAT_ID})::oid AND objid = (hashtext('{t}:' || $1))::oid AND pid <> pg_backend_pid()"
+                    ),
+                    &[&node],
+                )
+                .map_err(e)?;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(format!("could not take over node {node}: its holder's session did not end"))
+        })
+    }
+
+    fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), String> {
+        self.with(|c, t| {
+            let sql = if forget {
+                format!("DELETE FROM {t}_nodes WHERE node = $1 AND holder = $2")
+            } else {
+                format!("UPDATE {t}_nodes SET expires_ms = {NOW_MS} - 1 WHERE node = $1 AND holder = $2")
+            };
+            c.execute(&sql, &[&node, &holder]).map_err(e)?;
+            c.execute(&format!("SELECT pg_advisory_unlock({})", lock_args(t)), &[&node]).map_err(e)?;
+            Ok(())
+        })
+    }
+
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+        self.with(|c, t| {
+            let rows = c.query(&format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes ORDER BY node"), &[]).map_err(e)?;
+            Ok(rows.iter().map(|r| NodeLease { node: r.get(0), holder: r.get(1), url: r.get(2), expires_in_ms: r.get(3) }).collect())
+        })
     }
 }

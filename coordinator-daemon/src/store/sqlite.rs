@@ -3,14 +3,18 @@
 //! torn WAL tail that SQLite ignores on open (frame checksums): the last, unacknowledged
 //! batch is lost, every acknowledged one stays.
 
-use super::{branches_from_json, branches_to_json, AuditEntry, DecisionLog, DecisionRecord, Op, OpResult};
-use crate::state::Outcome;
+//!
+//! One process per file: an exclusive lock on `<path>.lock` is taken at open and held for
+//! the life of the process (the kernel drops it when the process dies, even by kill -9),
+//! so a second daemon pointed at the same file refuses to start instead of sharing it.
+
+use super::{branches_to_json, existing_outcome, loaded_from, parse_row, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Stored};
+use crate::state::unix_ms;
 use rusqlite::{params, Connection};
-#[cfg(test)]
-use rusqlite::OptionalExtension;
 
 pub struct SqliteLog {
     conn: Connection,
+    _lock: std::fs::File,
 }
 
 fn e(x: rusqlite::Error) -> String {
@@ -19,6 +23,19 @@ fn e(x: rusqlite::Error) -> String {
 
 impl SqliteLog {
     pub fn open(path: &str) -> Result<SqliteLog, String> {
+        let lock_path = format!("{path}.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|x| format!("cannot open {lock_path}: {x}"))?;
+        if let Err(x) = lock.try_lock() {
+            return Err(format!(
+                "decision store {path} is in use by another process ({lock_path} is locked: {x}); \
+                 one daemon per SQLite store — give each daemon its own store, or share a PostgreSQL store"
+            ));
+        }
         let conn = Connection::open(path).map_err(|x| format!("cannot open decision store {path}: {x}"))?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(e)?;
         if mode.to_lowercase() != "wal" {
@@ -32,10 +49,30 @@ impl SqliteLog {
                 decided_ms INTEGER NOT NULL, node TEXT NOT NULL, source TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS audit(
                 id INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, gtid TEXT NOT NULL, outcome TEXT NOT NULL,
-                operator TEXT NOT NULL, reason TEXT NOT NULL, result TEXT NOT NULL);",
+                operator TEXT NOT NULL, reason TEXT NOT NULL, result TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS epochs(
+                node TEXT NOT NULL, nonce INTEGER NOT NULL, started_ms INTEGER NOT NULL, PRIMARY KEY(node, nonce));
+             CREATE TABLE IF NOT EXISTS nodes(
+                node TEXT PRIMARY KEY, holder TEXT NOT NULL, url TEXT NOT NULL, expires_ms INTEGER NOT NULL);",
         )
         .map_err(e)?;
-        Ok(SqliteLog { conn })
+        Ok(SqliteLog { conn, _lock: lock })
+    }
+
+    fn rows(&self, filter: &str, arg: Option<&str>) -> Result<Vec<Stored>, String> {
+        let mut st = self
+            .conn
+            .prepare(&format!("SELECT gtid, outcome, branches, decided_ms, node, source FROM decisions {filter} ORDER BY decided_ms"))
+            .map_err(e)?;
+        let map = |r: &rusqlite::Row| {
+            Ok(parse_row(r.get(0)?, &r.get::<_, String>(1)?, &r.get::<_, String>(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+        };
+        let rows = match arg {
+            Some(a) => st.query_map([a], map),
+            None => st.query_map([], map),
+        }
+        .map_err(e)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(e)
     }
 
     fn apply(tx: &rusqlite::Transaction, op: &Op) -> Result<OpResult, rusqlite::Error> {
@@ -50,8 +87,22 @@ impl SqliteLog {
                     OpResult::Decided(r.outcome)
                 } else {
                     let o: String = tx.query_row("SELECT outcome FROM decisions WHERE gtid = ?1", [&r.gtid], |x| x.get(0))?;
-                    OpResult::Decided(Outcome::parse(&o).unwrap_or(Outcome::Abort))
+                    existing_outcome(&o)
                 }
+            }
+            Op::Overwrite(r) => {
+                tx.execute(
+                    "INSERT OR REPLACE INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)",
+                    params![r.gtid, r.outcome.as_str(), branches_to_json(&r.branches), r.decided_unix_ms as i64, r.node, r.source],
+                )?;
+                OpResult::Decided(r.outcome)
+            }
+            Op::RegisterEpoch { node, nonce } => {
+                tx.execute(
+                    "INSERT OR IGNORE INTO epochs(node, nonce, started_ms) VALUES (?1, ?2, ?3)",
+                    params![node, *nonce as i64, unix_ms() as i64],
+                )?;
+                OpResult::Done
             }
             Op::Forget(g) => {
                 tx.execute("DELETE FROM decisions WHERE gtid = ?1", [g])?;
@@ -67,15 +118,6 @@ impl SqliteLog {
         })
     }
 
-    #[cfg(test)]
-    pub fn get(&mut self, gtid: &str) -> Result<Option<Outcome>, String> {
-        let o: Option<String> = self
-            .conn
-            .query_row("SELECT outcome FROM decisions WHERE gtid = ?1", [gtid], |r| r.get(0))
-            .optional()
-            .map_err(e)?;
-        Ok(o.and_then(|s| Outcome::parse(&s)))
-    }
 }
 
 impl DecisionLog for SqliteLog {
@@ -90,21 +132,44 @@ impl DecisionLog for SqliteLog {
         Ok(out)
     }
 
-    fn load(&mut self) -> Result<Vec<DecisionRecord>, String> {
-        let mut st = self
-            .conn
-            .prepare("SELECT gtid, outcome, branches, decided_ms, node, source FROM decisions ORDER BY decided_ms")
+    fn load(&mut self) -> Result<Loaded, String> {
+        let rows = self.rows("", None)?;
+        let mut st = self.conn.prepare("SELECT node, nonce FROM epochs").map_err(e)?;
+        let epochs = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+            .map_err(e)?
+            .collect::<Result<Vec<_>, _>>()
             .map_err(e)?;
+        Ok(loaded_from(rows, epochs))
+    }
+
+    fn get(&mut self, gtid: &str) -> Result<Option<Stored>, String> {
+        Ok(self.rows("WHERE gtid = ?1", Some(gtid))?.into_iter().next())
+    }
+
+    /// The file lock already makes this process the store's only user: the claim is
+    /// recorded (for `nodes`) and always granted.
+    fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, _fence_expired: bool) -> Result<Claim, String> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO nodes(node, holder, url, expires_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![node, holder, url, (unix_ms() + ttl_ms) as i64],
+            )
+            .map_err(e)?;
+        Ok(Claim::Granted)
+    }
+
+    fn release_node(&mut self, node: &str, holder: &str, _forget: bool) -> Result<(), String> {
+        self.conn.execute("DELETE FROM nodes WHERE node = ?1 AND holder = ?2", params![node, holder]).map_err(e)?;
+        Ok(())
+    }
+
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+        let now = unix_ms() as i64;
+        let mut st = self.conn.prepare("SELECT node, holder, url, expires_ms FROM nodes ORDER BY node").map_err(e)?;
         let rows = st
             .query_map([], |r| {
-                Ok(DecisionRecord {
-                    gtid: r.get(0)?,
-                    outcome: Outcome::parse(&r.get::<_, String>(1)?).unwrap_or(Outcome::Abort),
-                    branches: branches_from_json(&r.get::<_, String>(2)?),
-                    decided_unix_ms: r.get::<_, i64>(3)? as u64,
-                    node: r.get(4)?,
-                    source: r.get(5)?,
-                })
+                Ok(NodeLease { node: r.get(0)?, holder: r.get(1)?, url: r.get(2)?, expires_in_ms: r.get::<_, i64>(3)? - now })
             })
             .map_err(e)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
@@ -134,7 +199,8 @@ impl DecisionLog for SqliteLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::state::Outcome;
+    use crate::store::{DecisionRecord, Store};
 
     fn tmpdir(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("cotx-store-{name}-{}", std::process::id()));
@@ -160,15 +226,53 @@ mod tests {
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
         let r = l.write_batch(&[Op::Decide(rec("g1", Outcome::Commit)), Op::Decide(rec("g1", Outcome::Abort))]).unwrap();
         assert_eq!(r, vec![OpResult::Decided(Outcome::Commit), OpResult::Decided(Outcome::Commit)]);
-        let all = l.load().unwrap();
+        let all = l.load().unwrap().records;
         assert_eq!(all, vec![rec("g1", Outcome::Commit)]);
         l.write_batch(&[Op::Forget("g1".into())]).unwrap();
-        assert!(l.load().unwrap().is_empty());
+        assert!(l.load().unwrap().records.is_empty());
         drop(l);
         // Survives reopen (and a forgotten record stays forgotten).
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
-        assert!(l.load().unwrap().is_empty());
+        assert!(l.load().unwrap().records.is_empty());
         assert_eq!(l.get("g1").unwrap(), None);
+    }
+
+    /// A second process (here: a second open) on the same file is refused by name.
+    #[test]
+    fn one_process_per_store_file() {
+        let d = tmpdir("lock");
+        let p = d.join("s.db");
+        let l = SqliteLog::open(p.to_str().unwrap()).unwrap();
+        let err = SqliteLog::open(p.to_str().unwrap()).err().expect("second open must be refused");
+        assert!(err.contains("in use by another process"), "{err}");
+        drop(l);
+        SqliteLog::open(p.to_str().unwrap()).unwrap();
+    }
+
+    /// A row that exists but cannot be read is never taken for an abort: load reports it
+    /// as corrupt, and a conditional insert for its gtid answers Corrupt (writes nothing).
+    #[test]
+    fn corrupt_rows_are_not_aborts() {
+        let d = tmpdir("corrupt");
+        let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
+        l.write_batch(&[Op::Decide(rec("ok", Outcome::Commit))]).unwrap();
+        l.conn
+            .execute_batch(
+                "INSERT INTO decisions VALUES ('bad-outcome', 'comit', '[[\"pg\",\"b1\"]]', 1, 'n', 'coordinator');
+                 INSERT INTO decisions VALUES ('bad-branches', 'commit', 'garbage', 1, 'n', 'coordinator');",
+            )
+            .unwrap();
+        let got = l.load().unwrap();
+        assert_eq!(got.records, vec![rec("ok", Outcome::Commit)]);
+        let mut bad: Vec<&str> = got.corrupt.iter().map(|c| c.gtid.as_str()).collect();
+        bad.sort();
+        assert_eq!(bad, vec!["bad-branches", "bad-outcome"]);
+        let r = l.write_batch(&[Op::Decide(rec("bad-outcome", Outcome::Abort))]).unwrap();
+        assert!(matches!(&r[0], OpResult::Corrupt(m) if m.contains("comit")), "{r:?}");
+        assert!(matches!(l.get("bad-branches").unwrap(), Some(Stored::Corrupt(_))));
+        // The operator's overwrite replaces it.
+        l.write_batch(&[Op::Overwrite(rec("bad-outcome", Outcome::Commit))]).unwrap();
+        assert_eq!(l.get("bad-outcome").unwrap(), Some(Stored::Record(rec("bad-outcome", Outcome::Commit))));
     }
 
     /// A crash in the middle of writing the last batch tears the WAL's tail. The store
@@ -197,12 +301,12 @@ mod tests {
         std::fs::write(crash.join("s.db-wal"), &bytes).unwrap();
         drop(l);
         let mut l = SqliteLog::open(crash.join("s.db").to_str().unwrap()).unwrap();
-        let got: Vec<String> = l.load().unwrap().into_iter().map(|r| r.gtid).collect();
+        let got: Vec<String> = l.load().unwrap().records.into_iter().map(|r| r.gtid).collect();
         assert_eq!(got.len(), 20, "{got:?}");
         assert!(got.iter().all(|g| g.starts_with('a')));
         // And the store keeps working after the torn tail.
         l.write_batch(&[Op::Decide(rec("c1", Outcome::Commit))]).unwrap();
-        assert_eq!(l.load().unwrap().len(), 21);
+        assert_eq!(l.load().unwrap().records.len(), 21);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,10 +319,10 @@ mod tests {
             hs.push(tokio::spawn(async move { s.decide(rec(&format!("g{i}"), Outcome::Commit)).await }));
         }
         for h in hs {
-            assert_eq!(h.await.unwrap().unwrap(), Outcome::Commit);
+            assert_eq!(h.await.unwrap().unwrap(), crate::store::Decided::Outcome(Outcome::Commit));
         }
         let batches = store.stats.batches.load(std::sync::atomic::Ordering::Relaxed);
         assert!(batches < 400, "expected fewer syncs than decisions, got {batches}");
-        assert_eq!(store.load().await.unwrap().len(), 400);
+        assert_eq!(store.load().await.unwrap().records.len(), 400);
     }
 }

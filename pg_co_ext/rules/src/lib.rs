@@ -3,7 +3,8 @@
 //! deciding transaction and its rw-conflict peers into [`SelfView`] and [`Peer`] values,
 //! and asks [`decide`] what to do. The rules and their derivations: docs/pg_co.md.
 
-/// Bits of `SERIALIZABLEXACT.flags` (PostgreSQL 15, storage/predicate_internals.h).
+/// Bits of `SERIALIZABLEXACT.flags` (storage/predicate_internals.h; the same in 15 to 18).
+/// pg_co's build asserts each against the C macro of the major it builds for (build.rs).
 pub mod flags {
     pub const COMMITTED: u32 = 0x0001;
     pub const PREPARED: u32 = 0x0002;

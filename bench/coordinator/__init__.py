@@ -1,0 +1,1 @@
+"""Coordinator latency and protocol cost benchmarks."""

@@ -1,0 +1,1 @@
+"""mysql_co XA cost."""

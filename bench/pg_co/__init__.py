@@ -1,0 +1,1 @@
+"""pg_co single-database cost (pgbench)."""

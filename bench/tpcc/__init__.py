@@ -1,0 +1,1 @@
+"""TPC-C subset on the side-by-side harness."""

@@ -1,0 +1,173 @@
+package cotx
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Coordinator is a handle on a cotx-coordinator daemon. Safe for concurrent use.
+type Coordinator struct {
+	base  string
+	token string
+	// HTTP carries every request (keep-alive); its Timeout is unset: each call has its own.
+	HTTP *http.Client
+	// RequestTimeout bounds one ordinary API call (default 10 s).
+	RequestTimeout time.Duration
+	// DecisionTimeout bounds the wait for the root's decision (default 120 s); after it a
+	// participant gets OutcomeUnknownError and its branches stay prepared.
+	DecisionTimeout time.Duration
+}
+
+// New: New("http://127.0.0.1:7420", token).
+func New(baseURL, token string) (*Coordinator, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("coordinator url must be http://host:port, got %q", baseURL)
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // loopback or a private network: never through a proxy
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     60 * time.Second,
+	}
+	return &Coordinator{base: strings.TrimRight(baseURL, "/"), token: token, HTTP: &http.Client{Transport: tr},
+		RequestTimeout: 10 * time.Second, DecisionTimeout: 120 * time.Second}, nil
+}
+
+func q(s string) string { return url.PathEscape(s) }
+
+// do sends one JSON request; out (may be nil) receives the answer's body.
+func (c *Coordinator) do(ctx context.Context, method, path string, body, out interface{}, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = c.RequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: %v", ErrCoordinatorUnavailable, method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: reading the answer: %v", ErrCoordinatorUnavailable, method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		var e struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			e.Error.Code, e.Error.Message = "unknown", string(raw)
+		}
+		return &CoordinatorError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	if out != nil && len(raw) > 0 {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+// Begin starts a global transaction and returns its gtid (timeoutMs 0: the daemon's default).
+func (c *Coordinator) Begin(ctx context.Context, timeoutMs int) (string, error) {
+	body := map[string]interface{}{}
+	if timeoutMs > 0 {
+		body["timeout_ms"] = timeoutMs
+	}
+	var r struct {
+		GTID string `json:"gtid"`
+	}
+	err := c.do(ctx, "POST", "/v1/transactions", body, &r, 0)
+	return r.GTID, err
+}
+
+// Get returns the coordinator's view of a transaction (state, decision, branches).
+func (c *Coordinator) Get(ctx context.Context, gtid string) (map[string]interface{}, error) {
+	var r map[string]interface{}
+	err := c.do(ctx, "GET", "/v1/transactions/"+q(gtid), nil, &r, 0)
+	return r, err
+}
+
+// List returns the transactions in a state ("" for all).
+func (c *Coordinator) List(ctx context.Context, state string) ([]map[string]interface{}, error) {
+	path := "/v1/transactions"
+	if state != "" {
+		path += "?state=" + url.QueryEscape(state)
+	}
+	var r struct {
+		Transactions []map[string]interface{} `json:"transactions"`
+	}
+	err := c.do(ctx, "GET", path, nil, &r, 0)
+	return r.Transactions, err
+}
+
+// Health calls /healthz.
+func (c *Coordinator) Health(ctx context.Context) error {
+	return c.do(ctx, "GET", "/healthz", nil, nil, 0)
+}
+
+// Decision is the answer of GET …/decision.
+type Decision struct {
+	Decision    *string `json:"decision"` // "commit", "abort", "one_phase" or nil (undecided)
+	Retryable   bool    `json:"retryable"`
+	AbortReason string  `json:"abort_reason"`
+}
+
+// GetDecision long-polls the decision for up to wait.
+func (c *Coordinator) GetDecision(ctx context.Context, gtid string, wait time.Duration) (*Decision, error) {
+	var d Decision
+	path := fmt.Sprintf("/v1/transactions/%s/decision?wait_ms=%d", q(gtid), wait.Milliseconds())
+	err := c.do(ctx, "GET", path, nil, &d, c.RequestTimeout+wait)
+	return &d, err
+}
+
+// Abort aborts a global transaction (the branches' owners roll back theirs).
+func (c *Coordinator) Abort(ctx context.Context, gtid, reason string) error {
+	return c.do(ctx, "POST", "/v1/transactions/"+q(gtid)+"/abort", map[string]string{"reason": trunc(reason, 900)}, nil, 0)
+}
+
+// Transaction starts a new global transaction whose root is this process: it decides it
+// in Commit. It is begun at the coordinator together with its first branch (one round
+// trip), or when GTID is first called. timeoutMs 0: the daemon's default.
+func (c *Coordinator) Transaction(timeoutMs int) *Tx {
+	return &Tx{coord: c, root: true, timeoutMs: timeoutMs}
+}
+
+// Join takes part in a global transaction begun elsewhere (its gtid, propagated as a string).
+func (c *Coordinator) Join(gtid string) *Tx {
+	return &Tx{coord: c, gtid: gtid}
+}
+
+func trunc(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

@@ -1,0 +1,130 @@
+package cotx_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// daemon is a real cotx-coordinator process for the tests, configured the way
+// clients/python/cotx/daemon.py does it: a TOML file, a free loopback port, a random token.
+type daemon struct {
+	dir, url, token string
+	cmd             *exec.Cmd
+}
+
+func daemonBinary() (string, error) {
+	cache := os.Getenv("COTX_CACHE")
+	if cache == "" {
+		cache = "/var/cache/cotx"
+	}
+	cands := []string{os.Getenv("COTX_COORDINATOR_BIN"), filepath.Join(cache, "bin", "cotx-coordinator"),
+		filepath.Join(cache, "target-coord", "release", "cotx-coordinator")}
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		if st, err := os.Stat(c); err == nil && st.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("cotx-coordinator not built: run scripts/build.sh (or set COTX_COORDINATOR_BIN)")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startDaemon: resources are [name, kind, dsn] triples.
+func startDaemon(resources [][3]string) (*daemon, error) {
+	bin, err := daemonBinary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "cotx-go-coord-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	tok := make([]byte, 16)
+	_, _ = rand.Read(tok)
+	d := &daemon{dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d", port), token: hex.EncodeToString(tok)}
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "node_id = \"g1\"\nlisten = \"127.0.0.1:%d\"\ntoken = %q\n\n[timeouts]\n", port, d.token)
+	cfg.WriteString("transaction_ms = 30000\nowner_grace_ms = 2000\nrecovery_interval_ms = 500\nretry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
+	fmt.Fprintf(&cfg, "\n[store]\nkind = \"sqlite\"\npath = %q\n", filepath.Join(dir, "decisions.db"))
+	for _, r := range resources {
+		fmt.Fprintf(&cfg, "\n[[resources]]\nname = %q\nkind = %q\ndsn = %q\npool_size = 2\n", r[0], r[1], r[2])
+	}
+	conf := filepath.Join(dir, "coordinator.toml")
+	if err := os.WriteFile(conf, []byte(cfg.String()), 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "coordinator.log"))
+	if err != nil {
+		return nil, err
+	}
+	d.cmd = exec.Command(bin, "serve", "--config", conf)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("coordinator exited (%v): see %s/coordinator.log", err, dir)
+		default:
+		}
+		if resp, err := http.Get(d.url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				go func() { <-exited }()
+				return d, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.stop()
+	return nil, fmt.Errorf("coordinator did not answer on %s", d.url)
+}
+
+func (d *daemon) stop() {
+	if d.cmd != nil && d.cmd.Process != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() {
+			for i := 0; i < 100; i++ {
+				if d.cmd.Process.Signal(syscall.Signal(0)) != nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(done)
+		}()
+		<-done
+		_ = d.cmd.Process.Kill()
+	}
+	if os.Getenv("COTX_KEEP_SERVERS") == "" {
+		_ = os.RemoveAll(d.dir)
+	}
+}

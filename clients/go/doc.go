@@ -1,0 +1,30 @@
+// Package cotx is the Go client of the cotx coordinator (docs/coordinator.md): global
+// transactions whose branches run on the application's own database/sql connections,
+// PostgreSQL through pgx (v5, stdlib) and MariaDB through go-sql-driver/mysql.
+//
+// The root service:
+//
+//	tx := coord.Transaction(0)
+//	conn, _ := db.Conn(ctx)                       // one session per branch, kept until the end
+//	b, err := tx.Branch(ctx, conn, cotx.Postgres, "savings", "")
+//	... conn.QueryContext(...) / conn.ExecContext(...) ...   (b.Fail(err) on an error)
+//	gtid, _ := tx.GTID(ctx)                        // hand it to other services (SetGTID / Middleware)
+//	err = tx.Commit(ctx)                           // prepare, durable decision, completion
+//	if cotx.IsRetryable(err) { ... run the whole transaction again ... }
+//
+// A participant joins by gtid, runs its branch, then Prepare (prepares and reports) and
+// Finish (waits for the root's decision and completes the branch on the same session):
+//
+//	tx := coord.Join(gtid)
+//	b, err := tx.Branch(ctx, conn, cotx.MariaDB, "checking", "")
+//	...
+//	if err := tx.Prepare(ctx); err != nil { ... }
+//	go func() { tx.Finish(context.Background()); conn.Close() }()   // keep conn until then
+//
+// Branches are SERIALIZABLE (BEGIN ISOLATION LEVEL SERIALIZABLE; SET TRANSACTION
+// ISOLATION LEVEL SERIALIZABLE + XA START): pg_co and mysql_co only protect serializable
+// READ WRITE branches. A branch alone in its global transaction commits in one phase.
+// Errors worth retrying the whole global transaction for (a prepare refused by pg_co or
+// mysql_co, a serialization failure, deadlock or lock timeout, a retryable abort such as
+// a timeout) satisfy IsRetryable.
+package cotx

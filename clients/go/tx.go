@@ -1,0 +1,543 @@
+package cotx
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+)
+
+// Kind of a branch's database.
+type Kind string
+
+const (
+	Postgres Kind = "postgres" // pgx v5 through database/sql (github.com/jackc/pgx/v5/stdlib)
+	MariaDB  Kind = "mariadb"  // github.com/go-sql-driver/mysql
+)
+
+// Isolation levels a branch may run at. Only Serializable is protected by pg_co /
+// mysql_co (which refuse to prepare the others by default); the others exist to compare
+// with plain 2PC.
+const (
+	Serializable   = "SERIALIZABLE"
+	RepeatableRead = "REPEATABLE READ"
+	ReadCommitted  = "READ COMMITTED"
+)
+
+type branchState int
+
+const (
+	stActive branchState = iota // running the application's statements
+	stPrepared
+	stFinished
+	stRolledBack
+	stFailed
+)
+
+// protocolTimeout bounds one PREPARE/COMMIT/ROLLBACK statement. Those statements run on a
+// context of their own: an application's cancelled context must not leave a branch half
+// completed (the coordinator would finish it, but later).
+const protocolTimeout = 30 * time.Second
+
+// Branch is one database's part of a global transaction, on the owner's session.
+type Branch struct {
+	tx        *Tx
+	Conn      *sql.Conn
+	Kind      Kind
+	Resource  string
+	ID        string
+	Isolation string
+	GID       string // PostgreSQL
+	xid       string // MariaDB, as SQL: 'gtrid','bqual',formatID
+	state     branchState
+}
+
+// BranchOption changes a branch (WithIsolation).
+type BranchOption func(*Branch)
+
+// WithIsolation runs the branch at another level (comparisons with plain 2PC only).
+func WithIsolation(level string) BranchOption { return func(b *Branch) { b.Isolation = level } }
+
+// Tx is a global transaction as seen by one service: the root (Coordinator.Transaction)
+// or a participant (Coordinator.Join). Not safe for concurrent use.
+type Tx struct {
+	coord     *Coordinator
+	gtid      string
+	root      bool
+	timeoutMs int
+	branches  []*Branch
+	// Outcome after Commit/Finish/Rollback: "commit" or "abort".
+	Outcome string
+}
+
+// GTID returns the global id to hand to other services, beginning the transaction at the
+// coordinator if no branch did yet.
+func (t *Tx) GTID(ctx context.Context) (string, error) {
+	if t.gtid == "" {
+		g, err := t.coord.Begin(ctx, t.timeoutMs)
+		if err != nil {
+			return "", err
+		}
+		t.gtid = g
+	}
+	return t.gtid, nil
+}
+
+type registered struct {
+	Kind string `json:"kind"`
+	GID  string `json:"gid"`
+	XID  *struct {
+		Gtrid    string `json:"gtrid"`
+		Bqual    string `json:"bqual"`
+		FormatID int64  `json:"format_id"`
+	} `json:"xid"`
+}
+
+// Branch registers a branch of kind on conn (resource: its name in the daemon's
+// configuration; branchID "" = a random one) and opens it: BEGIN ISOLATION LEVEL
+// SERIALIZABLE on PostgreSQL, SET TRANSACTION ISOLATION LEVEL SERIALIZABLE + XA START on
+// MariaDB. Run the branch's statements on conn afterwards, and keep conn open until the
+// transaction is finished (a MariaDB read-only branch dies with its session).
+func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, branchID string, opts ...BranchOption) (*Branch, error) {
+	if branchID == "" {
+		branchID = shorten(resource, 24) + "-" + randomHex(8)
+	}
+	b := &Branch{tx: t, Conn: conn, Kind: kind, Resource: resource, ID: branchID, Isolation: Serializable}
+	for _, o := range opts {
+		o(b)
+	}
+	if b.Isolation != Serializable && b.Isolation != RepeatableRead && b.Isolation != ReadCommitted {
+		return nil, fmt.Errorf("cotx: unsupported isolation level %q", b.Isolation)
+	}
+	reg := map[string]string{"resource": resource, "branch_id": branchID}
+	var r registered
+	if t.gtid == "" {
+		body := map[string]interface{}{"branch": reg}
+		if t.timeoutMs > 0 {
+			body["timeout_ms"] = t.timeoutMs
+		}
+		var begun struct {
+			GTID   string     `json:"gtid"`
+			Branch registered `json:"branch"`
+		}
+		if err := t.coord.do(ctx, "POST", "/v1/transactions", body, &begun, 0); err != nil {
+			return nil, err
+		}
+		t.gtid, r = begun.GTID, begun.Branch
+	} else if err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/branches", reg, &r, 0); err != nil {
+		return nil, err
+	}
+	if Kind(r.Kind) != kind {
+		b.reportFailed(ctx, "resource kind mismatch", false)
+		return nil, fmt.Errorf("cotx: resource %q is %s at the coordinator but the branch is %s", resource, r.Kind, kind)
+	}
+	var err error
+	if kind == Postgres {
+		if b.GID, err = literal(r.GID); err == nil {
+			_, err = conn.ExecContext(ctx, "BEGIN ISOLATION LEVEL "+b.Isolation)
+		}
+	} else {
+		if r.XID == nil {
+			err = errors.New("coordinator answered no xid")
+		} else {
+			var g, bq string
+			if g, err = literal(r.XID.Gtrid); err == nil {
+				if bq, err = literal(r.XID.Bqual); err == nil {
+					b.xid = fmt.Sprintf("%s,%s,%d", g, bq, r.XID.FormatID)
+					if _, err = conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL "+b.Isolation); err == nil {
+						_, err = conn.ExecContext(ctx, "XA START "+b.xid)
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		b.reportFailed(ctx, "begin failed: "+err.Error(), false)
+		return nil, fmt.Errorf("cotx: opening branch %s: %w", branchID, err)
+	}
+	t.branches = append(t.branches, b)
+	return b, nil
+}
+
+// Fail is for an error inside the branch: it rolls the branch back, tells the
+// coordinator (the global transaction aborts) and returns an *AbortedError wrapping err,
+// Retryable when err is a serialization failure, deadlock or lock timeout.
+func (b *Branch) Fail(err error) error {
+	b.rollbackUnprepared()
+	retry := IsRetryableDBError(err)
+	b.reportFailed(context.Background(), describeDBError(err), retry)
+	b.state = stFailed
+	for _, o := range b.tx.branches {
+		if o != b {
+			o.rollback()
+		}
+	}
+	b.tx.Outcome = "abort"
+	return &AbortedError{GTID: b.tx.gtid, Reason: b.Resource + ": " + describeDBError(err), Retryable: retry, Err: err}
+}
+
+func (b *Branch) exec(sqlText string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), protocolTimeout)
+	defer cancel()
+	_, err := b.Conn.ExecContext(ctx, sqlText)
+	return err
+}
+
+func (b *Branch) path(suffix string) string {
+	return "/v1/transactions/" + q(b.tx.gtid) + "/branches/" + q(b.ID) + suffix
+}
+
+func (b *Branch) reportFailed(ctx context.Context, reason string, retryable bool) {
+	// Best effort: if it is lost, the coordinator aborts on timeout (presumed abort).
+	_ = b.tx.coord.do(ctx, "POST", b.path("/failed"), map[string]interface{}{"reason": trunc(reason, 900), "retryable": retryable}, nil, 0)
+}
+
+func (b *Branch) rollbackUnprepared() {
+	if b.Kind == Postgres {
+		_ = b.exec("ROLLBACK")
+		return
+	}
+	_ = b.exec("XA END " + b.xid) // may already be ended
+	_ = b.exec("XA ROLLBACK " + b.xid)
+}
+
+// prepare: PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and returns an
+// *AbortedError (Refused and Retryable for the engines' CO refusals).
+func (b *Branch) prepare() error {
+	var err error
+	if b.Kind == Postgres {
+		err = b.exec("PREPARE TRANSACTION " + b.GID)
+	} else if err = b.exec("XA END " + b.xid); err == nil {
+		err = b.exec("XA PREPARE " + b.xid)
+	}
+	if err != nil {
+		b.rollbackUnprepared()
+		b.state = stFailed
+		retry := IsRetryableDBError(err)
+		b.reportFailed(context.Background(), "prepare refused: "+describeDBError(err), retry)
+		reason := b.Resource + ": prepare failed: " + describeDBError(err)
+		if retry {
+			reason = b.Resource + ": prepare refused: " + describeDBError(err)
+		}
+		return &AbortedError{GTID: b.tx.gtid, Reason: reason, Retryable: retry, Refused: retry, Err: err}
+	}
+	b.state = stPrepared
+	return nil
+}
+
+func (b *Branch) commitOnePhase() error {
+	if b.Kind == Postgres {
+		return b.exec("COMMIT")
+	}
+	if err := b.exec("XA END " + b.xid); err != nil {
+		return err
+	}
+	return b.exec("XA COMMIT " + b.xid + " ONE PHASE")
+}
+
+// finish gives a prepared branch the decided outcome on the owner's session. A branch the
+// coordinator already finished (its owner grace ran out) is fine.
+func (b *Branch) finish(outcome string) error {
+	var err error
+	if b.Kind == Postgres {
+		verb := "ROLLBACK PREPARED "
+		if outcome == "commit" {
+			verb = "COMMIT PREPARED "
+		}
+		err = b.exec(verb + b.GID)
+	} else {
+		verb := "XA ROLLBACK "
+		if outcome == "commit" {
+			verb = "XA COMMIT "
+		}
+		err = b.exec(verb + b.xid)
+	}
+	if err != nil && pgState(err) != pgNoSuchPrepared && myCode(err) != myXAERNOTA {
+		return err
+	}
+	if outcome == "commit" {
+		b.state = stFinished
+	} else {
+		b.state = stRolledBack
+	}
+	return nil
+}
+
+func (b *Branch) rollback() {
+	switch b.state {
+	case stPrepared:
+		if b.finish("abort") == nil {
+			b.ack("abort")
+		} // else the coordinator's recovery rolls it back
+	case stActive:
+		b.rollbackUnprepared()
+		b.state = stRolledBack
+	}
+}
+
+func (b *Branch) ack(outcome string) {
+	// Nobody waits on an acknowledgement: if it is lost, recovery confirms the branch.
+	_ = b.tx.coord.do(context.Background(), "POST", b.path("/finished"), map[string]string{"outcome": outcome}, nil, 0)
+}
+
+// Commit (root only) decides the transaction: a single branch commits in one phase;
+// otherwise every local branch is prepared, the decision is made durable together with
+// their "prepared" reports, and the branches are committed on their sessions. It returns
+// nil once committed, an *AbortedError (IsRetryable) when aborted.
+func (t *Tx) Commit(ctx context.Context) error {
+	if !t.root {
+		return errors.New("cotx: Commit is for the root; a participant calls Prepare and Finish")
+	}
+	if t.gtid == "" && len(t.branches) == 0 {
+		t.Outcome = "commit"
+		return nil
+	}
+	if len(t.branches) == 1 && t.branches[0].state == stActive {
+		done, err := t.onePhase(ctx, t.branches[0])
+		if done {
+			return err
+		}
+	}
+	var mine []string
+	for _, b := range t.branches {
+		if b.state != stActive {
+			continue
+		}
+		if err := b.prepare(); err != nil {
+			t.rollbackLocal()
+			_ = t.coord.Abort(ctx, t.gtid, err.Error())
+			t.Outcome = "abort"
+			return err
+		}
+		mine = append(mine, b.ID)
+	}
+	if mine == nil {
+		mine = []string{}
+	}
+	decision := ""
+	deadline := time.Now().Add(5 * time.Second)
+	for decision == "" {
+		var r struct {
+			Decision string `json:"decision"`
+		}
+		err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/commit", map[string]interface{}{"prepared": mine}, &r, 0)
+		var ce *CoordinatorError
+		switch {
+		case err == nil:
+			decision = r.Decision
+		case errors.As(err, &ce) && ce.Code == "branch_not_prepared" && time.Now().Before(deadline):
+			time.Sleep(10 * time.Millisecond) // a participant has not reported yet
+		case errors.As(err, &ce) && ce.Code == "already_prepared" && len(mine) > 0:
+			mine = []string{} // an earlier attempt got through
+		case errors.As(err, &ce) && (ce.Status >= 500 || ce.Code == "transaction_committed"):
+			d, werr := t.waitDecision(ctx)
+			if werr != nil {
+				return werr
+			}
+			decision = d
+		case errors.As(err, &ce):
+			// Refused (a participant failed or never reported, the transaction timed
+			// out): make sure it is aborted, then roll back our own branches.
+			_ = t.coord.Abort(ctx, t.gtid, "commit refused: "+ce.Error())
+			decision = "abort"
+		default: // unreachable: the decision may or may not be durable
+			d, werr := t.waitDecision(ctx)
+			if werr != nil {
+				return werr
+			}
+			decision = d
+		}
+	}
+	return t.finishAll(ctx, decision)
+}
+
+// onePhase: done=false means other services joined and two-phase commit is needed.
+func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
+	cerr := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/commit", map[string]string{"one_phase_branch": b.ID}, nil, 0)
+	var ce *CoordinatorError
+	if errors.As(cerr, &ce) && ce.Code == "not_single_branch" {
+		return false, nil
+	}
+	if cerr != nil {
+		t.abortLocal(ctx, "one-phase commit refused: "+cerr.Error())
+		return true, t.abortError(ctx, "")
+	}
+	if err := b.commitOnePhase(); err != nil {
+		b.rollbackUnprepared()
+		b.state = stRolledBack
+		b.ack("abort")
+		t.Outcome = "abort"
+		retry := IsRetryableDBError(err)
+		return true, &AbortedError{GTID: t.gtid, Reason: b.Resource + ": commit refused: " + describeDBError(err), Retryable: retry, Refused: retry, Err: err}
+	}
+	b.state = stFinished
+	b.ack("commit")
+	t.Outcome = "commit"
+	return true, nil
+}
+
+// Prepare (participant) prepares every local branch and reports it. On any failure all
+// local branches are rolled back, the transaction is aborted and the error returned.
+func (t *Tx) Prepare(ctx context.Context) error {
+	for _, b := range t.branches {
+		if b.state != stActive {
+			continue
+		}
+		if err := b.prepare(); err != nil {
+			t.rollbackLocal()
+			t.Outcome = "abort"
+			return err
+		}
+		if err := t.coord.do(ctx, "POST", b.path("/prepared"), struct{}{}, nil, 0); err != nil {
+			// Refused (aborted meanwhile, e.g. a timeout) or unreachable: never leave a
+			// prepared branch behind for a transaction that may be aborted.
+			t.abortLocal(ctx, "prepared report failed: "+err.Error())
+			return t.abortError(ctx, err.Error())
+		}
+	}
+	return nil
+}
+
+// Finish (participant, after Prepare) waits for the root's decision and completes the
+// local branches on their sessions: nil when committed, *AbortedError when aborted,
+// *OutcomeUnknownError when the coordinator stayed unreachable for DecisionTimeout.
+func (t *Tx) Finish(ctx context.Context) error {
+	d, err := t.waitDecision(ctx)
+	if err != nil {
+		return err
+	}
+	return t.finishAll(ctx, d)
+}
+
+// Rollback aborts the global transaction (root or participant) and rolls back the local branches.
+func (t *Tx) Rollback(ctx context.Context, reason string) {
+	if reason == "" {
+		reason = "rolled back by the application"
+	}
+	if t.gtid == "" {
+		t.rollbackLocal()
+		t.Outcome = "abort"
+		return
+	}
+	t.abortLocal(ctx, reason)
+}
+
+func (t *Tx) abortLocal(ctx context.Context, reason string) {
+	_ = t.coord.Abort(ctx, t.gtid, reason)
+	t.rollbackLocal()
+	t.Outcome = "abort"
+}
+
+func (t *Tx) rollbackLocal() {
+	for _, b := range t.branches {
+		b.rollback()
+	}
+}
+
+func (t *Tx) waitDecision(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(t.coord.DecisionTimeout)
+	var last error
+	for {
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return "", &OutcomeUnknownError{GTID: t.gtid, Err: last}
+		}
+		if remaining > 10*time.Second {
+			remaining = 10 * time.Second
+		}
+		d, err := t.coord.GetDecision(ctx, t.gtid, remaining)
+		var ce *CoordinatorError
+		switch {
+		case err == nil && d.Decision != nil:
+			return *d.Decision, nil
+		case err == nil:
+		case errors.As(err, &ce) && ce.Code == "unknown_transaction":
+			return "abort", nil // presumed abort: no record and no live transaction
+		default:
+			last = err
+			if ctx.Err() != nil {
+				return "", &OutcomeUnknownError{GTID: t.gtid, Err: ctx.Err()}
+			}
+			time.Sleep(200 * time.Millisecond) // coordinator restarting: its recovery keeps our branches safe
+		}
+	}
+}
+
+func (t *Tx) finishAll(ctx context.Context, decision string) error {
+	if decision == "commit" || decision == "one_phase" {
+		t.Outcome = "commit"
+		var done []string
+		var firstErr error
+		for _, b := range t.branches {
+			if b.state != stPrepared {
+				continue
+			}
+			if err := b.finish("commit"); err != nil {
+				// Decided and durable: the coordinator commits it after the owner grace.
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			done = append(done, b.ID)
+		}
+		if len(done) > 0 {
+			// One acknowledgement for all; recovery confirms the branches if it is lost.
+			_ = t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/finished",
+				map[string]interface{}{"outcome": "commit", "branches": done}, nil, 0)
+		}
+		if firstErr != nil {
+			return fmt.Errorf("cotx: %s committed, but completing a local branch failed (the coordinator completes it): %w", t.gtid, firstErr)
+		}
+		return nil
+	}
+	t.rollbackLocal()
+	return t.abortError(ctx, "")
+}
+
+func (t *Tx) abortError(ctx context.Context, reason string) error {
+	t.Outcome = "abort"
+	retry := false
+	if d, err := t.coord.GetDecision(ctx, t.gtid, 0); err == nil {
+		retry = d.Retryable
+		if reason == "" {
+			reason = d.AbortReason
+		}
+	}
+	return &AbortedError{GTID: t.gtid, Reason: reason, Retryable: retry}
+}
+
+// Ids handed out by the daemon are [A-Za-z0-9._:-]; checking again here means a
+// misbehaving coordinator still cannot make us run its text as SQL.
+var idChars = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
+
+func literal(s string) (string, error) {
+	if !idChars.MatchString(s) {
+		return "", fmt.Errorf("cotx: refusing unexpected id %q", s)
+	}
+	return "'" + s + "'", nil
+}
+
+func shorten(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+var randMu sync.Mutex
+
+func randomHex(n int) string {
+	randMu.Lock()
+	defer randMu.Unlock()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,142 @@
+//! Finishing the prepared branches of decided transactions from the daemon's own
+//! connections: after the owners' grace period (owners finish their own branches), with
+//! exponential backoff, or at once for an operator. Each attempt's result is booked here:
+//! done, gone, incident, or retry.
+
+use crate::coordinator::{Coordinator, Incident};
+use crate::log::log;
+use crate::naming;
+use crate::resources::Completion;
+use crate::state::{self, BranchState, FinishedBy, Outcome};
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Coordinator {
+    /// Gives one branch its decided outcome from our connection, holding the node's lock
+    /// at that resource first (a daemon that lost it must not act).
+    pub async fn complete_branch(&self, gtid: &str, res: &str, bid: &str, o: Outcome, decided_ms_ago: u64) -> Completion {
+        let Some(rc) = self.resources.get(res) else {
+            self.warn_once(format!("unconfigured:{gtid}:{res}"), "branch on a resource that is not configured: it cannot be finished from here",
+                json!({"gtid": gtid, "resource": res, "branch_id": bid, "outcome": o.as_str()}));
+            return Completion::Retry(format!("resource {res} is not configured"));
+        };
+        if self.lease.expired() {
+            return Completion::Retry("our node lease is unconfirmed".into());
+        }
+        let node = naming::gtid_node(gtid).unwrap_or_default();
+        if let Err(e) = rc.hold_node_lock(node, node != self.cfg.node_id).await {
+            return Completion::Retry(e);
+        }
+        rc.complete(gtid, bid, o, decided_ms_ago).await
+    }
+
+    /// One attempt for every prepared branch of a decided transaction. Returns how many
+    /// branches are still unfinished.
+    pub async fn complete_pending(&self, gtid: &str, by: FinishedBy) -> usize {
+        let (todo, ago) = {
+            let txs = self.txs.lock().unwrap();
+            let Some(e) = txs.get(gtid) else { return 0 };
+            let Some(o) = e.tx.decision() else { return 0 };
+            let ago = e.tx.decided.map(|d| d.elapsed().as_millis() as u64).unwrap_or(0);
+            let todo: Vec<(String, String, Outcome)> =
+                e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared).map(|b| (b.resource.clone(), b.branch_id.clone(), o)).collect();
+            (todo, ago)
+        };
+        let mut left = 0;
+        for (res, bid, o) in todo {
+            let c = self.complete_branch(gtid, &res, &bid, o, ago).await;
+            if !self.note_completion(gtid, &res, &bid, o, c, by) {
+                left += 1;
+            }
+        }
+        self.maybe_forget(gtid);
+        left
+    }
+
+    /// Finishes the prepared branches of a decided transaction whose owners did not, after
+    /// a grace period for the owners; retries with exponential backoff.
+    pub fn spawn_completion(self: &Arc<Self>, gtid: &str) {
+        {
+            let mut txs = self.txs.lock().unwrap();
+            match txs.get_mut(gtid) {
+                Some(e) if !e.completing => e.completing = true,
+                _ => return,
+            }
+        }
+        let me = self.clone();
+        let gtid = gtid.to_string();
+        let recovered = self.txs.lock().unwrap().get(&gtid).map(|e| e.tx.recovered).unwrap_or(false);
+        tokio::spawn(async move {
+            if !recovered {
+                // Owners finish their own branches first; loaded records have no owners left.
+                tokio::time::sleep(Duration::from_millis(me.cfg.timeouts.owner_grace_ms)).await;
+            }
+            let mut delay = me.cfg.timeouts.retry_initial_ms;
+            while me.complete_pending(&gtid, FinishedBy::Daemon).await > 0 {
+                me.metrics.completion_retries.fetch_add(1, Relaxed);
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
+            }
+            if let Some(e) = me.txs.lock().unwrap().get_mut(&gtid) {
+                e.completing = false;
+            }
+            me.maybe_forget(&gtid);
+        });
+    }
+
+    /// Applies the result of one completion attempt; true when the branch is settled.
+    pub fn note_completion(&self, gtid: &str, res: &str, bid: &str, o: Outcome, c: Completion, by: FinishedBy) -> bool {
+        self.resource_up.lock().unwrap().insert(res.to_string(), !matches!(c, Completion::Retry(_)));
+        let settle = |note: Option<String>| {
+            let mut txs = self.txs.lock().unwrap();
+            if let Some(e) = txs.get_mut(gtid) {
+                if let Some(b) = e.tx.branches.iter_mut().find(|b| b.branch_id == bid && b.resource == res) {
+                    if b.state == BranchState::Prepared || b.state == BranchState::Registered {
+                        b.state = BranchState::Finished;
+                        b.outcome = Some(o);
+                        b.finished_by = Some(by);
+                        b.note = note;
+                    }
+                }
+            }
+        };
+        match c {
+            Completion::Done => {
+                let m = match (by, o) {
+                    (FinishedBy::Recovery, Outcome::Commit) => &self.metrics.recovery_commit,
+                    (FinishedBy::Recovery, Outcome::Abort) => &self.metrics.recovery_rollback,
+                    (_, Outcome::Commit) => &self.metrics.completion_commit,
+                    (_, Outcome::Abort) => &self.metrics.completion_rollback,
+                };
+                m.fetch_add(1, Relaxed);
+                log("info", "branch completed", json!({"gtid": gtid, "branch_id": bid, "resource": res, "outcome": o.as_str(), "by": by}));
+                settle(None);
+                true
+            }
+            Completion::Gone => {
+                settle(Some("not prepared any more (finished by its owner)".into()));
+                true
+            }
+            Completion::Incident(msg) => {
+                self.metrics.incidents.fetch_add(1, Relaxed);
+                log("error", "incident: branch did not reach the decided outcome", json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": msg}));
+                self.incidents.lock().unwrap().push(Incident {
+                    at_unix_ms: state::unix_ms(),
+                    gtid: gtid.into(),
+                    branch_id: bid.into(),
+                    resource: res.into(),
+                    message: msg.clone(),
+                });
+                settle(Some(format!("incident: {msg}")));
+                true
+            }
+            Completion::OwnerAttached => false,
+            Completion::Retry(err) => {
+                log("warn", "branch completion failed; will retry", json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": err}));
+                false
+            }
+        }
+    }
+}

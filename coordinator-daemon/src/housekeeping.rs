@@ -1,0 +1,124 @@
+//! Periodic housekeeping (timeouts, retention, deleting finished records), the gauges, and
+//! what recovery reads from the live state.
+
+use crate::coordinator::Coordinator;
+use crate::log::log;
+use crate::state::{BranchState, Outcome, TxState};
+use crate::store::Op;
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Gauges computed from the live state at scrape time.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Gauges {
+    pub in_doubt: usize,
+    pub active: usize,
+    pub oldest_in_doubt_s: f64,
+    pub quarantined: usize,
+    pub unconfigured_branches: usize,
+    pub adopted_nodes: usize,
+}
+
+impl Coordinator {
+    /// Deletes the durable record once every branch is confirmed finished.
+    pub fn maybe_forget(&self, gtid: &str) {
+        let mut txs = self.txs.lock().unwrap();
+        if let Some(e) = txs.get_mut(gtid) {
+            if e.recorded && !e.forgotten && e.tx.decision().is_some() && e.tx.all_finished() {
+                e.forgotten = true;
+                self.store.write_later(Op::Forget(gtid.to_string()));
+            }
+        }
+    }
+
+    /// Abort what timed out, drop what is finished and old.
+    pub fn tick(self: &Arc<Self>) {
+        let now = Instant::now();
+        let retention = Duration::from_millis(self.cfg.timeouts.retention_ms);
+        let mut timed_out = vec![];
+        {
+            let mut txs = self.txs.lock().unwrap();
+            for e in txs.values_mut() {
+                if e.tx.state == TxState::Active && now >= e.tx.deadline {
+                    e.tx.abort("timeout: not decided in time".into(), true);
+                    e.publish();
+                    timed_out.push(e.tx.gtid.clone());
+                }
+            }
+            txs.retain(|_, e| {
+                let old = e.tx.decided.map(|d| now.duration_since(d) >= retention).unwrap_or(false);
+                match e.tx.state {
+                    TxState::Committed => !(old && e.tx.all_finished() && !e.completing),
+                    TxState::Aborted => !(old && !e.tx.in_doubt() && !e.completing),
+                    TxState::OnePhase => now < e.tx.deadline + retention,
+                    _ => true,
+                }
+            });
+        }
+        for g in timed_out {
+            self.metrics.timeouts.fetch_add(1, Relaxed);
+            self.metrics.aborted.fetch_add(1, Relaxed);
+            log("info", "transaction timed out; aborted", json!({"gtid": g}));
+            self.spawn_completion(&g);
+        }
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        let txs = self.txs.lock().unwrap();
+        let mut g = Gauges::default();
+        for e in txs.values() {
+            if e.tx.in_doubt() {
+                g.in_doubt += 1;
+                g.oldest_in_doubt_s = g.oldest_in_doubt_s.max(e.tx.created.elapsed().as_secs_f64());
+            }
+            if e.tx.is_undecided() {
+                g.active += 1;
+            }
+            g.unconfigured_branches +=
+                e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared && self.kind_of(&b.resource).is_none()).count();
+        }
+        g.quarantined = self.quarantined.lock().unwrap().len();
+        g.adopted_nodes = self.adopted.lock().unwrap().len();
+        g
+    }
+
+    /// Undecided transactions (the "active set"): their prepared branches are left alone.
+    pub fn active_set(&self) -> HashSet<String> {
+        self.txs.lock().unwrap().values().filter(|e| e.tx.is_undecided()).map(|e| e.tx.gtid.clone()).collect()
+    }
+
+    /// Decision known in memory, and whether its owners' grace period is still running.
+    pub fn decision_of(&self, gtid: &str) -> Option<(Outcome, bool)> {
+        let grace = Duration::from_millis(self.cfg.timeouts.owner_grace_ms);
+        let txs = self.txs.lock().unwrap();
+        let e = txs.get(gtid)?;
+        let o = e.tx.decision()?;
+        // Loaded from the store: its owners are long gone, no grace.
+        Some((o, !e.tx.recovered && e.tx.decided.map(|d| d.elapsed() < grace).unwrap_or(false)))
+    }
+
+    /// Branches recorded as prepared in decided transactions on `resource`.
+    pub fn decided_prepared_on(&self, resource: &str) -> Vec<(String, String)> {
+        let txs = self.txs.lock().unwrap();
+        txs.values()
+            .filter(|e| e.tx.decision().is_some())
+            .flat_map(|e| {
+                e.tx.branches
+                    .iter()
+                    .filter(|b| b.resource == resource && b.state == BranchState::Prepared)
+                    .map(|b| (e.tx.gtid.clone(), b.branch_id.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    pub fn forget_finished(&self) {
+        let gtids: Vec<String> = self.txs.lock().unwrap().keys().cloned().collect();
+        for g in gtids {
+            self.maybe_forget(&g);
+        }
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Toolchains and dependencies of the bring-your-own-TM clients (clients/java, clients/go),
+# called by bootstrap.sh. Idempotent and quick when done: Java 17 + Maven and Go >= 1.19 are
+# used if present, installed from Debian otherwise; the Maven repository and the Go module
+# and build caches live under $COTX_CACHE, so scripts/test-java.sh and test-go.sh run offline.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/tm-env.sh"
+require_root
+
+java_major() { java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print v[1]; exit}'; }
+apt_pkgs=()
+if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then apt_pkgs+=(openjdk-17-jdk-headless); fi
+command -v mvn >/dev/null || apt_pkgs+=(maven)
+GO_MIN=19   # go 1.19: clients/go/go.mod (Debian 12's golang-go)
+go_minor() { go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p'; }
+if ! command -v go >/dev/null || [ "$(go_minor)" -lt $GO_MIN ] 2>/dev/null; then apt_pkgs+=(golang-go); fi
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  log "installing ${apt_pkgs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+  PATH="/usr/lib/go/bin:$PATH"
+fi
+[ "$(java_major)" -ge 17 ] || die "Java 17 or newer is needed (found $(java -version 2>&1 | head -1))"
+[ "$(go_minor)" -ge $GO_MIN ] || die "Go 1.$GO_MIN or newer is needed (found $(go env GOVERSION))"
+
+# Maven: resolve everything `mvn -o test` needs (plugins, surefire's JUnit provider, the
+# drivers) by compiling and running the server-less unit test once per pom.xml version.
+mkdir -p "$COTX_M2"
+stamp="$COTX_M2/.cotx-pom-$(sha256sum "$COTX_ROOT/clients/java/pom.xml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "fetching the Java example's dependencies into $COTX_M2"
+  (cd "$COTX_ROOT/clients/java" && nice -n 10 mvn -B -q -Dmaven.repo.local="$COTX_M2" -Dtest=RetryTest test >/dev/null) \
+    || die "maven could not resolve clients/java's dependencies (Maven Central reachable?)"
+  touch "$stamp"
+fi
+
+# Go: the module cache and a warm build cache (unit tests only, no servers).
+mkdir -p "$GOPATH"
+stamp="$GOPATH/.cotx-gosum-$(sha256sum "$COTX_ROOT/clients/go/go.sum" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "fetching the Go client's modules into $GOMODCACHE"
+  (cd "$COTX_ROOT/clients/go" && go mod download && nice -n 10 go test -count=1 -run 'Retryable|Propagation' . >/dev/null) \
+    || die "go could not fetch or build clients/go's modules (module proxy reachable?)"
+  touch "$stamp"
+fi
