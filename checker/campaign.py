@@ -186,7 +186,7 @@ class Campaign:
                     except Exception:  # noqa: BLE001
                         pass
                 conns = None
-            rec.status = bank.classify(err, rec)
+            rec.status = bank.status_of(err, rec)
             if err is not None:
                 rec.note += f" -> {type(err).__name__}: {str(err)[:200]}"
             node = self._name(self.daemons[di])
@@ -295,7 +295,7 @@ class Campaign:
         with its branches prepared, before or right after the commit decision."""
         step = self.rnd.choice(("after_all_prepares", "after_decision"))
         tid = f"v{uuid.uuid4().hex[:8]}"
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'clients' / 'python'}")
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'harness'}:{ROOT / 'clients' / 'python'}")
         p = subprocess.Popen([sys.executable, "-m", "checker.bank", "victim", step, d.url, d.token,
                               str(self.pg.port), str(self.my.port), tid],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

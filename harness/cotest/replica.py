@@ -1,4 +1,4 @@
-"""A PostgreSQL 15 primary with a synchronous streaming-replication standby, as real
+"""A PostgreSQL primary with a synchronous streaming-replication standby, as real
 processes (for the coordinator's decision store on a replicated engine, issue 10).
 
     with PgReplicaPair() as pair:
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 
-from .servers import PG_BIN, PgServer, ServerError, _chown, _run, _Server
+from .servers import PgServer, ServerError, _chown, _run, _Server
 
 REPL_USER = "replicator"
 STANDBY_NAME = "standby1"
@@ -51,13 +51,14 @@ class PgStandby(PgServer):
     """A node made by pg_basebackup -R from `primary` (no initdb), on `port`."""
 
     def __init__(self, primary: PgServer, port: int | None = None):
+        self.major, self.bin = primary.major, primary.bin
         _Server.__init__(self, port)
         self.data = self.dir / "data"
         self.log_file = self.dir / "postgres.log"
         self.preload = primary.preload
         self.conf = dict(primary.conf)
         self.conf.update({"port": self.port, "unix_socket_directories": f"'{self.dir}'"})
-        _run([str(PG_BIN / "pg_basebackup"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(primary.port),
+        _run([str(self.bin / "pg_basebackup"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(primary.port),
               "-U", REPL_USER, "-X", "stream", "-c", "fast", "-R", "--no-sync"])
         # The base backup carries the primary's postgresql.auto.conf (its port and socket
         # directory); later lines win. primary_conninfo is written here, not left to -R, so
@@ -73,10 +74,10 @@ class PgStandby(PgServer):
 class PgReplicaPair:
     """Primary + synchronous standby. `primary` and `standby` swap roles on promote()."""
 
-    def __init__(self, conf: dict | None = None, preload: bool = False):
+    def __init__(self, conf: dict | None = None, preload: bool = False, major: int | None = None):
         c = dict(REPLICATION_CONF)
         c.update(conf or {})
-        self.primary: PgServer = PgServer(preload=preload, conf=c)
+        self.primary: PgServer = PgServer(preload=preload, conf=c, major=major)
         self.standby: PgServer | None = None
         self.ports = (self.primary.port, None)
         self.failovers = 0
@@ -148,7 +149,7 @@ class PgReplicaPair:
         must be rejoined with rejoin()."""
         if self.standby is None:
             raise ServerError("no standby to promote")
-        _run([str(PG_BIN / "pg_ctl"), "-D", str(self.standby.data), "-w", "-t", str(int(timeout)), "promote"])
+        _run([str(self.standby.bin / "pg_ctl"), "-D", str(self.standby.data), "-w", "-t", str(int(timeout)), "promote"])
         new, old = self.standby, self.primary
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -7,15 +7,9 @@ missing, none told aborted applied, nothing left prepared, no cycle in the histo
 COTX_CAMPAIGN_SECONDS sets the load time (default 60); longer runs:
 `python -m checker.campaign --seconds 600` (see docs/testing.md)."""
 import os
-import sys
-from pathlib import Path
 
+from checker import campaign
 from conftest import requires_mysql_co, requires_pg_co
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from checker import campaign  # noqa: E402
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
