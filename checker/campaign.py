@@ -95,7 +95,8 @@ class Campaign:
         self.stop_faults = threading.Event()
         self.stop_monitor = threading.Event()
         self.faults: list[dict] = []
-        self.fault_errors: list[str] = []
+        self.fault_errors: list[str] = []  # a fault that could not be injected or undone
+        self.notes: list[str] = []         # retried restarts, victims that could not be parked
         self.counts = {"attempted": 0, "committed": 0, "aborted": 0, "unknown": 0, "retried_elsewhere": 0}
         self.per_daemon = {}
         self.unknown_errors: dict[str, int] = {}
@@ -232,7 +233,7 @@ class Campaign:
                 start()
                 return
             except Exception as e:  # noqa: BLE001 - e.g. a daemon started while the store is busy
-                self.fault_errors.append(f"restart {what} attempt {attempt}: {str(e)[:300]}")
+                self.notes.append(f"restart {what} attempt {attempt} failed: {str(e)[:300]}")
                 time.sleep(1)
         raise RuntimeError(f"could not restart {what}")
 
@@ -306,7 +307,7 @@ class Campaign:
         if not line.startswith("READY "):
             p.kill()
             p.wait()
-            self.fault_errors.append(f"victim for {kind} on {self._name(d)} did not reach {step}: {line[:200]!r}")
+            self.notes.append(f"victim for {kind} on {self._name(d)} did not reach {step}: {line[:200]!r}")
             return None
         ready = json.loads(line[6:])
         rec = Txn.from_json(ready["rec"])
@@ -515,6 +516,7 @@ class Campaign:
             "faults": len(self.faults),
             "faults_by_kind": faults_by_kind,
             "fault_errors": self.fault_errors,
+            "notes": self.notes,
             "store_failovers": getattr(self.store, "failovers", 0),
             "total_expected": self.total0,
             "total_found": total,
@@ -598,6 +600,8 @@ def summary(r: dict) -> str:
                      f"{len(vs)}; in doubt after the fault, max {r['victims_in_doubt_max_s']} s; by fault/step "
                      + ", ".join(f"{k}: {sorted(x for x in v if x is not None)}" for k, v in sorted(by.items()))
                      + (f"; never resolved {len(r['victims_unresolved'])}" if r["victims_unresolved"] else ""))
+    if r["notes"]:
+        lines.append(f"  notes ({len(r['notes'])}): {r['notes'][:5]}")
     lines.append(f"  daemon binary: {r['daemon_binary']}")
     if r["daemon_log_warnings"]:
         lines.append(f"  daemon log warnings/errors: {r['daemon_log_warnings']}")
