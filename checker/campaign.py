@@ -233,7 +233,8 @@ class Campaign:
                 start()
                 return
             except Exception as e:  # noqa: BLE001 - e.g. a daemon started while the store is busy
-                self.notes.append(f"restart {what} attempt {attempt} failed: {str(e)[:300]}")
+                # The end of the message is the daemon's log tail: why it did not start.
+                self.notes.append(f"restart {what} attempt {attempt} failed: ...{str(e)[-600:]}")
                 time.sleep(1)
         raise RuntimeError(f"could not restart {what}")
 
@@ -449,7 +450,11 @@ class Campaign:
                     self.log(f"{time.time() - self.t0:.0f}s {self.counts}, faults {len(self.faults)}")
         self.stop_faults.set()
         injector.join()
-        self.heal()
+        try:
+            self.heal()
+        except Exception as e:  # noqa: BLE001 - reported; the verdict still runs
+            self.fault_errors.append(f"heal: {e}")
+            self.log(f"heal failed: {e}")
         self.stop_clients.set()
         for t in clients:
             t.join(self.cfg.decision_timeout + 60)
