@@ -568,14 +568,15 @@ def _daemon_trouble(e: BaseException) -> bool:
     return isinstance(e, CoordinatorError) and e.status >= 500
 
 
-def run(cfg: Config, keep: bool = False) -> dict:
+def run(cfg: Config) -> dict:
+    """Sets up, runs, tears down (every process stopped; COTX_KEEP_SERVERS=1 keeps the
+    directories: data, daemon configs and logs)."""
     c = Campaign(cfg)
     try:
         c.setup()
         return c.run()
     finally:
-        if not keep:
-            c.teardown()
+        c.teardown()
 
 
 def summary(r: dict) -> str:
@@ -635,7 +636,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lease-ttl-ms", type=int, help="daemons' lease.ttl_ms (daemons with node leases)")
     ap.add_argument("--recovery-timeout", type=float, default=180)
     ap.add_argument("--json", help="write the full report here")
-    ap.add_argument("--keep", action="store_true", help="leave servers and daemons' directories (debugging)")
+    ap.add_argument("--keep", action="store_true", help="keep the servers' and daemons' directories (data, logs) after stopping them")
     a = ap.parse_args(argv)
     weights = {k: (0 if k in a.no else v) for k, v in DEFAULT_WEIGHTS.items()}
     cfg = Config(seconds=a.seconds, daemons=a.daemons, threads=a.threads, accounts=a.accounts, store=a.store,
@@ -645,7 +646,7 @@ def main(argv=None) -> int:
                  recovery_timeout=a.recovery_timeout)
     if a.keep:
         os.environ["COTX_KEEP_SERVERS"] = "1"
-    r = run(cfg, keep=a.keep)
+    r = run(cfg)
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1, default=str))
     print(summary(r))
