@@ -82,11 +82,13 @@ def _q(conn, kind, sql, args=()):
         return cur.fetchall() if cur.description else None
 
 
-def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec: Txn, park=None) -> None:
+def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec: Txn, park=None,
+             conns=None) -> None:
     """Moves `amount` from PostgreSQL account a to MariaDB account b (negative: b to a).
-    Raises what the client raises; rec gets the reads and appends as they happen."""
+    Raises what the client raises; rec gets the reads and appends as they happen.
+    conns=(pg, mariadb): the caller's connections (kept open), else new ones (closed)."""
     rec.phase = "body"
-    pc, mc = pg_connect(pg_port), my_connect(my_port)
+    pc, mc = conns if conns else (pg_connect(pg_port), my_connect(my_port))
     try:
         with coord.transaction() as tx:
             if park:
@@ -111,7 +113,7 @@ def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec
                 park("after_register")
             rec.phase = "commit"   # from here on the context manager prepares and decides
     finally:
-        for c in (pc, mc):
+        for c in (() if conns else (pc, mc)):
             try:
                 c.close()
             except Exception:  # noqa: BLE001
