@@ -294,7 +294,7 @@ class Campaign:
         with its branches prepared, before or right after the commit decision."""
         step = self.rnd.choice(("after_all_prepares", "after_decision"))
         tid = f"v{uuid.uuid4().hex[:8]}"
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'harness'}:{ROOT / 'clients' / 'python'}")
+        env = dict(os.environ)
         p = subprocess.Popen([sys.executable, "-m", "checker.bank", "victim", step, d.url, d.token,
                               str(self.pg.port), str(self.my.port), tid],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -11,18 +11,22 @@ from cotx.testing import make_daemon
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
+    """A private CA and a certificate for 127.0.0.1 signed by it (docs/coordinator.md, "TLS")."""
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "2", "-subj", "/CN=cotx-test", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
-    d.chmod(0o755)
-    for f in ("key.pem", "cert.pem"):
-        (d / f).chmod(0o644)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for cmd in (["openssl", "req", "-x509", *ec, "-days", "2", "-subj", "/CN=cotx test CA",
+                 "-keyout", "ca.key", "-out", "ca.pem"],
+                ["openssl", "req", *ec, "-subj", "/CN=cotx-test", "-addext", "subjectAltName=IP:127.0.0.1",
+                 "-keyout", "key.pem", "-out", "cert.csr"],
+                ["openssl", "x509", "-req", "-in", "cert.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-copy_extensions", "copy", "-out", "cert.pem"]):
+        subprocess.run(cmd, check=True, capture_output=True, cwd=d)
     return d
 
 
 def test_api_over_tls(pg, mariadb, cert):
-    d = make_daemon(pg, mariadb, tls={"cert_file": str(cert / "cert.pem"), "key_file": str(cert / "key.pem")}).start()
+    d = make_daemon(pg, mariadb, tls={"cert_file": str(cert / "cert.pem"), "key_file": str(cert / "key.pem"),
+                                      "ca_file": str(cert / "ca.pem")}).start()
     try:
         assert d.url.startswith("https://")
         c = Coordinator(d.url, d.token, cafile=d.cafile)
