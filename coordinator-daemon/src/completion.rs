@@ -94,6 +94,8 @@ impl Coordinator {
     /// Applies the result of one completion attempt; true when the branch is settled.
     pub fn note_completion(&self, gtid: &str, res: &str, bid: &str, o: Outcome, c: Completion, by: FinishedBy) -> bool {
         self.resource_up.lock().unwrap().insert(res.to_string(), !matches!(c, Completion::Retry(_)));
+        // True when this attempt is the one that settles the branch (completion and
+        // recovery may both be at it).
         let settle = |note: Option<String>| {
             let mut txs = self.txs.lock().unwrap();
             if let Some(e) = txs.get_mut(gtid) {
@@ -103,9 +105,12 @@ impl Coordinator {
                         b.outcome = Some(o);
                         b.finished_by = Some(by);
                         b.note = note;
+                        return true;
                     }
+                    return false;
                 }
             }
+            true
         };
         match c {
             Completion::Done => {
@@ -125,6 +130,9 @@ impl Coordinator {
                 true
             }
             Completion::Incident(msg) => {
+                if !settle(Some(format!("incident: {msg}"))) {
+                    return true; // booked already by the other attempt
+                }
                 self.metrics.incidents.fetch_add(1, Relaxed);
                 log("error", "incident: branch did not reach the decided outcome", json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": msg}));
                 self.incidents.lock().unwrap().push(Incident {
@@ -132,9 +140,8 @@ impl Coordinator {
                     gtid: gtid.into(),
                     branch_id: bid.into(),
                     resource: res.into(),
-                    message: msg.clone(),
+                    message: msg,
                 });
-                settle(Some(format!("incident: {msg}")));
                 true
             }
             Completion::OwnerAttached => false,
