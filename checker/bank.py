@@ -82,6 +82,21 @@ def _q(conn, kind, sql, args=()):
         return cur.fetchall() if cur.description else None
 
 
+# Appending to the account's log, in each dialect.
+_UPDATE = {"pg": "UPDATE acct SET bal = bal + %s, log = log || ' ' || %s::text, ver = %s WHERE id = %s",
+           "my": "UPDATE acct SET bal = bal + %s, log = CONCAT(log, ' ', %s), ver = %s WHERE id = %s"}
+
+
+def _step(conn, db: str, acct: str, delta: int, tid: str, rec: Txn) -> None:
+    """One database's half of a transfer: read the account (recorded), add delta, append tid."""
+    (_bal, log, ver), = _q(conn, db, "SELECT bal, log, ver FROM acct WHERE id = %s", (acct,))
+    rec.read(f"{db}:acct/{acct}", parse_list(log))
+    rec.read(f"{db}:ver/{acct}", ver or None)
+    _q(conn, db, _UPDATE[db], (delta, tid, tid, acct))
+    rec.append(f"{db}:acct/{acct}", tid)
+    rec.write(f"{db}:ver/{acct}", tid)
+
+
 def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec: Txn, park=None,
              conns=None) -> None:
     """Moves `amount` from PostgreSQL account a to MariaDB account b (negative: b to a).
@@ -94,21 +109,9 @@ def transfer(coord, pg_port, my_port, a: str, b: str, amount: int, tid: str, rec
             if park:
                 park.tx = tx
             with tx.branch(pc, "pg"):
-                (bal, log, ver), = _q(pc, "pg", "SELECT bal, log, ver FROM acct WHERE id = %s", (a,))
-                rec.read(f"pg:acct/{a}", parse_list(log))
-                rec.read(f"pg:ver/{a}", ver or None)
-                _q(pc, "pg", "UPDATE acct SET bal = bal - %s, log = log || ' ' || %s::text, ver = %s WHERE id = %s",
-                   (amount, tid, tid, a))
-                rec.append(f"pg:acct/{a}", tid)
-                rec.write(f"pg:ver/{a}", tid)
+                _step(pc, "pg", a, -amount, tid, rec)
             with tx.branch(mc, "my"):
-                (bal, log, ver), = _q(mc, "my", "SELECT bal, log, ver FROM acct WHERE id = %s", (b,))
-                rec.read(f"my:acct/{b}", parse_list(log))
-                rec.read(f"my:ver/{b}", ver or None)
-                _q(mc, "my", "UPDATE acct SET bal = bal + %s, log = CONCAT(log, ' ', %s), ver = %s WHERE id = %s",
-                   (amount, tid, tid, b))
-                rec.append(f"my:acct/{b}", tid)
-                rec.write(f"my:ver/{b}", tid)
+                _step(mc, "my", b, amount, tid, rec)
             if park:
                 park("after_register")
             rec.phase = "commit"   # from here on the context manager prepares and decides
