@@ -277,7 +277,8 @@ impl Coordinator {
         let tx = Tx::new(gtid.clone(), Duration::from_millis(t));
         {
             let mut txs = self.txs.lock().unwrap();
-            let active = txs.values().filter(|e| e.tx.is_undecided()).count();
+            // Counted only when the map could hold that many (decided ones stay for retention).
+            let active = if txs.len() < self.cfg.limits.max_active { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
             if active >= self.cfg.limits.max_active {
                 self.metrics.overloaded.fetch_add(1, Relaxed);
                 return refuse("too_many_transactions",
