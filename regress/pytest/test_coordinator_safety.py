@@ -258,23 +258,9 @@ def test_force_does_nothing_when_the_audit_cannot_be_written(pg, mariadb, daemon
     assert c.get(gtid)["state"] == "active", "force acted although its audit record was not written"
 
 
-# --- 6. a read-only MariaDB branch lost in a crash after the decision ----------------------
-
-def test_read_only_branch_lost_in_a_mariadb_crash_is_an_incident(pg, mariadb, daemons):
-    d = daemons(make_daemon(pg, mariadb, timeouts={"owner_grace_ms": 1500})).start()
-    ch = Child(d, pg, mariadb, "after_decision", "ro-crash", readonly=True)
-    assert ch.what == "commit"
-    mariadb.kill9()
-    ch.kill9()
-    mariadb.start()
-    c = Coordinator(d.url, d.token)
-    # Nothing is prepared as soon as MariaDB is back (the branch died with it); the daemon
-    # books the branch at its next attempt.
-    incidents = wait_until(lambda: c.http.request("GET", "/v1/incidents")["incidents"], what="the incident")
-    assert [i["gtid"] for i in incidents] == [ch.gtid], incidents
-    wait_until(lambda: nothing_prepared(pg, mariadb), what="completion")
-    assert "restarted" in incidents[0]["message"]
-
+# --- 6. a read-only MariaDB branch lost in a crash after the decision: in
+# test_coordinator_mariadb_crash.py (it restarts MariaDB: a module of its own, so that no
+# other test's branches meet the restart gate).
 
 # --- 7. the client's errors -----------------------------------------------------------------
 
