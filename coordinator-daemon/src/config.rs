@@ -224,6 +224,15 @@ pub fn load(path: &str) -> Result<Config, ConfigError> {
     parse(&src, std::path::Path::new(path).parent())
 }
 
+/// A path from the config file: relative ones are relative to the file's directory.
+fn relative_to(base: Option<&std::path::Path>, p: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(p);
+    match base {
+        Some(b) if p.is_relative() => b.join(p),
+        _ => p.to_path_buf(),
+    }
+}
+
 pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, ConfigError> {
     let raw: RawConfig = toml::from_str(src).map_err(|e| {
         let line = e.span().map(|s| line_of(src, s.start));
@@ -288,8 +297,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             Some(t.get_ref().clone())
         }
         (None, Some(f)) => {
-            let p = std::path::Path::new(f.get_ref());
-            let p = if p.is_relative() { base.map(|b| b.join(p)).unwrap_or(p.to_path_buf()) } else { p.to_path_buf() };
+            let p = relative_to(base, f.get_ref());
             match std::fs::read_to_string(&p) {
                 Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),
                 Ok(_) => return cx.err(Some(f.span()), "token_file", "token must be at least 16 characters"),
@@ -337,10 +345,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                         Some(p) => return cx.err(Some(p.span()), "store.path", "must not be empty"),
                         None => return cx.err(Some(sp), "store.path", "required for kind = \"sqlite\""),
                     };
-                    let path = match base {
-                        Some(b) if std::path::Path::new(&path).is_relative() => b.join(&path).display().to_string(),
-                        _ => path,
-                    };
+                    let path = relative_to(base, &path).display().to_string();
                     StoreConfig::Sqlite { path, group_commit, max_batch }
                 }
                 "postgres" => {
@@ -397,10 +402,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     if timeouts.transaction_ms > limits.max_transaction_ms {
         return cx.err(t.transaction_ms.as_ref().map(|s| s.span()), "timeouts.transaction_ms", "must be <= limits.max_transaction_ms");
     }
-    let rel = |p: &str| {
-        let p = std::path::Path::new(p);
-        if p.is_relative() { base.map(|b| b.join(p)).unwrap_or(p.to_path_buf()) } else { p.to_path_buf() }.display().to_string()
-    };
+    let rel = |p: &str| relative_to(base, p).display().to_string();
     let tls = match &raw.tls {
         None => None,
         Some(t) => {
