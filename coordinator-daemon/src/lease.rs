@@ -11,6 +11,7 @@ use crate::coordinator::Coordinator;
 use crate::log::log;
 use crate::store::{Claim, Op};
 use serde_json::json;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -181,6 +182,33 @@ async fn take_over_expired(c: &Arc<Coordinator>) {
             Err(e) => log("warn", "takeover failed; will retry", json!({"node": lease.node, "error": e})),
         }
     }
+}
+
+/// Prepared branches of nodes that have no lease row at all: a takeover finished such a
+/// node and forgot it, and then a branch of it came back — MariaDB's XA ROLLBACK of a
+/// prepared branch is not durable (it is not flushed; a crash within about a second
+/// brings the branch back prepared, and mysql_co's restart gate then refuses every
+/// XA PREPARE until it is decided). Only epochs registered in our store count (never
+/// another store's daemon); the claim is the ordinary takeover claim, so a live or
+/// returning owner keeps its node.
+pub async fn adopt_released_with_branches(c: &Coordinator, nodes: HashSet<String>) -> Vec<String> {
+    let mut taken = Vec::new();
+    if nodes.is_empty() || !c.cfg.lease.takeover {
+        return taken;
+    }
+    let Ok(leases) = c.store.nodes().await else { return taken };
+    for node in nodes {
+        if leases.iter().any(|l| l.node == node || l.node == reclaim_key(&node)) || c.adopted.lock().unwrap().contains(&node) {
+            continue; // leased (alive, or expired: the takeover loop handles it)
+        }
+        if let Ok(Claim::Granted) = c.store.claim_node(&node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
+            c.metrics.takeovers.fetch_add(1, Relaxed);
+            log("warn", "a prepared branch of a released node came back (a database lost a rollback in a crash): taking the node again to finish it", json!({"node": node}));
+            c.adopted.lock().unwrap().insert(node.clone());
+            taken.push(node);
+        }
+    }
+    taken
 }
 
 /// A taken-over node is given back: `forget` when nothing of it is left (its lease row

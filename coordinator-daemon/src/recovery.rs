@@ -153,9 +153,18 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         second_of.insert(n.clone(), second);
     }
     let mut nodes_with_branches: HashSet<String> = HashSet::new();
+    let mut other_nodes: HashSet<String> = HashSet::new();
     for (g, branches) in &both {
         let current = match whose(c, g, &epochs) {
             Ok(cur) => cur,
+            Err("another node") => {
+                if let Some((node, nonce)) = naming::gtid_epoch(g) {
+                    if epochs.contains(&(node.to_string(), nonce)) {
+                        other_nodes.insert(node.to_string());
+                    }
+                }
+                continue;
+            }
             Err("foreign epoch") => {
                 c.metrics.foreign_branches.fetch_add(1, Relaxed);
                 c.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
@@ -221,6 +230,8 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     // Taken-over nodes with nothing left prepared and nothing undecided go back.
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
+    // Adopted now, acted on from the next pass (which holds their resource locks first).
+    nodes_with_branches.extend(crate::lease::adopt_released_with_branches(c, other_nodes).await);
     let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
     for node in adopted {
         if !nodes_with_branches.contains(&node) && !c.has_unfinished_of(&node) {

@@ -205,6 +205,41 @@ def test_dead_daemon_is_taken_over(pg, mariadb, daemons):
     wait_until(lambda: metric(b, "cotx_adopted_nodes") == 0, what="B to let node take-a go")
 
 
+def test_branch_of_a_released_node_that_comes_back_is_finished(pg, mariadb, daemons):
+    """MariaDB's XA ROLLBACK of a prepared branch is not flushed: killed within about a
+    second, the server comes back with the branch prepared again (seen here: a takeover
+    rolled back a dead daemon's branch, released the node, and MariaDB was killed). Nobody
+    acted for that node any more, and mysql_co's restart gate refused every XA PREPARE.
+    The branch's return is made here without the crash's timing: the same XID prepared
+    again, as recovery would find it."""
+    a, b = peers(pg, mariadb, daemons, "orphan_t", ["orph-a", "orph-b"], lease={"ttl_ms": 1500, "renew_ms": 300},
+                 timeouts={"owner_grace_ms": 600000})
+    a.start()
+    b.start()
+    undecided = Child(a, pg, mariadb, "after_prepare", "orphan-1")
+    xids = [r for r in mariadb.sql("XA RECOVER") if r[3].decode().startswith(undecided.gtid)]
+    assert len(xids) == 1, xids
+    fmt, glen, _, data = xids[0]
+    a.kill9()
+    undecided.kill9()
+    wait_until(lambda: nothing_prepared(pg, mariadb), timeout=30, what="B to take over A's branches")
+    wait_until(lambda: metric(b, "cotx_adopted_nodes") == 0, what="B to release node orph-a")
+    gtrid, bqual = data[:glen].decode(), data[glen:].decode()
+    c = mariadb.connect()
+    cur = c.cursor()
+    cur.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+    cur.execute(f"XA START '{gtrid}', '{bqual}', {fmt}")
+    cur.execute("INSERT INTO crash VALUES ('orphan-1', 2)")
+    cur.execute(f"XA END '{gtrid}', '{bqual}', {fmt}")
+    cur.execute(f"XA PREPARE '{gtrid}', '{bqual}', {fmt}")
+    c.close()
+    assert my_prepared(mariadb)
+    wait_until(lambda: nothing_prepared(pg, mariadb), timeout=30, what="the returned branch to be rolled back")
+    assert absent_both(pg, mariadb, "orphan-1")
+    assert metric(b, "cotx_takeovers_total") >= 2
+    assert Coordinator(b.url, b.token).decision(undecided.gtid)["decision"] == "abort"
+
+
 def test_paused_daemon_loses_to_the_takeover(pg, mariadb, daemons):
     """A is stopped (SIGSTOP) past its lease with a prepared, undecided transaction; B takes
     over and aborts it; A wakes up and is asked to commit: nobody may hear "commit"."""
