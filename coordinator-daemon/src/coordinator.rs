@@ -579,7 +579,20 @@ impl Coordinator {
                 return match self.stored_decision(gtid).await? {
                     Some(rec) => Ok(json!({"gtid": gtid, "state": Self::record_json(&rec)["state"], "decision": rec.outcome.as_str(),
                         "abort_reason": Self::record_json(&rec)["abort_reason"], "retryable": false})),
-                    None => Err(self.elsewhere(gtid).await),
+                    None => {
+                        let e = self.elsewhere(gtid).await;
+                        // Presumed abort is not ours to answer for a transaction that may
+                        // have decided in a participant: ask there (which fences it).
+                        if e.code == "unknown_transaction" && !self.decision_resources().is_empty() {
+                            match self.resolve_in_participants(&[gtid.to_string()]).await.get(gtid) {
+                                Some(Outcome::Commit) => return Ok(json!({"gtid": gtid, "state": "committed", "decision": "commit",
+                                    "abort_reason": null, "retryable": false, "from_participant": true})),
+                                Some(Outcome::Abort) => {}
+                                None => return refuse("store_unavailable", format!("{gtid}: a decision resource did not answer; ask again")),
+                            }
+                        }
+                        Err(e)
+                    }
                 };
             }
             Err(r) => return Err(r),
