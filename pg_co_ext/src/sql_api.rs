@@ -93,5 +93,8 @@ fn decide(gtid: &str) {
     if !inserted {
         refusal::raise(Refusal::AlreadyDecided(gtid.to_string()));
     }
+    // The decision is this commit: it must be durable when COMMIT returns, whatever the
+    // session's or server's synchronous_commit (other branches are committed on its word).
+    Spi::run("SELECT pg_catalog.set_config('synchronous_commit', 'on', true)").expect("set synchronous_commit");
     commit_points::mark_decision_point();
 }
