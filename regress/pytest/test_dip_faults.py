@@ -224,3 +224,52 @@ def test_postgresql_restarted_after_decision_commit(dbs):
         assert t.settled() == (110, 90)
     finally:
         d.destroy()
+
+
+def test_client_commits_with_decision_in_participant(dbs):
+    """The Python client's mode: MariaDB branch prepared, PostgreSQL branch commits with the
+    decision; a CO refusal of that commit (rule A: it read a row an in-doubt transaction
+    overwrote) aborts the whole transaction retryably."""
+    from cotx import RetryableError
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        pg.sql("INSERT INTO dip_acct VALUES (8, 100) ON CONFLICT (id) DO UPDATE SET bal = 100")
+        my.sql("REPLACE INTO dip_acct VALUES (8, 100)")
+        c = Coordinator(d.url, d.token)
+        pgc, myc = pg.connect(), my.connect()
+        with c.transaction(decide_in_participant=True) as tx:
+            with tx.branch(myc, "my") as b:
+                with myc.cursor() as cur:
+                    cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 8")
+            with tx.branch(pgc, "pg") as b:
+                pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = 8")
+        assert tx.outcome == "commit"
+        assert c.get(tx.gtid)["state"] == "committed"
+        assert t_bal(pg, my, 8) == (110, 90)
+
+        # rule A at the decision commit: the PostgreSQL branch read row 8, then an
+        # in-doubt 2PC writer overwrote it.
+        with pytest.raises(RetryableError, match="rule A"):
+            with c.transaction(decide_in_participant=True) as tx:
+                with tx.branch(myc, "my") as b:
+                    with myc.cursor() as cur:
+                        cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 8")
+                with tx.branch(pgc, "pg") as b:
+                    pgc.execute("SELECT bal FROM dip_acct WHERE id = 8")
+                    pgc.execute("UPDATE dip_acct SET bal = bal + 0 WHERE id = 9")
+                    w = pg.connect()
+                    w.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    w.execute("UPDATE dip_acct SET bal = bal + 1 WHERE id = 8")
+                    w.execute("PREPARE TRANSACTION 'dip-w'")
+        pg.sql("COMMIT PREPARED 'dip-w'")
+        assert c.get(tx.gtid)["state"] == "aborted"
+        wait_until(lambda: nothing_prepared(pg, my), timeout=30, what="the MariaDB branch rolled back")
+        assert t_bal(pg, my, 8) == (111, 90)
+    finally:
+        d.destroy()
+
+
+def t_bal(pg, my, rid):
+    return (pg.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0],
+            my.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0])
