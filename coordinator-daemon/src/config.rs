@@ -510,6 +510,14 @@ pool_size = 4
     }
 
     #[test]
+    fn decision_resources_are_postgres_only() {
+        let c = parse(&GOOD.replace("user=postgres\"", "user=postgres\"\ndecisions = true"), None).unwrap();
+        assert!(c.resources[0].decisions && !c.resources[1].decisions);
+        let e = err(&GOOD.replace("pool_size = 4", "pool_size = 4\ndecisions = true"));
+        assert_eq!(e.field, "resources[1].decisions", "{e}");
+    }
+
+    #[test]
     fn errors_name_line_and_field() {
         let e = err(&GOOD.replace("kind = \"mariadb\"", "kind = \"mysql\""));
         assert_eq!(e.line, Some(17), "{e}");

@@ -128,7 +128,8 @@ pub fn raise(r: Refusal) -> ! {
                 ),
                 Verdict::RuleCStaleLocalRead(p, st) => (
                     Counter::RefusedRuleC,
-                    format!("pg_co refused {}: commitment ordering rule C", point_name(point)),
+                    // Only at a local COMMIT: at a decision commit rule A refuses first.
+                    "pg_co refused COMMIT: commitment ordering rule C".to_string(),
                     format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
                 ),
                 Verdict::Allow => unreachable!("an allowed transaction is not refused"),
