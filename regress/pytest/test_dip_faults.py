@@ -273,3 +273,33 @@ def test_client_commits_with_decision_in_participant(dbs):
 def t_bal(pg, my, rid):
     return (pg.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0],
             my.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0])
+
+
+def test_takeover_resolves_in_the_participant(dbs):
+    """Two daemons on a shared store; A hands the decision to the PostgreSQL branch and is
+    killed -9 for good; the owner commits the decision. B takes node A over and its
+    recovery finds the commit in the participant: the MariaDB branch is committed."""
+    pg, my = dbs
+    if not pg.sql("SELECT 1 FROM pg_database WHERE datname = 'cotx_log_dip'"):
+        pg.sql("CREATE DATABASE cotx_log_dip")
+    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log_dip"), "table": "dip_take"}
+    res = [{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2, "decisions": True},
+           {"name": "my", "kind": "mariadb", "dsn": my.dsn, "pool_size": 2}]
+    lease = {"ttl_ms": 1500, "renew_ms": 300}
+    a = Daemon(res, timeouts=TIMEOUTS, store=store, node_id="dip-a", lease=lease)
+    b = Daemon(res, timeouts=TIMEOUTS, store=store, node_id="dip-b", lease=lease)
+    b.token = a.token
+    b.write_config()
+    try:
+        a.start()
+        b.start()
+        t = Transfer(a, pg, my, 9)
+        assert t.commit_call()["decision"] == "in_participant"
+        a.kill9()
+        t.decide()
+        t.pgc.execute("COMMIT")
+        assert t.settled() == (110, 90)
+        assert Coordinator(b.url, b.token).decision(t.gtid)["decision"] == "commit"
+    finally:
+        a.destroy()
+        b.destroy()
