@@ -4,6 +4,9 @@ A *program* is one transaction: a list of operations (database, r|w, key) plus i
   global  2PC: a branch on every database it touches; after its operations it prepares
           each branch (PREPARE TRANSACTION / XA END + XA PREPARE), then, once all are
           prepared (the decision), commits each (COMMIT PREPARED / XA COMMIT);
+  dip     the same with the decision in the PostgreSQL branch: the other branch prepares,
+          then the PostgreSQL branch commits in one phase with `SELECT co.decide(..)`
+          (that COMMIT is the decision), then the other branch commits (`as_dip`);
   local   one database, BEGIN ... COMMIT.
 Every write is a list-append of the writer's id (so the checker can order versions), every
 read returns the whole list.
@@ -81,7 +84,8 @@ def chains(p: Program) -> dict:
     out = {}
     for d in p.dbs:
         ops = [Step(p.name, "op", d, f, k) for dd, f, k in p.ops if dd == d]
-        tail = [Step(p.name, "prep", d), Step(p.name, "commit", d)] if p.kind == "global" else [Step(p.name, "commit", d)]
+        two_phase = p.kind == "global" or (p.kind == "dip" and d != "pg")
+        tail = [Step(p.name, "prep", d), Step(p.name, "commit", d)] if two_phase else [Step(p.name, "commit", d)]
         out[d] = ops + tail
     return out
 
@@ -95,7 +99,20 @@ def txn_edges(p: Program) -> list:
         preps = [Step(p.name, "prep", d) for d in ch]
         commits = [Step(p.name, "commit", d) for d in ch]
         e += [(ops[-1], x) for x in preps] + [(x, c) for x in preps for c in commits]
+    if p.kind == "dip":
+        # Others prepared, then the decision commit at pg, then the others' commits.
+        decision = Step(p.name, "commit", "pg")
+        preps = [Step(p.name, "prep", d) for d in ch if d != "pg"]
+        commits = [Step(p.name, "commit", d) for d in ch if d != "pg"]
+        e += [(ops[-1], x) for x in preps] + [(x, decision) for x in preps] + [(decision, c) for c in commits]
+        e += [(ops[-1], decision)]
     return e
+
+
+def as_dip(programs):
+    """The same programs with every global transaction that has a PostgreSQL branch
+    deciding inside it (kind dip)."""
+    return [Program(p.name, "dip", p.ops) if p.kind == "global" and "pg" in p.dbs else p for p in programs]
 
 
 def _merges(seqs):
@@ -305,12 +322,15 @@ def limit_schedules():
     return out
 
 
-def full_set(three: bool = False, only: str | None = None):
+def full_set(three: bool = False, only: str | None = None, dip: bool = False):
+    """dip: the global transactions decide in their PostgreSQL branch (as_dip)."""
     for label, progs in catalogue(three):
         if only and label != only:
             continue
+        if dip:
+            progs = as_dip(progs)
         for i, sch in enumerate(enumerate_schedules(progs)):
-            yield (f"{label}#{i}", progs, sch)
+            yield (f"{'dip:' if dip else ''}{label}#{i}", progs, sch)
 
 
 # --------------------------------------------------------------------------------------
@@ -404,6 +424,7 @@ class Runner:
         for srv, ddl in ((pg, "CREATE TABLE IF NOT EXISTS sch(k text PRIMARY KEY, v text NOT NULL)"),
                          (my, "CREATE TABLE IF NOT EXISTS sch(k varchar(16) PRIMARY KEY, v text NOT NULL) ENGINE=InnoDB")):
             srv.sql(ddl)
+        pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")   # co.decide, for dip programs
         self.monitor = {"pg": pg.connect(), "my": my.connect()}
         self.slots = [{"pg": _Session(pg, "pg"), "my": _Session(my, "my")} for _ in range(max_txns)]
         self.set_mode(mode)
@@ -468,6 +489,8 @@ class Runner:
         for db in DBS:
             vals = ", ".join(f"('{k}', '')" for d, k in keys if d == db)
             self._mon(db, "DELETE FROM sch")
+            if db == "pg" and any(p.kind == "dip" for p in programs):
+                self._mon(db, "DELETE FROM co.decisions")
             if vals:
                 self._mon(db, f"INSERT INTO sch VALUES {vals}")
         res = Result(label, steps)
@@ -498,7 +521,7 @@ class Runner:
                     else:
                         lvl = "REPEATABLE READ" if self.mode == "plain" else "SERIALIZABLE"
                         out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
-                        out.append(f"XA START {gid(s.txn, s.db)}" if p.kind == "global" else "BEGIN")
+                        out.append(f"XA START {gid(s.txn, s.db)}" if p.kind in ("global", "dip") else "BEGIN")
                 if s.f == "r":
                     ks = ", ".join(f"'{k}'" for k in s.key.split("+"))
                     out.append(f"SELECT k, v FROM sch WHERE k IN ({ks}) ORDER BY k")
@@ -513,6 +536,8 @@ class Runner:
                     out.append("COMMIT")
                 elif p.kind in ("auto", "auto_unlocked"):
                     pass                      # committed by itself
+                elif p.kind == "dip" and s.db == "pg":
+                    out += [f"SELECT co.decide('{tag}_{s.txn}')", "COMMIT"]   # the global decision
                 else:
                     out.append(f"COMMIT PREPARED '{gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {gid(s.txn, 'my')}")
             return out
@@ -534,7 +559,7 @@ class Runner:
                         sess.quiet([f"ROLLBACK PREPARED '{gid(t, 'pg')}'"])
                     sess.quiet(["ROLLBACK"])
                 else:
-                    if p.kind == "global":
+                    if p.kind in ("global", "dip"):
                         if st != "prepared":
                             sess.quiet([f"XA END {gid(t, 'my')}"])
                         sess.quiet([f"XA ROLLBACK {gid(t, 'my')}"])
@@ -704,11 +729,14 @@ def main(argv=None) -> int:
     ap.add_argument("--log", help="write every schedule's result as JSON lines here")
     ap.add_argument("--budget", type=float, default=None, help="stop each mode after this many seconds")
     ap.add_argument("--only", help="one combination of the catalogue (a label of --count, e.g. ruleC_my)")
+    ap.add_argument("--dip", action="store_true",
+                    help="global transactions decide inside their PostgreSQL branch's commit (co.decide)")
     args = ap.parse_args(argv)
 
     if args.count:
         total = 0
         for label, progs in catalogue(args.three):
+            progs = as_dip(progs) if args.dip else progs
             n = sum(1 for _ in enumerate_schedules(progs))
             total += n
             print(f"{label:14} {n:6}  " + "  ".join(map(str, progs)))
@@ -717,9 +745,9 @@ def main(argv=None) -> int:
 
     from cotest import MariaServer, PgServer, reap_orphans
     reap_orphans()
-    items = [] if args.only else [(l, p, s) for l, p, s in named_schedules()]
-    items += (list(full_set(args.three, args.only)) if args.full
-              else sample(full_set(args.three, args.only), args.sample, args.seed))
+    items = [] if args.only or args.dip else [(l, p, s) for l, p, s in named_schedules()]
+    items += (list(full_set(args.three, args.only, args.dip)) if args.full
+              else sample(full_set(args.three, args.only, args.dip), args.sample, args.seed))
     log = open(args.log, "w") if args.log else None
     tallies = []
     with PgServer() as pg, MariaServer() as my:

@@ -52,6 +52,8 @@ struct FinishedBody {
 struct CommitBody {
     one_phase_branch: Option<String>,
     prepared: Option<Vec<String>>,
+    /// The branch whose one-phase commit carries the global decision (co.decide).
+    decide_in: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +130,7 @@ pub fn http_status(code: &str) -> u16 {
         "method_not_allowed" => 405,
         "duplicate_branch" | "already_prepared" | "branch_not_prepared" | "no_branches" | "not_single_branch" | "not_decided"
         | "outcome_mismatch" | "transaction_aborted" | "transaction_committed" | "transaction_one_phase" | "wrong_state"
+        | "transaction_deciding" | "not_a_decision_resource"
         | "contradicts_decision" => 409,
         "payload_too_large" => 413,
         "wrong_node" => 421,
@@ -287,6 +290,14 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
             query(q.as_deref(), &[])?;
             let b: CommitBody = parse(&body)?;
             match (b.one_phase_branch, b.prepared) {
+                (Some(_), _) if b.decide_in.is_some() => refuse("invalid_field", "one_phase_branch and decide_in exclude each other"),
+                (None, p) if b.decide_in.is_some() => {
+                    let p = p.unwrap_or_default();
+                    if p.len() > 1000 {
+                        return refuse("invalid_field", "prepared lists at most 1000 branch ids");
+                    }
+                    ok(c.commit_decide_in(g, &p, b.decide_in.as_deref().unwrap_or_default()).await?)
+                }
                 (Some(_), Some(_)) => refuse("invalid_field", "one_phase_branch and prepared exclude each other"),
                 (Some(bid), None) => ok(c.one_phase(g, &bid).await?),
                 (None, p) => {

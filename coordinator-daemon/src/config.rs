@@ -104,6 +104,7 @@ struct RawResource {
     kind: Spanned<ResourceKind>,
     dsn: Spanned<String>,
     pool_size: Option<Spanned<u64>>,
+    decisions: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +161,9 @@ pub struct Resource {
     pub kind: ResourceKind,
     pub dsn: String,
     pub pool_size: usize,
+    /// May carry global decisions (pg_co's co.decisions): a decision branch may live here,
+    /// and recovery asks it (co.resolve) before it presumes abort.
+    pub decisions: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -456,7 +460,14 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             }
             Some(p) => *p.get_ref() as usize,
         };
-        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size });
+        let decisions = match &rr.decisions {
+            Some(d) if *d.get_ref() && kind != ResourceKind::Postgres => {
+                return cx.err(Some(d.span()), &field("decisions"), "only a postgres resource with pg_co can carry global decisions")
+            }
+            Some(d) => *d.get_ref(),
+            None => false,
+        };
+        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions });
     }
     Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls })
 }
@@ -496,6 +507,14 @@ pool_size = 4
 
     fn err(src: &str) -> ConfigError {
         parse(src, None).unwrap_err()
+    }
+
+    #[test]
+    fn decision_resources_are_postgres_only() {
+        let c = parse(&GOOD.replace("user=postgres\"", "user=postgres\"\ndecisions = true"), None).unwrap();
+        assert!(c.resources[0].decisions && !c.resources[1].decisions);
+        let e = err(&GOOD.replace("pool_size = 4", "pool_size = 4\ndecisions = true"));
+        assert_eq!(e.field, "resources[1].decisions", "{e}");
     }
 
     #[test]

@@ -28,12 +28,15 @@ pub struct Entry {
     pub recorded: bool,
     pub forgotten: bool,
     pub completing: bool,
+    /// Its committed decision row (decision in a participant) is queued for deletion, or
+    /// must stay (learnt in a recovery pass that could not list every resource).
+    pub dip_forgotten: bool,
 }
 
 impl Entry {
     pub fn new(tx: Tx, recorded: bool) -> Entry {
         let (w, _) = watch::channel(tx.decision());
-        Entry { tx, watch: w, recorded, forgotten: false, completing: false }
+        Entry { tx, watch: w, recorded, forgotten: false, completing: false, dip_forgotten: false }
     }
 
     /// Makes the current decision visible to long polls, present and future (a plain
@@ -81,6 +84,9 @@ pub struct Coordinator {
     pub lease: crate::lease::LeaseClock,
     /// Keys of conditions already logged once (foreign branches, unknown resources).
     pub warned: Mutex<HashSet<String>>,
+    /// Committed decision rows (decision in a participant) whose transactions are
+    /// finished: deleted in batches by the recovery pass.
+    pub decisions_to_forget: Mutex<Vec<String>>,
 }
 
 pub type Res = Result<Value, Refusal>;
@@ -126,6 +132,7 @@ impl Coordinator {
             epochs: Mutex::new(HashSet::new()),
             lease: crate::lease::LeaseClock::new(),
             warned: Mutex::new(HashSet::new()),
+            decisions_to_forget: Mutex::new(Vec::new()),
         }))
     }
 
@@ -259,6 +266,18 @@ impl Coordinator {
         }
     }
 
+    /// `on` for the other modules of the coordinator.
+    pub async fn on_tx<T>(&self, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T, Refusal>) -> Result<T, Refusal> {
+        self.on(gtid, f).await
+    }
+
+    pub fn count_decision(&self, o: Outcome) {
+        match o {
+            Outcome::Commit => self.metrics.committed.fetch_add(1, Relaxed),
+            Outcome::Abort => self.metrics.aborted.fetch_add(1, Relaxed),
+        };
+    }
+
     fn refuse_new_work(&self) -> Result<(), Refusal> {
         if self.lease.expired() {
             return refuse("lease_unconfirmed", format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
@@ -338,7 +357,7 @@ impl Coordinator {
             .on(gtid, |e| {
                 let was = e.tx.state;
                 e.tx.failed(bid, reason, retryable)?;
-                if was != TxState::Aborted {
+                if was != TxState::Aborted && e.tx.state == TxState::Aborted {
                     return Ok(true);
                 }
                 Ok(false)
@@ -480,25 +499,34 @@ impl Coordinator {
         Ok(json!({"gtid": gtid, "decision": "abort"}))
     }
 
-    pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res {
+    pub async fn finished(self: &Arc<Self>, gtid: &str, bid: &str, outcome: Outcome) -> Res {
         self.finished_many(gtid, &[bid.to_string()], outcome).await?;
         Ok(json!({"gtid": gtid, "branch_id": bid, "state": "finished", "outcome": outcome.as_str()}))
     }
 
     /// Several branches finished by their owner(s) in one call. All or nothing.
-    pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
+    pub async fn finished_many(self: &Arc<Self>, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
         if bids.is_empty() || bids.len() > 1000 {
             return refuse("invalid_field", "branches must list 1..1000 branch ids");
         }
-        self.on(gtid, |e| {
-            let mut next = e.tx.clone();
-            for bid in bids {
-                next.finish(bid, outcome, FinishedBy::Owner)?;
-            }
-            e.tx = next;
-            Ok(())
-        })
-        .await?;
+        let decided_here = self
+            .on(gtid, |e| {
+                let mut next = e.tx.clone();
+                let was = next.state;
+                for bid in bids {
+                    next.finish(bid, outcome, FinishedBy::Owner)?;
+                }
+                e.tx = next;
+                Ok(was == TxState::Deciding && e.tx.state != TxState::Deciding)
+            })
+            .await?;
+        if decided_here {
+            // The decision branch reported its commit (or rollback): the other branches
+            // get that outcome, from their owners or after the grace period from us.
+            let o = self.with_tx(gtid, |e| Ok(e.tx.decision())).ok().flatten().unwrap_or(Outcome::Abort);
+            self.count_decision(o);
+            self.spawn_completion(gtid);
+        }
         self.maybe_forget(gtid);
         Ok(json!({"gtid": gtid, "branches": bids, "state": "finished", "outcome": outcome.as_str()}))
     }
@@ -551,7 +579,20 @@ impl Coordinator {
                 return match self.stored_decision(gtid).await? {
                     Some(rec) => Ok(json!({"gtid": gtid, "state": Self::record_json(&rec)["state"], "decision": rec.outcome.as_str(),
                         "abort_reason": Self::record_json(&rec)["abort_reason"], "retryable": false})),
-                    None => Err(self.elsewhere(gtid).await),
+                    None => {
+                        let e = self.elsewhere(gtid).await;
+                        // Presumed abort is not ours to answer for a transaction that may
+                        // have decided in a participant: ask there (which fences it).
+                        if e.code == "unknown_transaction" && !self.decision_resources().is_empty() {
+                            match self.resolve_in_participants(&[gtid.to_string()]).await.get(gtid) {
+                                Some(Outcome::Commit) => return Ok(json!({"gtid": gtid, "state": "committed", "decision": "commit",
+                                    "abort_reason": null, "retryable": false, "from_participant": true})),
+                                Some(Outcome::Abort) => {}
+                                None => return refuse("store_unavailable", format!("{gtid}: a decision resource did not answer; ask again")),
+                            }
+                        }
+                        Err(e)
+                    }
                 };
             }
             Err(r) => return Err(r),
@@ -570,7 +611,7 @@ impl Coordinator {
     }
 
     pub fn list(&self, filter: Option<&str>) -> Res {
-        let ok = ["active", "committing", "committed", "aborted", "one_phase", "in_doubt"];
+        let ok = ["active", "committing", "committed", "aborted", "one_phase", "deciding", "in_doubt"];
         if let Some(f) = filter {
             if !ok.contains(&f) {
                 return refuse("invalid_field", format!("state must be one of {ok:?}"));

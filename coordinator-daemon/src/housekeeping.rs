@@ -31,6 +31,12 @@ impl Coordinator {
                 e.forgotten = true;
                 self.store.write_later(Op::Forget(gtid.to_string()));
             }
+            // A committed decision row in a participant goes once every branch is finished
+            // (abort rows stay: see decisions.rs).
+            if e.tx.decide_in.is_some() && !e.dip_forgotten && e.tx.decision() == Some(Outcome::Commit) && e.tx.all_finished() {
+                e.dip_forgotten = true;
+                self.decisions_to_forget.lock().unwrap().push(gtid.to_string());
+            }
         }
     }
 

@@ -6,6 +6,7 @@ mod cli;
 mod completion;
 mod config;
 mod coordinator;
+mod decisions;
 mod housekeeping;
 mod lease;
 mod log;

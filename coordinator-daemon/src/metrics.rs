@@ -12,6 +12,7 @@ pub struct Metrics {
     pub committed: AtomicU64,
     pub aborted: AtomicU64,
     pub one_phase: AtomicU64,
+    pub decided_in_participant: AtomicU64,
     pub timeouts: AtomicU64,
     pub refused_requests: AtomicU64,
     pub recovery_commit: AtomicU64,
@@ -58,6 +59,7 @@ impl Metrics {
             let _ = writeln!(s, "cotx_transactions_total{{outcome=\"{o}\"}} {}", v.load(Relaxed));
         }
         c(&mut s, "cotx_transactions_begun_total", "Global transactions begun.", self.begun.load(Relaxed));
+        c(&mut s, "cotx_decided_in_participant_total", "Commits handed to a decision branch (co.decide).", self.decided_in_participant.load(Relaxed));
         c(&mut s, "cotx_timeouts_total", "Transactions aborted by timeout.", self.timeouts.load(Relaxed));
         c(&mut s, "cotx_refused_requests_total", "API requests refused with a 4xx.", self.refused_requests.load(Relaxed));
         let _ = writeln!(s, "# HELP cotx_recovery_actions_total Branches finished by recovery or completion.\n# TYPE cotx_recovery_actions_total counter");

@@ -45,7 +45,7 @@ pub fn document() -> Value {
             "/v1/transactions": {
                 "post": op("begin a global transaction (optionally registering its first branch)", json!([]), Some(("BeginRequest", false)), "201", "Begun", &["400", "401", "404", "413", "429", "503"]),
                 "get": op("list transactions", json!([{"name": "state", "in": "query", "required": false,
-                    "schema": {"type": "string", "enum": ["active", "committing", "committed", "aborted", "one_phase", "in_doubt"]}}]), None, "200", "TransactionList", &["400", "401"])
+                    "schema": {"type": "string", "enum": ["active", "committing", "committed", "aborted", "one_phase", "deciding", "in_doubt"]}}]), None, "200", "TransactionList", &["400", "401"])
             },
             "/v1/transactions/{gtid}": {"get": op("get a transaction", json!([gtid]), None, "200", "Transaction", &["400", "401", "404", "421", "503"])},
             "/v1/transactions/{gtid}/branches": {"post": op("register a branch", json!([gtid]), Some(("RegisterRequest", true)), "201", "Registered", &["400", "401", "404", "409", "413", "421"])},
@@ -82,7 +82,8 @@ pub fn document() -> Value {
                 "FailedRequest": {"type": "object", "additionalProperties": false, "properties": {"reason": {"type": "string", "maxLength": 1000}, "retryable": {"type": "boolean"}}},
                 "FinishedRequest": {"type": "object", "additionalProperties": false, "required": ["outcome"], "properties": {"outcome": {"type": "string", "enum": ["commit", "abort"]}}},
                 "CommitRequest": {"type": "object", "additionalProperties": false, "properties": {"one_phase_branch": id,
-                    "prepared": {"type": "array", "maxItems": 1000, "items": id, "description": "branches reported prepared with this request"}}},
+                    "prepared": {"type": "array", "maxItems": 1000, "items": id, "description": "branches reported prepared with this request"},
+                    "decide_in": id}},
                 "FinishedManyRequest": {"type": "object", "additionalProperties": false, "required": ["outcome", "branches"], "properties": {
                     "outcome": {"type": "string", "enum": ["commit", "abort"]}, "branches": {"type": "array", "minItems": 1, "maxItems": 1000, "items": id}}},
                 "AbortRequest": {"type": "object", "additionalProperties": false, "properties": {"reason": {"type": "string", "maxLength": 1000}}},
@@ -90,14 +91,14 @@ pub fn document() -> Value {
                     "gtid": {"type": "string"}, "outcome": {"type": "string", "enum": ["commit", "abort"]}, "operator": {"type": "string", "maxLength": 200},
                     "reason": {"type": "string", "maxLength": 1000}, "confirm": {"type": "boolean"}}},
                 "Ack": {"type": "object", "required": ["gtid"], "properties": {"gtid": {"type": "string"}}},
-                "Decision": {"type": "object", "required": ["gtid", "decision"], "properties": {"gtid": {"type": "string"}, "decision": {"type": "string", "enum": ["commit", "abort", "one_phase"]}}},
+                "Decision": {"type": "object", "required": ["gtid", "decision"], "properties": {"gtid": {"type": "string"}, "decision": {"type": "string", "enum": ["commit", "abort", "one_phase", "in_participant"]}}},
                 "DecisionState": {"type": "object", "required": ["gtid", "state"], "properties": {"gtid": {"type": "string"}, "state": {"type": "string"},
                     "decision": {"type": "string", "nullable": true, "enum": ["commit", "abort", null]}, "retryable": {"type": "boolean"}}},
                 "Branch": {"type": "object", "required": ["branch_id", "resource", "kind", "state"], "properties": {
                     "branch_id": {"type": "string"}, "resource": {"type": "string"}, "kind": {"type": "string"},
                     "state": {"type": "string", "enum": ["registered", "prepared", "failed", "finished"]}}},
                 "Transaction": {"type": "object", "required": ["gtid", "state", "branches", "in_doubt", "age_ms"], "properties": {
-                    "gtid": {"type": "string"}, "state": {"type": "string", "enum": ["active", "committing", "committed", "aborted", "one_phase"]},
+                    "gtid": {"type": "string"}, "state": {"type": "string", "enum": ["active", "committing", "committed", "aborted", "one_phase", "deciding"]},
                     "decision": {"type": "string", "nullable": true}, "in_doubt": {"type": "boolean"}, "age_ms": {"type": "integer"},
                     "branches": {"type": "array", "items": {"$ref": "#/components/schemas/Branch"}}}},
                 "TransactionList": {"type": "object", "required": ["transactions"], "properties": {"transactions": {"type": "array", "items": {"$ref": "#/components/schemas/Transaction"}}}},

@@ -66,6 +66,8 @@ impl Coordinator {
                     Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
                 }
                 (Some((TxState::Committing, _)), Outcome::Commit) => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
+                (Some((TxState::Deciding, _)), _) => refuse("transaction_deciding",
+                    format!("{gtid} is being decided in its decision branch's commit; the daemon reads the outcome there (co.resolve) after the owners' grace period")),
                 (Some((TxState::OnePhase, _)), _) => refuse("transaction_one_phase", format!("{gtid} commits in one phase on its owner's session")),
                 (Some((TxState::Active, _)), Outcome::Abort) => self.abort(gtid, &format!("forced by {operator}: {reason}")).await,
                 (Some((TxState::Active, Some(why))), Outcome::Commit) => Err(why),

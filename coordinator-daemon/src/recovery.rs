@@ -152,6 +152,22 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         }
         second_of.insert(n.clone(), second);
     }
+    // Gtids recovery would presume aborted may have committed with the decision inside a
+    // participant: ask the decision resources first (one batch each).
+    let unknown: HashSet<String> = both
+        .keys()
+        .filter(|g| {
+            let Ok(current) = whose(c, g, &epochs) else { return false };
+            let a = decide(c.decision_of(g), active.contains(*g), recorded.get(*g) == Some(&Outcome::Commit), current);
+            matches!(a, Action::Rollback | Action::RecordAbort) && c.decision_of(g).is_none() && !c.is_quarantined(g)
+        })
+        .cloned()
+        .collect();
+    let in_participant = if unknown.is_empty() || c.decision_resources().is_empty() {
+        None
+    } else {
+        Some(c.resolve_in_participants(&unknown.iter().cloned().collect::<Vec<_>>()).await)
+    };
     let mut nodes_with_branches: HashSet<String> = HashSet::new();
     let mut other_nodes: HashSet<String> = HashSet::new();
     for (g, branches) in &both {
@@ -179,7 +195,19 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         if c.is_quarantined(g) {
             continue; // an operator decides (cotx-coordinator force)
         }
-        let action = decide(c.decision_of(g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
+        let mut action = decide(c.decision_of(g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
+        if let (Some(found), true) = (&in_participant, unknown.contains(g)) {
+            action = match found.get(g) {
+                // Unanswered by some decision resource: it may hold a commit; wait.
+                None => Action::Leave,
+                Some(Outcome::Commit) => {
+                    c.adopt_participant_commit(g, branches, rep.unreachable.is_empty());
+                    Action::Commit
+                }
+                // co.resolve recorded abort there: no decision can commit any more.
+                Some(Outcome::Abort) => action,
+            };
+        }
         let o = match action {
             Action::Leave => continue,
             Action::Commit => Outcome::Commit,
@@ -227,6 +255,7 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     }
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
     c.forget_finished();
+    c.flush_forgotten_decisions().await;
     // Taken-over nodes with nothing left prepared and nothing undecided go back.
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
@@ -284,6 +313,30 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
 }
 
 impl Coordinator {
+    /// A transaction recovery found committed in a participant: in memory as committed
+    /// (its branches seen this pass), so completion and the decision endpoint know it.
+    /// `complete`: every resource was listed, so these are all its branches and its
+    /// decision row may go once they are finished; otherwise the row stays.
+    pub fn adopt_participant_commit(&self, gtid: &str, branches: &[(String, String)], complete: bool) {
+        let mut txs = self.txs.lock().unwrap();
+        if txs.contains_key(gtid) {
+            return;
+        }
+        let mut tx = state::Tx::new(gtid.to_string(), std::time::Duration::from_millis(self.cfg.timeouts.transaction_ms));
+        tx.recovered = true;
+        for (res, bid) in branches {
+            let _ = tx.register(bid, res, self.kind_of(res).unwrap_or(crate::config::ResourceKind::Postgres));
+            let _ = tx.prepared(bid);
+        }
+        tx.state = state::TxState::Committed;
+        tx.decided = Some(std::time::Instant::now());
+        tx.decide_in = Some(String::new());
+        let mut e = crate::coordinator::Entry::new(tx, false);
+        e.dip_forgotten = !complete;
+        txs.insert(gtid.to_string(), e);
+        log("info", "recovery: decision found committed in a participant", json!({"gtid": gtid, "branches": branches}));
+    }
+
     /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
     pub fn has_unfinished_of(&self, node: &str) -> bool {
         self.txs.lock().unwrap().values().any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))

@@ -193,7 +193,7 @@ impl ResourceClient {
         }
     }
 
-    async fn pg_simple(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error> {
+    pub(crate) async fn pg_simple(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error> {
         let Inner::Pg { cfg, conns, next } = &self.inner else { unreachable!() };
         let slot = &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()];
         let mut guard = slot.lock().await;

@@ -40,6 +40,11 @@ pub enum TxState {
     Aborted,
     /// Single branch committing in one phase on its own session: nothing is prepared.
     OnePhase,
+    /// Every other branch prepared; the decision branch (`Tx::decide_in`) commits in one
+    /// phase with the global decision written inside it (pg_co's `co.decide`). No store
+    /// record: the decision is that commit. Undecided until its owner reports or the
+    /// daemon reads the outcome there (`co.resolve`).
+    Deciding,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -89,6 +94,8 @@ pub struct Tx {
     pub retryable: bool,
     /// Loaded from the store at start: branch states are unknown until recovery looks.
     pub recovered: bool,
+    /// The branch whose commit carries the global decision (decision in the participant).
+    pub decide_in: Option<String>,
 }
 
 /// A refused request: a machine-readable code and a message; `owner_url` when another
@@ -129,6 +136,7 @@ impl Tx {
             abort_reason: None,
             retryable: false,
             recovered: false,
+            decide_in: None,
         }
     }
 
@@ -141,7 +149,7 @@ impl Tx {
     }
 
     pub fn is_undecided(&self) -> bool {
-        matches!(self.state, TxState::Active | TxState::Committing | TxState::OnePhase)
+        matches!(self.state, TxState::Active | TxState::Committing | TxState::OnePhase | TxState::Deciding)
     }
 
     /// Prepared somewhere and not finished: the engines hold locks for us.
@@ -168,6 +176,9 @@ impl Tx {
                 refuse("transaction_committed", format!("{what}: transaction {} is already decided commit", self.gtid))
             }
             TxState::OnePhase => refuse("transaction_one_phase", format!("{what}: transaction {} is committing in one phase", self.gtid)),
+            TxState::Deciding => {
+                refuse("transaction_deciding", format!("{what}: transaction {} is being decided in its decision branch", self.gtid))
+            }
             TxState::Active => refuse("wrong_state", format!("{what}: transaction {} is active", self.gtid)),
         }
     }
@@ -215,6 +226,15 @@ impl Tx {
         let i = self.branch_idx(bid)?;
         match self.state {
             TxState::Active | TxState::Aborted => {}
+            // The decision branch's commit was refused or rolled back: abort.
+            TxState::Deciding if self.decide_in.as_deref() == Some(bid) => {
+                self.branches[i].state = BranchState::Finished;
+                self.branches[i].outcome = Some(Outcome::Abort);
+                self.branches[i].finished_by = Some(FinishedBy::Owner);
+                self.branches[i].note = Some(reason.to_string());
+                self.abort(format!("decision branch {bid} failed: {reason}"), retryable);
+                return Ok(());
+            }
             _ => return self.decided_refusal("branch failed"),
         }
         match self.branches[i].state {
@@ -258,6 +278,42 @@ impl Tx {
         Ok(())
     }
 
+    /// Commit with the decision inside branch `bid`'s one-phase commit: every other branch
+    /// prepared, `bid` registered and not prepared.
+    pub fn check_decide_in(&self, bid: &str) -> Result<(), Refusal> {
+        if self.state != TxState::Active {
+            return self.decided_refusal("commit");
+        }
+        let i = self.branch_idx(bid)?;
+        if self.branches[i].state != BranchState::Registered {
+            return refuse("wrong_state", format!("branch {bid:?} is {:?}; the decision branch must not be prepared", self.branches[i].state));
+        }
+        if let Some(b) = self.branches.iter().find(|b| b.branch_id != bid && b.state != BranchState::Prepared) {
+            return refuse("branch_not_prepared", format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+        }
+        Ok(())
+    }
+
+    /// The outcome of the decision branch is known (its owner's report, or co.resolve).
+    pub fn decided_in_participant(&mut self, o: Outcome, by: FinishedBy) {
+        if self.state != TxState::Deciding {
+            return;
+        }
+        if let Some(i) = self.decide_in.as_deref().and_then(|b| self.branches.iter().position(|x| x.branch_id == b)) {
+            let b = &mut self.branches[i];
+            b.state = BranchState::Finished;
+            b.outcome = Some(o);
+            b.finished_by = Some(by);
+        }
+        match o {
+            Outcome::Commit => {
+                self.state = TxState::Committed;
+                self.decided = Some(Instant::now());
+            }
+            Outcome::Abort => self.abort("the decision branch did not commit".into(), false),
+        }
+    }
+
     pub fn abort(&mut self, reason: String, retryable: bool) {
         self.state = TxState::Aborted;
         self.decided = Some(Instant::now());
@@ -275,9 +331,13 @@ impl Tx {
     /// The owner (or the daemon) finished a branch with `outcome`.
     pub fn finish(&mut self, bid: &str, outcome: Outcome, by: FinishedBy) -> Result<(), Refusal> {
         let i = self.branch_idx(bid)?;
+        if self.state == TxState::Deciding && self.decide_in.as_deref() == Some(bid) {
+            self.decided_in_participant(outcome, by);
+            return Ok(());
+        }
         match (self.state, outcome) {
             (TxState::Committed, Outcome::Commit) | (TxState::Aborted, Outcome::Abort) | (TxState::OnePhase, _) => {}
-            (TxState::Active | TxState::Committing, _) => {
+            (TxState::Active | TxState::Committing | TxState::Deciding, _) => {
                 return refuse("not_decided", format!("transaction {} is not decided yet", self.gtid))
             }
             _ => {
@@ -380,6 +440,39 @@ mod tests {
         assert_eq!(t.state, TxState::Aborted);
         assert!(t.retryable);
         assert!(t.in_doubt()); // b2 still prepared: must be rolled back
+    }
+
+    #[test]
+    fn decision_in_participant() {
+        let mut t = tx();
+        t.register("b1", "m", ResourceKind::Mariadb).unwrap();
+        t.register("d", "pg", ResourceKind::Postgres).unwrap();
+        assert_eq!(t.check_decide_in("d").unwrap_err().code, "branch_not_prepared");
+        t.prepared("b1").unwrap();
+        t.check_decide_in("d").unwrap();
+        assert_eq!(t.check_decide_in("b1").unwrap_err().code, "wrong_state");
+        t.state = TxState::Deciding;
+        t.decide_in = Some("d".into());
+        // Undecided: never presumed abort, no client abort, other branches wait.
+        assert!(t.is_undecided() && t.decision().is_none());
+        assert_eq!(t.check_abort().unwrap_err().code, "transaction_deciding");
+        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, "not_decided");
+        assert_eq!(t.failed("b1", "x", false).unwrap_err().code, "transaction_deciding");
+        t.finish("d", Outcome::Commit, FinishedBy::Owner).unwrap();
+        assert_eq!(t.decision(), Some(Outcome::Commit));
+        assert!(t.in_doubt(), "b1 is still prepared and gets the commit");
+        t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap();
+        assert!(t.all_finished());
+
+        let mut t = tx();
+        t.register("b1", "m", ResourceKind::Mariadb).unwrap();
+        t.register("d", "pg", ResourceKind::Postgres).unwrap();
+        t.prepared("b1").unwrap();
+        t.state = TxState::Deciding;
+        t.decide_in = Some("d".into());
+        t.failed("d", "40001 rule A", true).unwrap();
+        assert_eq!(t.decision(), Some(Outcome::Abort));
+        assert!(t.retryable);
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! and local COMMIT (XACT_EVENT_PRE_COMMIT: rules B and C). Each check runs under
 //! SerializableXactHashLock together with setting our marker, so two transactions with
 //! an rw edge between them can never both pass (docs/pg_co.md).
+//! A local COMMIT of a transaction that called `co.decide` is the global decision of a
+//! 2PC transaction (its last branch committing in one phase) and is checked as
+//! `Point::Decision`: rule A as at PREPARE, B and C as at COMMIT.
 
 use crate::gucs::{self, ConflictAction};
 use crate::refusal::{self, Refusal};
@@ -9,7 +12,22 @@ use crate::shmem::{self, Counter};
 use crate::ssi_ffi::{self, SsiLock};
 use pg_co_rules::{decide, Marker, Point, Settings, Verdict};
 use pgrx::pg_sys;
+use std::cell::Cell;
 use std::time::Instant;
+
+thread_local! {
+    /// This backend's current transaction called co.decide: its COMMIT is a global decision.
+    static DECISION_POINT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by co.decide; cleared when the transaction ends, whichever way.
+pub fn mark_decision_point() {
+    DECISION_POINT.with(|d| d.set(true));
+}
+
+fn is_decision_point() -> bool {
+    DECISION_POINT.with(|d| d.get())
+}
 
 // From the server headers via pgrx (xact.h), not a copy.
 const XACT_SERIALIZABLE: i32 = pg_sys::XACT_SERIALIZABLE as i32;
@@ -22,11 +40,20 @@ pub unsafe fn register() {
 unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_PRE_PREPARE => check(Point::Prepare),
+        XACT_EVENT_PRE_PREPARE => {
+            if is_decision_point() {
+                // The decision row would sit prepared, undecided, beside its own branch.
+                refusal::raise(Refusal::DecisionPrepared);
+            }
+            check(Point::Prepare)
+        }
         // Parallel workers report XACT_EVENT_PARALLEL_PRE_COMMIT and are not checked:
         // their leader's commit is.
-        XACT_EVENT_PRE_COMMIT => check(Point::LocalCommit),
-        XACT_EVENT_PREPARE | XACT_EVENT_COMMIT | XACT_EVENT_ABORT => shmem::clear_my_marker(),
+        XACT_EVENT_PRE_COMMIT => check(if is_decision_point() { Point::Decision } else { Point::LocalCommit }),
+        XACT_EVENT_PREPARE | XACT_EVENT_COMMIT | XACT_EVENT_ABORT => {
+            DECISION_POINT.with(|d| d.set(false));
+            shmem::clear_my_marker()
+        }
         _ => {}
     }
 }
@@ -36,7 +63,16 @@ fn check(point: Point) {
         return;
     }
     let serializable = unsafe { pg_sys::XactIsoLevel } == XACT_SERIALIZABLE;
-    if point == Point::Prepare {
+    if point == Point::Decision {
+        // co.decide refused these already; a setting changed since must not slip through.
+        if !serializable {
+            refusal::raise(Refusal::DecisionNotSerializable);
+        }
+        if unsafe { pg_sys::XactReadOnly } {
+            refusal::raise(Refusal::DecisionReadOnly);
+        }
+        shmem::bump(Counter::ChecksCommit, 1);
+    } else if point == Point::Prepare {
         if !serializable {
             if gucs::REQUIRE_SERIALIZABLE.get() {
                 shmem::bump(Counter::RefusedNotSerializable, 1);
@@ -68,6 +104,8 @@ fn check(point: Point) {
         let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
         if verdict == Verdict::Allow {
             if !gucs::TEST_SKIP_MARKER.get() {
+                // A decision commit is a commit: peers see it as committing (rule A refuses
+                // their out-edges to it, rule B does not wait for it).
                 shmem::set_my_marker(snap.sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
             }
             drop(lock);

@@ -30,6 +30,38 @@ SELECT p.gid, p.transaction AS xid, p.prepared, now() - p.prepared AS age, p.own
                    WHEN 'A' THEN 'peer read data this one wrote: its PREPARE will be refused (rule A)' END AS effect
 FROM pg_catalog.pg_prepared_xacts p
 LEFT JOIN co.blocking_edges() b ON b.prepared_xid::text::xid = p.transaction;
+
+-- Global decisions written inside a participant's commit (co.decide): 'c' commit,
+-- 'a' abort (written by co.resolve when no decision committed).
+CREATE TABLE co.decisions (
+    gtid text PRIMARY KEY,
+    outcome "char" NOT NULL CHECK (outcome IN ('c', 'a')),
+    decided_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The outcome of global transaction $1: its committed decision, or abort recorded now.
+-- The insert waits for an open co.decide of the same gtid (unique index), so an open
+-- decision can never commit after this returned 'abort'. Only at READ COMMITTED: a
+-- serializable snapshot cannot see a decision committed while it waited.
+CREATE FUNCTION co.resolve(gtid text) RETURNS text LANGUAGE plpgsql VOLATILE AS $f$
+#variable_conflict use_column
+DECLARE o "char";
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'co.resolve must run at READ COMMITTED'
+            USING ERRCODE = '25000', HINT = 'BEGIN ISOLATION LEVEL READ COMMITTED; SELECT co.resolve(...); COMMIT;';
+    END IF;
+    INSERT INTO co.decisions AS d (gtid, outcome) VALUES ($1, 'a')
+    ON CONFLICT (gtid) DO UPDATE SET outcome = d.outcome
+    RETURNING d.outcome INTO o;
+    RETURN CASE o WHEN 'c' THEN 'commit' ELSE 'abort' END;
+END
+$f$;
+
+-- Forgets finished decisions (every branch of those transactions is committed or rolled back).
+CREATE FUNCTION co.forget(gtids text[]) RETURNS bigint LANGUAGE sql VOLATILE AS $f$
+    WITH gone AS (DELETE FROM co.decisions WHERE gtid = ANY ($1) RETURNING 1) SELECT count(*) FROM gone
+$f$;
 "#,
     name = "views",
     requires = [sql_api::require_preload, sql_api::stat_counters, sql_api::stats_view_sql, sql_api::blocking_edges]

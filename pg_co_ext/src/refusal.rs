@@ -14,12 +14,19 @@ pub enum Refusal {
     ReadOnly,
     WaitTimeout,
     Rule(Point, Verdict),
+    /// co.decide outside SERIALIZABLE / in a READ ONLY transaction, or followed by PREPARE.
+    DecisionNotSerializable,
+    DecisionReadOnly,
+    DecisionPrepared,
+    /// co.decide found the gtid already decided (recovery resolved it as abort).
+    AlreadyDecided(String),
 }
 
 fn point_name(p: Point) -> &'static str {
     match p {
         Point::Prepare => "PREPARE TRANSACTION",
         Point::LocalCommit => "COMMIT",
+        Point::Decision => "COMMIT of a global decision (co.decide)",
     }
 }
 
@@ -74,6 +81,34 @@ pub fn raise(r: Refusal) -> ! {
             "pg_co: lock_timeout expired while waiting for an in-doubt transaction (rule B)",
             "pg_co",
         ),
+        Refusal::DecisionNotSerializable => ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "pg_co refused co.decide: the transaction is not SERIALIZABLE",
+            "pg_co",
+        )
+        .set_detail("The commit that carries a global decision is checked as this branch's prepare, which needs PostgreSQL's rw-conflict tracking.")
+        .set_hint("Start the decision branch with BEGIN ISOLATION LEVEL SERIALIZABLE."),
+        Refusal::DecisionReadOnly => ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "pg_co refused co.decide: the transaction is READ ONLY",
+            "pg_co",
+        )
+        .set_detail("The decision is a row written in this transaction, and a READ ONLY serializable transaction loses its rw-conflict tracking.")
+        .set_hint("Run the decision branch as READ WRITE (the default)."),
+        Refusal::DecisionPrepared => ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "pg_co refused PREPARE TRANSACTION: the transaction called co.decide",
+            "pg_co",
+        )
+        .set_detail("A transaction that carries the global decision commits in one phase; prepared, its decision would be undecided.")
+        .set_hint("COMMIT the decision branch, or PREPARE it without calling co.decide."),
+        Refusal::AlreadyDecided(gtid) => ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            format!("pg_co refused co.decide: global transaction '{}' is already decided", gtid.replace('\'', "''")),
+            "pg_co",
+        )
+        .set_detail("Recovery resolved it (co.resolve) before this decision, so it is aborted.")
+        .set_hint("Roll back and retry the global transaction under a new id."),
         Refusal::Rule(point, v) => {
             let (counter, msg, detail) = match v {
                 Verdict::RuleAOutEdge(p, st) => (
@@ -93,6 +128,7 @@ pub fn raise(r: Refusal) -> ! {
                 ),
                 Verdict::RuleCStaleLocalRead(p, st) => (
                     Counter::RefusedRuleC,
+                    // Only at a local COMMIT: at a decision commit rule A refuses first.
                     "pg_co refused COMMIT: commitment ordering rule C".to_string(),
                     format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
                 ),

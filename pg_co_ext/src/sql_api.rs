@@ -1,5 +1,8 @@
 //! The SQL surface added by CREATE EXTENSION pg_co (views are in lib.rs's extension_sql).
 
+use crate::commit_points;
+use crate::gucs;
+use crate::refusal::{self, Refusal};
 use crate::shmem;
 use crate::ssi_ffi;
 use pgrx::prelude::*;
@@ -64,4 +67,34 @@ fn blocking_edges() -> TableIterator<
         )
     });
     TableIterator::new(rows.collect::<Vec<_>>().into_iter())
+}
+
+/// Writes the commit decision of global transaction `gtid` into co.decisions in the
+/// current transaction and makes its COMMIT the global decision point, checked as this
+/// branch's prepare and commit at once (docs/pg_co.md). co.resolve of the same gtid waits
+/// for this transaction (unique index), so it cannot decide abort while this one is open.
+#[pg_extern(volatile, parallel_unsafe)]
+fn decide(gtid: &str) {
+    require_preloaded();
+    if gucs::ENABLED.get() {
+        if unsafe { pg_sys::XactIsoLevel } != pg_sys::XACT_SERIALIZABLE as i32 {
+            refusal::raise(Refusal::DecisionNotSerializable);
+        }
+        if unsafe { pg_sys::XactReadOnly } {
+            refusal::raise(Refusal::DecisionReadOnly);
+        }
+    }
+    let inserted = Spi::get_one_with_args::<bool>(
+        "INSERT INTO co.decisions (gtid, outcome) VALUES ($1, 'c') ON CONFLICT (gtid) DO NOTHING RETURNING true",
+        &[gtid.into()],
+    )
+    .unwrap_or(None)
+    .unwrap_or(false);
+    if !inserted {
+        refusal::raise(Refusal::AlreadyDecided(gtid.to_string()));
+    }
+    // The decision is this commit: it must be durable when COMMIT returns, whatever the
+    // session's or server's synchronous_commit (other branches are committed on its word).
+    Spi::run("SELECT pg_catalog.set_config('synchronous_commit', 'on', true)").expect("set synchronous_commit");
+    commit_points::mark_decision_point();
 }

@@ -3,8 +3,9 @@ overdraft in two orders, rule C of co-rules.md) and a seeded sample of the full 
 (every per-database interleaving of 2-transaction combinations and of rule C's three
 programs). With the project on, every committed history is serializable (the graph
 checker and the brute-force serial-order oracle agree); with plain 2PC the same
-schedules produce anomalies, which the checker finds. Full set: docs/guarantees.md
-(`python -m checker.schedules --full`)."""
+schedules produce anomalies, which the checker finds. The same holds with the decision
+inside the PostgreSQL branch's commit (co.decide, `dip`). Full set: docs/guarantees.md
+(`python -m checker.schedules --full`, `--full --dip`)."""
 import os
 
 import pytest
@@ -118,3 +119,29 @@ def test_documented_limits_with_the_project_on(runner):
         assert r.committed == ["Y", "G", "L"], (label, r.executed)
         assert r.executed.index("Y.commit(my)") < r.executed.index("L.commit(my)"), (label, r.executed)
     assert "pg_co rule C" in res["protected: the same reader READ WRITE (rule C refuses it)"].aborted["L"]
+
+
+@pytest.fixture(scope="module")
+def dip_items():
+    return sample(full_set(dip=True), SAMPLE, seed=6)
+
+
+def test_dip_sample_with_the_project_is_serializable(runner, dip_items):
+    """Decision in the participant: the PostgreSQL branch's one-phase COMMIT with
+    co.decide is the decision (pg_co: rule A as at PREPARE, B and C as at COMMIT)."""
+    runner.set_mode("co")
+    t = run_many(runner, dip_items, Tally("co dip"))
+    print(t.line())
+    assert t.run == len(dip_items)
+    assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
+    assert t.oracle_disagrees == 0
+    assert t.reasons.get("pg_co rule A", 0) > 0, "rule A at the decision commit must show up"
+
+
+def test_dip_sample_plain_has_anomalies_the_checker_finds(runner, dip_items):
+    """Plain 2PC with the decision in the participant (pg_co and mysql_co off)."""
+    runner.set_mode("plain")
+    t = run_many(runner, dip_items, Tally("plain dip"))
+    print(t.line())
+    assert t.anomalies > 0
+    assert t.oracle_disagrees == 0

@@ -226,11 +226,14 @@ class Coordinator:
         return self.http.request("GET", "/healthz")
 
     # --- context managers ------------------------------------------------------------
-    def transaction(self, timeout_ms: int | None = None) -> "Transaction":
+    def transaction(self, timeout_ms: int | None = None, decide_in_participant: bool = False) -> "Transaction":
         """A new global transaction; this process is its root and decides it at exit.
         It is begun at the coordinator together with its first branch (one round trip),
-        or when tx.gtid is first read."""
-        return Transaction(self, None, root=True, timeout_ms=timeout_ms)
+        or when tx.gtid is first read. decide_in_participant=True: the last PostgreSQL
+        branch is not prepared but commits in one phase with the global decision written
+        inside it (pg_co's co.decide; its resource needs `decisions = true` at the
+        coordinator): one store write and one round trip fewer."""
+        return Transaction(self, None, root=True, timeout_ms=timeout_ms, decide_in_participant=decide_in_participant)
 
     def run(self, fn, retries: int = 5, **kw):
         """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
@@ -437,8 +440,9 @@ def _retryable(e) -> bool:
 
 class Transaction:
     def __init__(self, coord: Coordinator, gtid: str | None, root: bool, wait: bool = True,
-                 timeout_ms: int | None = None):
+                 timeout_ms: int | None = None, decide_in_participant: bool = False):
         self.coord, self._gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
+        self.decide_in_participant = decide_in_participant
         self._timeout_ms = timeout_ms
         self._branches: list[Branch] = []
         self._thread: threading.Thread | None = None
@@ -489,8 +493,12 @@ class Transaction:
         ready = [b for b in self._branches if b.state == "ready"]
         if len(ready) == 1 and len(self._branches) == 1 and self._one_phase(ready[0]):
             return
+        decider = next((b for b in reversed(ready) if b.kind == "postgres"), None) if self.decide_in_participant else None
         # Our own branches' "prepared" reports ride along with the commit request.
-        mine = self.prepare_all(report=False)
+        mine = self.prepare_all(report=False, skip=decider)
+        if decider is not None:
+            self._finish(self._decide_in(decider, mine))
+            return
         deadline = time.monotonic() + 5.0
         while True:
             try:
@@ -516,6 +524,57 @@ class Transaction:
                 decision = self._wait_decision()
                 break
         self._finish(decision)
+
+    def _commit_call(self, body: dict) -> str:
+        """POST …/commit, waiting for participants' prepared reports; the decision, or
+        "in_participant" when the decision branch now decides."""
+        mine = body.get("prepared", [])
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {**body, "prepared": mine})["decision"]
+            except CoordinatorError as e:
+                if e.code == "branch_not_prepared" and time.monotonic() < deadline:
+                    time.sleep(0.01)  # a participant has not reported yet
+                    continue
+                if e.code == "already_prepared" and mine:
+                    mine = []  # an earlier attempt got through
+                    continue
+                if e.status >= 500 or e.code in ("transaction_committed", "transaction_deciding"):
+                    return self._wait_decision()
+                return "abort"
+            except CoordinatorUnavailable:
+                return self._wait_decision()
+
+    def _decide_in(self, d: Branch, mine: list[str]) -> str:
+        """Every other branch is prepared: commit `d` in one phase with the global decision
+        inside it. Returns the decision for the other branches."""
+        decision = self._commit_call({"prepared": mine, "decide_in": d.branch_id})
+        if decision != "in_participant":
+            return decision  # refused (abort) or already decided: `d` is rolled back by _finish
+        try:
+            d.conn.execute("SELECT co.decide(%s)", (self.gtid,))
+            d.conn.execute("COMMIT")
+        except Exception as e:  # noqa: BLE001
+            lost = bool(getattr(d.conn, "broken", False) or getattr(d.conn, "closed", False))
+            if not lost:
+                # The engine refused the decision (40001: CO rule, or already resolved as
+                # abort) or another SQL error: nothing committed there.
+                d._rollback_unprepared()
+                d.state = "rolled_back"
+                d._report_failed(f"decision commit refused: {e}", _retryable(e))
+                self._rollback_local()
+                if _retryable(e):
+                    self.outcome = "abort"
+                    raise RetryableError(self.gtid, f"{d.resource}: decision commit refused: {e}") from e
+                self._raise_abort(f"{d.resource}: decision commit failed: {e}")
+            # Connection lost during COMMIT: whether it committed is the database's to say;
+            # the daemon reads it there (co.resolve) after the owners' grace period.
+            d.state = "left_to_coordinator"
+            return self._wait_decision()
+        d.state = "finished"
+        self._ack(d, "commit")
+        return "commit"
 
     def _one_phase(self, b: Branch) -> bool:
         try:
@@ -546,13 +605,13 @@ class Transaction:
                                     {"outcome": outcome})
 
     # --- both -------------------------------------------------------------------------
-    def prepare_all(self, report: bool = True) -> list[str]:
-        """Prepares every ready local branch and (report=True) reports it; on any failure
-        rolls back all local branches (the coordinator aborts the global transaction) and
-        raises. Returns the ids of the branches it prepared."""
+    def prepare_all(self, report: bool = True, skip: Branch | None = None) -> list[str]:
+        """Prepares every ready local branch (but `skip`) and (report=True) reports it; on
+        any failure rolls back all local branches (the coordinator aborts the global
+        transaction) and raises. Returns the ids of the branches it prepared."""
         done = []
         for b in self._branches:
-            if b.state != "ready":
+            if b.state != "ready" or b is skip:
                 continue
             try:
                 b.prepare()

@@ -30,7 +30,7 @@ def backoff(attempt: int, base_delay: float, max_delay: float, rand: Callable[[]
 
 
 def run(coord, fn: Callable[..., T], retries: int = 5, *, timeout_ms: int | None = None,
-        base_delay: float = 0.02, max_delay: float = 1.0,
+        decide_in_participant: bool = False, base_delay: float = 0.02, max_delay: float = 1.0,
         on_retry: Callable[[int, RetryableError, float], None] | None = None,
         sleep: Callable[[float], None] = time.sleep, rand: Callable[[], float] = random.random) -> T:
     """fn(tx) in a global transaction of `coord`, retried on RetryableError (see module
@@ -41,7 +41,7 @@ def run(coord, fn: Callable[..., T], retries: int = 5, *, timeout_ms: int | None
     attempt = 0
     while True:
         try:
-            with coord.transaction(timeout_ms=timeout_ms) as tx:
+            with coord.transaction(timeout_ms=timeout_ms, decide_in_participant=decide_in_participant) as tx:
                 result = fn(tx)
             return result
         except RetryableError as e:

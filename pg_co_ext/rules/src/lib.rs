@@ -75,6 +75,22 @@ pub enum Point {
     Prepare,
     /// A local COMMIT (the transaction is its own decision).
     LocalCommit,
+    /// The one-phase COMMIT of a global transaction's last branch that carries the global
+    /// decision (`co.decide`): at once this branch's prepare, its commit and the global
+    /// decision. Rule A as at [`Point::Prepare`], rules B and C as at
+    /// [`Point::LocalCommit`] (docs/pg_co.md, "The global decision inside a commit").
+    Decision,
+}
+
+impl Point {
+    /// The point is (also) this branch's prepare: rule A applies.
+    fn prepares(self) -> bool {
+        matches!(self, Point::Prepare | Point::Decision)
+    }
+    /// The point makes the branch's writes visible here at once: rule C applies.
+    fn commits_locally(self) -> bool {
+        matches!(self, Point::LocalCommit | Point::Decision)
+    }
 }
 
 /// The deciding transaction itself.
@@ -114,7 +130,7 @@ pub enum Verdict {
 
 /// The decision at one commit point. Rule A comes first: waiting cannot cure it.
 pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer], s: &Settings) -> Verdict {
-    if point == Point::Prepare {
+    if point.prepares() {
         if me.flags & flags::SUMMARY_CONFLICT_OUT != 0 {
             return Verdict::RuleASummarized;
         }
@@ -125,7 +141,7 @@ pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer]
             }
         }
     }
-    if point == Point::LocalCommit && s.rule_c {
+    if point.commits_locally() && s.rule_c {
         for p in out_edges {
             let st = classify(p);
             let two_phase = matches!(st, PeerState::InDoubt | PeerState::Committed { two_phase: true });
@@ -250,6 +266,45 @@ mod tests {
         let off = Settings { rule_c: false };
         y.prepare_seq = 15;
         assert_eq!(decide(Point::LocalCommit, &me(), &[y], &[], &off), Verdict::Allow);
+    }
+
+    #[test]
+    fn decision_commit_applies_rule_a_like_a_prepare() {
+        // A plain local COMMIT with an out-edge to a finished peer is allowed; the same
+        // commit carrying the global decision is also this branch's prepare: refused.
+        for st in [COMMITTED, COMMITTING] {
+            assert_eq!(d(Point::LocalCommit, &[p(st)], &[]), Verdict::Allow, "{st:?}");
+        }
+        for st in [IN_DOUBT, COMMITTED, COMMITTING] {
+            assert!(matches!(d(Point::Decision, &[p(st)], &[]), Verdict::RuleAOutEdge(..)), "{st:?}");
+        }
+        let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0 };
+        assert_eq!(decide(Point::Decision, &me, &[], &[], &Settings::default()), Verdict::RuleASummarized);
+        assert_eq!(d(Point::Decision, &[p(ACTIVE), p(ROLLED_BACK)], &[]), Verdict::Allow);
+    }
+
+    #[test]
+    fn decision_commit_applies_rule_b() {
+        let mut preparing = p(ACTIVE);
+        preparing.marker = Some(Marker::Preparing);
+        assert!(matches!(d(Point::Decision, &[], &[p(IN_DOUBT)]), Verdict::RuleBInDoubtReader(..)));
+        assert!(matches!(d(Point::Decision, &[], &[preparing]), Verdict::RuleBInDoubtReader(..)));
+        assert_eq!(d(Point::Decision, &[], &[p(ACTIVE), p(COMMITTED), p(ROLLED_BACK), p(COMMITTING)]), Verdict::Allow);
+    }
+
+    #[test]
+    fn rule_a_at_decision_covers_rule_c() {
+        // Every peer rule C refuses (in doubt or committed through 2PC) is one rule A
+        // already refuses at a decision commit, whatever the snapshot and with rule C off.
+        let off = Settings { rule_c: false };
+        for x in [IN_DOUBT, (flags::PREPARED | flags::COMMITTED, 0)] {
+            for seq in [1, 15, 25] {
+                let mut y = p(x);
+                y.prepare_seq = seq;
+                assert!(matches!(d(Point::Decision, &[y], &[]), Verdict::RuleAOutEdge(..)));
+                assert!(matches!(decide(Point::Decision, &me(), &[y], &[], &off), Verdict::RuleAOutEdge(..)));
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,305 @@
+"""Decision in a participant: faults around the one-phase commit that carries the global
+decision (pg_co's co.decide in the PostgreSQL branch, the MariaDB branch prepared).
+
+Each case runs one transfer step by step over the HTTP API and SQL (so the fault lands
+exactly where it should), kills or pauses something, lets the real daemon's recovery run,
+and checks: nothing stays prepared, no split (the two rows moved together or not at all),
+and the outcome is whether the decision row committed. The first case also runs without
+the fix (the PostgreSQL resource not declared a decision resource: plain presumed abort)
+and shows the split that the participant lookup prevents."""
+import pytest
+import psycopg
+import pymysql
+from cotx import Coordinator
+from cotx.daemon import Daemon
+from cotx.testing import nothing_prepared, wait_until
+
+from conftest import requires_mysql_co, requires_pg_co
+
+pytestmark = [requires_pg_co, requires_mysql_co]
+
+TIMEOUTS = {"transaction_ms": 8000, "owner_grace_ms": 500, "recovery_interval_ms": 300}
+
+
+@pytest.fixture(scope="module")
+def dbs(pg, mariadb):
+    pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
+    pg.sql("DROP TABLE IF EXISTS dip_acct")
+    pg.sql("CREATE TABLE dip_acct (id int PRIMARY KEY, bal int NOT NULL)")
+    mariadb.sql("DROP TABLE IF EXISTS dip_acct")
+    mariadb.sql("CREATE TABLE dip_acct (id int PRIMARY KEY, bal int NOT NULL) ENGINE=InnoDB")
+    return pg, mariadb
+
+
+def daemon(pg, mariadb, decisions: bool) -> Daemon:
+    pgres = {"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2}
+    if decisions:
+        pgres["decisions"] = True
+    return Daemon([pgres, {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2}],
+                  timeouts=TIMEOUTS).start()
+
+
+class Transfer:
+    """Moves 10 from MariaDB row `rid` to PostgreSQL row `rid`; the PostgreSQL branch
+    carries the decision."""
+
+    def __init__(self, d: Daemon, pg, mariadb, rid: int):
+        pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
+        mariadb.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+        self.pg, self.my, self.rid = pg, mariadb, rid
+        self.c = Coordinator(d.url, d.token)
+        r = self.c.http.request("POST", "/v1/transactions", {"branch": {"resource": "my", "branch_id": "m"}})
+        self.gtid = r["gtid"]
+        x = r["branch"]["xid"]
+        self.c.http.request("POST", f"/v1/transactions/{self.gtid}/branches", {"resource": "pg", "branch_id": "p"})
+        self.myc = mariadb.connect()
+        xid = f"{self.myc.escape(x['gtrid'])},{self.myc.escape(x['bqual'])},{int(x['format_id'])}"
+        with self.myc.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            cur.execute(f"XA START {xid}")
+            cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = %s", (rid,))
+            cur.execute(f"XA END {xid}")
+            cur.execute(f"XA PREPARE {xid}")
+        # A read-write prepared branch survives its session; the daemon finishes it.
+        self.myc.close()
+        self.pgc = pg.connect()
+        self.pgc.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        self.pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = %s", (rid,))
+
+    def commit_call(self) -> dict:
+        return self.c.http.request("POST", f"/v1/transactions/{self.gtid}/commit", {"prepared": ["m"], "decide_in": "p"})
+
+    def decide(self) -> None:
+        self.pgc.execute("SELECT co.decide(%s)", (self.gtid,))
+
+    def balances(self) -> tuple[int, int]:
+        p = self.pg.sql("SELECT bal FROM dip_acct WHERE id = %s", (self.rid,))[0][0]
+        m = self.my.sql("SELECT bal FROM dip_acct WHERE id = %s", (self.rid,))[0][0]
+        return p, m
+
+    def settled(self) -> tuple[int, int]:
+        wait_until(lambda: nothing_prepared(self.pg, self.my), timeout=60, what="recovery to finish every prepared branch")
+        return self.balances()
+
+    def decision_row(self):
+        r = self.pg.sql("SELECT outcome FROM co.decisions WHERE gtid = %s", (self.gtid,))
+        return r[0][0] if r else None
+
+
+def test_owner_silent_after_decision_commit(dbs):
+    """The decision branch commits, its owner never reports: after the grace period the
+    daemon reads the decision there and commits the MariaDB branch."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 1)
+        assert t.commit_call()["decision"] == "in_participant"
+        assert t.c.decision(t.gtid)["decision"] is None, "deciding: pending, never presumed abort"
+        t.decide()
+        t.pgc.execute("COMMIT")
+        assert t.c.decision(t.gtid, wait_ms=20000)["decision"] == "commit"
+        assert t.settled() == (110, 90)
+    finally:
+        d.destroy()
+
+
+def test_decision_commit_refused_aborts(dbs):
+    """The owner reports the refused decision commit (failed): abort, MariaDB rolled back."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 2)
+        t.commit_call()
+        t.pgc.execute("ROLLBACK")
+        t.c.http.request("POST", f"/v1/transactions/{t.gtid}/branches/p/failed", {"reason": "refused", "retryable": True})
+        assert t.c.decision(t.gtid)["decision"] == "abort"
+        assert t.settled() == (100, 100)
+    finally:
+        d.destroy()
+
+
+@pytest.mark.parametrize("decisions", [True, False], ids=["participant_lookup", "presumed_abort_only"])
+def test_daemon_killed_before_decision_commit(dbs, decisions):
+    """kill -9 of the daemon once it answered in_participant; the owner then commits the
+    decision branch. Recovery after the restart finds the MariaDB branch prepared with no
+    record: with the participant lookup it reads 'commit' in PostgreSQL and commits it;
+    restarted without it (presumed abort alone) it rolls it back: a split (PostgreSQL +10,
+    MariaDB +0)."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 3)
+        t.commit_call()
+        d.kill9()
+        t.decide()
+        t.pgc.execute("COMMIT")
+        if not decisions:
+            # The restarted daemon without the lookup: recovery as before this mode.
+            d.resources[0].pop("decisions")
+            d.write_config()
+        d.start()
+        if decisions:
+            # A participant asking for the decision is not told "presumed abort".
+            assert Coordinator(d.url, d.token).decision(t.gtid)["decision"] == "commit"
+        bal = t.settled()
+        if decisions:
+            assert bal == (110, 90)
+        else:
+            assert bal == (110, 100), "without the lookup the committed transaction is split"
+    finally:
+        d.destroy()
+
+
+def test_daemon_killed_after_decision_commit(dbs):
+    """kill -9 of the daemon after the decision commit, before the owner's report."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 4)
+        t.commit_call()
+        t.decide()
+        t.pgc.execute("COMMIT")
+        d.kill9()
+        d.start()
+        assert t.settled() == (110, 90)
+        # Finished: the committed decision row is deleted by a later pass.
+        wait_until(lambda: t.decision_row() is None, timeout=30, what="the decision row to be forgotten")
+    finally:
+        d.destroy()
+
+
+def test_client_session_closed_after_decide_before_commit(dbs):
+    """The client calls co.decide and dies before COMMIT (its session closes): the decision
+    never committed, recovery resolves abort (and records it, so the gtid stays aborted)."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 5)
+        t.commit_call()
+        t.decide()
+        d.kill9()
+        t.pgc.close()
+        d.start()
+        assert t.settled() == (100, 100)
+        assert t.decision_row() == "a"
+    finally:
+        d.destroy()
+
+
+def test_paused_decision_delays_resolution(dbs):
+    """The client holds an open co.decide across a daemon restart: co.resolve waits for it
+    (bounded, then retried) instead of deciding abort under it; the COMMIT then wins."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 6)
+        t.commit_call()
+        t.decide()
+        d.kill9()
+        d.start()
+        # Several recovery passes (each waits up to its lock timeout on our open row).
+        import time
+        time.sleep(3)
+        assert t.balances() == (100, 100) and not nothing_prepared(pg, my), "resolution must wait for the open decision"
+        t.pgc.execute("COMMIT")
+        assert t.settled() == (110, 90)
+    finally:
+        d.destroy()
+
+
+def test_postgresql_restarted_after_decision_commit(dbs):
+    """PostgreSQL is killed right after the decision commit (the owner never reports): the
+    daemon's reads fail until it is back, then it finds the committed decision. (The test
+    clusters run with synchronous_commit = off: co.decide turns it on for its transaction;
+    without that this commit was lost in the crash while its client had been told commit.)"""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        t = Transfer(d, pg, my, 7)
+        t.commit_call()
+        t.decide()
+        t.pgc.execute("COMMIT")
+        pg.kill9()
+        pg.start()
+        assert t.settled() == (110, 90)
+    finally:
+        d.destroy()
+
+
+def test_client_commits_with_decision_in_participant(dbs):
+    """The Python client's mode: MariaDB branch prepared, PostgreSQL branch commits with the
+    decision; a CO refusal of that commit (rule A: it read a row an in-doubt transaction
+    overwrote) aborts the whole transaction retryably."""
+    from cotx import RetryableError
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    try:
+        pg.sql("INSERT INTO dip_acct VALUES (8, 100) ON CONFLICT (id) DO UPDATE SET bal = 100")
+        my.sql("REPLACE INTO dip_acct VALUES (8, 100)")
+        c = Coordinator(d.url, d.token)
+        pgc, myc = pg.connect(), my.connect()
+        with c.transaction(decide_in_participant=True) as tx:
+            with tx.branch(myc, "my") as b:
+                with myc.cursor() as cur:
+                    cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 8")
+            with tx.branch(pgc, "pg") as b:
+                pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = 8")
+        assert tx.outcome == "commit"
+        assert c.get(tx.gtid)["state"] == "committed"
+        assert t_bal(pg, my, 8) == (110, 90)
+
+        # rule A at the decision commit: the PostgreSQL branch read row 8, then an
+        # in-doubt 2PC writer overwrote it.
+        with pytest.raises(RetryableError, match="rule A"):
+            with c.transaction(decide_in_participant=True) as tx:
+                with tx.branch(myc, "my") as b:
+                    with myc.cursor() as cur:
+                        cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 8")
+                with tx.branch(pgc, "pg") as b:
+                    pgc.execute("SELECT bal FROM dip_acct WHERE id = 8")
+                    pgc.execute("UPDATE dip_acct SET bal = bal + 0 WHERE id = 9")
+                    w = pg.connect()
+                    w.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                    w.execute("UPDATE dip_acct SET bal = bal + 1 WHERE id = 8")
+                    w.execute("PREPARE TRANSACTION 'dip-w'")
+        pg.sql("COMMIT PREPARED 'dip-w'")
+        assert c.get(tx.gtid)["state"] == "aborted"
+        wait_until(lambda: nothing_prepared(pg, my), timeout=30, what="the MariaDB branch rolled back")
+        assert t_bal(pg, my, 8) == (111, 90)
+    finally:
+        d.destroy()
+
+
+def t_bal(pg, my, rid):
+    return (pg.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0],
+            my.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0])
+
+
+def test_takeover_resolves_in_the_participant(dbs):
+    """Two daemons on a shared store; A hands the decision to the PostgreSQL branch and is
+    killed -9 for good; the owner commits the decision. B takes node A over and its
+    recovery finds the commit in the participant: the MariaDB branch is committed."""
+    pg, my = dbs
+    if not pg.sql("SELECT 1 FROM pg_database WHERE datname = 'cotx_log_dip'"):
+        pg.sql("CREATE DATABASE cotx_log_dip")
+    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log_dip"), "table": "dip_take"}
+    res = [{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2, "decisions": True},
+           {"name": "my", "kind": "mariadb", "dsn": my.dsn, "pool_size": 2}]
+    lease = {"ttl_ms": 1500, "renew_ms": 300}
+    a = Daemon(res, timeouts=TIMEOUTS, store=store, node_id="dip-a", lease=lease)
+    b = Daemon(res, timeouts=TIMEOUTS, store=store, node_id="dip-b", lease=lease)
+    b.token = a.token
+    b.write_config()
+    try:
+        a.start()
+        b.start()
+        t = Transfer(a, pg, my, 9)
+        assert t.commit_call()["decision"] == "in_participant"
+        a.kill9()
+        t.decide()
+        t.pgc.execute("COMMIT")
+        assert t.settled() == (110, 90)
+        assert Coordinator(b.url, b.token).decision(t.gtid)["decision"] == "commit"
+    finally:
+        a.destroy()
+        b.destroy()
