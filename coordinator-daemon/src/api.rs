@@ -244,7 +244,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     // With a trace context, the request runs in a span that carries its trace id: any line
     // logged while serving it (a store retry, a completion) can be found from the trace.
-    let span = trace.as_deref().map(|t| tracing::info_span!("request", trace_id = &t[3..35]));
+    let span = trace.as_deref().map(|t| tracing::info_span!("request", trace_id = %&t[3..35]));
     let start = (trace.is_some() && crate::otlp::enabled()).then(std::time::SystemTime::now);
     let r = match &span {
         None => route(&c, req).await,
@@ -261,7 +261,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     };
     if let Some(t) = trace {
         let gtid = path.strip_prefix("/v1/transactions/").and_then(|r| r.split('/').next());
-        tracing::info!(method = %method, path = %path, status, gtid, traceparent = %t, trace_id = &t[3..35], parent_span_id = &t[36..52], "request");
+        tracing::info!(method = %method, path = %path, status, gtid, traceparent = %t, trace_id = %&t[3..35], parent_span_id = %&t[36..52], "request");
         if let Some(start) = start {
             // Span names have few values: the route's template, not the path.
             let name = match find_route(&method, &path) {
