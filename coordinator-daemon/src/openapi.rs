@@ -161,12 +161,39 @@ pub struct Audit {
     audit: Vec<Value>,
 }
 
-struct Bearer;
+/// What the attributes leave implicit: the bearer scheme, and the meaning of each status.
+struct Conventions;
 
-impl Modify for Bearer {
+impl Modify for Conventions {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let c = doc.components.get_or_insert_with(Default::default);
         c.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        for item in doc.paths.paths.values_mut() {
+            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                for (status, r) in op.responses.responses.iter_mut() {
+                    if let utoipa::openapi::RefOr::T(r) = r {
+                        if r.description.is_empty() {
+                            r.description = status_meaning(status).into();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn status_meaning(status: &str) -> &'static str {
+    match status {
+        "200" | "201" => "success",
+        "400" => "invalid request (JSON, field, id or query); nothing changed",
+        "401" => "missing or wrong bearer token",
+        "404" => "unknown route, transaction, branch or resource",
+        "409" => "conflicts with the transaction's state; nothing changed",
+        "413" => "body larger than 64 KiB",
+        "421" => "another daemon owns this gtid: `error.owner_url`",
+        "429" => "too many undecided transactions; Retry-After",
+        "503" => "decision store or the gtid's owner unavailable, or its record quarantined; Retry-After",
+        _ => "refused; nothing changed",
     }
 }
 
@@ -175,7 +202,7 @@ impl Modify for Bearer {
     info(title = "cotx coordinator",
          description = "Durable two-phase commit decisions across PostgreSQL and MariaDB. All endpoints but /healthz and /openapi.json need `Authorization: Bearer <token>`."),
     security(("bearer" = [])),
-    modifiers(&Bearer),
+    modifiers(&Conventions),
     components(schemas(Id, api::StateFilter)),
     paths(api::healthz, api::openapi, api::metrics, api::begin, api::list, api::get, api::register, api::prepared, api::failed,
           api::finished, api::commit, api::finished_many, api::abort, api::decision, api::in_doubt, api::incidents, api::audit,
@@ -251,6 +278,8 @@ mod tests {
         let err = &doc["components"]["schemas"]["Error"];
         assert_eq!(err["required"], serde_json::json!(["error"]), "{err}");
         assert!(doc["paths"]["/healthz"]["get"]["security"].as_array().is_some());
+        assert_eq!(doc["paths"]["/v1/transactions/{gtid}/commit"]["post"]["responses"]["409"]["description"],
+            "conflicts with the transaction's state; nothing changed");
         if let Ok(p) = std::env::var("COTX_WRITE_OPENAPI") {
             std::fs::write(p, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
         }
