@@ -25,13 +25,20 @@ impl Format {
 
 /// Installs the process's subscriber (once, at start).
 pub fn init(format: Format, level: Level) {
-    let b = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).with_target(false).with_ansi(false);
-    let _ = match format {
-        Format::Text => b.try_init(),
+    let _ = tracing::subscriber::set_global_default(subscriber(format, level, std::io::stderr));
+}
+
+fn subscriber<W>(format: Format, level: Level, writer: W) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    let b = tracing_subscriber::fmt().with_writer(writer).with_max_level(level).with_target(false).with_ansi(false);
+    match format {
+        Format::Text => Box::new(b.finish()),
         // Event fields at the top level beside `timestamp`, `level` and `message`; the
-        // fields of the spans around the event (`trace_id`) under `span`.
-        Format::Json => b.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init(),
-    };
+        // fields of the span around the event (`trace_id`) under `span`.
+        Format::Json => Box::new(b.json().flatten_event(true).with_current_span(true).with_span_list(false).finish()),
+    }
 }
 
 /// The SQLSTATE in a driver error text ("... (SQLSTATE 40001)"), as its own field.
@@ -78,6 +85,57 @@ pub fn log(level: &str, msg: &str, fields: Value) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn lines(format: super::Format, f: impl FnOnce()) -> Vec<String> {
+        let buf = Buf::default();
+        let w = buf.clone();
+        tracing::subscriber::with_default(super::subscriber(format, tracing::Level::INFO, move || w.clone()), f);
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// The fields of a log call are JSON fields (typed), the SQLSTATE of an error is its own
+    /// field, an unlisted field is kept in `extra`, and a line inside a request span carries
+    /// the span's trace id.
+    #[test]
+    fn log_fields_are_structured() {
+        let got = lines(super::Format::Json, || {
+            let sp = tracing::info_span!("request", trace_id = "4bf92f3577b34da6a3ce929d0e0e4736");
+            let _e = sp.enter();
+            super::log("warn", "decision store write failed; retrying",
+                serde_json::json!({"gtid": "n.1", "error": "db: deadlock (SQLSTATE 40P01)", "committed": 3, "ok": true, "novel": [1]}));
+            super::log("debug", "not written at level info", serde_json::json!({}));
+        });
+        assert_eq!(got.len(), 1, "{got:?}");
+        let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
+        assert_eq!(v["level"], "WARN");
+        assert_eq!(v["message"], "decision store write failed; retrying");
+        assert_eq!((&v["gtid"], &v["sqlstate"], &v["committed"], &v["ok"]), (&"n.1".into(), &"40P01".into(), &3.into(), &true.into()));
+        assert_eq!(v["extra"], r#"{"novel":[1]}"#);
+        assert_eq!(v["span"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(v.get("branch_id").is_none(), "absent fields are left out: {v}");
+    }
+
+    #[test]
+    fn text_lines_are_for_people() {
+        let got = lines(super::Format::Text, || super::log("info", "branch completed", serde_json::json!({"gtid": "n.1", "resource": "pg"})));
+        assert!(got[0].contains(" INFO branch completed gtid=\"n.1\" resource=\"pg\""), "{got:?}");
+    }
+
     #[test]
     fn sqlstate_is_found_in_driver_errors() {
         assert_eq!(super::sqlstate("FATAL: database \"nope\" does not exist (SQLSTATE 3D000)"), Some("3D000"));
