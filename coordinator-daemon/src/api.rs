@@ -288,18 +288,20 @@ fn created(v: Value) -> Routed {
 /// The route of `path`: its template in ROUTES and the values of its `{x}` segments.
 /// Err(true): the path is known but not with this method.
 fn find_route<'a>(method: &str, path: &'a str) -> Result<(&'static str, &'static str, Vec<&'a str>), bool> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // No allocation but the parameters': this runs for every request.
+    let path = path.trim_matches('/');
+    let n = path.split('/').count();
     let mut path_known = false;
     for (m, tpl) in ROUTES {
-        let t: Vec<&str> = tpl.trim_matches('/').split('/').collect();
-        if t.len() != segs.len() || !t.iter().zip(&segs).all(|(t, s)| t.starts_with('{') || t == s) {
+        let t = tpl.trim_matches('/');
+        if t.split('/').count() != n || !t.split('/').zip(path.split('/')).all(|(t, s)| t.starts_with('{') || t == s) {
             continue;
         }
         if *m != method {
             path_known = true;
             continue;
         }
-        let params = t.iter().zip(&segs).filter(|(t, _)| t.starts_with('{')).map(|(_, s)| *s).collect();
+        let params = t.split('/').zip(path.split('/')).filter(|(t, _)| t.starts_with('{')).map(|(_, s)| s).collect();
         return Ok((m, tpl, params));
     }
     Err(path_known)
@@ -683,6 +685,18 @@ mod tests {
                     "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"] {
             assert_eq!(super::traceparent(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn routes_are_matched_by_template() {
+        use super::find_route;
+        assert_eq!(find_route("POST", "/v1/transactions/n.1/branches/b1/prepared"),
+            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", vec!["n.1", "b1"])));
+        assert_eq!(find_route("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", vec![])));
+        assert_eq!(find_route("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", vec![])));
+        assert_eq!(find_route("DELETE", "/v1/transactions/n.1"), Err(true), "known path, other method");
+        assert_eq!(find_route("GET", "/v1/transactions/n.1/nope"), Err(false));
+        assert_eq!(find_route("GET", "/"), Err(false));
     }
 
     /// Every refusal code written anywhere in the daemon has its HTTP status here.
