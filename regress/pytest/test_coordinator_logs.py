@@ -66,11 +66,22 @@ def test_text_log_lines_by_default_and_a_bad_format_is_refused(pg, mariadb):
         assert not first.startswith("{") and " INFO " in first, first
         line = next(x for x in text.splitlines() if "path=/v1/transactions" in x)
         assert f"trace_id={TRACE}" in line and "status=201" in line, line
-        # The flag (or COTX_LOG_FORMAT) overrides the config.
         d.log = {"format": "xml"}
         d.write_config()
         r = d.cli("check-config")
         assert r.returncode == 2 and "log.format" in r.stderr, r
+    finally:
+        d.destroy()
+
+
+def test_the_environment_overrides_the_config(pg, mariadb, monkeypatch):
+    """COTX_LOG_FORMAT (= serve --log-format) wins over [log] format."""
+    monkeypatch.setenv("COTX_LOG_FORMAT", "text")
+    d = make_daemon(pg, mariadb, log={"format": "json"}).start()
+    try:
+        d.stop()
+        lines = d.log_file.read_text().splitlines()
+        assert lines and not any(x.startswith("{") for x in lines), lines
     finally:
         d.destroy()
 
