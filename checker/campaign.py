@@ -420,8 +420,9 @@ class Campaign:
                     j = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(j, dict) and j.get("level") in ("warn", "error"):
-                    k = f"{j['level']}: {j.get('msg')}"
+                level = str(j.get("level", "")).lower() if isinstance(j, dict) else ""
+                if level in ("warn", "error"):
+                    k = f"{level}: {j.get('message')}"
                     counts[k] = counts.get(k, 0) + 1
         return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:top])
 

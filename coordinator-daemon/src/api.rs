@@ -2,81 +2,155 @@
 //! anything changes; refusals are 4xx with `{"error": {"code", "message"}}`.
 
 use crate::coordinator::Coordinator;
+use crate::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Registered, Transaction, TransactionList};
 use crate::state::{refuse, Outcome, Refusal};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 const MAX_BODY: usize = 64 * 1024;
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct BeginBody {
-    timeout_ms: Option<u64>,
-    /// Register the first branch in the same request (saves the root a round trip).
-    branch: Option<RegisterBody>,
+/// Every route the daemon serves: the router matches these (`{x}` is one path segment)
+/// and a unit test checks that the OpenAPI document lists exactly these.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/openapi.json"),
+    ("GET", "/metrics"),
+    ("POST", "/v1/transactions"),
+    ("GET", "/v1/transactions"),
+    ("GET", "/v1/transactions/{gtid}"),
+    ("POST", "/v1/transactions/{gtid}/branches"),
+    ("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared"),
+    ("POST", "/v1/transactions/{gtid}/branches/{bid}/failed"),
+    ("POST", "/v1/transactions/{gtid}/branches/{bid}/finished"),
+    ("POST", "/v1/transactions/{gtid}/commit"),
+    ("POST", "/v1/transactions/{gtid}/finished"),
+    ("POST", "/v1/transactions/{gtid}/abort"),
+    ("GET", "/v1/transactions/{gtid}/decision"),
+    ("GET", "/v1/in-doubt"),
+    ("GET", "/v1/incidents"),
+    ("GET", "/v1/audit"),
+    ("POST", "/v1/admin/force"),
+];
+
+/// Routes answered without the bearer token.
+const PUBLIC: &[&str] = &["/healthz", "/openapi.json"];
+
+/// The outcome a client names in a request.
+#[derive(Deserialize, Serialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeArg {
+    Commit,
+    Abort,
 }
 
-#[derive(Deserialize, Default)]
+impl From<OutcomeArg> for Outcome {
+    fn from(o: OutcomeArg) -> Outcome {
+        match o {
+            OutcomeArg::Commit => Outcome::Commit,
+            OutcomeArg::Abort => Outcome::Abort,
+        }
+    }
+}
+
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RegisterBody {
+pub struct BeginRequest {
+    #[schema(minimum = 10, maximum = 86400000)]
+    timeout_ms: Option<u64>,
+    /// Register the first branch in the same request (saves the root a round trip).
+    branch: Option<RegisterRequest>,
+}
+
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
     resource: String,
+    #[schema(value_type = Id)]
     branch_id: String,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct EmptyBody {}
+pub struct Empty {}
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FailedBody {
+pub struct FailedRequest {
+    #[schema(max_length = 1000)]
     reason: Option<String>,
     retryable: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FinishedBody {
-    outcome: String,
+pub struct FinishedRequest {
+    outcome: OutcomeArg,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CommitBody {
+pub struct CommitRequest {
+    /// Commit this single branch in one phase (excludes `prepared`).
+    #[schema(value_type = Option<Id>)]
     one_phase_branch: Option<String>,
+    /// Branches reported prepared with this request.
+    #[schema(value_type = Option<Vec<Id>>, max_items = 1000)]
     prepared: Option<Vec<String>>,
-    /// The branch whose one-phase commit carries the global decision (co.decide).
+    /// The branch whose one-phase commit carries the global decision (`co.decide`; excludes
+    /// `one_phase_branch`): every other branch prepared, nothing written to the store.
+    #[schema(value_type = Option<Id>)]
     decide_in: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FinishedManyBody {
-    outcome: String,
+pub struct FinishedManyRequest {
+    outcome: OutcomeArg,
+    #[schema(value_type = Vec<Id>, min_items = 1, max_items = 1000)]
     branches: Vec<String>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct AbortBody {
+pub struct AbortRequest {
+    #[schema(max_length = 1000)]
     reason: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ForceBody {
+pub struct ForceRequest {
     gtid: String,
-    outcome: String,
+    outcome: OutcomeArg,
+    #[schema(max_length = 200)]
     operator: String,
+    #[schema(max_length = 1000)]
     reason: String,
     confirm: bool,
+}
+
+/// The body of every refusal.
+#[derive(Serialize, ToSchema)]
+pub struct Error {
+    error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable (docs/coordinator.md, "Error codes").
+    code: &'static str,
+    message: String,
+    /// wrong_node: the daemon that owns the gtid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_url: Option<String>,
 }
 
 fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Refusal> {
@@ -141,12 +215,9 @@ pub fn http_status(code: &str) -> u16 {
 }
 
 fn error_reply(r: &Refusal) -> Response<Full<Bytes>> {
-    let mut err = json!({"code": r.code, "message": r.message});
-    if let Some(u) = &r.owner_url {
-        err["owner_url"] = json!(u);
-    }
+    let body = Error { error: ErrorDetail { code: r.code, message: r.message.clone(), owner_url: r.owner_url.clone() } };
     let status = http_status(r.code);
-    let mut resp = reply(status, &json!({"error": err}));
+    let mut resp = reply(status, &json!(body));
     if status == 429 || status == 503 {
         resp.headers_mut().insert("retry-after", hyper::header::HeaderValue::from_static("1"));
     }
@@ -176,7 +247,14 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     // workflow can be found from the caller's trace (no log line without one: hot path).
     let trace = req.headers().get("traceparent").and_then(|v| v.to_str().ok()).and_then(traceparent).map(str::to_string);
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
-    let r = route(&c, req).await;
+    // With a trace context, the request runs in a span that carries its trace id: any line
+    // logged while serving it (a store retry, a completion) can be found from the trace.
+    let span = trace.as_deref().map(|t| tracing::info_span!("request", trace_id = %&t[3..35]));
+    let start = (trace.is_some() && crate::otlp::enabled()).then(std::time::SystemTime::now);
+    let r = match &span {
+        None => route(&c, req).await,
+        Some(sp) => tracing::Instrument::instrument(route(&c, req), sp.clone()).await,
+    };
     let (status, resp) = match r {
         Ok((status, resp)) => (status, resp.unwrap_or_else(|v| reply(status, &v))),
         Err(e) => {
@@ -187,8 +265,17 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
         }
     };
     if let Some(t) = trace {
-        let gtid = path.strip_prefix("/v1/transactions/").and_then(|r| r.split('/').next()).map(str::to_string);
-        crate::log::log("info", "request", json!({"method": method, "path": path, "status": status, "gtid": gtid, "traceparent": t}));
+        let gtid = path.strip_prefix("/v1/transactions/").and_then(|r| r.split('/').next());
+        tracing::info!(method = %method, path = %path, status, gtid, traceparent = %t, trace_id = %&t[3..35], parent_span_id = %&t[36..52], "request");
+        if let Some(start) = start {
+            // Span names have few values: the route's template, not the path.
+            let name = match find_route(&method, &path) {
+                Ok((m, tpl, _)) => format!("{m} {tpl}"),
+                Err(_) => method.clone(),
+            };
+            crate::otlp::record(crate::otlp::Span { trace_id: t[3..35].into(), parent_span_id: t[36..52].into(), name, gtid: gtid.map(str::to_string),
+                method, path: path.clone(), status, start, end: std::time::SystemTime::now() });
+        }
     }
     Ok(resp)
 }
@@ -199,171 +286,307 @@ fn ok(v: Value) -> Routed {
     Ok((200, Err(v)))
 }
 
+fn created(v: Value) -> Routed {
+    Ok((201, Err(v)))
+}
+
+/// The route of `path`: its template in ROUTES and the values of its `{x}` segments.
+/// Err(true): the path is known but not with this method.
+fn find_route<'a>(method: &str, path: &'a str) -> Result<(&'static str, &'static str, Vec<&'a str>), bool> {
+    // No allocation but the parameters': this runs for every request.
+    let path = path.trim_matches('/');
+    let n = path.split('/').count();
+    let mut path_known = false;
+    for (m, tpl) in ROUTES {
+        let t = tpl.trim_matches('/');
+        if t.split('/').count() != n || !t.split('/').zip(path.split('/')).all(|(t, s)| t.starts_with('{') || t == s) {
+            continue;
+        }
+        if *m != method {
+            path_known = true;
+            continue;
+        }
+        let params = t.split('/').zip(path.split('/')).filter(|(t, _)| t.starts_with('{')).map(|(_, s)| s).collect();
+        return Ok((m, tpl, params));
+    }
+    Err(path_known)
+}
+
+/// What a handler gets: the path parameters, the query string and the body.
+pub(crate) struct Call<'a> {
+    p: Vec<&'a str>,
+    q: Option<&'a str>,
+    body: Bytes,
+}
+
 async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
-    let method = req.method().clone();
     let path = req.uri().path().to_string();
     let q = req.uri().query().map(|s| s.to_string());
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    // Unauthenticated: liveness and the API description.
-    match (&method, segs.as_slice()) {
-        (&Method::GET, ["healthz"]) => {
-            query(q.as_deref(), &[])?;
-            let up = c.resource_up.lock().unwrap().clone();
-            return ok(json!({"status": "ok", "node_id": c.cfg.node_id, "resources": up}));
-        }
-        (&Method::GET, ["openapi.json"]) => {
-            query(q.as_deref(), &[])?;
-            return ok(crate::openapi::document());
-        }
-        _ => {}
-    }
-    if !authorized(c, &req) {
+    let found = find_route(req.method().as_str(), &path);
+    // Unauthenticated: liveness and the API description; everything else needs the token
+    // before anything about it is said (not even whether the route exists).
+    let public = matches!(&found, Ok((_, tpl, _)) if PUBLIC.contains(tpl));
+    if !public && !authorized(c, &req) {
         return refuse("unauthorized", "missing or wrong bearer token");
     }
-    let known = matches!(
-        segs.as_slice(),
-        ["metrics"] | ["v1", "transactions"] | ["v1", "transactions", _] | ["v1", "transactions", _, "branches"]
-            | ["v1", "transactions", _, "branches", _, "prepared" | "failed" | "finished"]
-            | ["v1", "transactions", _, "commit" | "abort" | "decision" | "finished"] | ["v1", "incidents"] | ["v1", "in-doubt"] | ["v1", "audit"] | ["v1", "admin", "force"]
-    );
-    if !known {
-        return refuse("not_found", format!("no route {path}"));
-    }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return refuse("payload_too_large", format!("body larger than {MAX_BODY} bytes")),
+    let (m, tpl, p) = match found {
+        Ok(f) => f,
+        Err(false) => return refuse("not_found", format!("no route {path}")),
+        Err(true) => return refuse("method_not_allowed", format!("method not allowed on {path}")),
     };
-    match (method, segs.as_slice()) {
-        (Method::GET, ["metrics"]) => {
-            query(q.as_deref(), &[])?;
-            let g = c.gauges();
-            let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
-            let text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
-            Ok((200, Ok(Response::builder()
-                .header("content-type", "text/plain; version=0.0.4")
-                .body(Full::new(Bytes::from(text)))
-                .unwrap())))
+    let body = if public {
+        Bytes::new()
+    } else {
+        match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return refuse("payload_too_large", format!("body larger than {MAX_BODY} bytes")),
         }
-        (Method::POST, ["v1", "transactions"]) => {
-            query(q.as_deref(), &[])?;
-            let b: BeginBody = parse(&body)?;
-            match b.branch {
-                None => Ok((201, Err(c.begin(b.timeout_ms)?))),
-                Some(r) => Ok((201, Err(c.begin_with_branch(b.timeout_ms, &r.resource, &r.branch_id).await?))),
-            }
-        }
-        (Method::GET, ["v1", "transactions"]) => {
-            let qs = query(q.as_deref(), &["state"])?;
-            let st = qs.iter().find(|(k, _)| k == "state").map(|(_, v)| v.as_str());
-            ok(c.list(st)?)
-        }
-        (Method::GET, ["v1", "transactions", g]) => {
-            query(q.as_deref(), &[])?;
-            ok(c.get(g).await?)
-        }
-        (Method::POST, ["v1", "transactions", g, "branches"]) => {
-            query(q.as_deref(), &[])?;
-            let b: RegisterBody = parse_required(&body)?;
-            Ok((201, Err(c.register(g, &b.resource, &b.branch_id).await?)))
-        }
-        (Method::POST, ["v1", "transactions", g, "branches", bid, "prepared"]) => {
-            query(q.as_deref(), &[])?;
-            let _: EmptyBody = parse(&body)?;
-            ok(c.prepared(g, bid).await?)
-        }
-        (Method::POST, ["v1", "transactions", g, "branches", bid, "failed"]) => {
-            query(q.as_deref(), &[])?;
-            let b: FailedBody = parse(&body)?;
-            let reason = b.reason.unwrap_or_else(|| "prepare failed".into());
-            text_field("reason", &reason, 1000)?;
-            ok(c.failed(g, bid, &reason, b.retryable.unwrap_or(false)).await?)
-        }
-        (Method::POST, ["v1", "transactions", g, "branches", bid, "finished"]) => {
-            query(q.as_deref(), &[])?;
-            let b: FinishedBody = parse_required(&body)?;
-            let Some(o) = Outcome::parse(&b.outcome) else {
-                return refuse("invalid_field", "outcome must be \"commit\" or \"abort\"");
-            };
-            ok(c.finished(g, bid, o).await?)
-        }
-        (Method::POST, ["v1", "transactions", g, "commit"]) => {
-            query(q.as_deref(), &[])?;
-            let b: CommitBody = parse(&body)?;
-            match (b.one_phase_branch, b.prepared) {
-                (Some(_), _) if b.decide_in.is_some() => refuse("invalid_field", "one_phase_branch and decide_in exclude each other"),
-                (None, p) if b.decide_in.is_some() => {
-                    let p = p.unwrap_or_default();
-                    if p.len() > 1000 {
-                        return refuse("invalid_field", "prepared lists at most 1000 branch ids");
-                    }
-                    ok(c.commit_decide_in(g, &p, b.decide_in.as_deref().unwrap_or_default()).await?)
-                }
-                (Some(_), Some(_)) => refuse("invalid_field", "one_phase_branch and prepared exclude each other"),
-                (Some(bid), None) => ok(c.one_phase(g, &bid).await?),
-                (None, p) => {
-                    let p = p.unwrap_or_default();
-                    if p.len() > 1000 {
-                        return refuse("invalid_field", "prepared lists at most 1000 branch ids");
-                    }
-                    ok(c.commit_with(g, "coordinator", &p).await?)
-                }
-            }
-        }
-        (Method::POST, ["v1", "transactions", g, "finished"]) => {
-            query(q.as_deref(), &[])?;
-            let b: FinishedManyBody = parse_required(&body)?;
-            let Some(o) = Outcome::parse(&b.outcome) else {
-                return refuse("invalid_field", "outcome must be \"commit\" or \"abort\"");
-            };
-            ok(c.finished_many(g, &b.branches, o).await?)
-        }
-        (Method::POST, ["v1", "transactions", g, "abort"]) => {
-            query(q.as_deref(), &[])?;
-            let b: AbortBody = parse(&body)?;
-            let reason = b.reason.unwrap_or_else(|| "aborted by client".into());
-            text_field("reason", &reason, 1000)?;
-            ok(c.abort(g, &reason).await?)
-        }
-        (Method::GET, ["v1", "transactions", g, "decision"]) => {
-            let qs = query(q.as_deref(), &["wait_ms"])?;
-            let wait = match qs.iter().find(|(k, _)| k == "wait_ms") {
-                None => 0,
-                Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new("invalid_field", "wait_ms must be a non-negative integer"))?,
-            };
-            ok(c.wait_decision(g, wait).await?)
-        }
-        (Method::GET, ["v1", "in-doubt"]) => {
-            query(q.as_deref(), &[])?;
-            ok(c.in_doubt_report().await?)
-        }
-        (Method::GET, ["v1", "incidents"]) => {
-            query(q.as_deref(), &[])?;
-            let v = c.incidents.lock().unwrap().clone();
-            ok(json!({"incidents": v}))
-        }
-        (Method::GET, ["v1", "audit"]) => {
-            query(q.as_deref(), &[])?;
-            let v = c.store.audit_log().await.map_err(|e| Refusal::new("store_unavailable", e))?;
-            ok(json!({"audit": v}))
-        }
-        (Method::POST, ["v1", "admin", "force"]) => {
-            query(q.as_deref(), &[])?;
-            let b: ForceBody = parse_required(&body)?;
-            if !b.confirm {
-                return refuse("confirmation_required", "forcing an outcome requires \"confirm\": true");
-            }
-            let Some(o) = Outcome::parse(&b.outcome) else {
-                return refuse("invalid_field", "outcome must be \"commit\" or \"abort\"");
-            };
-            text_field("operator", &b.operator, 200)?;
-            text_field("reason", &b.reason, 1000)?;
-            if b.operator.trim().is_empty() || b.reason.trim().is_empty() {
-                return refuse("invalid_field", "operator and reason must not be empty");
-            }
-            ok(c.force(&b.gtid, o, &b.operator, &b.reason).await?)
-        }
+    };
+    let call = Call { p, q: q.as_deref(), body };
+    // One arm per entry of ROUTES (a unit test checks that none is missing).
+    match (m, tpl) {
+        ("GET", "/healthz") => healthz(c, call),
+        ("GET", "/openapi.json") => openapi(call),
+        ("GET", "/metrics") => metrics(c, call),
+        ("POST", "/v1/transactions") => begin(c, call).await,
+        ("GET", "/v1/transactions") => list(c, call),
+        ("GET", "/v1/transactions/{gtid}") => get(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/branches") => register(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared") => prepared(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/branches/{bid}/failed") => failed(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/branches/{bid}/finished") => finished(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/commit") => commit(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/finished") => finished_many(c, call).await,
+        ("POST", "/v1/transactions/{gtid}/abort") => abort(c, call).await,
+        ("GET", "/v1/transactions/{gtid}/decision") => decision(c, call).await,
+        ("GET", "/v1/in-doubt") => in_doubt(c, call).await,
+        ("GET", "/v1/incidents") => incidents(c, call),
+        ("GET", "/v1/audit") => audit(c, call).await,
+        ("POST", "/v1/admin/force") => force(c, call).await,
         _ => refuse("method_not_allowed", format!("method not allowed on {path}")),
     }
+}
+
+// The handlers. Their `utoipa::path` attributes are the OpenAPI operations: request and
+// response bodies are the types above and in openapi.rs; 421: another daemon owns the
+// gtid (`error.owner_url`); 503 on gtid routes: its owner is unavailable, or its record is
+// quarantined.
+
+#[utoipa::path(get, path = "/healthz", security(()), summary = "liveness",
+    responses((status = 200, body = Health), (status = 400, body = Error)))]
+pub(crate) fn healthz(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let up = c.resource_up.lock().unwrap().clone();
+    ok(json!({"status": "ok", "node_id": c.cfg.node_id, "resources": up}))
+}
+
+#[utoipa::path(get, path = "/openapi.json", security(()), summary = "this API description (OpenAPI)",
+    responses((status = 200, body = Object), (status = 400, body = Error)))]
+pub(crate) fn openapi(r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    ok(crate::openapi::document())
+}
+
+#[utoipa::path(get, path = "/metrics", summary = "Prometheus metrics",
+    responses((status = 200, description = "text exposition format", body = String, content_type = "text/plain"),
+              (status = 400, body = Error), (status = 401, body = Error)))]
+pub(crate) fn metrics(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let g = c.gauges();
+    let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
+    Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
+}
+
+#[utoipa::path(post, path = "/v1/transactions", summary = "begin a global transaction (optionally registering its first branch)",
+    request_body(content = Option<BeginRequest>),
+    responses((status = 201, body = Begun), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 413, body = Error), (status = 429, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn begin(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: BeginRequest = parse(&r.body)?;
+    match b.branch {
+        None => created(c.begin(b.timeout_ms)?),
+        Some(br) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/transactions", summary = "list transactions",
+    params(("state" = Option<StateFilter>, Query)),
+    responses((status = 200, body = TransactionList), (status = 400, body = Error), (status = 401, body = Error)))]
+pub(crate) fn list(c: &Coordinator, r: Call<'_>) -> Routed {
+    let qs = query(r.q, &["state"])?;
+    let st = qs.iter().find(|(k, _)| k == "state").map(|(_, v)| v.as_str());
+    ok(c.list(st)?)
+}
+
+#[utoipa::path(get, path = "/v1/transactions/{gtid}", summary = "get a transaction", params(("gtid" = Id, Path)),
+    responses((status = 200, body = Transaction), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 421, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn get(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    ok(c.get(r.p[0]).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches", summary = "register a branch", params(("gtid" = Id, Path)),
+    request_body = RegisterRequest,
+    responses((status = 201, body = Registered), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 413, body = Error), (status = 421, body = Error)))]
+pub(crate) async fn register(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: RegisterRequest = parse_required(&r.body)?;
+    created(c.register(r.p[0], &b.resource, &b.branch_id).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/prepared", summary = "report a branch prepared",
+    params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body(content = Option<Empty>),
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error)))]
+pub(crate) async fn prepared(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let _: Empty = parse(&r.body)?;
+    ok(c.prepared(r.p[0], r.p[1]).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/failed", summary = "report a failed (refused) prepare; aborts the transaction",
+    params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body(content = Option<FailedRequest>),
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error)))]
+pub(crate) async fn failed(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: FailedRequest = parse(&r.body)?;
+    let reason = b.reason.unwrap_or_else(|| "prepare failed".into());
+    text_field("reason", &reason, 1000)?;
+    ok(c.failed(r.p[0], r.p[1], &reason, b.retryable.unwrap_or(false)).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/finished", summary = "acknowledge a finished branch",
+    params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body = FinishedRequest,
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error)))]
+pub(crate) async fn finished(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: FinishedRequest = parse_required(&r.body)?;
+    ok(c.finished(r.p[0], r.p[1], b.outcome.into()).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/commit",
+    summary = "decide commit (durable before the answer); or one-phase commit of a single branch; or hand the decision to a participant (decide_in)",
+    params(("gtid" = Id, Path)), request_body(content = Option<CommitRequest>),
+    responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn commit(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: CommitRequest = parse(&r.body)?;
+    match (b.one_phase_branch, b.prepared) {
+        (Some(_), _) if b.decide_in.is_some() => refuse("invalid_field", "one_phase_branch and decide_in exclude each other"),
+        (None, p) if b.decide_in.is_some() => {
+            let p = p.unwrap_or_default();
+            if p.len() > 1000 {
+                return refuse("invalid_field", "prepared lists at most 1000 branch ids");
+            }
+            ok(c.commit_decide_in(r.p[0], &p, b.decide_in.as_deref().unwrap_or_default()).await?)
+        }
+        (Some(_), Some(_)) => refuse("invalid_field", "one_phase_branch and prepared exclude each other"),
+        (Some(bid), None) => ok(c.one_phase(r.p[0], &bid).await?),
+        (None, p) => {
+            let p = p.unwrap_or_default();
+            if p.len() > 1000 {
+                return refuse("invalid_field", "prepared lists at most 1000 branch ids");
+            }
+            ok(c.commit_with(r.p[0], "coordinator", &p).await?)
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/finished", summary = "acknowledge several finished branches at once (all or nothing)",
+    params(("gtid" = Id, Path)), request_body = FinishedManyRequest,
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error)))]
+pub(crate) async fn finished_many(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: FinishedManyRequest = parse_required(&r.body)?;
+    ok(c.finished_many(r.p[0], &b.branches, b.outcome.into()).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/abort", summary = "decide abort",
+    params(("gtid" = Id, Path)), request_body(content = Option<AbortRequest>),
+    responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error)))]
+pub(crate) async fn abort(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: AbortRequest = parse(&r.body)?;
+    let reason = b.reason.unwrap_or_else(|| "aborted by client".into());
+    text_field("reason", &reason, 1000)?;
+    ok(c.abort(r.p[0], &reason).await?)
+}
+
+#[utoipa::path(get, path = "/v1/transactions/{gtid}/decision", summary = "the decision, waiting up to wait_ms for it (long poll)",
+    params(("gtid" = Id, Path), ("wait_ms" = Option<u64>, Query, minimum = 0, maximum = 600000)),
+    responses((status = 200, body = DecisionState), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 421, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn decision(c: &Coordinator, r: Call<'_>) -> Routed {
+    let qs = query(r.q, &["wait_ms"])?;
+    let wait = match qs.iter().find(|(k, _)| k == "wait_ms") {
+        None => 0,
+        Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new("invalid_field", "wait_ms must be a non-negative integer"))?,
+    };
+    ok(c.wait_decision(r.p[0], wait).await?)
+}
+
+#[utoipa::path(get, path = "/v1/in-doubt", summary = "in-doubt transactions, oldest first, with locks held and waiters per prepared branch",
+    responses((status = 200, body = TransactionList), (status = 400, body = Error), (status = 401, body = Error)))]
+pub(crate) async fn in_doubt(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    ok(c.in_doubt_report().await?)
+}
+
+#[utoipa::path(get, path = "/v1/incidents", summary = "branches that did not reach the decided outcome",
+    responses((status = 200, body = Incidents), (status = 400, body = Error), (status = 401, body = Error)))]
+pub(crate) fn incidents(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let v = c.incidents.lock().unwrap().clone();
+    ok(json!({"incidents": v}))
+}
+
+#[utoipa::path(get, path = "/v1/audit", summary = "operator audit log",
+    responses((status = 200, body = Audit), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn audit(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let v = c.store.audit_log().await.map_err(|e| Refusal::new("store_unavailable", e))?;
+    ok(json!({"audit": v}))
+}
+
+#[utoipa::path(post, path = "/v1/admin/force", summary = "operator: force an outcome (never contradicts a recorded decision)",
+    request_body = ForceRequest,
+    responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn force(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    let b: ForceRequest = parse_required(&r.body)?;
+    if !b.confirm {
+        return refuse("confirmation_required", "forcing an outcome requires \"confirm\": true");
+    }
+    text_field("operator", &b.operator, 200)?;
+    text_field("reason", &b.reason, 1000)?;
+    if b.operator.trim().is_empty() || b.reason.trim().is_empty() {
+        return refuse("invalid_field", "operator and reason must not be empty");
+    }
+    ok(c.force(&b.gtid, b.outcome.into(), &b.operator, &b.reason).await?)
+}
+
+/// The `state` filter of the transaction list.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum StateFilter {
+    Active,
+    Committing,
+    Committed,
+    Aborted,
+    OnePhase,
+    Deciding,
+    InDoubt,
 }
 
 /// The TLS acceptor of `[tls]`: certificate chain and key from PEM files.
@@ -476,6 +699,18 @@ mod tests {
                     "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"] {
             assert_eq!(super::traceparent(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn routes_are_matched_by_template() {
+        use super::find_route;
+        assert_eq!(find_route("POST", "/v1/transactions/n.1/branches/b1/prepared"),
+            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", vec!["n.1", "b1"])));
+        assert_eq!(find_route("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", vec![])));
+        assert_eq!(find_route("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", vec![])));
+        assert_eq!(find_route("DELETE", "/v1/transactions/n.1"), Err(true), "known path, other method");
+        assert_eq!(find_route("GET", "/v1/transactions/n.1/nope"), Err(false));
+        assert_eq!(find_route("GET", "/"), Err(false));
     }
 
     /// Every refusal code written anywhere in the daemon has its HTTP status here.

@@ -45,6 +45,23 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     tls: Option<Spanned<RawTls>>,
+    #[serde(default)]
+    log: RawLog,
+    #[serde(default)]
+    telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    format: Option<Spanned<String>>,
+    level: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    otlp_endpoint: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,6 +166,20 @@ pub struct Limits {
     pub idle_timeout_ms: u64,
 }
 
+/// `[log]`: the log format and the least severe level written.
+#[derive(Debug, Clone)]
+pub struct Log {
+    pub format: crate::log::Format,
+    pub level: tracing::Level,
+}
+
+/// `[telemetry]`: where request spans are exported (OTLP over HTTP, JSON encoding).
+#[derive(Debug, Clone, Default)]
+pub struct Telemetry {
+    /// e.g. `http://127.0.0.1:4318`; spans are POSTed to `<endpoint>/v1/traces`.
+    pub otlp_endpoint: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub enum StoreConfig {
     Sqlite { path: String, group_commit: bool, max_batch: usize },
@@ -180,6 +211,8 @@ pub struct Config {
     pub lease: Lease,
     pub limits: Limits,
     pub tls: Option<Tls>,
+    pub log: Log,
+    pub telemetry: Telemetry,
 }
 
 /// A config error: where it is and what is wrong.
@@ -406,6 +439,34 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     if timeouts.transaction_ms > limits.max_transaction_ms {
         return cx.err(t.transaction_ms.as_ref().map(|s| s.span()), "timeouts.transaction_ms", "must be <= limits.max_transaction_ms");
     }
+    let log = Log {
+        format: match &raw.log.format {
+            None => crate::log::Format::Text,
+            Some(f) => match crate::log::Format::parse(f.get_ref()) {
+                Some(x) => x,
+                None => return cx.err(Some(f.span()), "log.format", "must be \"text\" or \"json\""),
+            },
+        },
+        level: match &raw.log.level {
+            None => tracing::Level::INFO,
+            Some(l) => match l.get_ref().as_str() {
+                "error" => tracing::Level::ERROR,
+                "warn" => tracing::Level::WARN,
+                "info" => tracing::Level::INFO,
+                "debug" => tracing::Level::DEBUG,
+                _ => return cx.err(Some(l.span()), "log.level", "must be \"error\", \"warn\", \"info\" or \"debug\""),
+            },
+        },
+    };
+    let telemetry = Telemetry {
+        otlp_endpoint: match &raw.telemetry.otlp_endpoint {
+            None => None,
+            Some(e) => match crate::otlp::parse_endpoint(e.get_ref()) {
+                Ok(_) => Some(e.get_ref().trim_end_matches('/').to_string()),
+                Err(m) => return cx.err(Some(e.span()), "telemetry.otlp_endpoint", m),
+            },
+        },
+    };
     let rel = |p: &str| relative_to(base, p).display().to_string();
     let tls = match &raw.tls {
         None => None,
@@ -469,7 +530,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         };
         resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions });
     }
-    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls })
+    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls, log, telemetry })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod log;
 mod metrics;
 mod naming;
 mod openapi;
+mod otlp;
 mod operator;
 mod recovery;
 mod resources;
@@ -47,7 +48,13 @@ struct ConfigArg {
 #[derive(clap::Subcommand)]
 enum Cmd {
     /// Run the daemon.
-    Serve(ConfigArg),
+    Serve {
+        #[command(flatten)]
+        c: ConfigArg,
+        /// Log format: human-readable `text` or `json` lines; overrides `[log] format`.
+        #[arg(long, env = "COTX_LOG_FORMAT", value_parser = ["text", "json"])]
+        log_format: Option<String>,
+    },
     /// Check a config file and say what it configures.
     CheckConfig(ConfigArg),
     /// In-doubt transactions (prepared, unfinished), oldest first, with what they block.
@@ -121,7 +128,14 @@ fn main() {
     use clap::Parser;
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Serve(c) => serve(load_config(&c)),
+        Cmd::Serve { c, log_format } => {
+            let mut cfg = load_config(&c);
+            if let Some(f) = log_format.as_deref().and_then(log::Format::parse) {
+                cfg.log.format = f;
+            }
+            log::init(cfg.log.format, cfg.log.level);
+            serve(cfg)
+        }
         Cmd::CheckConfig(c) => {
             let cfg = load_config(&c);
             println!("config ok: node {}, {} resource(s), listen {}", cfg.node_id, cfg.resources.len(), cfg.listen);
@@ -193,11 +207,14 @@ fn serve(cfg: config::Config) -> Result<(), String> {
                     c.quarantine(q);
                 }
                 let n = c.adopt_records(&l.records);
-                log::log("info", "decisions loaded", serde_json::json!({"records": n, "quarantined": l.corrupt.len()}));
+                tracing::info!(records = n, quarantined = l.corrupt.len(), "decisions loaded");
             }
             Err(e) => die(&format!("cannot read the decision store: {e}")),
         }
-        log::log("info", "listening", serde_json::json!({"addr": c.cfg.listen.to_string(), "node_id": c.cfg.node_id, "holder": c.holder, "advertise_url": c.cfg.advertise_url}));
+        tracing::info!(addr = %c.cfg.listen, node_id = %c.cfg.node_id, holder = %c.holder, advertise_url = %c.cfg.advertise_url, "listening");
+        if let Some(e) = &c.cfg.telemetry.otlp_endpoint {
+            otlp::start(e, &c.cfg.node_id);
+        }
         lease::spawn_renewal(c.clone());
         // Recovery at start, then periodically.
         let rc = c.clone();
@@ -225,7 +242,7 @@ fn serve(cfg: config::Config) -> Result<(), String> {
         // is marked expired: a restart owns the node at once, and whatever is still in
         // doubt is taken over by another daemon meanwhile.
         let _ = c.store.release_node(&c.cfg.node_id, &c.holder, false).await;
-        log::log("info", "stopping", serde_json::json!({}));
+        tracing::info!("stopping");
     });
     std::process::exit(0);
 }

@@ -48,7 +48,8 @@ class Daemon:
 
     def __init__(self, resources: list[dict], timeouts: dict | None = None, store: dict | None = None,
                  node_id: str | None = None, workdir: str | None = None, port: int | None = None,
-                 lease: dict | None = None, limits: dict | None = None, tls: dict | None = None):
+                 lease: dict | None = None, limits: dict | None = None, tls: dict | None = None,
+                 log: dict | None = None, telemetry: dict | None = None):
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="cotx-coord-"))
         self.port = port or _free_port()
@@ -59,6 +60,9 @@ class Daemon:
         self.lease = lease or {}
         self.limits = limits or {}
         self.tls = tls or {}
+        # JSON log lines: tests and the fault campaign read fields from them.
+        self.log = {"format": "json", **(log or {})}
+        self.telemetry = telemetry or {}
         self.resources = resources
         self.timeouts = {"transaction_ms": 10000, "owner_grace_ms": 500, "recovery_interval_ms": 500,
                          "retry_initial_ms": 50, "retry_max_ms": 500, "retention_ms": 60000}
@@ -77,7 +81,8 @@ class Daemon:
         lines = [f"node_id = {_toml(self.node_id)}", f"listen = \"127.0.0.1:{self.port}\"",
                  f"token = {_toml(self.token)}", "", "[timeouts]"]
         lines += [f"{k} = {_toml(v)}" for k, v in self.timeouts.items()]
-        for table, values in (("lease", self.lease), ("limits", self.limits), ("tls", self.tls)):
+        for table, values in (("lease", self.lease), ("limits", self.limits), ("tls", self.tls), ("log", self.log),
+                              ("telemetry", self.telemetry)):
             if values:
                 lines += ["", f"[{table}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
         lines += ["", "[store]"] + [f"{k} = {_toml(v)}" for k, v in self.store.items()]
