@@ -464,7 +464,7 @@ pub(crate) async fn failed(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body = FinishedRequest,
     responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
               (status = 409, body = Error), (status = 421, body = Error)))]
-pub(crate) async fn finished(c: &Coordinator, r: Call<'_>) -> Routed {
+pub(crate) async fn finished(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: FinishedRequest = parse_required(&r.body)?;
     ok(c.finished(r.p[0], r.p[1], b.outcome.into()).await?)
@@ -503,7 +503,7 @@ pub(crate) async fn commit(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     params(("gtid" = Id, Path)), request_body = FinishedManyRequest,
     responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
               (status = 409, body = Error), (status = 421, body = Error)))]
-pub(crate) async fn finished_many(c: &Coordinator, r: Call<'_>) -> Routed {
+pub(crate) async fn finished_many(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: FinishedManyRequest = parse_required(&r.body)?;
     ok(c.finished_many(r.p[0], &b.branches, b.outcome.into()).await?)
