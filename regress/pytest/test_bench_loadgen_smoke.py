@@ -58,3 +58,30 @@ def test_tpcc(env, split):
         assert not r.get("errors") and not r.get("error"), r
         assert r["commits"] > 0, r
         assert wl.check(env) == "ok"
+
+
+def test_run_all_smoke(tmp_path):
+    """The one command that regenerates RESULTS.md, every experiment, seconds-long."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "bench/run_all.py"), "--smoke", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    summary = list(csv.DictReader(open(tmp_path / "slices_summary.csv")))
+    got = {(s["experiment"], s["mode"]) for s in summary}
+    for exp, modes in (("micro", ("2pc", "co", "shim", "local")), ("micro_levers", ("2pc", "co")),
+                       ("micro_ro", ("2pc", "co", "shim")), ("tpcc", ("2pc", "co", "shim")),
+                       ("autocommit", ("2pc", "co"))):
+        assert {(exp, m) for m in modes} <= got, (exp, got)
+    for s in summary:
+        assert float(s["tps_median"]) > 0 and s["checks"] == "ok" and s["errors"] == "0", s
+        if s["mode"] == "2pc":
+            assert s["ratio_verdict"] == "baseline"
+        else:
+            assert float(s["ratio_lo"]) <= float(s["ratio"]) <= float(s["ratio_hi"]), s
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "<!-- slices:generated:begin -->" in md and "| target | measured: median [95% CI] | met? |" in md
+    assert (tmp_path / "attempts" / "micro_default.jsonl").stat().st_size > 0

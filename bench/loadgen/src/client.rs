@@ -217,6 +217,12 @@ impl Client {
         Ok(())
     }
 
+    /// Autocommit statements on their session (no transaction, no coordinator).
+    pub async fn run_autocommit(&mut self, sub: &Sub) -> Result<(), Failure> {
+        let sess = self.sess.get_mut(&sub.session).expect("session opened");
+        sess.run_ops(&sub.ops).await.map_err(Failure::from)
+    }
+
     // --- shim helpers ---------------------------------------------------------------------
     async fn shim_after_decision(&mut self) {
         let Some(sh) = self.shim.as_mut() else { return };

@@ -22,7 +22,7 @@ use workload::{Micro, Rng, Sub, Tpcc, Workload};
 const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|shim|dip
   --pg DSN --my URL [--coord URL --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
   [--lock-timeout-ms 2000] [--parallel-prepare] [--parallel-finish] [--attempt-log FILE]
-  micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0]
+  micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0]
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
 Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
 Mode dip needs co.decide() in PostgreSQL: without it the result line says skipped.";
@@ -121,7 +121,9 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
         loop {
             tries += 1;
             n_attempt += 1;
-            let r = if mode == Mode::Local {
+            let r = if subs.len() == 1 && subs[0].autocommit {
+                c.run_autocommit(&subs[0]).await.map_err(|f| (0, f))
+            } else if mode == Mode::Local {
                 c.run_local(&subs, from).await.map_err(|(done, f)| (done, f))
             } else {
                 c.run_global(&subs).await.map_err(|f| (0, f))
@@ -214,7 +216,11 @@ async fn run(a: Args) -> i32 {
     };
     let workload = a.s("workload", "micro");
     let wl: Arc<dyn Workload> = match workload.as_str() {
-        "micro" => Arc::new(Micro::new(a.f("S", 2.0) as usize, a.f("R", 6.0) as usize, a.f("W", 6.0) as usize, a.f("P", 0.5), a.f("N", 100000.0) as i64, a.f("K", 0.0))),
+        "micro" => {
+            let mut m = Micro::new(a.f("S", 2.0) as usize, a.f("R", 6.0) as usize, a.f("W", 6.0) as usize, a.f("P", 0.5), a.f("N", 100000.0) as i64, a.f("K", 0.0));
+            m.autocommit_reads = a.f("autocommit-reads", 0.0);
+            Arc::new(m)
+        }
         "tpcc" => {
             let w = a.f("warehouses", 2.0) as i64;
             Arc::new(Tpcc {

@@ -61,6 +61,8 @@ pub struct Sub {
     pub db: Db,
     pub ops: Vec<Op>,
     pub writes: usize, // rows written (the shim needs to know whether a MariaDB branch is read-only)
+    /// Plain autocommit statements, no transaction (the autocommit-read mix).
+    pub autocommit: bool,
 }
 
 impl Sub {
@@ -118,6 +120,8 @@ pub struct Micro {
     pub n: i64,
     pub dbs: Vec<Db>,
     cdf: Option<Vec<f64>>,
+    /// Share of transactions that are R autocommit reads on the first MariaDB table instead.
+    pub autocommit_reads: f64,
 }
 
 impl Micro {
@@ -135,7 +139,7 @@ impl Micro {
         } else {
             None
         };
-        Micro { s, r, w, n, dbs, cdf }
+        Micro { s, r, w, n, dbs, cdf, autocommit_reads: 0.0 }
     }
 
     fn key(&self, rng: &mut Rng) -> i64 {
@@ -157,6 +161,18 @@ impl Workload for Micro {
 
     fn txn(&self, rng: &mut Rng, _wid: usize) -> Vec<Sub> {
         let _ = self.s;
+        if self.autocommit_reads > 0.0 && rng.f64() < self.autocommit_reads {
+            if let Some(i) = self.dbs.iter().position(|&d| d == Db::My) {
+                let t = format!("mt{i}");
+                let ops = (0..self.r)
+                    .map(|_| {
+                        let k = self.key(rng);
+                        Op::new(format!("SELECT v FROM {t} WHERE k = ?"), vec![P::I(k)]).reads(&t, json!(k))
+                    })
+                    .collect();
+                return vec![Sub { session: format!("my{i}"), db: Db::My, ops, writes: 0, autocommit: true }];
+            }
+        }
         self.dbs
             .iter()
             .enumerate()
@@ -172,7 +188,7 @@ impl Workload for Micro {
                 for k in ws {
                     ops.push(Op::new(format!("UPDATE {t} SET v = v + 1 WHERE k = ?"), vec![P::I(k)]).writes(&t, json!(k)));
                 }
-                Sub { session: format!("{}{i}", db.name()), db, ops, writes: self.w }
+                Sub { session: format!("{}{i}", db.name()), db, ops, writes: self.w, autocommit: false }
             })
             .collect()
     }
@@ -269,10 +285,10 @@ impl Tpcc {
             ));
         }
         ops.extend(self.stock_ops(w, &home_stock));
-        let mut subs = vec![Sub { session: home_db.name().into(), db: home_db, ops, writes: 1 }];
+        let mut subs = vec![Sub { session: home_db.name().into(), db: home_db, ops, writes: 1, autocommit: false }];
         if !remote_stock.is_empty() {
             let rdb = self.db_of(remote_stock[0].0);
-            subs.push(Sub { session: rdb.name().into(), db: rdb, ops: self.stock_ops(w, &remote_stock), writes: remote_stock.len() });
+            subs.push(Sub { session: rdb.name().into(), db: rdb, ops: self.stock_ops(w, &remote_stock), writes: remote_stock.len(), autocommit: false });
         }
         subs
     }
@@ -316,11 +332,11 @@ impl Tpcc {
         let (hdb, cdb) = (self.db_of(w), self.db_of(cw));
         if hdb == cdb {
             home.extend(customer);
-            return vec![Sub { session: hdb.name().into(), db: hdb, ops: home, writes: 4 }];
+            return vec![Sub { session: hdb.name().into(), db: hdb, ops: home, writes: 4, autocommit: false }];
         }
         vec![
-            Sub { session: hdb.name().into(), db: hdb, ops: home, writes: 3 },
-            Sub { session: cdb.name().into(), db: cdb, ops: customer, writes: 1 },
+            Sub { session: hdb.name().into(), db: hdb, ops: home, writes: 3, autocommit: false },
+            Sub { session: cdb.name().into(), db: cdb, ops: customer, writes: 1, autocommit: false },
         ]
     }
 }
