@@ -289,7 +289,10 @@ impl Client {
             };
             let g = gtid.clone().unwrap_or_default();
             self.last_gtid = gtid.clone();
-            self.last_ids.push(r["gid"].as_str().map(str::to_string).unwrap_or_else(|| r["xid"].to_string()));
+            self.last_ids.push(match r["gid"].as_str() {
+                Some(gid) => gid.to_string(),
+                None => format!("{},{},{}", r["xid"]["gtrid"].as_str().unwrap_or(""), r["xid"]["bqual"].as_str().unwrap_or(""), r["xid"]["format_id"]),
+            });
             let (gid, xid) = match sub.db {
                 Db::Pg => (format!("'{}'", safe_id(r["gid"].as_str().unwrap_or(""))?), String::new()),
                 Db::My => {
