@@ -63,10 +63,22 @@ class Env:
         log(f"servers: {self.pg.version} (pg_co), MariaDB (mysql_co)")
         self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
         self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
-        self.daemon = Daemon([{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},
-                              {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
-                             timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
-        self.daemon.start()
+        # PostgreSQL is declared a decision resource (mode dip) when the daemon knows the
+        # setting; an older daemon refuses the key, and then runs without it.
+        for decisions in (True, False):
+            pg_res = {"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2}
+            if decisions:
+                pg_res["decisions"] = True
+            self.daemon = Daemon([pg_res, {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
+                                 timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
+            try:
+                self.daemon.start()
+                break
+            except RuntimeError:
+                if not decisions:
+                    raise
+                self.daemon.stop()
+        self.decisions = decisions
         self.mode = None
 
     def close(self) -> None:

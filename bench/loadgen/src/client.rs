@@ -352,7 +352,7 @@ impl Client {
         if br.len() == 1 {
             return self.one_phase(&g, &mut br).await;
         }
-        let decider = if mode == Mode::Dip { br.iter().position(|b| b.db == Db::Pg) } else { None };
+        let decider = if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg) } else { None };
         // Prepare every branch but the decider (in dip mode it commits in one phase).
         let to_prepare: Vec<usize> = (0..br.len()).filter(|&i| Some(i) != decider).collect();
         if let Err(f) = self.prepare(&g, &mut br, &to_prepare).await {
