@@ -10,8 +10,8 @@ Experiments (--experiments, comma-separated):
   ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, shim
   tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, shim;
             plus W=4 with the classic schema to compare
-  autocommit MariaDB autocommit reads beside XA writers: mysql_co_lock_autocommit_reads
-            ON vs OFF (mode co)
+  autocommit MariaDB autocommit reads beside XA writers: 2pc, and co with
+            mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
 Every experiment starts with the quiet-machine check (refuses unless --force).
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def estimate(a, exps) -> float:
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + 1) * 3 * (a.slices + 0.5)
     if "autocommit" in exps:
-        n += 2 * (a.slices + 0.5)
+        n += 3 * (a.slices + 0.5)
     return n * per / 60 + 1.5
 
 
@@ -135,7 +135,8 @@ def main(argv=None) -> int:
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
-            def point(exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False):
+            def point(exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False,
+                      switch=None):
                 q = meta["quiet"][f"{exp} {name}"] = slices.quiet_check(sample_s=1.0, use_load=False)
                 if not q["quiet"]:
                     log(f"quiet check before {exp} {name}: NOT QUIET ({q['why']})")
@@ -143,7 +144,8 @@ def main(argv=None) -> int:
                 if log_attempts and not a.no_attempt_logs:
                     att = att_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{exp}_{name}") + ".jsonl")
                 rows = slices.run_point(env, exp, name, params, wargs, modes, clients=clients, csv_path=csv_path,
-                                        extra=extra, check=check, attempt_log=att, quiet=q, **common)
+                                        extra=extra, check=check, attempt_log=att, quiet=q, switch=switch,
+                                        **common)
                 all_rows.extend(rows)
                 if att is not None:
                     b = breakdown(att)
@@ -177,11 +179,14 @@ def main(argv=None) -> int:
                 p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
                 point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), ["2pc", "co", "shim"], a.clients)
             if "autocommit" in exps:
+                # One point, the two settings as variants of mode co, interleaved like modes.
                 p = dict(dflt, A=0.8)
                 wargs = loadgen.micro_args(dflt) + ["--autocommit-reads", "0.8"]
-                for on in ("OFF", "ON"):
-                    env.my.sql(f"SET GLOBAL mysql_co_lock_autocommit_reads = {on}")
-                    point("autocommit", f"lock_autocommit_reads={on}", p, wargs, ["2pc", "co"], a.clients)
+
+                def acr(on):
+                    return lambda env: env.my.sql(f"SET GLOBAL mysql_co_lock_autocommit_reads = {on}")
+                point("autocommit", "autocommit reads 80%", p, wargs, ["2pc", "co:acr=OFF", "co:acr=ON"], a.clients,
+                      switch={"2pc": acr("OFF"), "co:acr=OFF": acr("OFF"), "co:acr=ON": acr("ON")})
                 env.my.sql("SET GLOBAL mysql_co_lock_autocommit_reads = DEFAULT")
             if "tpcc" in exps:
                 plan = [(int(w), a.ytd_split) for w in a.warehouses.split(",")]

@@ -106,16 +106,26 @@ SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clie
 def run_point(env, experiment: str, point: str, params: dict, workload_args: list[str], modes: list[str], *,
               slices: int, warmup: float, seconds: float, clients: int, csv_path: Path,
               extra: dict | None = None, check=None, attempt_log: Path | None = None,
-              quiet: dict | None = None) -> list[dict]:
+              quiet: dict | None = None, switch: dict | None = None) -> list[dict]:
     """Warm-up slice per mode, then `slices` rounds over the modes, ABBA order. extra[mode]:
-    extra driver arguments (levers that are client-side). Modes whose driver says
-    `skipped` (dip without support) are dropped with a log line."""
+    extra driver arguments (levers that are client-side). A mode may be a variant
+    "base:label" (e.g. "co:acr=ON"): the servers and the driver run `base`, and
+    switch[mode](env) applies the variant's server settings after the mode switch. Modes
+    whose driver says `skipped` (dip without support) are dropped with a log line."""
     extra = extra or {}
+    switch = switch or {}
+
+    def enter(mode):
+        base = mode.split(":")[0]
+        env.set_mode("co" if base == "dip" else base)
+        if mode in switch:
+            switch[mode](env)
+        return base
     modes = list(modes)
     env.vacuum()
     for mode in list(modes):
-        env.set_mode("co" if mode == "dip" else mode)
-        r = run_slice(env, mode, workload_args, clients=clients, warmup=warmup, seconds=max(1.0, seconds / 2),
+        base = enter(mode)
+        r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=max(1.0, seconds / 2),
                       seed=999, extra=extra.get(mode))
         if r.get("skipped"):
             log(f"[{experiment} {point}] {mode}: skipped: {r['skipped']}")
@@ -128,10 +138,10 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
     for rnd in range(slices):
         order = modes if rnd % 2 == 0 else modes[::-1]
         for pos, mode in enumerate(order):
-            env.set_mode("co" if mode == "dip" else mode)
+            base = enter(mode)
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             n += 1
-            r = run_slice(env, mode, workload_args, clients=clients, warmup=warmup, seconds=seconds,
+            r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=seconds,
                           seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=attempt_log)
             left = env.leftovers()
             chk = check(env) if check else ""

@@ -74,7 +74,7 @@ def test_run_all_smoke(tmp_path):
     got = {(s["experiment"], s["mode"]) for s in summary}
     for exp, modes in (("micro", ("2pc", "co", "shim", "local")), ("micro_levers", ("2pc", "co")),
                        ("micro_ro", ("2pc", "co", "shim")), ("tpcc", ("2pc", "co", "shim")),
-                       ("autocommit", ("2pc", "co"))):
+                       ("autocommit", ("2pc", "co:acr=OFF", "co:acr=ON"))):
         assert {(exp, m) for m in modes} <= got, (exp, got)
     for s in summary:
         assert float(s["tps_median"]) > 0 and s["checks"] == "ok" and s["errors"] == "0", s
