@@ -3,7 +3,8 @@ scripts/build-loadgen.sh) for one slice: one workload, one mode, a warm-up then 
 window. The driver prints an event line when its window opens and when it closes; the
 servers' CPU (PostgreSQL, mariadbd, the coordinator: core.cpu_snapshot) is sampled at
 exactly those moments, so CPU per committed transaction covers the same window as the
-commits it is divided by.
+commits it is divided by (the driver keeps its sessions open until the second sample is
+taken: a backend exiting during the sample would be counted nowhere).
 """
 from __future__ import annotations
 
@@ -26,6 +27,16 @@ def binary() -> Path:
     return p
 
 
+def _release(proc) -> None:
+    """Lets the driver close its sessions (it keeps them until the CPU sample is taken)."""
+    try:
+        if proc.stdin and not proc.stdin.closed:
+            proc.stdin.write("\n")
+            proc.stdin.close()
+    except OSError:
+        pass
+
+
 def micro_args(p: dict) -> list[str]:
     return ["--workload", "micro"] + [x for k in ("S", "R", "W", "P", "N", "K") for x in (f"--{k}", str(p[k]))]
 
@@ -44,11 +55,12 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
     and the driver's own share of all CPU used in it."""
     cmd = [str(binary()), "--mode", mode, "--pg", env.pg.dsn, "--my", env.my.dsn,
            "--coord", env.daemon.url, "--clients", str(clients), "--warmup", str(warmup),
-           "--seconds", str(seconds), "--seed", str(seed)] + workload_args + (extra or [])
+           "--seconds", str(seconds), "--seed", str(seed), "--sync-stdin"] + workload_args + (extra or [])
     if attempt_log is not None:
         cmd += ["--attempt-log", str(attempt_log)]
     penv = dict(os.environ, COTX_TOKEN=env.daemon.token or "")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=penv)
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=penv)
     deadline = time.time() + (timeout or (warmup + seconds + 120))
     cpu0 = cpu1 = None
     result = None
@@ -63,11 +75,13 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
             cpu0 = cpu_snapshot(env)
         elif ev == "measure_end":
             cpu1 = cpu_snapshot(env)
+            _release(proc)
         else:
             result = msg
         if time.time() > deadline:
             proc.kill()
             break
+    _release(proc)
     try:
         proc.wait(timeout=max(1.0, deadline - time.time()))
     except subprocess.TimeoutExpired:

@@ -22,6 +22,7 @@ use workload::{Micro, Rng, Sub, Tpcc, Workload};
 const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|shim|dip
   --pg DSN --my URL [--coord URL --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
   [--lock-timeout-ms 2000] [--parallel-prepare] [--parallel-finish] [--attempt-log FILE]
+  [--sync-stdin: after measure_end, keep the sessions until a line arrives on stdin]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0]
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
 Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
@@ -54,7 +55,7 @@ impl Args {
         let mut it = std::env::args().skip(1).peekable();
         while let Some(a) = it.next() {
             let k = a.strip_prefix("--").ok_or_else(|| format!("unexpected argument {a}"))?.to_string();
-            if matches!(k.as_str(), "parallel-prepare" | "parallel-finish" | "help") {
+            if matches!(k.as_str(), "parallel-prepare" | "parallel-finish" | "sync-stdin" | "help") {
                 m.insert(k, "1".into());
             } else {
                 m.insert(k.clone(), it.next().ok_or_else(|| format!("--{k} needs a value"))?);
@@ -109,7 +110,7 @@ fn log_line(mode: &str, gtid: &str, ids: &[String], t: f64, measured: bool, subs
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name: String, seed: u64, t_measure: Instant, t_end: Instant, want_log: bool) -> Stats {
+async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name: String, seed: u64, t_measure: Instant, t_end: Instant, want_log: bool) -> (Stats, Client) {
     let mut st = Stats::default();
     let mut rng = Rng::new(seed);
     let mut n_attempt = 0u64;
@@ -178,7 +179,7 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
     c.close().await;
     st.helpers = c.helpers();
     st.unfinished = c.unfinished;
-    st
+    (st, c)
 }
 
 fn percentile(xs: &mut [f64], p: f64) -> Option<f64> {
@@ -302,9 +303,11 @@ async fn run(a: Args) -> i32 {
     emit(&json!({"event": "measure_end"}));
     let mut all = Stats::default();
     let mut errors = vec![];
+    let mut keep = Vec::new();
     for h in handles {
         match h.await {
-            Ok(st) => {
+            Ok((st, c)) => {
+                keep.push(c);
                 all.commits += st.commits;
                 all.attempts += st.attempts;
                 for (k, v) in st.reasons {
@@ -321,6 +324,16 @@ async fn run(a: Args) -> i32 {
             Err(e) => errors.push(format!("client task failed: {e}")),
         }
     }
+    if a.flag("sync-stdin") {
+        // The sessions stay open until the harness has sampled the servers' CPU: a backend
+        // exiting during that sample would be counted nowhere.
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+        })
+        .await;
+    }
+    drop(keep);
     if let Some(path) = a.0.get("attempt-log") {
         if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let mut w = std::io::BufWriter::new(f);
