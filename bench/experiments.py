@@ -5,7 +5,7 @@ Experiments (--experiments, comma-separated):
   micro     microbenchmark default point: 2pc, co, dip (when the installed pg_co and
             daemon support it), shim, local
   levers    the default point with one lever at a time, in 2pc and co alike:
-            pg_co.conflict_action = wait; pg_co.max_wait (if the GUC exists) with wait;
+            pg_co.conflict_action = wait; pg_co.max_wait = 5 ms (if the GUC exists) in abort mode;
             fillfactor 100 instead of 80; prepares and finishes in parallel
   ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, shim
   tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, shim;
@@ -60,11 +60,12 @@ def set_fillfactor(env, ff: int) -> None:
     env.pg.sql("ANALYZE")
 
 
-def breakdown(path: Path) -> str | None:
-    """The refusal breakdown of an attempt log, when bench/harness/refusal_breakdown.py exists."""
+def breakdown(env, path: Path) -> str | None:
+    """The refusal breakdown of an attempt log (when the module exists), run while the
+    servers are up: it reads page membership from PostgreSQL's predicate locks."""
     if not (ROOT / "bench" / "harness" / "refusal_breakdown.py").exists() or not path.exists():
         return None
-    r = subprocess.run([sys.executable, "-m", "bench.harness.refusal_breakdown", str(path)],
+    r = subprocess.run([sys.executable, "-m", "bench.harness.refusal_breakdown", str(path), "--pg-dsn", env.pg.dsn],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     return r.stdout if r.returncode == 0 else f"(refusal_breakdown failed: {r.stderr.strip()[-300:]})"
 
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
                                         **common)
                 all_rows.extend(rows)
                 if att is not None:
-                    b = breakdown(att)
+                    b = breakdown(env, att)
                     if b:
                         breakdowns[f"{exp} {name}"] = b
                 return rows
@@ -160,14 +161,15 @@ def main(argv=None) -> int:
                 set_guc(env, "pg_co.conflict_action", "wait")
                 point("micro_levers", "conflict_action=wait", dflt, loadgen.micro_args(dflt), ["2pc", "co"],
                       a.clients, log_attempts=True)
+                set_guc(env, "pg_co.conflict_action", None)
                 if has_guc(env, "pg_co.max_wait"):
+                    # Rule B's bounded wait: abort mode, wait at most 5 ms for the in-doubt blocker.
                     set_guc(env, "pg_co.max_wait", "5")
-                    point("micro_levers", "conflict_action=wait:max_wait=5ms", dflt, loadgen.micro_args(dflt),
+                    point("micro_levers", "max_wait=5ms", dflt, loadgen.micro_args(dflt),
                           ["2pc", "co"], a.clients, log_attempts=True)
                     set_guc(env, "pg_co.max_wait", None)
                 else:
                     log("pg_co.max_wait does not exist in the installed pg_co: lever skipped")
-                set_guc(env, "pg_co.conflict_action", None)
                 set_fillfactor(env, 100)
                 point("micro_levers", "fillfactor=100", dflt, loadgen.micro_args(dflt), ["2pc", "co"], a.clients,
                       log_attempts=True)
