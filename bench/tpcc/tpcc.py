@@ -274,17 +274,18 @@ class TpcC:
 
 def run(env: Env, warehouses: list[int], *, seconds: float, warmup: float, reps: int,
         clients_per_warehouse: int, out: Path, modes=MODES, small: bool = False,
-        remote_item: float = 0.10) -> list[dict]:
+        remote_item: float = 0.10, ytd_split: int = 0) -> list[dict]:
     all_rows = []
     for i, W in enumerate(warehouses):
         clients = clients_per_warehouse * W
-        wl = TpcC(W, remote_item=remote_item, items=1000 if small else 10000, customers=30 if small else 300)
+        wl = TpcC(W, remote_item=remote_item, items=1000 if small else 10000, customers=30 if small else 300,
+                  ytd_split=ytd_split)
         wl.load(env)
         first = wl.check(env)
         if first != "ok":
             raise RuntimeError(f"consistency check fails right after loading: {first}")
         params = {"W": W, "clients": clients, "remote_item": remote_item, "remote_customer": 0.15,
-                  "items": wl.items, "customers_per_district": wl.customers}
+                  "items": wl.items, "customers_per_district": wl.customers, "ytd_split": ytd_split}
         all_rows += run_point(env, "tpcc", f"W={W}", params, wl, clients=clients, warmup=warmup,
                               duration=seconds, reps=reps, modes=modes, csv_path=out / "tpcc_runs.csv",
                               progress_prefix=f"({i + 1}/{len(warehouses)}) ", check=wl.check)
@@ -301,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients-per-warehouse", type=int, default=2,
                     help="client processes per warehouse, no think time (default 2)")
     ap.add_argument("--remote-item", type=float, default=0.10)
+    ap.add_argument("--ytd-split", type=int, default=0,
+                    help="YTD rows per warehouse/district in their own tables (0: the classic schema)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     ap.add_argument("--no-fsync", action="store_true")
     ap.add_argument("--smoke", action="store_true")
@@ -313,7 +316,8 @@ def main(argv=None) -> int:
     log(f"machine: {machine()}")
     with Env(fsync=not a.no_fsync) as env:
         rows = run(env, [int(x) for x in a.warehouses.split(",")], seconds=a.seconds, warmup=a.warmup,
-                   reps=a.reps, clients_per_warehouse=a.clients_per_warehouse, out=a.out, small=a.smoke, remote_item=a.remote_item)
+                   reps=a.reps, clients_per_warehouse=a.clients_per_warehouse, out=a.out, small=a.smoke, remote_item=a.remote_item,
+                   ytd_split=a.ytd_split)
     for s in summarize(rows):
         log(f"summary {s['point']:6s} {s['mode']:5s} {s['tps_median']:8.1f} tx/s  ratio to 2pc "
             f"{s['ratio_to_2pc']:.3f}  aborts {s['abort_rate']:.2%}  checks {s['checks']}")
