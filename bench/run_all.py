@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Every side-by-side experiment (local / 2pc / co / shim) in one command: the
-microbenchmark default point and sweeps, the TPC-C subset with 2 and 4 warehouses, then
-CSVs (bench/results/), PNG plots (bench/plots/) and the generated block of bench/RESULTS.md.
+"""Every side-by-side experiment in one command, with the Rust load driver
+(bench/loadgen) in short interleaved slices (bench/experiments.py): quiet-machine check,
+microbenchmark modes and levers, read-only MariaDB branches, TPC-C W=2,4,8; CSVs in
+bench/results/ and the generated block of bench/RESULTS.md.
 
-  /var/cache/cotx/venv/bin/python bench/run_all.py [--seconds 4] [--warmup 1] [--reps 3]
-      [--clients 8] [--micro-points sweeps] [--warehouses 2,4]
-  --report-only   redo plots and RESULTS.md from the CSVs in --out
-  --smoke         tiny sizes, sub-second runs, no fsync, written to --out only (CI)
+  /var/cache/cotx/venv/bin/python bench/run_all.py [--slices 10] [--seconds 5] [--warmup 1] ...
+  --report-only   redo RESULTS.md from the CSVs in --out
+  --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
+  --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),
+                  its own options: --seconds --warmup --reps --clients --micro-points ...
 The pgbench cost of pg_co on one database is bench/pg_co/pgbench_cost.py (its own section).
 """
 from __future__ import annotations
@@ -25,11 +27,13 @@ from bench.harness.core import Env, log, machine, read_csv, summarize, write_sum
 from bench.micro import micro
 from bench.tpcc import tpcc
 
-HEADER = "## Side by side: local / 2pc / co / shim"
+HEADER = "## Side by side: local / 2pc / co / shim (the earlier Python driver)"
 
 
-def main(argv=None) -> int:
+def python_driver_main(argv=None) -> int:
+    """The earlier harness: Python worker processes (bench/harness/driver.py)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--python-driver", action="store_true")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=3)
@@ -96,6 +100,14 @@ def main(argv=None) -> int:
     log(f"wrote {a.results_md}")
     print(report.targets(msum, tsum))
     return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--python-driver" in args:
+        return python_driver_main(args)
+    from bench import experiments
+    return experiments.main(args)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 from . import MODES
 from cotest import MariaServer, PgServer, reap_orphans
 
-from .driver import Abort, Driver, LocalRetry
+from .driver import Abort, Driver, LocalRetry, attempt_line
 
 ROOT = Path(__file__).resolve().parents[2]    # the checkout: results and plots live in bench/
 
@@ -63,10 +63,22 @@ class Env:
         log(f"servers: {self.pg.version} (pg_co), MariaDB (mysql_co)")
         self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
         self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
-        self.daemon = Daemon([{"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},
-                              {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
-                             timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
-        self.daemon.start()
+        # PostgreSQL is declared a decision resource (mode dip) when the daemon knows the
+        # setting; an older daemon refuses the key, and then runs without it.
+        for decisions in (True, False):
+            pg_res = {"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2}
+            if decisions:
+                pg_res["decisions"] = True
+            self.daemon = Daemon([pg_res, {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
+                                 timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
+            try:
+                self.daemon.start()
+                break
+            except RuntimeError:
+                if not decisions:
+                    raise
+                self.daemon.stop()
+        self.decisions = decisions
         self.mode = None
 
     def close(self) -> None:
@@ -129,8 +141,10 @@ class Env:
 
 
 # --- worker processes -----------------------------------------------------------------------
-def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q):
+def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q, attempt_log=None):
     pg_port, my_port, url, token = env_ports
+    lines = [] if attempt_log else None
+    n_attempt = 0
     res = {"wid": wid, "commits": 0, "lat": [], "aborts": Counter(), "attempts": 0, "error": None,
            "helpers": 0}
     drv = None
@@ -150,11 +164,20 @@ def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q):
             tries = 0
             while True:
                 tries += 1
+                n_attempt += 1
                 try:
                     drv.run(pending)
                     ok = True
+                    if lines is not None:
+                        t = time.time()
+                        lines.append(attempt_line(mode, drv.last_gtid or f"local-w{wid}-{n_attempt}", drv.last_ids,
+                                                  pending, "commit", t_measure <= t < t_end, None, None))
                     break
                 except LocalRetry as e:
+                    if lines is not None:
+                        t = time.time()
+                        lines.append(attempt_line(mode, f"local-w{wid}-{n_attempt}", [], pending[e.done:], "abort",
+                                                  t_measure <= t < t_end, e.reason, e.__cause__))
                     pending = pending[e.done:]
                     t = time.time()
                     if t_measure <= t < t_end:
@@ -165,6 +188,9 @@ def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q):
                     # local mode finishes what it started (no atomicity to fall back on)
                 except Abort as e:
                     t = time.time()
+                    if lines is not None:
+                        lines.append(attempt_line(mode, drv.last_gtid or "", drv.last_ids, pending, "abort",
+                                                  t_measure <= t < t_end, e.reason, e.__cause__))
                     if t_measure <= t < t_end:
                         res["aborts"][e.reason] += 1
                         res["attempts"] += 1
@@ -182,6 +208,10 @@ def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q):
     finally:
         if drv is not None:
             drv.close()
+        if lines:
+            # One append per worker: the workers' blocks do not interleave.
+            with open(attempt_log, "a") as f:
+                f.write("\n".join(lines) + "\n")
         q.put(res)
 
 
@@ -230,7 +260,7 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duration: float,
-             seed: int) -> dict:
+             seed: int, attempt_log=None) -> dict:
     env.set_mode(mode)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
@@ -240,7 +270,7 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
     t_end = t_measure + duration
     ports = (env.pg.port, env.my.port, env.daemon.url, env.daemon.token)
     procs = [ctx.Process(target=_worker, args=(ports, mode, w, workload, seed * 1000 + w,
-                                               t_start, t_measure, t_end, q))
+                                               t_start, t_measure, t_end, q, attempt_log))
              for w in range(clients)]
     for p in procs:
         p.start()
@@ -294,7 +324,7 @@ RUN_FIELDS = ["experiment", "point", "params", "rep", "order", "mode", "clients"
 
 def run_point(env: Env, experiment: str, point: str, params: dict, workload, *, clients: int,
               warmup: float, duration: float, reps: int, modes=MODES, csv_path: Path | None = None,
-              progress_prefix: str = "", check=None) -> list[dict]:
+              progress_prefix: str = "", check=None, attempt_log=None) -> list[dict]:
     """All modes, `reps` repetitions, interleaved; rows appended to csv_path."""
     rows = []
     env.vacuum()
@@ -302,7 +332,8 @@ def run_point(env: Env, experiment: str, point: str, params: dict, workload, *, 
         order = list(modes[rep % len(modes):]) + list(modes[:rep % len(modes)])
         for pos, mode in enumerate(order):
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            r = run_once(env, mode, workload, clients, warmup, duration, seed=rep * 7919 + pos + 1)
+            r = run_once(env, mode, workload, clients, warmup, duration, seed=rep * 7919 + pos + 1,
+                         attempt_log=attempt_log)
             r["check"] = check(env) if check else ""
             r.update({"experiment": experiment, "point": point, "rep": rep + 1, "order": pos + 1,
                       "params": " ".join(f"{k}={v}" for k, v in params.items()), "started_utc": started})

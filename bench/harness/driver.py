@@ -38,6 +38,7 @@ class Sub:
     key: str                 # session name, e.g. "pg0", "my1"
     db: str                  # "pg" | "my"
     fn: Callable             # fn(ex) -> rows written
+    touch: dict | None = None  # attempt log: {"table", "read": [keys], "written": [keys]}
 
 
 class Abort(Exception):
@@ -46,6 +47,39 @@ class Abort(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+
+
+def error_record(e: BaseException | None) -> dict | None:
+    """The attempt log's error: the first engine error in the `raise ... from` chain (the
+    same fields as the Rust driver's: db, sqlstate, errno, message, detail)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        diag = getattr(e, "diag", None)
+        if getattr(e, "sqlstate", None) and diag is not None:
+            return {"db": "pg", "sqlstate": e.sqlstate, "errno": None,
+                    "message": diag.message_primary, "detail": diag.message_detail}
+        args = getattr(e, "args", ())
+        if len(args) >= 2 and isinstance(args[0], int) and not isinstance(args[0], bool):
+            return {"db": "my", "sqlstate": None, "errno": args[0], "message": str(args[1]), "detail": None}
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def attempt_line(mode: str, gtid: str, ids: list, subs: list[Sub], outcome: str, measured: bool,
+                 kind: str | None, err: BaseException | None) -> str:
+    """One line of the attempt log (the format bench/loadgen writes)."""
+    import json
+    import time as _t
+    branches = []
+    for i, s in enumerate(subs):
+        t = s.touch or {}
+        ident = ids[i] if i < len(ids) else None
+        branches.append({"db": s.db, "bid": f"b{i}", "gid": ident if s.db == "pg" else None,
+                         "xid": ident if s.db == "my" else None, "table": t.get("table"),
+                         "read": t.get("read", []), "written": t.get("written", [])})
+    return json.dumps({"gtid": gtid, "mode": mode, "t": _t.time(), "measured": measured, "outcome": outcome,
+                       "kind": kind, "branches": branches, "error": error_record(err) if err is not None else None})
 
 
 class PgEx:
@@ -164,6 +198,9 @@ class Driver:
             self.coord = Coordinator(coord_url, coord_token, timeout=30.0, decision_timeout=60.0)
         self.helpers = ShimHelpers(self._pg_connect(), wid) if mode == "shim" else None
         self.my_dummy_slot = 0
+        # The last attempt's gtid and its branches' gids / xids (attempt log).
+        self.last_gtid: str | None = None
+        self.last_ids: list = []
 
     # --- sessions ---------------------------------------------------------------------
     def _pg_connect(self):
@@ -249,8 +286,10 @@ class Driver:
     def _run_2pc(self, subs: list[Sub]) -> int:
         from cotx import CotxError
         shim = self.mode == "shim"
+        tx = self.coord.transaction()
+        self.last_gtid, self.last_ids = None, []
         try:
-            with self.coord.transaction() as tx:
+            with tx:
                 for i, s in enumerate(subs):
                     conn, ex = self.session(s)
                     with tx.branch(conn, s.db, f"b{i}"):
@@ -264,6 +303,8 @@ class Driver:
         except (CotxError, Exception) as e:  # noqa: BLE001 - any failure aborts the attempt
             raise Abort(classify(e), str(e)[:200]) from e
         finally:
+            self.last_gtid = tx._gtid
+            self.last_ids = [b.gid if b.kind == "postgres" else ",".join(map(str, b.xid or ())) for b in tx._branches]
             if shim:
                 self.helpers.after_decision()
         return 1

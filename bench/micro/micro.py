@@ -82,7 +82,7 @@ class Micro:
                 for k in writes:
                     ex.q(upd, (k,))
                 return len(writes)
-            subs.append(Sub(f"{db}{i}", db, fn))
+            subs.append(Sub(f"{db}{i}", db, fn, {"table": f"mt{i}", "read": reads, "written": writes}))
         return subs
 
 
@@ -111,7 +111,7 @@ def load(env: Env, rows: int, workers: int = 64) -> None:
 
 
 def run(env: Env, points: list[str], *, seconds: float, warmup: float, reps: int, clients: int,
-        out: Path, modes=MODES, max_rows: int | None = None) -> list[dict]:
+        out: Path, modes=MODES, max_rows: int | None = None, attempt_log: Path | None = None) -> list[dict]:
     specs = [(s, parse_point(s)) for s in points]
     rows_needed = max_rows or max(int(p["N"]) for _, p in specs)
     load(env, rows_needed)
@@ -120,7 +120,7 @@ def run(env: Env, points: list[str], *, seconds: float, warmup: float, reps: int
         wl = Micro(**p)
         all_rows += run_point(env, "micro", spec, p, wl, clients=clients, warmup=warmup,
                               duration=seconds, reps=reps, modes=modes, csv_path=out / "micro_runs.csv",
-                              progress_prefix=f"({i + 1}/{len(specs)}) ")
+                              progress_prefix=f"({i + 1}/{len(specs)}) ", attempt_log=attempt_log)
     write_summary(summarize(all_rows, modes), out / "micro_summary.csv")
     return all_rows
 
@@ -135,6 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="subset of the modes (2pc first for ratios)")
     ap.add_argument("--rows", type=int, default=None, help="override N of every point (and the load)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    ap.add_argument("--attempt-log", type=Path, help="JSONL, one line per attempt (the format of bench/loadgen's)")
     ap.add_argument("--no-fsync", action="store_true", help="durability off (smoke runs only)")
     ap.add_argument("--smoke", action="store_true", help="tiny and quick: for CI")
     a = ap.parse_args(argv)
@@ -150,6 +151,7 @@ def main(argv=None) -> int:
     log(f"machine: {machine()}")
     with Env(fsync=not a.no_fsync) as env:
         rows = run(env, points, seconds=a.seconds, warmup=a.warmup, reps=a.reps, clients=a.clients, out=a.out,
+                   attempt_log=a.attempt_log,
                    modes=tuple(a.modes.split(",")))
     bad = [r for r in rows if r["errors"] or (r["check"] not in ("", "ok"))]
     for s in summarize(rows, tuple(a.modes.split(","))):

@@ -65,18 +65,29 @@ SCHEMA = [
     "h_d_id int NOT NULL, h_w_id int NOT NULL, h_amount int NOT NULL)",
     "CREATE TABLE shim_dummy (k int PRIMARY KEY, v int NOT NULL)",
 ]
+# The split schema (ytd_split = k > 0): payment's year-to-date sums live in their own rows,
+# k per warehouse / district (payment adds to a random one; readers sum them), as TPC-C
+# ports built for throughput do. New-order reads w_tax / d_tax and bumps d_next_o_id;
+# with the sums in the same rows every payment of the warehouse conflicts with those
+# (a write on a row new-order read, and first-updater-wins on the district row).
+SPLIT_SCHEMA = [
+    "CREATE TABLE warehouse_ytd (w_id int, slot int, w_ytd bigint NOT NULL, PRIMARY KEY (w_id, slot))",
+    "CREATE TABLE district_ytd (d_w_id int, d_id int, slot int, d_ytd bigint NOT NULL, PRIMARY KEY (d_w_id, d_id, slot))",
+]
 # Room for HOT updates on PostgreSQL (the same in every mode): a non-HOT update of a hot
 # warehouse/district row inserts an index entry, which is an rw-conflict with every
 # transaction that looked up any row on that index page.
-PG_FILLFACTOR = {"warehouse": 10, "district": 10, "customer": 80, "stock": 80, "shim_dummy": 50}
+PG_FILLFACTOR = {"warehouse": 10, "district": 10, "customer": 80, "stock": 80, "shim_dummy": 50,
+                 "warehouse_ytd": 10, "district_ytd": 10}
 TABLES = ["warehouse", "district", "customer", "item", "stock", "orders", "new_order", "order_line",
-          "history", "shim_dummy"]
+          "history", "shim_dummy", "warehouse_ytd", "district_ytd"]
 
 
 class TpcC:
     def __init__(self, warehouses: int, remote_item: float = 0.10, remote_customer: float = 0.15,
-                 items: int = 10000, customers: int = 300):
+                 items: int = 10000, customers: int = 300, ytd_split: int = 0):
         self.W, self.items, self.customers = warehouses, items, customers
+        self.ytd_split = ytd_split
         self.remote_item, self.remote_customer = remote_item, remote_customer
         self.n_pg = max(1, warehouses // 2)
 
@@ -152,9 +163,16 @@ class TpcC:
         c = rng.randrange(1, self.customers + 1)
         amount = rng.randrange(100, 500001)
 
+        slot = rng.randrange(self.ytd_split) if self.ytd_split else 0
+
         def home(ex):
-            ex.q("UPDATE warehouse SET w_ytd = w_ytd + %s WHERE w_id = %s", (amount, w))
-            ex.q("UPDATE district SET d_ytd = d_ytd + %s WHERE d_w_id = %s AND d_id = %s", (amount, w, d))
+            if self.ytd_split:
+                ex.q("UPDATE warehouse_ytd SET w_ytd = w_ytd + %s WHERE w_id = %s AND slot = %s", (amount, w, slot))
+                ex.q("UPDATE district_ytd SET d_ytd = d_ytd + %s WHERE d_w_id = %s AND d_id = %s AND slot = %s",
+                     (amount, w, d, slot))
+            else:
+                ex.q("UPDATE warehouse SET w_ytd = w_ytd + %s WHERE w_id = %s", (amount, w))
+                ex.q("UPDATE district SET d_ytd = d_ytd + %s WHERE d_w_id = %s AND d_id = %s", (amount, w, d))
             ex.q("INSERT INTO history VALUES (%s, %s, %s, %s, %s, %s)", (c, cd, cw, d, w, amount))
             return 3
 
@@ -187,7 +205,7 @@ class TpcC:
             al = " g" if db == "pg" else ""
             for t in TABLES:
                 run(f"DROP TABLE IF EXISTS {t}")
-            for stmt in SCHEMA:
+            for stmt in SCHEMA + (SPLIT_SCHEMA if self.ytd_split else []):
                 table = stmt.split()[2]
                 run(stmt + (f" WITH (fillfactor = {PG_FILLFACTOR[table]})" if db == "pg" and table in PG_FILLFACTOR else ""))
             run(f"INSERT INTO item SELECT {col}, 100 + ({col} * 37) % 9900 FROM {gen(1, self.items)}{al}")
@@ -198,6 +216,14 @@ class TpcC:
                     run(f"INSERT INTO customer SELECT {w}, {d}, {col}, ({col} * 11) % 5000, {C_BAL0}, {C_YTD0}, 1 "
                         f"FROM {gen(1, self.customers)}{al}")
                 run(f"INSERT INTO stock SELECT {w}, {col}, 10 + ({col} * 17) % 91, 0, 0, 0 FROM {gen(1, self.items)}{al}")
+            if self.ytd_split:
+                # Slot 0 starts with the initial sums, the others at 0.
+                for w in ws:
+                    run(f"INSERT INTO warehouse_ytd SELECT {w}, {col}, CASE WHEN {col} = 0 THEN {W_YTD0} ELSE 0 END "
+                        f"FROM {gen(0, self.ytd_split - 1)}{al}")
+                    for d in range(1, DISTRICTS + 1):
+                        run(f"INSERT INTO district_ytd SELECT {w}, {d}, {col}, CASE WHEN {col} = 0 THEN {D_YTD0} ELSE 0 END "
+                            f"FROM {gen(0, self.ytd_split - 1)}{al}")
             run(f"INSERT INTO shim_dummy SELECT {col}, 0 FROM {gen(0, dummy - 1)}{al}")
         env.pg.sql("VACUUM ANALYZE")
         log(f"TPC-C: loaded {self.W} warehouses ({self.n_pg} on PostgreSQL) in {time.time() - t0:.1f} s")
@@ -205,8 +231,15 @@ class TpcC:
     def check(self, env: Env) -> str:
         bad = []
         tot = {"s_ytd": 0, "ol_qty": 0, "h": 0, "w_ytd": 0, "c_ytd": 0}
+        if self.ytd_split:
+            w_ytd = "(SELECT sum(y.w_ytd) FROM warehouse_ytd y WHERE y.w_id = warehouse.w_id)"
+            d_ytd = "(SELECT sum(d_ytd) FROM district_ytd WHERE d_w_id = w_id)"
+            w_total = "(SELECT coalesce(sum(w_ytd), 0) FROM warehouse_ytd)"
+        else:
+            w_ytd, d_ytd = "w_ytd", "(SELECT sum(d_ytd) FROM district WHERE d_w_id = w_id)"
+            w_total = "(SELECT coalesce(sum(w_ytd), 0) FROM warehouse)"
         for db, run in (("pg", env.pg.sql), ("my", env.my.sql)):
-            for w, wy, dy in run("SELECT w_id, w_ytd, (SELECT sum(d_ytd) FROM district WHERE d_w_id = w_id) FROM warehouse"):
+            for w, wy, dy in run(f"SELECT w_id, {w_ytd}, {d_ytd} FROM warehouse"):
                 if int(wy) != int(dy):
                     bad.append(f"{db} W_YTD != sum(D_YTD) w{w}")
             for w, d, nxt, mo, mno in run(
@@ -220,7 +253,7 @@ class TpcC:
             if int(r[0]) != int(r[1]):
                 bad.append(f"{db} sum(O_OL_CNT) {r[0]} != order lines {r[1]}")
             r = run("SELECT (SELECT coalesce(sum(s_ytd), 0) FROM stock), (SELECT coalesce(sum(ol_quantity), 0) FROM order_line), "
-                    "(SELECT coalesce(sum(h_amount), 0) FROM history), (SELECT coalesce(sum(w_ytd), 0) FROM warehouse), "
+                    f"(SELECT coalesce(sum(h_amount), 0) FROM history), {w_total}, "
                     "(SELECT coalesce(sum(c_ytd_payment), 0) FROM customer), (SELECT count(*) FROM warehouse), "
                     "(SELECT count(*) FROM customer)")[0]
             tot["s_ytd"] += int(r[0])
@@ -241,17 +274,18 @@ class TpcC:
 
 def run(env: Env, warehouses: list[int], *, seconds: float, warmup: float, reps: int,
         clients_per_warehouse: int, out: Path, modes=MODES, small: bool = False,
-        remote_item: float = 0.10) -> list[dict]:
+        remote_item: float = 0.10, ytd_split: int = 0) -> list[dict]:
     all_rows = []
     for i, W in enumerate(warehouses):
         clients = clients_per_warehouse * W
-        wl = TpcC(W, remote_item=remote_item, items=1000 if small else 10000, customers=30 if small else 300)
+        wl = TpcC(W, remote_item=remote_item, items=1000 if small else 10000, customers=30 if small else 300,
+                  ytd_split=ytd_split)
         wl.load(env)
         first = wl.check(env)
         if first != "ok":
             raise RuntimeError(f"consistency check fails right after loading: {first}")
         params = {"W": W, "clients": clients, "remote_item": remote_item, "remote_customer": 0.15,
-                  "items": wl.items, "customers_per_district": wl.customers}
+                  "items": wl.items, "customers_per_district": wl.customers, "ytd_split": ytd_split}
         all_rows += run_point(env, "tpcc", f"W={W}", params, wl, clients=clients, warmup=warmup,
                               duration=seconds, reps=reps, modes=modes, csv_path=out / "tpcc_runs.csv",
                               progress_prefix=f"({i + 1}/{len(warehouses)}) ", check=wl.check)
@@ -268,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients-per-warehouse", type=int, default=2,
                     help="client processes per warehouse, no think time (default 2)")
     ap.add_argument("--remote-item", type=float, default=0.10)
+    ap.add_argument("--ytd-split", type=int, default=0,
+                    help="YTD rows per warehouse/district in their own tables (0: the classic schema)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     ap.add_argument("--no-fsync", action="store_true")
     ap.add_argument("--smoke", action="store_true")
@@ -280,7 +316,8 @@ def main(argv=None) -> int:
     log(f"machine: {machine()}")
     with Env(fsync=not a.no_fsync) as env:
         rows = run(env, [int(x) for x in a.warehouses.split(",")], seconds=a.seconds, warmup=a.warmup,
-                   reps=a.reps, clients_per_warehouse=a.clients_per_warehouse, out=a.out, small=a.smoke, remote_item=a.remote_item)
+                   reps=a.reps, clients_per_warehouse=a.clients_per_warehouse, out=a.out, small=a.smoke, remote_item=a.remote_item,
+                   ytd_split=a.ytd_split)
     for s in summarize(rows):
         log(f"summary {s['point']:6s} {s['mode']:5s} {s['tps_median']:8.1f} tx/s  ratio to 2pc "
             f"{s['ratio_to_2pc']:.3f}  aborts {s['abort_rate']:.2%}  checks {s['checks']}")

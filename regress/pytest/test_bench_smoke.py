@@ -1,4 +1,4 @@
-"""Keeps the side-by-side bench harness (bench/run_all.py: microbenchmark + TPC-C subset,
+"""Keeps the earlier side-by-side bench harness (bench/run_all.py --python-driver: microbenchmark + TPC-C subset,
 four modes, CSVs, plots, report) working: one smoke run of every experiment with tiny
 sizes and sub-second runs on real servers. No timing is asserted."""
 import csv
@@ -13,7 +13,7 @@ pytestmark = [requires_pg_co, requires_mysql_co]
 
 
 def test_run_all_smoke(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "bench/run_all.py"), "--smoke", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, str(ROOT / "bench/run_all.py"), "--python-driver", "--smoke", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     for exp in ("micro", "tpcc"):

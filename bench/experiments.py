@@ -1,0 +1,228 @@
+"""The side-by-side experiments with the Rust load driver in interleaved slices (the
+default of bench/run_all.py; run it through that script).
+
+Experiments (--experiments, comma-separated):
+  micro     microbenchmark default point: 2pc, co, dip (when the installed pg_co and
+            daemon support it), shim, local
+  levers    the default point with one lever at a time, in 2pc and co alike:
+            pg_co.conflict_action = wait; pg_co.max_wait = 5 ms (if the GUC exists) in abort mode;
+            fillfactor 100 instead of 80; prepares and finishes in parallel
+  ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, shim
+  tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, shim;
+            plus W=4 with the classic schema to compare
+  autocommit MariaDB autocommit reads beside XA writers: 2pc, and co with
+            mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
+Every experiment starts with the quiet-machine check (refuses unless --force).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.harness import loadgen, slices, slices_report
+from bench.harness.core import Env, log, machine, read_csv
+from bench.micro import micro
+from bench.tpcc import tpcc
+
+ROOT = Path(__file__).resolve().parents[1]
+ALL = "micro,levers,ro,tpcc,autocommit"
+
+
+def set_guc(env, name: str, value: str | None) -> None:
+    """ALTER SYSTEM (RESET when value is None) + reload, checked from a new session."""
+    if value is None:
+        env.pg.sql(f"ALTER SYSTEM RESET {name}")
+    else:
+        env.pg.sql(f"ALTER SYSTEM SET {name} = '{value}'")
+    env.pg.sql("SELECT pg_reload_conf()")
+    deadline = time.time() + 10
+    want = value if value is not None else env.pg.sql(f"SELECT boot_val FROM pg_settings WHERE name = '{name}'")[0][0]
+    while str(env.pg.sql(f"SHOW {name}")[0][0]).rstrip("ms") != str(want).rstrip("ms"):
+        if time.time() > deadline:
+            raise RuntimeError(f"{name} did not switch to {want}")
+        time.sleep(0.05)
+
+
+def has_guc(env, name: str) -> bool:
+    return bool(env.pg.sql(f"SELECT count(*) FROM pg_settings WHERE name = '{name}'")[0][0])
+
+
+def set_fillfactor(env, ff: int) -> None:
+    for i in range(micro.MAX_TABLES):
+        env.pg.sql(f"ALTER TABLE mt{i} SET (fillfactor = {ff})")
+        env.pg.sql(f"VACUUM FULL mt{i}")
+    env.pg.sql("ANALYZE")
+
+
+def breakdown(env, path: Path) -> str | None:
+    """The refusal breakdown of an attempt log (when the module exists), run while the
+    servers are up: it reads page membership from PostgreSQL's predicate locks."""
+    if not (ROOT / "bench" / "harness" / "refusal_breakdown.py").exists() or not path.exists():
+        return None
+    r = subprocess.run([sys.executable, "-m", "bench.harness.refusal_breakdown", str(path), "--pg-dsn", env.pg.dsn],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return r.stdout if r.returncode == 0 else f"(refusal_breakdown failed: {r.stderr.strip()[-300:]})"
+
+
+def estimate(a, exps) -> float:
+    per = a.warmup + a.seconds + 1.5
+    n = 0
+    if "micro" in exps:
+        n += 5 * (a.slices + 0.5)
+    if "levers" in exps:
+        n += 4 * 2 * (a.slices + 0.5)
+    if "ro" in exps:
+        n += 3 * (a.slices + 0.5)
+    if "tpcc" in exps:
+        n += (len(a.warehouses.split(",")) + 1) * 3 * (a.slices + 0.5)
+    if "autocommit" in exps:
+        n += 3 * (a.slices + 0.5)
+    return n * per / 60 + 1.5
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="side-by-side experiments, Rust driver, interleaved slices")
+    ap.add_argument("--experiments", default=ALL)
+    ap.add_argument("--slices", type=int, default=10, help="rounds per point (one slice per mode each)")
+    ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per slice")
+    ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per slice")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--tpcc-clients-per-warehouse", type=int, default=2)
+    ap.add_argument("--warehouses", default="2,4,8")
+    ap.add_argument("--ytd-split", type=int, default=4, help="YTD rows per warehouse/district (0: classic schema)")
+    ap.add_argument("--force", action="store_true", help="run even when the machine is not quiet (recorded)")
+    ap.add_argument("--no-attempt-logs", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--results-md", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args(argv)
+    cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or []))
+    exps = [e for e in a.experiments.split(",") if e]
+    items, customers, rows_n = 10000, 300, 100000
+    if a.smoke:
+        a.slices, a.seconds, a.warmup, a.clients, a.tpcc_clients_per_warehouse = 2, 0.6, 0.2, 2, 1
+        a.warehouses, a.force = "2", True
+        a.results_md = a.out / "RESULTS.md"
+        items, customers, rows_n = 300, 20, 500
+    a.out.mkdir(parents=True, exist_ok=True)
+    csv_path, sum_path, meta_path = a.out / "slices.csv", a.out / "slices_summary.csv", a.out / "slices_meta.txt"
+    att_dir = a.out / "attempts"
+    breakdowns: dict[str, str] = {}
+    bad = []
+    if not a.report_only:
+        loadgen.binary()   # fail early with the build hint
+        csv_path.unlink(missing_ok=True)
+        t0 = time.time()
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "command": cmd,
+                "clients": a.clients, "tpcc_cpw": a.tpcc_clients_per_warehouse, "slices": a.slices,
+                "warmup": a.warmup, "seconds": a.seconds, "quiet": {}}
+        log(f"experiments {','.join(exps)}: about {estimate(a, exps):.0f} min")
+        meta["quiet"]["start"] = slices.require_quiet(a.force, "start")
+        common = dict(slices=a.slices, warmup=a.warmup, seconds=a.seconds)
+        all_rows = []
+        if not a.no_attempt_logs:
+            att_dir.mkdir(exist_ok=True)
+            for f in att_dir.glob("*.jsonl"):
+                f.unlink()
+        with Env(fsync=not a.smoke) as env:
+            if {"micro", "levers", "ro", "autocommit"} & set(exps):
+                micro.load(env, rows_n)
+            dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
+
+            def point(exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False,
+                      switch=None):
+                q = meta["quiet"][f"{exp} {name}"] = slices.quiet_check(sample_s=1.0, use_load=False)
+                if not q["quiet"]:
+                    log(f"quiet check before {exp} {name}: NOT QUIET ({q['why']})")
+                att = None
+                if log_attempts and not a.no_attempt_logs:
+                    att = att_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{exp}_{name}") + ".jsonl")
+                rows = slices.run_point(env, exp, name, params, wargs, modes, clients=clients, csv_path=csv_path,
+                                        extra=extra, check=check, attempt_log=att, quiet=q, switch=switch,
+                                        **common)
+                all_rows.extend(rows)
+                if att is not None:
+                    b = breakdown(env, att)
+                    if b:
+                        breakdowns[f"{exp} {name}"] = b
+                return rows
+
+            if "micro" in exps:
+                point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip", "shim", "local"],
+                      a.clients, log_attempts=True)
+            if "levers" in exps:
+                set_guc(env, "pg_co.conflict_action", "wait")
+                point("micro_levers", "conflict_action=wait", dflt, loadgen.micro_args(dflt), ["2pc", "co"],
+                      a.clients, log_attempts=True)
+                set_guc(env, "pg_co.conflict_action", None)
+                if has_guc(env, "pg_co.max_wait"):
+                    # Rule B's bounded wait: abort mode, wait at most 5 ms for the in-doubt blocker.
+                    set_guc(env, "pg_co.max_wait", "5")
+                    point("micro_levers", "max_wait=5ms", dflt, loadgen.micro_args(dflt),
+                          ["2pc", "co"], a.clients, log_attempts=True)
+                    set_guc(env, "pg_co.max_wait", None)
+                else:
+                    log("pg_co.max_wait does not exist in the installed pg_co: lever skipped")
+                set_fillfactor(env, 100)
+                point("micro_levers", "fillfactor=100", dflt, loadgen.micro_args(dflt), ["2pc", "co"], a.clients,
+                      log_attempts=True)
+                set_fillfactor(env, 80)
+                par = ["--parallel-prepare", "--parallel-finish"]
+                point("micro_levers", "parallel prepare+finish", dflt, loadgen.micro_args(dflt), ["2pc", "co"],
+                      a.clients, extra={"2pc": par, "co": par}, log_attempts=True)
+            if "ro" in exps:
+                p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
+                point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), ["2pc", "co", "shim"], a.clients)
+            if "autocommit" in exps:
+                # One point, the two settings as variants of mode co, interleaved like modes.
+                p = dict(dflt, A=0.8)
+                wargs = loadgen.micro_args(dflt) + ["--autocommit-reads", "0.8"]
+
+                def acr(on):
+                    return lambda env: env.my.sql(f"SET GLOBAL mysql_co_lock_autocommit_reads = {on}")
+                point("autocommit", "autocommit reads 80%", p, wargs, ["2pc", "co:acr=OFF", "co:acr=ON"], a.clients,
+                      switch={"2pc": acr("OFF"), "co:acr=OFF": acr("OFF"), "co:acr=ON": acr("ON")})
+                env.my.sql("SET GLOBAL mysql_co_lock_autocommit_reads = DEFAULT")
+            if "tpcc" in exps:
+                plan = [(int(w), a.ytd_split) for w in a.warehouses.split(",")]
+                if a.ytd_split:
+                    plan.append((4 if not a.smoke else 2, 0))
+                for W, split in plan:
+                    wl = tpcc.TpcC(W, items=items, customers=customers, ytd_split=split)
+                    wl.load(env)
+                    first = wl.check(env)
+                    if first != "ok":
+                        raise RuntimeError(f"TPC-C consistency check fails right after loading: {first}")
+                    name = f"W={W}" + ("" if split == a.ytd_split else (":classic" if split == 0 else f":split={split}"))
+                    params = {"W": W, "ytd_split": split, "clients": a.tpcc_clients_per_warehouse * W,
+                              "items": items, "customers_per_district": customers}
+                    point("tpcc", name, params, loadgen.tpcc_args(W, items, customers, ytd_split=split),
+                          ["2pc", "co", "shim"], a.tpcc_clients_per_warehouse * W, check=wl.check)
+        meta["quiet"]["end"] = slices.quiet_check(sample_s=1.0, use_load=False)
+        meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
+        meta["breakdowns"] = breakdowns
+        meta_path.write_text(repr(meta))
+        bad = [r for r in all_rows if r["errors"] or r["check"] not in ("", "ok")]
+        if bad:
+            log(f"{len(bad)} slice(s) with errors or failed checks, first: {bad[0]['errors'] or bad[0]['check']}")
+    else:
+        meta = ast.literal_eval(meta_path.read_text())
+        breakdowns = meta.get("breakdowns", {})
+    rows = read_csv(csv_path)
+    summary = slices.summarize(rows)
+    slices.write_csv(summary, sum_path, slices.SUMMARY_FIELDS)
+    slices_report.write_section(a.results_md, slices_report.markdown(summary, rows, meta, breakdowns))
+    log(f"wrote {a.results_md}")
+    print(slices_report.targets(summary, rows))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

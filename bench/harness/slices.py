@@ -1,0 +1,267 @@
+"""Measurements meant to be trusted on a small shared machine: a quiet-machine check before
+each experiment, many short slices per mode in ABBA order (the mode order reversed every
+round, so a drift hits every mode alike), one unrecorded warm-up slice per mode before the
+first round (the first run after loading data is pathological), medians with bootstrap
+95 % confidence intervals on per-round ratios against a baseline mode, and the servers'
+CPU per committed transaction beside throughput (far less noisy than throughput when the
+machine is shared).
+
+A ratio whose interval contains 1.0 is reported as "no difference shown".
+"""
+from __future__ import annotations
+
+import csv
+import os
+import random
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from .core import log
+from .loadgen import run_slice
+
+BOOTSTRAP = 2000
+
+
+# --- is the machine quiet? -------------------------------------------------------------------
+def _proc_table() -> dict[int, tuple[str, int, float]]:
+    out = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            raw = (d / "stat").read_text()
+            name = raw[raw.index("(") + 1:raw.rindex(")")]
+            f = raw.rsplit(")", 1)[1].split()
+            out[int(d.name)] = (name, int(f[1]), (int(f[11]) + int(f[12])) / tck)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _ours(table, root: int) -> set[int]:
+    mine, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, (_, ppid, _) in table.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    return mine
+
+
+def quiet_check(sample_s: float = 2.0, max_load_per_core: float = 0.5, max_proc_pct: float = 15.0,
+                use_load: bool = True) -> dict:
+    """Load average and the top CPU consumers that are not this process or its children
+    (servers started by the harness are its children), sampled over `sample_s`. Between
+    experiments use_load=False: the load average then still carries our own last minute."""
+    t0 = _proc_table()
+    time.sleep(sample_s)
+    t1 = _proc_table()
+    mine = _ours(t1, os.getpid())
+    busy = []
+    for pid, (name, _, cpu) in t1.items():
+        if pid in mine or pid not in t0:
+            continue
+        pct = 100.0 * (cpu - t0[pid][2]) / sample_s
+        if pct >= 1.0:
+            busy.append((pct, name, pid))
+    busy.sort(reverse=True)
+    load = os.getloadavg()
+    cores = os.cpu_count() or 1
+    why = []
+    if use_load and load[0] > max_load_per_core * cores:
+        why.append(f"load average {load[0]:.2f} > {max_load_per_core * cores:.1f}")
+    hot = [b for b in busy if b[0] >= max_proc_pct]
+    if hot:
+        why.append("busy: " + ", ".join(f"{n}({p}) {c:.0f}%" for c, n, p in hot[:5]))
+    return {"loadavg": " ".join(f"{x:.2f}" for x in load),
+            "top": "; ".join(f"{n}({p}) {c:.0f}%" for c, n, p in busy[:5]) or "-",
+            "quiet": not why, "why": "; ".join(why)}
+
+
+def require_quiet(force: bool, label: str) -> dict:
+    q = quiet_check()
+    if q["quiet"]:
+        log(f"quiet check ({label}): ok, load {q['loadavg']}, top others: {q['top']}")
+    elif force:
+        log("!" * 70 + f"\nQUIET CHECK FAILED ({label}): {q['why']} — running anyway (--force); "
+            "the results say so\n" + "!" * 70)
+    else:
+        raise SystemExit(f"quiet check failed ({label}): {q['why']}\n"
+                         "Numbers from a busy machine are noise. Stop the other work, or pass --force "
+                         "(the results will record the failed check).")
+    return q
+
+
+# --- slices ---------------------------------------------------------------------------------
+SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clients", "seconds", "commits",
+                "tps", "attempts", "aborts", "abort_rate", "reasons", "p50_ms", "p99_ms", "cpu_ms_pg",
+                "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver", "driver_cpu_share",
+                "server_cpu_util", "helpers", "check", "errors", "started_utc"]
+
+
+def run_point(env, experiment: str, point: str, params: dict, workload_args: list[str], modes: list[str], *,
+              slices: int, warmup: float, seconds: float, clients: int, csv_path: Path,
+              extra: dict | None = None, check=None, attempt_log: Path | None = None,
+              quiet: dict | None = None, switch: dict | None = None) -> list[dict]:
+    """Warm-up slice per mode, then `slices` rounds over the modes, ABBA order. extra[mode]:
+    extra driver arguments (levers that are client-side). A mode may be a variant
+    "base:label" (e.g. "co:acr=ON"): the servers and the driver run `base`, and
+    switch[mode](env) applies the variant's server settings after the mode switch. Modes
+    whose driver says `skipped` (dip without support) are dropped with a log line."""
+    extra = extra or {}
+    switch = switch or {}
+
+    def enter(mode):
+        base = mode.split(":")[0]
+        env.set_mode("co" if base == "dip" else base)
+        if mode in switch:
+            switch[mode](env)
+        return base
+    modes = list(modes)
+    env.vacuum()
+    for mode in list(modes):
+        base = enter(mode)
+        r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=max(1.0, seconds / 2),
+                      seed=999, extra=extra.get(mode))
+        if r.get("skipped"):
+            log(f"[{experiment} {point}] {mode}: skipped: {r['skipped']}")
+            modes.remove(mode)
+        elif r.get("error") or r.get("errors"):
+            log(f"[{experiment} {point}] {mode}: warm-up error: {r.get('error') or r.get('errors')}")
+        env.leftovers()
+    rows = []
+    n = 0
+    for rnd in range(slices):
+        order = modes if rnd % 2 == 0 else modes[::-1]
+        for pos, mode in enumerate(order):
+            base = enter(mode)
+            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            n += 1
+            r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=seconds,
+                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=attempt_log)
+            left = env.leftovers()
+            chk = check(env) if check else ""
+            if left != (0, 0):
+                chk = (chk + "; " if chk else "") + f"left prepared {left[0]}/{left[1]}"
+            att = int(r.get("attempts") or 0)
+            row = {"experiment": experiment, "point": point,
+                   "params": " ".join(f"{k}={v}" for k, v in params.items()), "round": rnd + 1,
+                   "order": pos + 1, "mode": mode, "clients": clients, "seconds": seconds,
+                   "commits": r.get("commits", 0), "tps": r.get("tps", 0.0), "attempts": att,
+                   "aborts": r.get("aborts", 0), "abort_rate": (int(r.get("aborts") or 0) / att) if att else 0.0,
+                   "reasons": ";".join(f"{k}={v}" for k, v in sorted((r.get("reasons") or {}).items(), key=lambda kv: -kv[1])),
+                   "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms"), "helpers": r.get("helpers", 0),
+                   "check": chk, "errors": " | ".join(r.get("errors") or ([r["error"]] if r.get("error") else []))[:500],
+                   "started_utc": started}
+            for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver",
+                      "driver_cpu_share", "server_cpu_util"):
+                row[k] = r.get(k)
+            rows.append(row)
+            log(f"[{experiment} {point}] round {rnd + 1}/{slices} {mode:5s} {float(row['tps']):8.1f} tx/s  "
+                f"aborts {row['abort_rate']:6.2%}  server {float(row['cpu_ms_server'] or 0):5.2f} ms/tx  "
+                f"driver {100 * float(row['driver_cpu_share'] or 0):4.1f}%  {row['reasons'][:60]}"
+                + (f"  check: {chk}" if chk not in ("", "ok") else "") + (f"  ERR {row['errors'][:120]}" if row["errors"] else ""))
+    new = not csv_path.exists()
+    with open(csv_path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SLICE_FIELDS + ["quiet"], extrasaction="ignore")
+        if new:
+            w.writeheader()
+        for row in rows:
+            w.writerow({**{k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()},
+                        "quiet": "" if quiet is None else ("ok" if quiet["quiet"] else "NOT QUIET: " + quiet["why"])})
+    return rows
+
+
+# --- statistics ------------------------------------------------------------------------------
+def _f(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def bootstrap_median(xs: list[float], seed: int = 7) -> tuple[float, float, float]:
+    """Median and a 95 % percentile-bootstrap interval of the median."""
+    xs = [x for x in xs if x == x]
+    if not xs:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
+    return statistics.median(xs), meds[int(0.025 * BOOTSTRAP)], meds[int(0.975 * BOOTSTRAP) - 1]
+
+
+def per_round(rows, exp, point, mode, key) -> dict[int, float]:
+    return {int(r["round"]): _f(r[key]) for r in rows
+            if r["experiment"] == exp and r["point"] == point and r["mode"] == mode and not r.get("errors")}
+
+
+def pair_ratio(rows, exp, point, a, b, key="tps") -> tuple[float, float, float]:
+    """Median of per-round ratios a/b with its bootstrap interval."""
+    ra, rb = per_round(rows, exp, point, a, key), per_round(rows, exp, point, b, key)
+    return bootstrap_median([ra[k] / rb[k] for k in ra if rb.get(k)])
+
+
+def verdict(m: float, lo: float, hi: float) -> str:
+    if m != m:
+        return "n/a"
+    if lo <= 1.0 <= hi:
+        return "no difference shown"
+    return "higher" if lo > 1.0 else "lower"
+
+
+SUMMARY_FIELDS = ["experiment", "point", "params", "mode", "slices", "tps_median", "tps_lo", "tps_hi",
+                  "ratio", "ratio_lo", "ratio_hi", "ratio_verdict", "cpu_ms_server", "cpu_ratio", "cpu_ratio_lo",
+                  "cpu_ratio_hi", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "driver_cpu_share", "abort_rate",
+                  "p50_ms", "p99_ms", "reasons", "checks", "errors"]
+
+
+def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
+    out, keys = [], []
+    for r in rows:
+        if (r["experiment"], r["point"]) not in keys:
+            keys.append((r["experiment"], r["point"]))
+    for exp, point in keys:
+        pr = [r for r in rows if r["experiment"] == exp and r["point"] == point]
+        modes = list(dict.fromkeys(r["mode"] for r in pr))
+        for mode in modes:
+            mr = [r for r in pr if r["mode"] == mode]
+            ok = [r for r in mr if not r.get("errors")]
+            tps = bootstrap_median([_f(r["tps"]) for r in ok])
+            ratio = pair_ratio(rows, exp, point, mode, base) if base in modes else (float("nan"),) * 3
+            cpu = pair_ratio(rows, exp, point, mode, base, "cpu_ms_server") if base in modes else (float("nan"),) * 3
+            att = sum(int(_f(r["attempts"]) or 0) for r in ok)
+            ab = sum(int(_f(r["aborts"]) or 0) for r in ok)
+            reasons = Counter()
+            for r in ok:
+                for part in filter(None, str(r["reasons"]).split(";")):
+                    k, _, v = part.rpartition("=")
+                    reasons[k] += int(v)
+
+            def med(key):
+                xs = [_f(r[key]) for r in ok if r.get(key) not in (None, "")]
+                xs = [x for x in xs if x == x]
+                return statistics.median(xs) if xs else float("nan")
+            out.append({"experiment": exp, "point": point, "params": mr[0]["params"], "mode": mode,
+                        "slices": len(ok), "tps_median": tps[0], "tps_lo": tps[1], "tps_hi": tps[2],
+                        "ratio": ratio[0], "ratio_lo": ratio[1], "ratio_hi": ratio[2],
+                        "ratio_verdict": "baseline" if mode == base else verdict(*ratio),
+                        "cpu_ms_server": med("cpu_ms_server"), "cpu_ratio": cpu[0], "cpu_ratio_lo": cpu[1],
+                        "cpu_ratio_hi": cpu[2], "cpu_ms_pg": med("cpu_ms_pg"), "cpu_ms_my": med("cpu_ms_my"),
+                        "cpu_ms_coord": med("cpu_ms_coord"), "driver_cpu_share": med("driver_cpu_share"),
+                        "abort_rate": ab / att if att else 0.0, "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
+                        "reasons": ";".join(f"{k}={v}" for k, v in reasons.most_common()),
+                        "checks": ",".join(sorted({str(r.get("check") or "") for r in mr} - {""})) or "ok",
+                        "errors": len(mr) - len(ok)})
+    return out
+
+
+def write_csv(rows: list[dict], path: Path, fields: list[str]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in r.items()})

@@ -1,0 +1,623 @@
+//! One client: its sessions, and one global transaction attempt in a mode, with the 2PC
+//! protocol exactly as the Python client (clients/python/cotx/client.py) runs it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+
+use crate::db::{DbError, MySession, PgSession};
+use crate::http::{CoordError, Http};
+use crate::workload::{Db, Op, Sub, P};
+
+pub const HELPER_BATCH: i64 = 10; // sub-transactions per shim helper (Sonata shares helpers by 10)
+pub const DUMMY_ROWS_PER_WORKER: i64 = 16; // as bench/harness/driver.py
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Local,
+    TwoPc,
+    Co,
+    Shim,
+    Dip,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        Some(match s {
+            "local" => Mode::Local,
+            "2pc" => Mode::TwoPc,
+            "co" => Mode::Co,
+            "shim" => Mode::Shim,
+            "dip" => Mode::Dip,
+            _ => return None,
+        })
+    }
+}
+
+pub struct Cfg {
+    pub mode: Mode,
+    pub pg_dsn: String,
+    pub my_url: String,
+    pub coord_url: String,
+    pub token: Option<String>,
+    pub lock_timeout_ms: u64,
+    pub parallel_prepare: bool,
+    pub parallel_finish: bool,
+}
+
+pub enum Sess {
+    Pg(PgSession),
+    My(MySession),
+}
+
+impl Sess {
+    async fn simple(&mut self, sql: &str) -> Result<(), DbError> {
+        match self {
+            Sess::Pg(s) => s.simple(sql).await,
+            Sess::My(s) => s.simple(sql).await,
+        }
+    }
+
+    async fn run_ops(&mut self, ops: &[Op]) -> Result<(), DbError> {
+        let mut regs = [0i64; 4];
+        for op in ops {
+            let ps: Vec<i64> = op
+                .params
+                .iter()
+                .map(|p| match *p {
+                    P::I(x) => x,
+                    P::Reg(r) => regs[r],
+                    P::RegTimes(r, m) => regs[r] * m,
+                })
+                .collect();
+            let v = match self {
+                Sess::Pg(s) => s.exec(&op.sql, &ps).await?,
+                Sess::My(s) => s.exec(&op.sql, &ps).await?,
+            };
+            if let Some(r) = op.store {
+                regs[r] = v.unwrap_or(0);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an attempt failed: the refusal kind and the engine error, if one caused it.
+pub struct Failure {
+    pub kind: String,
+    pub err: Option<DbError>,
+}
+
+impl From<DbError> for Failure {
+    fn from(e: DbError) -> Failure {
+        Failure { kind: e.kind(), err: Some(e) }
+    }
+}
+
+impl From<CoordError> for Failure {
+    fn from(e: CoordError) -> Failure {
+        Failure { kind: format!("coordinator {}", e.code), err: None }
+    }
+}
+
+/// Sonata's PostgreSQL helper transactions for one client (port of driver.ShimHelpers).
+struct Shim {
+    base: i64,
+    current: Option<String>,
+    used: i64,
+    retired: Vec<String>,
+    n: u64,
+    helpers: u64,
+    tag: String,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BState {
+    Active,
+    Prepared,
+    Done,
+}
+
+struct Branch {
+    bid: String,
+    session: String,
+    db: Db,
+    gid: String, // PostgreSQL: the literal, quoted
+    xid: String, // MariaDB: 'gtrid','bqual',format
+    state: BState,
+}
+
+fn safe_id(s: &str) -> Result<&str, Failure> {
+    if !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c)) {
+        Ok(s)
+    } else {
+        Err(Failure { kind: "coordinator bad id".into(), err: None })
+    }
+}
+
+pub struct Client {
+    pub wid: usize,
+    cfg: Arc<Cfg>,
+    sess: HashMap<String, Sess>,
+    http: Option<Http>,
+    shim: Option<Shim>,
+    shim_sess: Option<PgSession>,
+    pub helpers_rollback_errors: u64,
+    /// Branches of committed transactions that could not be finished on their session.
+    pub unfinished: u64,
+    /// The last attempt's gtid and its branches' PostgreSQL gids / MariaDB xids (attempt log).
+    pub last_gtid: Option<String>,
+    pub last_ids: Vec<String>,
+}
+
+impl Client {
+    pub async fn open(cfg: Arc<Cfg>, wid: usize, sessions: &[(String, Db)]) -> Result<Client, String> {
+        let mut sess = HashMap::new();
+        let my_iso = if cfg.mode == Mode::TwoPc { "REPEATABLE READ" } else { "SERIALIZABLE" };
+        for (name, db) in sessions {
+            let s = match db {
+                Db::Pg => Sess::Pg(PgSession::connect(&cfg.pg_dsn, cfg.lock_timeout_ms).await.map_err(|e| e.to_string())?),
+                Db::My => Sess::My(MySession::connect(&cfg.my_url, cfg.lock_timeout_ms, my_iso).await.map_err(|e| e.to_string())?),
+            };
+            sess.insert(name.clone(), s);
+        }
+        let http = if cfg.mode == Mode::Local { None } else { Some(Http::new(&cfg.coord_url, cfg.token.clone())?) };
+        let (shim, shim_sess) = if cfg.mode == Mode::Shim {
+            let s = PgSession::connect(&cfg.pg_dsn, cfg.lock_timeout_ms).await.map_err(|e| e.to_string())?;
+            (
+                Some(Shim {
+                    base: wid as i64 * DUMMY_ROWS_PER_WORKER,
+                    current: None,
+                    used: 0,
+                    retired: vec![],
+                    n: 0,
+                    helpers: 0,
+                    tag: format!("shimh-{}-{wid}", std::process::id()),
+                }),
+                Some(s),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Client { wid, cfg, sess, http, shim, shim_sess, helpers_rollback_errors: 0, unfinished: 0, last_gtid: None, last_ids: vec![] })
+    }
+
+    pub fn helpers(&self) -> u64 {
+        self.shim.as_ref().map(|s| s.helpers).unwrap_or(0)
+    }
+
+    pub async fn has_decide(&self) -> Result<bool, String> {
+        for s in self.sess.values() {
+            if let Sess::Pg(p) = s {
+                return p.exists_decide().await.map_err(|e| e.to_string());
+            }
+        }
+        Ok(false)
+    }
+
+    // --- local mode ---------------------------------------------------------------------
+    /// Runs subs[from..] as independent local transactions; on a failure returns how many
+    /// of them committed before it (the caller retries the rest, as driver.py's LocalRetry).
+    pub async fn run_local(&mut self, subs: &[Sub], from: usize) -> Result<(), (usize, Failure)> {
+        for (i, s) in subs.iter().enumerate().skip(from) {
+            let sess = self.sess.get_mut(&s.session).expect("session opened");
+            let r = async {
+                sess.simple(if s.db == Db::Pg { "BEGIN ISOLATION LEVEL SERIALIZABLE" } else { "START TRANSACTION" }).await?;
+                sess.run_ops(&s.ops).await?;
+                sess.simple("COMMIT").await
+            }
+            .await;
+            if let Err(e) = r {
+                let _ = sess.simple("ROLLBACK").await;
+                return Err((i, e.into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Autocommit statements on their session (no transaction, no coordinator).
+    pub async fn run_autocommit(&mut self, sub: &Sub) -> Result<(), Failure> {
+        let sess = self.sess.get_mut(&sub.session).expect("session opened");
+        sess.run_ops(&sub.ops).await.map_err(Failure::from)
+    }
+
+    // --- shim helpers ---------------------------------------------------------------------
+    async fn shim_after_decision(&mut self) {
+        let Some(sh) = self.shim.as_mut() else { return };
+        let mut done = std::mem::take(&mut sh.retired);
+        if sh.current.is_some() && sh.used >= HELPER_BATCH {
+            done.push(sh.current.take().unwrap());
+        }
+        let ss = self.shim_sess.as_mut().unwrap();
+        for gid in done {
+            if ss.simple(&format!("ROLLBACK PREPARED '{gid}'")).await.is_err() {
+                self.helpers_rollback_errors += 1; // the harness rolls back what is left
+            }
+        }
+    }
+
+    pub async fn close(&mut self) {
+        if let Some(sh) = self.shim.as_mut() {
+            if let Some(c) = sh.current.take() {
+                sh.retired.push(c);
+                sh.used = HELPER_BATCH;
+            }
+        }
+        self.shim_after_decision().await;
+        if let Some(h) = self.http.as_mut() {
+            // Read the answers of pipelined acknowledgements before the process exits.
+            let _ = h.request("GET", "/healthz", &Value::Null).await;
+        }
+    }
+
+    // --- one global transaction through the coordinator ------------------------------------
+    pub async fn run_global(&mut self, subs: &[Sub]) -> Result<(), Failure> {
+        let r = self.global(subs).await;
+        if self.cfg.mode == Mode::Shim {
+            self.shim_after_decision().await;
+        }
+        r
+    }
+
+    async fn global(&mut self, subs: &[Sub]) -> Result<(), Failure> {
+        let mode = self.cfg.mode;
+        let mut gtid: Option<String> = None;
+        let mut br: Vec<Branch> = Vec::with_capacity(subs.len());
+        self.last_gtid = None;
+        self.last_ids.clear();
+        for (i, sub) in subs.iter().enumerate() {
+            let bid = format!("b{i}");
+            let reg = json!({"resource": sub.db.name(), "branch_id": bid});
+            let http = self.http.as_mut().unwrap();
+            let r = match &gtid {
+                None => http.request("POST", "/v1/transactions", &json!({"branch": reg})).await.map(|v| {
+                    gtid = v["gtid"].as_str().map(str::to_string);
+                    v["branch"].clone()
+                }),
+                Some(g) => http.request("POST", &format!("/v1/transactions/{g}/branches"), &reg).await,
+            };
+            let r = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    if gtid.is_some() {
+                        self.abort(gtid.as_deref().unwrap(), &mut br, &e.to_string()).await;
+                    }
+                    return Err(e.into());
+                }
+            };
+            let g = gtid.clone().unwrap_or_default();
+            self.last_gtid = gtid.clone();
+            self.last_ids.push(match r["gid"].as_str() {
+                Some(gid) => gid.to_string(),
+                None => format!("{},{},{}", r["xid"]["gtrid"].as_str().unwrap_or(""), r["xid"]["bqual"].as_str().unwrap_or(""), r["xid"]["format_id"]),
+            });
+            let (gid, xid) = match sub.db {
+                Db::Pg => (format!("'{}'", safe_id(r["gid"].as_str().unwrap_or(""))?), String::new()),
+                Db::My => {
+                    let x = &r["xid"];
+                    let xid = format!(
+                        "'{}','{}',{}",
+                        safe_id(x["gtrid"].as_str().unwrap_or(""))?,
+                        safe_id(x["bqual"].as_str().unwrap_or(""))?,
+                        x["format_id"].as_i64().unwrap_or(0)
+                    );
+                    (String::new(), xid)
+                }
+            };
+            let mut b = Branch { bid: bid.clone(), session: sub.session.clone(), db: sub.db, gid, xid, state: BState::Active };
+            // Begin, the statements, and the shim's extra write (after the statements, as
+            // driver.py: a PostgreSQL branch takes its helper slot then).
+            let my_iso = if mode == Mode::TwoPc { "REPEATABLE READ" } else { "SERIALIZABLE" };
+            let my_dummy = (sub.db == Db::My && sub.writes == 0)
+                .then(|| self.wid as i64 * DUMMY_ROWS_PER_WORKER + (i as i64) % DUMMY_ROWS_PER_WORKER);
+            let sess = self.sess.get_mut(&sub.session).expect("session opened");
+            let shim = self.shim.as_mut();
+            let shim_sess = self.shim_sess.as_mut();
+            let run = async {
+                match sub.db {
+                    Db::Pg => sess.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?,
+                    Db::My => {
+                        sess.simple(&format!("SET TRANSACTION ISOLATION LEVEL {my_iso}")).await?;
+                        sess.simple(&format!("XA START {}", b.xid)).await?;
+                    }
+                }
+                sess.run_ops(&sub.ops).await?;
+                if let (Some(sh), Some(ss)) = (shim, shim_sess) {
+                    let k = match sub.db {
+                        Db::Pg => Some(shim_slot(sh, ss).await?),
+                        Db::My => my_dummy,
+                    };
+                    if let Some(k) = k {
+                        sess.run_ops(&[Op::new("UPDATE shim_dummy SET v = v + 1 WHERE k = ?", vec![P::I(k)])]).await?;
+                    }
+                }
+                Ok::<(), DbError>(())
+            }
+            .await;
+            if let Err(e) = run {
+                rollback_unprepared(sess, &b).await;
+                b.state = BState::Done;
+                let http = self.http.as_mut().unwrap();
+                let _ = http
+                    .request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &json!({"reason": e.to_string().chars().take(900).collect::<String>(), "retryable": e.retryable()}))
+                    .await;
+                self.abort(&g, &mut br, &e.to_string()).await;
+                return Err(e.into());
+            }
+            br.push(b);
+        }
+        let g = gtid.unwrap();
+        if br.len() == 1 {
+            return self.one_phase(&g, &mut br).await;
+        }
+        let decider = if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg) } else { None };
+        // Prepare every branch but the decider (in dip mode it commits in one phase).
+        let to_prepare: Vec<usize> = (0..br.len()).filter(|&i| Some(i) != decider).collect();
+        if let Err(f) = self.prepare(&g, &mut br, &to_prepare).await {
+            self.abort(&g, &mut br, &f.kind).await;
+            return Err(f);
+        }
+        let prepared: Vec<String> = to_prepare.iter().map(|&i| br[i].bid.clone()).collect();
+        let mut body = json!({"prepared": prepared});
+        if let Some(d) = decider {
+            body["decide_in"] = json!(br[d].bid);
+        }
+        let http = self.http.as_mut().unwrap();
+        let decision = match http.request("POST", &format!("/v1/transactions/{g}/commit"), &body).await {
+            Ok(v) => v["decision"].as_str().unwrap_or("").to_string(),
+            Err(e) => {
+                self.abort(&g, &mut br, &e.to_string()).await;
+                return Err(e.into());
+            }
+        };
+        if let Some(d) = decider {
+            if decision != "in_participant" {
+                self.abort(&g, &mut br, "no in_participant decision").await;
+                return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
+            }
+            return self.decide_in_participant(&g, &mut br, d).await;
+        }
+        if decision != "commit" {
+            self.abort(&g, &mut br, "decision").await;
+            return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
+        }
+        let all: Vec<usize> = (0..br.len()).collect();
+        let done = self.finish_commit(&g, &mut br, &all).await;
+        let http = self.http.as_mut().unwrap();
+        http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": "commit", "branches": done})).await;
+        Ok(())
+    }
+
+    async fn one_phase(&mut self, g: &str, br: &mut [Branch]) -> Result<(), Failure> {
+        let bid = br[0].bid.clone();
+        let http = self.http.as_mut().unwrap();
+        if let Err(e) = http.request("POST", &format!("/v1/transactions/{g}/commit"), &json!({"one_phase_branch": bid})).await {
+            self.abort(g, br, &e.to_string()).await;
+            return Err(e.into());
+        }
+        let b = &mut br[0];
+        let sess = self.sess.get_mut(&b.session).unwrap();
+        let r = match b.db {
+            Db::Pg => sess.simple("COMMIT").await,
+            Db::My => match sess.simple(&format!("XA END {}", b.xid)).await {
+                Ok(()) => sess.simple(&format!("XA COMMIT {} ONE PHASE", b.xid)).await,
+                Err(e) => Err(e),
+            },
+        };
+        let http = self.http.as_mut().unwrap();
+        match r {
+            Ok(()) => {
+                b.state = BState::Done;
+                http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{bid}/finished"), &json!({"outcome": "commit"})).await;
+                Ok(())
+            }
+            Err(e) => {
+                rollback_unprepared(sess, b).await;
+                b.state = BState::Done;
+                http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{bid}/finished"), &json!({"outcome": "abort"})).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// PREPARE TRANSACTION / XA END + XA PREPARE of the given branches, one after the other
+    /// or all at once (--parallel-prepare). A refused branch is rolled back and reported
+    /// failed; the first failure is returned.
+    async fn prepare(&mut self, g: &str, br: &mut [Branch], which: &[usize]) -> Result<(), Failure> {
+        let mut first_err: Option<DbError> = None;
+        let mut failed: Vec<usize> = vec![];
+        if self.cfg.parallel_prepare && which.len() > 1 {
+            let mut taken: Vec<(usize, Sess)> = which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
+            let results = join_all(taken.iter_mut().map(|(i, s)| prepare_one(s, &br[*i]))).await;
+            for ((i, mut s), r) in taken.into_iter().zip(results) {
+                match r {
+                    Ok(()) => br[i].state = BState::Prepared,
+                    Err(e) => {
+                        rollback_unprepared(&mut s, &br[i]).await;
+                        br[i].state = BState::Done;
+                        failed.push(i);
+                        first_err.get_or_insert(e);
+                    }
+                }
+                self.sess.insert(br[i].session.clone(), s);
+            }
+        } else {
+            for &i in which {
+                let sess = self.sess.get_mut(&br[i].session).unwrap();
+                match prepare_one(sess, &br[i]).await {
+                    Ok(()) => br[i].state = BState::Prepared,
+                    Err(e) => {
+                        rollback_unprepared(sess, &br[i]).await;
+                        br[i].state = BState::Done;
+                        failed.push(i);
+                        first_err = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            let http = self.http.as_mut().unwrap();
+            for i in failed {
+                let _ = http
+                    .request("POST", &format!("/v1/transactions/{g}/branches/{}/failed", br[i].bid), &json!({"reason": format!("prepare refused: {}", e.to_string().chars().take(880).collect::<String>()), "retryable": e.retryable()}))
+                    .await;
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// COMMIT PREPARED / XA COMMIT of the given prepared branches on their owners' sessions
+    /// (all at once with --parallel-finish); returns the ids finished.
+    async fn finish_commit(&mut self, _g: &str, br: &mut [Branch], which: &[usize]) -> Vec<String> {
+        let which: Vec<usize> = which.iter().copied().filter(|&i| br[i].state == BState::Prepared).collect();
+        let mut done = vec![];
+        if self.cfg.parallel_finish && which.len() > 1 {
+            let mut taken: Vec<(usize, Sess)> = which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
+            let results = join_all(taken.iter_mut().map(|(i, s)| finish_one(s, &br[*i], true))).await;
+            for ((i, s), r) in taken.into_iter().zip(results) {
+                self.sess.insert(br[i].session.clone(), s);
+                if r.is_ok() {
+                    done.push(br[i].bid.clone());
+                } else {
+                    self.unfinished += 1; // the daemon finishes it after its grace period
+                }
+                br[i].state = BState::Done;
+            }
+        } else {
+            for i in which {
+                let sess = self.sess.get_mut(&br[i].session).unwrap();
+                if finish_one(sess, &br[i], true).await.is_ok() {
+                    done.push(br[i].bid.clone());
+                } else {
+                    self.unfinished += 1;
+                }
+                br[i].state = BState::Done;
+            }
+        }
+        done
+    }
+
+    /// Decision in a participant: the PostgreSQL branch's one-phase COMMIT, with
+    /// co.decide(gtid) in it, is the global decision.
+    async fn decide_in_participant(&mut self, g: &str, br: &mut [Branch], d: usize) -> Result<(), Failure> {
+        let sess = self.sess.get_mut(&br[d].session).unwrap();
+        let r = async {
+            sess.simple(&format!("SELECT co.decide('{}')", safe_id(g).map_err(|_| DbError { db: "pg", sqlstate: None, errno: None, message: "bad gtid".into(), detail: None })?)).await?;
+            sess.simple("COMMIT").await
+        }
+        .await;
+        let dbid = br[d].bid.clone();
+        if let Err(e) = r {
+            let _ = sess.simple("ROLLBACK").await;
+            br[d].state = BState::Done;
+            let http = self.http.as_mut().unwrap();
+            let _ = http
+                .request("POST", &format!("/v1/transactions/{g}/branches/{dbid}/failed"), &json!({"reason": format!("decision commit refused: {}", e.to_string().chars().take(860).collect::<String>()), "retryable": e.retryable()}))
+                .await;
+            self.rollback_all(g, br).await;
+            return Err(e.into());
+        }
+        br[d].state = BState::Done;
+        let http = self.http.as_mut().unwrap();
+        http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{dbid}/finished"), &json!({"outcome": "commit"})).await;
+        let others: Vec<usize> = (0..br.len()).filter(|&i| i != d).collect();
+        let done = self.finish_commit(g, br, &others).await;
+        let http = self.http.as_mut().unwrap();
+        if !done.is_empty() {
+            http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": "commit", "branches": done})).await;
+        }
+        Ok(())
+    }
+
+    /// The attempt failed: tell the coordinator, roll back every local branch, acknowledge.
+    async fn abort(&mut self, g: &str, br: &mut [Branch], reason: &str) {
+        let http = self.http.as_mut().unwrap();
+        let _ = http.request("POST", &format!("/v1/transactions/{g}/abort"), &json!({"reason": reason.chars().take(900).collect::<String>()})).await;
+        self.rollback_all(g, br).await;
+    }
+
+    async fn rollback_all(&mut self, g: &str, br: &mut [Branch]) {
+        for b in br.iter_mut() {
+            let sess = self.sess.get_mut(&b.session).unwrap();
+            match b.state {
+                BState::Active => rollback_unprepared(sess, b).await,
+                BState::Prepared => {
+                    let _ = finish_one(sess, b, false).await;
+                }
+                BState::Done => continue,
+            }
+            b.state = BState::Done;
+            let http = self.http.as_mut().unwrap();
+            http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{}/finished", b.bid), &json!({"outcome": "abort"})).await;
+        }
+    }
+}
+
+/// The dummy key the next PostgreSQL sub-transaction writes; a new helper (reading all ten
+/// keys, then PREPARE TRANSACTION) when the current one has served ten.
+async fn shim_slot(sh: &mut Shim, ss: &mut PgSession) -> Result<i64, DbError> {
+    if sh.current.is_none() || sh.used >= HELPER_BATCH {
+        if let Some(c) = sh.current.take() {
+            sh.retired.push(c);
+        }
+        sh.n += 1;
+        let gid = format!("{}-{}", sh.tag, sh.n);
+        let r = async {
+            ss.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?;
+            ss.exec("SELECT count(v) FROM shim_dummy WHERE k >= ? AND k < ?", &[sh.base, sh.base + HELPER_BATCH]).await?;
+            ss.simple(&format!("PREPARE TRANSACTION '{gid}'")).await
+        }
+        .await;
+        if let Err(e) = r {
+            let _ = ss.simple("ROLLBACK").await; // leave the helper session usable
+            return Err(e);
+        }
+        sh.current = Some(gid);
+        sh.used = 0;
+        sh.helpers += 1;
+    }
+    let k = sh.base + sh.used;
+    sh.used += 1;
+    Ok(k)
+}
+
+async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<(), DbError> {
+    match b.db {
+        Db::Pg => sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await,
+        Db::My => {
+            sess.simple(&format!("XA END {}", b.xid)).await?;
+            sess.simple(&format!("XA PREPARE {}", b.xid)).await
+        }
+    }
+}
+
+async fn finish_one(sess: &mut Sess, b: &Branch, commit: bool) -> Result<(), DbError> {
+    let r = match (b.db, commit) {
+        (Db::Pg, true) => sess.simple(&format!("COMMIT PREPARED {}", b.gid)).await,
+        (Db::Pg, false) => sess.simple(&format!("ROLLBACK PREPARED {}", b.gid)).await,
+        (Db::My, true) => sess.simple(&format!("XA COMMIT {}", b.xid)).await,
+        (Db::My, false) => sess.simple(&format!("XA ROLLBACK {}", b.xid)).await,
+    };
+    match r {
+        // Already finished by the coordinator (its owner grace period ran out).
+        Err(e) if e.sqlstate.as_deref() == Some("42704") && b.db == Db::Pg => Ok(()),
+        Err(e) if e.errno == Some(1397) => Ok(()),
+        other => other,
+    }
+}
+
+async fn rollback_unprepared(sess: &mut Sess, b: &Branch) {
+    match b.db {
+        Db::Pg => {
+            let _ = sess.simple("ROLLBACK").await;
+        }
+        Db::My => {
+            let _ = sess.simple(&format!("XA END {}", b.xid)).await;
+            let _ = sess.simple(&format!("XA ROLLBACK {}", b.xid)).await;
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! cotx-loadgen: the side-by-side benchmarks' load driver. One process, N client tasks on
+//! one thread (so its CPU share stays small and is reported), one workload in one mode for
+//! a warm-up then a measured window; one JSON result line on stdout (after two event lines,
+//! `measure_start` and `measure_end`, at which the harness samples the servers' CPU).
+//! Usage: see `--help`; bench/harness/loadgen.py runs it.
+
+mod client;
+mod db;
+mod http;
+mod workload;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use client::{Cfg, Client, Failure, Mode};
+use workload::{Micro, Rng, Sub, Tpcc, Workload};
+
+const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|shim|dip
+  --pg DSN --my URL [--coord URL --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
+  [--lock-timeout-ms 2000] [--parallel-prepare] [--parallel-finish] [--attempt-log FILE]
+  [--sync-stdin: after measure_end, keep the sessions until a line arrives on stdin]
+  micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0]
+  tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
+Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
+Mode dip needs co.decide() in PostgreSQL: without it the result line says skipped.";
+
+const DIP_UNSUPPORTED: &str = "the coordinator refused decide_in (no decision-in-participant support in this daemon)";
+
+fn now_s() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+fn cpu_self() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn emit(v: &Value) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{v}");
+    let _ = o.flush();
+}
+
+struct Args(HashMap<String, String>);
+
+impl Args {
+    fn parse() -> Result<Args, String> {
+        let mut m = HashMap::new();
+        let mut it = std::env::args().skip(1).peekable();
+        while let Some(a) = it.next() {
+            let k = a.strip_prefix("--").ok_or_else(|| format!("unexpected argument {a}"))?.to_string();
+            if matches!(k.as_str(), "parallel-prepare" | "parallel-finish" | "sync-stdin" | "help") {
+                m.insert(k, "1".into());
+            } else {
+                m.insert(k.clone(), it.next().ok_or_else(|| format!("--{k} needs a value"))?);
+            }
+        }
+        Ok(Args(m))
+    }
+    fn s(&self, k: &str, d: &str) -> String {
+        self.0.get(k).cloned().unwrap_or_else(|| d.to_string())
+    }
+    fn f(&self, k: &str, d: f64) -> f64 {
+        self.0.get(k).map(|v| v.parse().unwrap_or_else(|_| panic!("--{k}: not a number: {v}"))).unwrap_or(d)
+    }
+    fn flag(&self, k: &str) -> bool {
+        self.0.contains_key(k)
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    commits: u64,
+    attempts: u64,
+    reasons: BTreeMap<String, u64>,
+    lat_ms: Vec<f64>,
+    log: Vec<String>,
+    error: Option<String>,
+    helpers: u64,
+    unfinished: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_line(mode: &str, gtid: &str, ids: &[String], t: f64, measured: bool, subs: &[Sub], from: usize, f: Option<&Failure>) -> String {
+    let branches: Vec<Value> = subs
+        .iter()
+        .enumerate()
+        .skip(from)
+        .map(|(i, s)| {
+            let (table, read, written) = s.touched();
+            let id = ids.get(i).cloned();
+            let (gid, xid) = if s.db == workload::Db::Pg { (id, None) } else { (None, id) };
+            json!({"db": s.db.name(), "bid": format!("b{i}"), "gid": gid, "xid": xid, "table": table, "read": read, "written": written})
+        })
+        .collect();
+    let v = json!({
+        "gtid": gtid, "mode": mode, "t": t, "measured": measured,
+        "outcome": if f.is_none() { "commit" } else { "abort" },
+        "kind": f.map(|f| f.kind.clone()),
+        "branches": branches,
+        "error": f.and_then(|f| f.err.as_ref().map(|e| e.json())),
+    });
+    v.to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name: String, seed: u64, t_measure: Instant, t_end: Instant, want_log: bool) -> (Stats, Client) {
+    let mut st = Stats::default();
+    let mut rng = Rng::new(seed);
+    let mut n_attempt = 0u64;
+    'outer: while Instant::now() < t_end {
+        let subs = wl.txn(&mut rng, c.wid);
+        let t0 = Instant::now();
+        let mut from = 0usize;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            n_attempt += 1;
+            let r = if subs.len() == 1 && subs[0].autocommit {
+                c.run_autocommit(&subs[0]).await.map_err(|f| (0, f))
+            } else if mode == Mode::Local {
+                c.run_local(&subs, from).await.map_err(|(done, f)| (done, f))
+            } else {
+                c.run_global(&subs).await.map_err(|f| (0, f))
+            };
+            let t = Instant::now();
+            let measured = t >= t_measure && t < t_end;
+            // Local mode has no gtid: the client and attempt number name the attempt.
+            let hint = c.last_gtid.clone().unwrap_or_else(|| format!("local-c{}-{}", c.wid, n_attempt));
+            match r {
+                Ok(()) => {
+                    if want_log {
+                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, now_s(), measured, &subs, from, None));
+                    }
+                    if measured {
+                        st.commits += 1;
+                        st.attempts += 1;
+                        st.lat_ms.push(t.duration_since(t0).as_secs_f64() * 1000.0);
+                    }
+                    break;
+                }
+                Err((done, f)) => {
+                    if want_log {
+                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, now_s(), measured, &subs, from, Some(&f)));
+                    }
+                    if measured {
+                        *st.reasons.entry(f.kind.clone()).or_default() += 1;
+                        st.attempts += 1;
+                    }
+                    if mode == Mode::Dip && f.kind == "coordinator invalid_field" {
+                        st.error = Some(DIP_UNSUPPORTED.into());
+                        break 'outer;
+                    }
+                    if f.kind.contains("other") || f.kind.starts_with("coordinator") && f.kind.contains("unavailable") {
+                        // Not a conflict: stop this client and report it (no busy loop on a broken setup).
+                        st.error = Some(format!("{}: {}", f.kind, f.err.map(|e| e.to_string()).unwrap_or_default()));
+                        break 'outer;
+                    }
+                    if mode == Mode::Local {
+                        from = done; // local mode finishes what it started (no atomicity to fall back on)
+                        if tries > 10000 {
+                            st.error = Some("local sub-transaction never committed".into());
+                            break 'outer;
+                        }
+                    }
+                    if t >= t_end {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+    }
+    c.close().await;
+    st.helpers = c.helpers();
+    st.unfinished = c.unfinished;
+    (st, c)
+}
+
+fn percentile(xs: &mut [f64], p: f64) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let k = (xs.len() - 1) as f64 * p;
+    let lo = k as usize;
+    let hi = (lo + 1).min(xs.len() - 1);
+    Some(xs[lo] + (xs[hi] - xs[lo]) * (k - lo as f64))
+}
+
+fn main() {
+    let a = match Args::parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}\n{HELP}");
+            std::process::exit(2);
+        }
+    };
+    if a.flag("help") {
+        println!("{HELP}");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    std::process::exit(rt.block_on(run(a)));
+}
+
+async fn run(a: Args) -> i32 {
+    let mode_name = a.s("mode", "co");
+    let Some(mode) = Mode::parse(&mode_name) else {
+        eprintln!("unknown mode {mode_name}\n{HELP}");
+        return 2;
+    };
+    let workload = a.s("workload", "micro");
+    let wl: Arc<dyn Workload> = match workload.as_str() {
+        "micro" => {
+            let mut m = Micro::new(a.f("S", 2.0) as usize, a.f("R", 6.0) as usize, a.f("W", 6.0) as usize, a.f("P", 0.5), a.f("N", 100000.0) as i64, a.f("K", 0.0));
+            m.autocommit_reads = a.f("autocommit-reads", 0.0);
+            Arc::new(m)
+        }
+        "tpcc" => {
+            let w = a.f("warehouses", 2.0) as i64;
+            Arc::new(Tpcc {
+                w,
+                items: a.f("items", 10000.0) as i64,
+                customers: a.f("customers", 300.0) as i64,
+                remote_item: a.f("remote-item", 0.1),
+                remote_customer: a.f("remote-customer", 0.15),
+                n_pg: (w / 2).max(1),
+                ytd_split: a.f("ytd-split", 0.0) as i64,
+            })
+        }
+        other => {
+            eprintln!("unknown workload {other}\n{HELP}");
+            return 2;
+        }
+    };
+    let cfg = Arc::new(Cfg {
+        mode,
+        pg_dsn: a.s("pg", "host=127.0.0.1 user=postgres dbname=postgres"),
+        my_url: a.s("my", "mysql://root@127.0.0.1:3306/test"),
+        coord_url: a.s("coord", "http://127.0.0.1:7420"),
+        token: a.0.get("token").cloned().or_else(|| std::env::var("COTX_TOKEN").ok()),
+        lock_timeout_ms: a.f("lock-timeout-ms", 2000.0) as u64,
+        parallel_prepare: a.flag("parallel-prepare"),
+        parallel_finish: a.flag("parallel-finish"),
+    });
+    let clients = a.f("clients", 8.0) as usize;
+    let warmup = a.f("warmup", 1.0);
+    let seconds = a.f("seconds", 5.0);
+    let seed = a.f("seed", 1.0) as u64;
+    let base = json!({"workload": workload, "mode": mode_name, "clients": clients, "warmup_s": warmup, "seconds": seconds,
+                      "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish});
+
+    // Sessions first (not measured), then everybody starts together.
+    let mut cs = Vec::with_capacity(clients);
+    for wid in 0..clients {
+        match Client::open(cfg.clone(), wid, &wl.sessions()).await {
+            Ok(c) => cs.push(c),
+            Err(e) => {
+                let mut v = base.clone();
+                v["error"] = json!(format!("client {wid} could not connect: {e}"));
+                emit(&v);
+                return 1;
+            }
+        }
+    }
+    if mode == Mode::Dip {
+        match cs[0].has_decide().await {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut v = base.clone();
+                v["skipped"] = json!("mode dip needs co.decide() in PostgreSQL (pg_co with decision-in-participant); not installed here");
+                emit(&v);
+                return 0;
+            }
+            Err(e) => {
+                let mut v = base.clone();
+                v["error"] = json!(format!("capability check failed: {e}"));
+                emit(&v);
+                return 1;
+            }
+        }
+    }
+    let want_log = a.0.contains_key("attempt-log");
+    let t_start = Instant::now();
+    let t_measure = t_start + Duration::from_secs_f64(warmup);
+    let t_end = t_measure + Duration::from_secs_f64(seconds);
+    let mut handles = Vec::new();
+    for c in cs {
+        let s = seed * 1000 + c.wid as u64;
+        handles.push(tokio::spawn(client_loop(c, wl.clone(), mode, mode_name.clone(), s, t_measure, t_end, want_log)));
+    }
+    tokio::time::sleep_until(t_measure.into()).await;
+    let cpu0 = cpu_self();
+    emit(&json!({"event": "measure_start"}));
+    tokio::time::sleep_until(t_end.into()).await;
+    let cpu1 = cpu_self();
+    emit(&json!({"event": "measure_end"}));
+    let mut all = Stats::default();
+    let mut errors = vec![];
+    let mut keep = Vec::new();
+    for h in handles {
+        match h.await {
+            Ok((st, c)) => {
+                keep.push(c);
+                all.commits += st.commits;
+                all.attempts += st.attempts;
+                for (k, v) in st.reasons {
+                    *all.reasons.entry(k).or_default() += v;
+                }
+                all.lat_ms.extend(st.lat_ms);
+                all.log.extend(st.log);
+                all.helpers += st.helpers;
+                all.unfinished += st.unfinished;
+                if let Some(e) = st.error {
+                    errors.push(e);
+                }
+            }
+            Err(e) => errors.push(format!("client task failed: {e}")),
+        }
+    }
+    if a.flag("sync-stdin") {
+        // The sessions stay open until the harness has sampled the servers' CPU: a backend
+        // exiting during that sample would be counted nowhere.
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+        })
+        .await;
+    }
+    drop(keep);
+    if let Some(path) = a.0.get("attempt-log") {
+        if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let mut w = std::io::BufWriter::new(f);
+            for l in &all.log {
+                let _ = writeln!(w, "{l}");
+            }
+        }
+    }
+    let aborts: u64 = all.reasons.values().sum();
+    let mut v = base;
+    if mode == Mode::Dip && !errors.is_empty() && errors.iter().all(|e| e == DIP_UNSUPPORTED) {
+        v["skipped"] = json!(format!("mode dip: {DIP_UNSUPPORTED}"));
+        emit(&v);
+        return 0;
+    }
+    v["commits"] = json!(all.commits);
+    v["attempts"] = json!(all.attempts);
+    v["aborts"] = json!(aborts);
+    v["reasons"] = json!(all.reasons);
+    v["tps"] = json!(all.commits as f64 / seconds);
+    v["p50_ms"] = json!(percentile(&mut all.lat_ms, 0.5));
+    v["p99_ms"] = json!(percentile(&mut all.lat_ms, 0.99));
+    v["cpu_s"] = json!(cpu1 - cpu0);
+    v["cpu_s_total"] = json!(cpu_self());
+    v["helpers"] = json!(all.helpers);
+    v["unfinished"] = json!(all.unfinished);
+    v["errors"] = json!(errors);
+    emit(&v);
+    if errors.is_empty() { 0 } else { 1 }
+}
