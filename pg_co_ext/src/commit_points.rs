@@ -3,11 +3,12 @@
 //! SerializableXactHashLock together with setting our marker, so two transactions with
 //! an rw edge between them can never both pass (docs/pg_co.md).
 
+use crate::bounded_wait;
 use crate::gucs::{self, ConflictAction};
 use crate::refusal::{self, Refusal};
 use crate::shmem::{self, Counter};
 use crate::ssi_ffi::{self, SsiLock};
-use pg_co_rules::{decide, Marker, Point, Settings, Verdict};
+use pg_co_rules::{decide, flags, Marker, Point, Settings, Verdict};
 use pgrx::pg_sys;
 use std::time::Instant;
 
@@ -26,7 +27,18 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
         // Parallel workers report XACT_EVENT_PARALLEL_PRE_COMMIT and are not checked:
         // their leader's commit is.
         XACT_EVENT_PRE_COMMIT => check(Point::LocalCommit),
-        XACT_EVENT_PREPARE | XACT_EVENT_COMMIT | XACT_EVENT_ABORT => shmem::clear_my_marker(),
+        XACT_EVENT_PREPARE => {
+            crate::gids::on_prepared();
+            shmem::clear_my_marker()
+        }
+        XACT_EVENT_ABORT => {
+            crate::gids::forget_pending();
+            shmem::clear_my_marker()
+        }
+        XACT_EVENT_COMMIT => {
+            crate::gids::forget_pending();
+            shmem::clear_my_marker()
+        }
         _ => {}
     }
 }
@@ -66,6 +78,8 @@ fn check(point: Point) {
             return; // nothing read under SSI: nothing to order
         };
         let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
+        let summarized = snap.me.flags & (flags::SUMMARY_CONFLICT_IN | flags::SUMMARY_CONFLICT_OUT) != 0;
+        let context = |waited: Option<Instant>| refusal::Context { summarized, waited_ms: waited.map(|w| w.elapsed().as_millis() as u64) };
         if verdict == Verdict::Allow {
             if !gucs::TEST_SKIP_MARKER.get() {
                 shmem::set_my_marker(snap.sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
@@ -77,17 +91,34 @@ fn check(point: Point) {
         }
         drop(lock);
         if let Verdict::RuleBInDoubtReader(peer, _) = verdict {
-            if gucs::CONFLICT_ACTION.get() == ConflictAction::Wait {
-                if wait_started.is_none() {
-                    wait_started = Some(Instant::now());
+            let max_wait = gucs::MAX_WAIT_MS.get();
+            let wait_mode = gucs::CONFLICT_ACTION.get() == ConflictAction::Wait;
+            if wait_mode || max_wait > 0 {
+                let started = *wait_started.get_or_insert_with(|| {
                     shmem::bump(Counter::Waits, 1);
+                    Instant::now()
+                });
+                match bounded_wait::deadline(started, max_wait) {
+                    // Unbounded (wait mode, max_wait 0): the lock wait, until lock_timeout.
+                    None => wait_for(peer.xid, started),
+                    Some(deadline) if Instant::now() < deadline => {
+                        if wait_mode {
+                            lock_timeout_check(started);
+                        }
+                        bounded_wait::until_decided_or(peer.xid, deadline);
+                    }
+                    Some(_) => {
+                        // Still blocked after max_wait: the usual rule-B refusal.
+                        shmem::bump(Counter::WaitTimeouts, 1);
+                        finish_timing(t0, wait_started);
+                        refusal::raise(Refusal::RuleWith(point, verdict, context(wait_started)));
+                    }
                 }
-                wait_for(peer.xid, wait_started.unwrap());
                 continue;
             }
         }
         finish_timing(t0, wait_started);
-        refusal::raise(Refusal::Rule(point, verdict));
+        refusal::raise(Refusal::RuleWith(point, verdict, context(wait_started)));
     }
 }
 
@@ -109,14 +140,20 @@ fn wait_for(xid: u32, started: Instant) {
     }
     // A peer still inside PREPARE TRANSACTION may not have its xid yet: poll briefly,
     // bounded by lock_timeout like a lock wait.
-    let timeout_ms = unsafe { pg_sys::LockTimeout };
-    if timeout_ms > 0 && started.elapsed().as_millis() as i64 >= timeout_ms as i64 {
-        refusal::raise(Refusal::WaitTimeout);
-    }
+    lock_timeout_check(started);
     unsafe {
         pg_sys::pg_usleep(1000);
     }
     pgrx::check_for_interrupts!();
+}
+
+/// Wait mode polls (no xid yet, or bounded by max_wait): lock_timeout still bounds it, as it
+/// bounds the lock wait.
+fn lock_timeout_check(started: Instant) {
+    let timeout_ms = unsafe { pg_sys::LockTimeout };
+    if timeout_ms > 0 && started.elapsed().as_millis() as i64 >= timeout_ms as i64 {
+        refusal::raise(Refusal::WaitTimeout);
+    }
 }
 
 fn test_pause() {

@@ -6,7 +6,9 @@
 
 use pgrx::prelude::*;
 
+mod bounded_wait;
 mod commit_points;
+mod gids;
 mod gucs;
 mod refusal;
 mod shmem;
@@ -47,6 +49,7 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::register_postmaster();
     unsafe {
         shmem::install_hooks();
+        gids::install_hooks();
         commit_points::register();
     }
 }
