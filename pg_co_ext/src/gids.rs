@@ -1,6 +1,6 @@
 //! Which gid a prepared transaction had, by xid, so that a refusal can name its blocker the
 //! way the coordinator knows it (docs/pg_co.md, "Errors"). PREPARE TRANSACTION's gid is
-//! seen in a ProcessUtility hook; it is recorded with the transaction's xid in a ring in
+//! seen in a ProcessUtility hook (csrc/co_gid_hook.c); it is recorded with the transaction's xid in a ring in
 //! shared memory, also after COMMIT PREPARED (rules A and C name committed 2PC
 //! transactions, which pg_prepared_xacts no longer shows). Only the error path reads it.
 
@@ -31,7 +31,6 @@ struct Ring {
 static mut RING_PTR: *mut Ring = std::ptr::null_mut();
 static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
 static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
-static mut PREV_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 /// The gid of this backend's PREPARE TRANSACTION while its xid is not known yet.
 static mut PENDING: Option<String> = None;
 
@@ -41,8 +40,7 @@ pub unsafe fn install_hooks() {
     pg_sys::shmem_request_hook = Some(request);
     PREV_STARTUP = pg_sys::shmem_startup_hook;
     pg_sys::shmem_startup_hook = Some(startup);
-    PREV_UTILITY = pg_sys::ProcessUtility_hook;
-    pg_sys::ProcessUtility_hook = Some(utility);
+    co_install_utility_hook();
 }
 
 #[pgrx::pg_guard]
@@ -68,38 +66,26 @@ unsafe extern "C-unwind" fn startup() {
     pg_sys::LWLockRelease(crate::ssi_ffi::addin_shmem_init_lock());
 }
 
-#[pgrx::pg_guard]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query: *const std::ffi::c_char,
-    read_only_tree: bool,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    let node = (*pstmt).utilityStmt;
-    if !node.is_null() && (*node).type_ == pg_sys::NodeTag::T_TransactionStmt {
-        let stmt = node as *const pg_sys::TransactionStmt;
-        if (*stmt).kind == pg_sys::TransactionStmtKind::TRANS_STMT_PREPARE && !(*stmt).gid.is_null() {
-            let gid = std::ffi::CStr::from_ptr((*stmt).gid).to_string_lossy().into_owned();
-            // A transaction that wrote has its xid now, before pg_co's check: a peer refused
-            // while this one is still preparing can name it. Otherwise the xid comes with
-            // the prepare (on_prepared).
-            let xid = pg_sys::GetTopTransactionIdIfAny().into_inner();
-            *std::ptr::addr_of_mut!(PENDING) = if xid != 0 {
-                record(xid, &gid);
-                None
-            } else {
-                Some(gid)
-            };
-        }
-    }
-    match PREV_UTILITY {
-        Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
-        None => pg_sys::standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc),
+extern "C" {
+    fn co_install_utility_hook();
+}
+
+/// Called by csrc/co_gid_hook.c for PREPARE TRANSACTION, before the statement runs. Must not
+/// raise an error or panic: only atomics and a plain read of the transaction's xid.
+#[no_mangle]
+pub extern "C" fn co_gids_on_prepare_stmt(gid: *const std::ffi::c_char) {
+    let gid = unsafe { std::ffi::CStr::from_ptr(gid) }.to_string_lossy().into_owned();
+    // A transaction that wrote has its xid now, before pg_co's check: a peer refused while
+    // this one is still preparing can name it. Otherwise the xid comes with the prepare
+    // (on_prepared).
+    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+    unsafe {
+        *std::ptr::addr_of_mut!(PENDING) = if xid != 0 {
+            record(xid, &gid);
+            None
+        } else {
+            Some(gid)
+        };
     }
 }
 
