@@ -4,6 +4,7 @@
 //! an rw edge between them can never both pass (docs/pg_co.md).
 
 use crate::bounded_wait;
+use crate::read_only;
 use crate::gucs::{self, ConflictAction};
 use crate::refusal::{self, Refusal};
 use crate::shmem::{self, Counter};
@@ -29,14 +30,12 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
         XACT_EVENT_PRE_COMMIT => check(Point::LocalCommit),
         XACT_EVENT_PREPARE => {
             crate::gids::on_prepared();
+            read_only::on_xact_end();
             shmem::clear_my_marker()
         }
-        XACT_EVENT_ABORT => {
+        XACT_EVENT_ABORT | XACT_EVENT_COMMIT => {
             crate::gids::forget_pending();
-            shmem::clear_my_marker()
-        }
-        XACT_EVENT_COMMIT => {
-            crate::gids::forget_pending();
+            read_only::on_xact_end();
             shmem::clear_my_marker()
         }
         _ => {}
@@ -75,7 +74,10 @@ fn check(point: Point) {
     loop {
         let lock = SsiLock::exclusive();
         let Some(snap) = ssi_ffi::read_own(&lock, shmem::marker_of) else {
-            return; // nothing read under SSI: nothing to order
+            drop(lock);
+            // Nothing read under SSI now; a READ ONLY reader may have been released as safe.
+            check_read_only(point, None);
+            return;
         };
         let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
         let summarized = snap.me.flags & (flags::SUMMARY_CONFLICT_IN | flags::SUMMARY_CONFLICT_OUT) != 0;
@@ -85,6 +87,8 @@ fn check(point: Point) {
                 shmem::set_my_marker(snap.sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
             }
             drop(lock);
+            // After the edge check, not before (docs/pg_co.md, "Rule C for READ ONLY readers").
+            check_read_only(point, Some(snap.me.last_commit_before_snapshot));
             finish_timing(t0, wait_started);
             test_pause();
             return;
@@ -119,6 +123,20 @@ fn check(point: Point) {
         }
         finish_timing(t0, wait_started);
         refusal::raise(Refusal::RuleWith(point, verdict, context(wait_started)));
+    }
+}
+
+/// Rule C for a READ ONLY serializable transaction at its local COMMIT (src/read_only.rs).
+fn check_read_only(point: Point, seq_now: Option<u64>) {
+    let applies = point == Point::LocalCommit
+        && unsafe { pg_sys::XactReadOnly }
+        && unsafe { pg_sys::XactIsoLevel } == XACT_SERIALIZABLE
+        && gucs::RULE_C.get()
+        && gucs::RULE_C_READ_ONLY.get();
+    if applies {
+        if let Some(m) = read_only::check(seq_now) {
+            refusal::raise(Refusal::RuleCReadOnly(m.xid, m.in_flight));
+        }
     }
 }
 

@@ -144,3 +144,23 @@ pub fn lookup(xid: u32) -> Option<String> {
     }
     None
 }
+
+/// The xid recorded for `gid`, newest first (COMMIT PREPARED knows only the gid).
+pub fn lookup_xid(gid: &str) -> Option<u32> {
+    let r = ring()?;
+    let want = &gid.as_bytes()[..gid.len().min(GID_MAX)];
+    let next = r.next.load(Ordering::Acquire);
+    for back in 1..=RING.min(next as usize) as u64 {
+        let e = &r.entries[((next - back) % RING as u64) as usize];
+        let s0 = e.seq.load(Ordering::Acquire);
+        if s0 % 2 == 1 || e.len.load(Ordering::Relaxed) as usize != want.len() {
+            continue;
+        }
+        let xid = e.xid.load(Ordering::Relaxed);
+        let same = e.gid[..want.len()].iter().zip(want).all(|(a, b)| a.load(Ordering::Relaxed) == *b);
+        if same && e.seq.load(Ordering::Acquire) == s0 {
+            return Some(xid);
+        }
+    }
+    None
+}

@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 mod bounded_wait;
 mod commit_points;
 mod gids;
+mod read_only;
 mod gucs;
 mod refusal;
 mod shmem;
@@ -50,6 +51,7 @@ pub extern "C-unwind" fn _PG_init() {
     unsafe {
         shmem::install_hooks();
         gids::install_hooks();
+        read_only::install_hooks();
         commit_points::register();
     }
 }

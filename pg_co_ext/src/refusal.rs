@@ -15,6 +15,9 @@ pub enum Refusal {
     WaitTimeout,
     #[allow(dead_code)] // kept for callers without a context
     Rule(Point, Verdict),
+    /// Rule C for a READ ONLY reader: the 2PC transaction it may have missed (xid, 0 when
+    /// unknown) and whether its COMMIT PREPARED is still running.
+    RuleCReadOnly(u32, bool),
     /// A rule refusal with what the check saw besides the blocker.
     RuleWith(Point, Verdict, Context),
 }
@@ -139,6 +142,31 @@ pub fn raise(r: Refusal) -> ! {
             "pg_co: lock_timeout expired while waiting for an in-doubt transaction (rule B)",
             "pg_co",
         ),
+        Refusal::RuleCReadOnly(xid, in_flight) => {
+            shmem::bump(Counter::RefusedRuleC, 1);
+            let who = if xid == 0 {
+                "a 2PC transaction pg_co no longer remembers individually".to_string()
+            } else {
+                match crate::gids::lookup(xid) {
+                    Some(g) => format!("transaction {xid} (gid '{}')", g.replace('\'', "''")),
+                    None => format!("transaction {xid}"),
+                }
+            };
+            let state = if in_flight { "committing" } else { "committed_2pc" };
+            let gid = if xid == 0 { None } else { crate::gids::lookup(xid) };
+            let detail = format!(
+                "This READ ONLY transaction's snapshot missed {who}, which was prepared before it and committed through COMMIT PREPARED since; other commits in that snapshot may depend on it, and PostgreSQL does not keep a READ ONLY transaction's rw-conflicts to tell whether it read that transaction's data.\npg_co blocker: rule=C point=COMMIT xid={} gid={} pid=0 state={state} summarized=no waited_ms=0",
+                if xid == 0 { "-".to_string() } else { xid.to_string() },
+                gid.map_or_else(|| "-".to_string(), |g| format!("'{}'", g.replace('\'', "''"))),
+            );
+            let msg = "pg_co refused COMMIT: commitment ordering rule C (READ ONLY reader)";
+            if gucs::LOG_VETOES.get() {
+                pgrx::log!("{msg}: {detail}");
+            }
+            ErrorReport::new(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, msg, "pg_co")
+                .set_detail(detail)
+                .set_hint("Retry the transaction.")
+        }
         Refusal::Rule(point, v) => rule_report(point, v, Context::default()),
         Refusal::RuleWith(point, v, ctx) => rule_report(point, v, ctx),
     };
