@@ -25,6 +25,8 @@ struct Done {
     xid: AtomicU32,
     prepare_seq: AtomicU64,
     commit_seq: AtomicU64,
+    /// When the COMMIT PREPARED finished (µs since 2000, PostgreSQL's TimestampTz).
+    end_us: AtomicU64,
 }
 
 #[repr(C)]
@@ -40,6 +42,8 @@ struct Shared {
     /// The largest commit_seq of an overwritten entry: a reader whose S is below it may
     /// have missed a transaction the ring no longer shows.
     overwritten_max: AtomicU64,
+    /// The latest end_us of an overwritten entry (for DEFERRABLE readers, below).
+    overwritten_max_end: AtomicU64,
     done: [Done; RING],
     n_slots: u32,
     slots: [InFlight; 0], // n_slots follow, indexed by pgprocno
@@ -140,8 +144,9 @@ pub extern "C" fn co_ro_commit_prepared_end() {
     };
     let e = &s.done[(s.next.fetch_add(1, Ordering::AcqRel) % RING as u64) as usize];
     e.seq.fetch_add(1, Ordering::AcqRel);
-    let old = e.commit_seq.load(Ordering::Relaxed);
-    s.overwritten_max.fetch_max(old, Ordering::AcqRel);
+    s.overwritten_max.fetch_max(e.commit_seq.load(Ordering::Relaxed), Ordering::AcqRel);
+    s.overwritten_max_end.fetch_max(e.end_us.load(Ordering::Relaxed), Ordering::AcqRel);
+    e.end_us.store(unsafe { pg_sys::GetCurrentTimestamp() }.max(0) as u64, Ordering::Relaxed);
     e.xid.store(me.xid.load(Ordering::Relaxed), Ordering::Relaxed);
     e.prepare_seq.store(me.prepare_seq.load(Ordering::Relaxed), Ordering::Relaxed);
     e.commit_seq.store(commit_seq, Ordering::Relaxed);
@@ -187,10 +192,16 @@ pub struct Missed {
 /// PostgreSQL still tracks it. Call after the edge check (docs/pg_co.md says why).
 pub fn check(seq_now: Option<u64>) -> Option<Missed> {
     let s = shared()?;
-    let snap = match unsafe { *std::ptr::addr_of!(SNAPSHOT_SEQ) } {
+    let noted = match unsafe { *std::ptr::addr_of!(SNAPSHOT_SEQ) } {
         Some(noted) => noted.or(seq_now),
         None => seq_now,
-    }?;
+    };
+    let Some(snap) = noted else {
+        // No SSI state at the first ExecutorStart: safe from its snapshot on (no Y was in
+        // doubt), except a DEFERRABLE reader, which PostgreSQL releases once its snapshot
+        // turns safe, possibly by Y's commit during the wait.
+        return if unsafe { pg_sys::XactDeferrable } { check_by_visibility(s) } else { None };
+    };
     for i in 0..s.n_slots as i32 {
         let Some(f) = slot(s, i) else { continue };
         if f.active.load(Ordering::Acquire) == 1 && f.prepare_seq.load(Ordering::Relaxed) <= snap {
@@ -222,4 +233,34 @@ fn read_entry(e: &Done) -> Option<(u32, u64, u64)> {
         std::hint::spin_loop();
     }
     None
+}
+
+/// A DEFERRABLE READ ONLY reader without a snapshot position: the 2PC transactions its
+/// snapshot does not see whose COMMIT PREPARED is in flight or ended
+/// after the reader began; an overwritten entry that ended after that: be careful.
+fn check_by_visibility(s: &'static Shared) -> Option<Missed> {
+    if !unsafe { pg_sys::FirstSnapshotSet } {
+        return None; // it read nothing
+    }
+    let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
+    // Invisible to the snapshot. (No "started before it" filter on xmax: a transaction in
+    // progress at the snapshot can have an xid >= xmax, which is latestCompletedXid + 1.)
+    let missed = |xid: u32| unsafe { xid == 0 || pg_sys::XidInMVCCSnapshot(pg_sys::TransactionId::from_inner(xid), snapshot) };
+    let began = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() }.max(0) as u64;
+    for i in 0..s.n_slots as i32 {
+        let Some(f) = slot(s, i) else { continue };
+        let xid = f.xid.load(Ordering::Relaxed);
+        if f.active.load(Ordering::Acquire) == 1 && missed(xid) {
+            return Some(Missed { xid, in_flight: true });
+        }
+    }
+    for e in s.done.iter() {
+        let Some((xid, _, c)) = read_entry(e) else {
+            return Some(Missed { xid: 0, in_flight: false });
+        };
+        if c != 0 && e.end_us.load(Ordering::Relaxed) >= began && missed(xid) {
+            return Some(Missed { xid, in_flight: false });
+        }
+    }
+    (s.overwritten_max_end.load(Ordering::Acquire) >= began).then_some(Missed { xid: 0, in_flight: false })
 }
