@@ -265,6 +265,9 @@ def catalogue(three: bool = False):
     # Rule C with MariaDB as the reader's database, the reader one autocommit SELECT (InnoDB
     # reads it from a snapshot unless mysql_co makes it a locking read).
     out.append(("ruleC_my", [G("Y", "w my:y", "w pg:x"), G("G", "w my:x", "r pg:x"), L("L", "r my:x+y", kind="auto")]))
+    # Rule C with the PostgreSQL reader declared READ ONLY (PostgreSQL drops its edges when
+    # Y commits: pg_co's rule C for READ ONLY readers covers it).
+    out.append(("ruleC_ro", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), L("L", "r pg:x", "r pg:y", kind="local_ro")]))
     if three:
         # More three-transaction combinations (large: tens of thousands of schedules each).
         for i, j in ((0, 1), (2, 3), (4, 2), (1, 4)):
@@ -311,8 +314,8 @@ def limit_schedules():
                    "L.r(my:x+y)", "L.commit(my)", "Y.commit(my)"],
             "pg": ["Y.w(pg:z)", "Y.prep(pg)", "Y.commit(pg)", "G.r(pg:z)", "G.prep(pg)", "G.commit(pg)"]})))
     # PostgreSQL READ ONLY local reader, rule C's schedule with Y's COMMIT PREPARED
-    # reaching PostgreSQL between L's read and L's commit.
-    for kind, label in (("local_ro", "limit: PostgreSQL READ ONLY local reader (rule C, Y commits before L)"),
+    # reaching PostgreSQL between L's read and L's commit (PostgreSQL has dropped L's edge).
+    for kind, label in (("local_ro", "protected: PostgreSQL READ ONLY local reader, Y commits before L (rule C for READ ONLY readers refuses it)"),
                         ("local", "protected: the same reader READ WRITE (rule C refuses it)")):
         p = [G("Y", "w pg:y", "w my:z"), G("G", "w pg:x", "r my:z"), L("L", "r pg:x+y", kind=kind)]
         out.append((label, p, schedule_from_db_orders(p, {

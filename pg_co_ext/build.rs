@@ -24,7 +24,7 @@ fn pg_config() -> String {
 }
 
 fn main() {
-    for f in ["csrc/co_ssi.c", "csrc/co_ssi.h", "csrc/co_layout.c"] {
+    for f in ["csrc/co_ssi.c", "csrc/co_ssi.h", "csrc/co_layout.c", "csrc/co_gid_hook.c"] {
         println!("cargo:rerun-if-changed={f}");
     }
     for v in ["PGRX_PG_CONFIG_PATH", "PG_CONFIG", "COTX_CACHE"] {
@@ -44,7 +44,7 @@ fn main() {
         .flag_if_supported("-Wno-missing-field-initializers")
         .flag_if_supported("-Wno-sign-compare");
     let probe_compiler = build.get_compiler();
-    build.file("csrc/co_ssi.c").compile("co_ssi");
+    build.file("csrc/co_ssi.c").file("csrc/co_gid_hook.c").compile("co_ssi");
 
     // The layout probe runs on the build host, which is the target here (no cross builds).
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());

@@ -333,3 +333,42 @@ co_read_prepared_edges(const void *predxact, co_edge *buf, int cap)
 	walk_active((const PredXactListData *) predxact, copy_edges_if_prepared, &eb);
 	return eb.n;
 }
+
+/* ---- for rule C's READ ONLY readers (src/read_only.rs); need co_sxact_lock() ------------ */
+
+/* PredXact->LastSxactCommitSeqNo: every commit sequence number handed out so far. */
+uint64_t
+co_last_commit_seq(const void *predxact)
+{
+	return ((const PredXactListData *) predxact)->LastSxactCommitSeqNo;
+}
+
+typedef struct prepared_seq_arg
+{
+	uint32_t	xid;
+	uint64_t	seq;
+	bool		found;
+} prepared_seq_arg;
+
+static void
+find_prepared(const SERIALIZABLEXACT *sx, void *arg)
+{
+	prepared_seq_arg *a = arg;
+
+	if (!a->found && sx->topXid == a->xid && (sx->flags & SXACT_FLAG_PREPARED))
+	{
+		a->seq = sx->prepareSeqNo;
+		a->found = true;
+	}
+}
+
+/* prepareSeqNo of the prepared transaction with top-level xid `xid`; false if none. */
+bool
+co_prepare_seq_of(const void *predxact, uint32_t xid, uint64_t *seq)
+{
+	prepared_seq_arg a = {xid, 0, false};
+
+	walk_active((const PredXactListData *) predxact, find_prepared, &a);
+	*seq = a.seq;
+	return a.found;
+}

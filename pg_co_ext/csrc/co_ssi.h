@@ -68,5 +68,7 @@ extern int32_t co_my_procno(void);
 extern bool co_read_self(co_self *out);
 extern int	co_read_edges(bool out_edges, co_peer *buf, int cap);
 extern int	co_read_prepared_edges(const void *predxact, co_edge *buf, int cap);
+extern uint64_t co_last_commit_seq(const void *predxact);
+extern bool co_prepare_seq_of(const void *predxact, uint32_t xid, uint64_t *seq);
 
 #endif

@@ -6,11 +6,13 @@
 //! 2PC transaction (its last branch committing in one phase) and is checked as
 //! `Point::Decision`: rule A as at PREPARE, B and C as at COMMIT.
 
+use crate::bounded_wait;
+use crate::read_only;
 use crate::gucs::{self, ConflictAction};
 use crate::refusal::{self, Refusal};
 use crate::shmem::{self, Counter};
 use crate::ssi_ffi::{self, SsiLock};
-use pg_co_rules::{decide, Marker, Point, Settings, Verdict};
+use pg_co_rules::{decide, flags, Marker, Point, Settings, Verdict};
 use pgrx::pg_sys;
 use std::cell::Cell;
 use std::time::Instant;
@@ -50,8 +52,16 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
         // Parallel workers report XACT_EVENT_PARALLEL_PRE_COMMIT and are not checked:
         // their leader's commit is.
         XACT_EVENT_PRE_COMMIT => check(if is_decision_point() { Point::Decision } else { Point::LocalCommit }),
-        XACT_EVENT_PREPARE | XACT_EVENT_COMMIT | XACT_EVENT_ABORT => {
+        XACT_EVENT_PREPARE => {
             DECISION_POINT.with(|d| d.set(false));
+            crate::gids::on_prepared();
+            read_only::on_xact_end();
+            shmem::clear_my_marker()
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_COMMIT => {
+            DECISION_POINT.with(|d| d.set(false));
+            crate::gids::forget_pending();
+            read_only::on_xact_end();
             shmem::clear_my_marker()
         }
         _ => {}
@@ -99,9 +109,14 @@ fn check(point: Point) {
     loop {
         let lock = SsiLock::exclusive();
         let Some(snap) = ssi_ffi::read_own(&lock, shmem::marker_of) else {
-            return; // nothing read under SSI: nothing to order
+            drop(lock);
+            // Nothing read under SSI now; a READ ONLY reader may have been released as safe.
+            check_read_only(point, None);
+            return;
         };
         let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
+        let summarized = snap.me.flags & (flags::SUMMARY_CONFLICT_IN | flags::SUMMARY_CONFLICT_OUT) != 0;
+        let context = |waited: Option<Instant>| refusal::Context { summarized, waited_ms: waited.map(|w| w.elapsed().as_millis() as u64) };
         if verdict == Verdict::Allow {
             if !gucs::TEST_SKIP_MARKER.get() {
                 // A decision commit is a commit: peers see it as committing (rule A refuses
@@ -109,23 +124,56 @@ fn check(point: Point) {
                 shmem::set_my_marker(snap.sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
             }
             drop(lock);
+            // After the edge check, not before (docs/pg_co.md, "Rule C for READ ONLY readers").
+            check_read_only(point, Some(snap.me.last_commit_before_snapshot));
             finish_timing(t0, wait_started);
             test_pause();
             return;
         }
         drop(lock);
         if let Verdict::RuleBInDoubtReader(peer, _) = verdict {
-            if gucs::CONFLICT_ACTION.get() == ConflictAction::Wait {
-                if wait_started.is_none() {
-                    wait_started = Some(Instant::now());
+            let max_wait = gucs::MAX_WAIT_MS.get();
+            let wait_mode = gucs::CONFLICT_ACTION.get() == ConflictAction::Wait;
+            if wait_mode || max_wait > 0 {
+                let started = *wait_started.get_or_insert_with(|| {
                     shmem::bump(Counter::Waits, 1);
+                    Instant::now()
+                });
+                match bounded_wait::deadline(started, max_wait) {
+                    // Unbounded (wait mode, max_wait 0): the lock wait, until lock_timeout.
+                    None => wait_for(peer.xid, started),
+                    Some(deadline) if Instant::now() < deadline => {
+                        if wait_mode {
+                            lock_timeout_check(started);
+                        }
+                        bounded_wait::until_decided_or(peer.xid, deadline);
+                    }
+                    Some(_) => {
+                        // Still blocked after max_wait: the usual rule-B refusal.
+                        shmem::bump(Counter::WaitTimeouts, 1);
+                        finish_timing(t0, wait_started);
+                        refusal::raise(Refusal::RuleWith(point, verdict, context(wait_started)));
+                    }
                 }
-                wait_for(peer.xid, wait_started.unwrap());
                 continue;
             }
         }
         finish_timing(t0, wait_started);
-        refusal::raise(Refusal::Rule(point, verdict));
+        refusal::raise(Refusal::RuleWith(point, verdict, context(wait_started)));
+    }
+}
+
+/// Rule C for a READ ONLY serializable transaction at its local COMMIT (src/read_only.rs).
+fn check_read_only(point: Point, seq_now: Option<u64>) {
+    let applies = point == Point::LocalCommit
+        && unsafe { pg_sys::XactReadOnly }
+        && unsafe { pg_sys::XactIsoLevel } == XACT_SERIALIZABLE
+        && gucs::RULE_C.get()
+        && gucs::RULE_C_READ_ONLY.get();
+    if applies {
+        if let Some(m) = read_only::check(seq_now) {
+            refusal::raise(Refusal::RuleCReadOnly(m.xid, m.in_flight));
+        }
     }
 }
 
@@ -147,14 +195,20 @@ fn wait_for(xid: u32, started: Instant) {
     }
     // A peer still inside PREPARE TRANSACTION may not have its xid yet: poll briefly,
     // bounded by lock_timeout like a lock wait.
-    let timeout_ms = unsafe { pg_sys::LockTimeout };
-    if timeout_ms > 0 && started.elapsed().as_millis() as i64 >= timeout_ms as i64 {
-        refusal::raise(Refusal::WaitTimeout);
-    }
+    lock_timeout_check(started);
     unsafe {
         pg_sys::pg_usleep(1000);
     }
     pgrx::check_for_interrupts!();
+}
+
+/// Wait mode polls (no xid yet, or bounded by max_wait): lock_timeout still bounds it, as it
+/// bounds the lock wait.
+fn lock_timeout_check(started: Instant) {
+    let timeout_ms = unsafe { pg_sys::LockTimeout };
+    if timeout_ms > 0 && started.elapsed().as_millis() as i64 >= timeout_ms as i64 {
+        refusal::raise(Refusal::WaitTimeout);
+    }
 }
 
 fn test_pause() {

@@ -15,6 +15,8 @@ pub static CONFLICT_ACTION: GucSetting<ConflictAction> = GucSetting::<ConflictAc
 pub static REQUIRE_SERIALIZABLE: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static LOG_VETOES: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static RULE_C: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static RULE_C_READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_SKIP_MARKER: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static TEST_LAYOUT_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -35,6 +37,16 @@ pub fn register() {
         &CONFLICT_ACTION,
         GucContext::Userset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_co.max_wait",
+        c"Rule B: wait at most this many milliseconds for an in-doubt transaction's outcome, then refuse (0: no bounded wait).",
+        c"In abort mode 0 refuses at once; in wait mode 0 waits until lock_timeout. The refusal after the bound is the usual serialization failure.",
+        &MAX_WAIT_MS,
+        0,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_bool_guc(
         c"pg_co.require_serializable",
@@ -57,6 +69,14 @@ pub fn register() {
         c"Rule C: refuse a local COMMIT that missed the write of a 2PC transaction prepared before its snapshot.",
         c"",
         &RULE_C,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_co.rule_c_read_only",
+        c"Rule C for READ ONLY readers: refuse a READ ONLY serializable COMMIT when a 2PC transaction prepared before its snapshot was committed after it.",
+        c"PostgreSQL drops a READ ONLY reader's rw edges when the writer commits; this rule does without them. Needs pg_co.rule_c.",
+        &RULE_C_READ_ONLY,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -6,7 +6,10 @@
 
 use pgrx::prelude::*;
 
+mod bounded_wait;
 mod commit_points;
+mod gids;
+mod read_only;
 mod gucs;
 mod refusal;
 mod shmem;
@@ -79,6 +82,8 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::register_postmaster();
     unsafe {
         shmem::install_hooks();
+        gids::install_hooks();
+        read_only::install_hooks();
         commit_points::register();
     }
 }

@@ -13,6 +13,7 @@ pub enum Refusal {
     NotSerializable,
     ReadOnly,
     WaitTimeout,
+    #[allow(dead_code)] // kept for callers without a context
     Rule(Point, Verdict),
     /// co.decide outside SERIALIZABLE / in a READ ONLY transaction, or followed by PREPARE.
     DecisionNotSerializable,
@@ -20,6 +21,20 @@ pub enum Refusal {
     DecisionPrepared,
     /// co.decide found the gtid already decided (recovery resolved it as abort).
     AlreadyDecided(String),
+    /// Rule C for a READ ONLY reader: the 2PC transaction it may have missed (xid, 0 when
+    /// unknown) and whether its COMMIT PREPARED is still running.
+    RuleCReadOnly(u32, bool),
+    /// A rule refusal with what the check saw besides the blocker.
+    RuleWith(Point, Verdict, Context),
+}
+
+/// What the refused check met besides its blocker (for the DETAIL's blocker line).
+#[derive(Clone, Copy, Default)]
+pub struct Context {
+    /// This transaction's rw-conflicts were partly summarized by PostgreSQL.
+    pub summarized: bool,
+    /// How long rule B waited for the blocker before refusing (pg_co.max_wait).
+    pub waited_ms: Option<u64>,
 }
 
 fn point_name(p: Point) -> &'static str {
@@ -32,12 +47,67 @@ fn point_name(p: Point) -> &'static str {
 
 /// "transaction 1234 (gid 'g1', prepared (in doubt))"
 fn describe(peer: &Peer, st: PeerState) -> String {
-    let gid = if matches!(st, PeerState::InDoubt) { gid_of(peer.xid) } else { None };
-    match gid {
+    match gid_for(peer, st) {
         Some(g) => format!("transaction {} (gid '{}', {})", peer.xid, g.replace('\'', "''"), state_name(st)),
         None if peer.xid == 0 => format!("a transaction without xid ({}, pid {})", state_name(st), peer.pid),
         None => format!("transaction {} ({})", peer.xid, state_name(st)),
     }
+}
+
+/// The gid of a peer that went through (or is in) PREPARE TRANSACTION: pg_co's own record
+/// first (it also knows committed and still-preparing ones), pg_prepared_xacts for one
+/// recovered after a restart.
+fn gid_for(peer: &Peer, st: PeerState) -> Option<String> {
+    if !matches!(st, PeerState::InDoubt | PeerState::Preparing | PeerState::Committed { two_phase: true }) {
+        return None;
+    }
+    crate::gids::lookup(peer.xid).or_else(|| if st == PeerState::InDoubt { gid_of(peer.xid) } else { None })
+}
+
+/// State names of the blocker line (one word each).
+fn state_word(st: PeerState) -> &'static str {
+    match st {
+        PeerState::Active => "active",
+        PeerState::Preparing => "preparing",
+        PeerState::Committing => "committing",
+        PeerState::InDoubt => "in_doubt",
+        PeerState::Committed { two_phase: true } => "committed_2pc",
+        PeerState::Committed { two_phase: false } => "committed",
+        PeerState::RolledBack => "rolled_back",
+    }
+}
+
+/// The DETAIL's last line, for tools that classify refusals (bench/harness/refusal_breakdown.py):
+/// "pg_co blocker: rule=B point=PREPARE xid=741 gid='p:1:0' pid=0 state=in_doubt summarized=no waited_ms=0";
+/// absent values are "-", gid is quoted with '' doubling.
+fn blocker_line(point: Point, v: &Verdict, ctx: &Context) -> String {
+    let (rule, peer) = match v {
+        Verdict::RuleAOutEdge(p, st) => ("A", Some((p, *st))),
+        Verdict::RuleASummarized => ("A", None),
+        Verdict::RuleBInDoubtReader(p, st) => ("B", Some((p, *st))),
+        Verdict::RuleCStaleLocalRead(p, st) => ("C", Some((p, *st))),
+        Verdict::Allow => ("-", None),
+    };
+    let point = match point {
+        Point::Prepare => "PREPARE",
+        Point::LocalCommit => "COMMIT",
+        Point::Decision => "DECISION",
+    };
+    let dash = || "-".to_string();
+    let (xid, gid, pid, state) = match peer {
+        Some((p, st)) => (
+            if p.xid != 0 { p.xid.to_string() } else { dash() },
+            gid_for(p, st).map_or_else(dash, |g| format!("'{}'", g.replace('\'', "''"))),
+            p.pid.to_string(),
+            state_word(st).to_string(),
+        ),
+        None => (dash(), dash(), dash(), dash()),
+    };
+    format!(
+        "pg_co blocker: rule={rule} point={point} xid={xid} gid={gid} pid={pid} state={state} summarized={} waited_ms={}",
+        if ctx.summarized || matches!(v, Verdict::RuleASummarized) { "yes" } else { "no" },
+        ctx.waited_ms.unwrap_or(0)
+    )
 }
 
 /// Only on the error path: the transaction is still open, so a catalog query is fine once
@@ -60,7 +130,6 @@ fn gid_of(xid: u32) -> Option<String> {
 }
 
 pub fn raise(r: Refusal) -> ! {
-    let serialization = PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE;
     let report = match r {
         Refusal::NotSerializable => ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
@@ -109,45 +178,79 @@ pub fn raise(r: Refusal) -> ! {
         )
         .set_detail("Recovery resolved it (co.resolve) before this decision, so it is aborted.")
         .set_hint("Roll back and retry the global transaction under a new id."),
-        Refusal::Rule(point, v) => {
-            let (counter, msg, detail) = match v {
-                Verdict::RuleAOutEdge(p, st) => (
-                    Counter::RefusedRuleA,
-                    format!("pg_co refused {}: commitment ordering rule A", point_name(point)),
-                    format!("This transaction read data that {} overwrote; it would have to commit before that transaction, which already reached its commit point.", describe(&p, st)),
-                ),
-                Verdict::RuleASummarized => (
-                    Counter::RefusedSummarized,
-                    format!("pg_co refused {}: commitment ordering rule A (summarized conflicts)", point_name(point)),
-                    "PostgreSQL summarized this transaction's rw-conflicts under memory pressure; pg_co cannot prove the prepare safe.".to_string(),
-                ),
-                Verdict::RuleBInDoubtReader(p, st) => (
-                    Counter::RefusedRuleB,
-                    format!("pg_co refused {}: commitment ordering rule B", point_name(point)),
-                    format!("{} read data that this transaction overwrote; this transaction may reach its commit point only after that one is decided.", capitalize(&describe(&p, st))),
-                ),
-                Verdict::RuleCStaleLocalRead(p, st) => (
-                    Counter::RefusedRuleC,
-                    // Only at a local COMMIT: at a decision commit rule A refuses first.
-                    "pg_co refused COMMIT: commitment ordering rule C".to_string(),
-                    format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
-                ),
-                Verdict::Allow => unreachable!("an allowed transaction is not refused"),
+        Refusal::RuleCReadOnly(xid, in_flight) => {
+            shmem::bump(Counter::RefusedRuleC, 1);
+            let who = if xid == 0 {
+                "a 2PC transaction pg_co no longer remembers individually".to_string()
+            } else {
+                match crate::gids::lookup(xid) {
+                    Some(g) => format!("transaction {xid} (gid '{}')", g.replace('\'', "''")),
+                    None => format!("transaction {xid}"),
+                }
             };
-            shmem::bump(counter, 1);
+            let state = if in_flight { "committing" } else { "committed_2pc" };
+            let gid = if xid == 0 { None } else { crate::gids::lookup(xid) };
+            let detail = format!(
+                "This READ ONLY transaction's snapshot missed {who}, which was prepared before it and committed through COMMIT PREPARED since; other commits in that snapshot may depend on it, and PostgreSQL does not keep a READ ONLY transaction's rw-conflicts to tell whether it read that transaction's data.\npg_co blocker: rule=C point=COMMIT xid={} gid={} pid=0 state={state} summarized=no waited_ms=0",
+                if xid == 0 { "-".to_string() } else { xid.to_string() },
+                gid.map_or_else(|| "-".to_string(), |g| format!("'{}'", g.replace('\'', "''"))),
+            );
+            let msg = "pg_co refused COMMIT: commitment ordering rule C (READ ONLY reader)";
             if gucs::LOG_VETOES.get() {
                 pgrx::log!("{msg}: {detail}");
             }
-            let hint = if matches!(v, Verdict::RuleBInDoubtReader(..)) {
-                "Retry the transaction, or set pg_co.conflict_action = 'wait' to wait for the in-doubt transaction's outcome."
-            } else {
-                "Retry the transaction."
-            };
-            ErrorReport::new(serialization, msg, "pg_co").set_detail(detail).set_hint(hint)
+            ErrorReport::new(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, msg, "pg_co")
+                .set_detail(detail)
+                .set_hint("Retry the transaction.")
         }
+        Refusal::Rule(point, v) => rule_report(point, v, Context::default()),
+        Refusal::RuleWith(point, v, ctx) => rule_report(point, v, ctx),
     };
     report.report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")
+}
+
+fn rule_report(point: Point, v: Verdict, ctx: Context) -> ErrorReport {
+    let serialization = PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE;
+    let (counter, msg, detail) = match v {
+        Verdict::RuleAOutEdge(p, st) => (
+            Counter::RefusedRuleA,
+            format!("pg_co refused {}: commitment ordering rule A", point_name(point)),
+            format!("This transaction read data that {} overwrote; it would have to commit before that transaction, which already reached its commit point.", describe(&p, st)),
+        ),
+        Verdict::RuleASummarized => (
+            Counter::RefusedSummarized,
+            format!("pg_co refused {}: commitment ordering rule A (summarized conflicts)", point_name(point)),
+            "PostgreSQL summarized this transaction's rw-conflicts under memory pressure; pg_co cannot prove the prepare safe.".to_string(),
+        ),
+        Verdict::RuleBInDoubtReader(p, st) => (
+            Counter::RefusedRuleB,
+            format!("pg_co refused {}: commitment ordering rule B", point_name(point)),
+            format!("{} read data that this transaction overwrote; this transaction may reach its commit point only after that one is decided.", capitalize(&describe(&p, st))),
+        ),
+        Verdict::RuleCStaleLocalRead(p, st) => (
+            Counter::RefusedRuleC,
+            // Only at a local COMMIT: at a decision commit rule A refuses first.
+            "pg_co refused COMMIT: commitment ordering rule C".to_string(),
+            format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
+        ),
+        Verdict::Allow => unreachable!("an allowed transaction is not refused"),
+    };
+    shmem::bump(counter, 1);
+    let waited = match ctx.waited_ms {
+        Some(ms) => format!(" Waited {ms} ms for its decision (pg_co.max_wait)."),
+        None => String::new(),
+    };
+    let detail = format!("{detail}{waited}\n{}", blocker_line(point, &v, &ctx));
+    if gucs::LOG_VETOES.get() {
+        pgrx::log!("{msg}: {detail}");
+    }
+    let hint = if matches!(v, Verdict::RuleBInDoubtReader(..)) {
+        "Retry the transaction, or set pg_co.max_wait (or pg_co.conflict_action = 'wait') to wait for the in-doubt transaction's outcome."
+    } else {
+        "Retry the transaction."
+    };
+    ErrorReport::new(serialization, msg, "pg_co").set_detail(detail).set_hint(hint)
 }
 
 fn capitalize(s: &str) -> String {

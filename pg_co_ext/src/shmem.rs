@@ -21,6 +21,7 @@ pub enum Counter {
     Waits,
     WaitMicros,
     CheckNanos,
+    WaitTimeouts,
 }
 /// Every counter: its name in co.stat_counters() and its column in the co.stats view (with
 /// the unit conversion), the one list both are built from.
@@ -33,7 +34,7 @@ pub struct CounterDef {
 const fn def(counter: Counter, name: &'static str, column: &'static str) -> CounterDef {
     CounterDef { counter, name, column }
 }
-pub const COUNTERS: [CounterDef; 11] = [
+pub const COUNTERS: [CounterDef; 12] = [
     def(Counter::ChecksPrepare, "checks_prepare", "{v} AS checks_prepare"),
     def(Counter::ChecksCommit, "checks_commit", "{v} AS checks_commit"),
     def(Counter::RefusedRuleA, "refused_rule_a", "{v} AS refused_rule_a"),
@@ -45,6 +46,7 @@ pub const COUNTERS: [CounterDef; 11] = [
     def(Counter::Waits, "waits", "{v} AS waits"),
     def(Counter::WaitMicros, "wait_time_us", "round({v} / 1000.0, 3) AS wait_time_ms"),
     def(Counter::CheckNanos, "check_time_ns", "round({v} / 1e6, 3) AS check_time_ms"),
+    def(Counter::WaitTimeouts, "wait_timeouts", "{v} AS wait_timeouts"),
 ];
 // The enum and the list are in the same order: a counter's index is its discriminant.
 const _: () = {

@@ -65,6 +65,38 @@ extern "C" {
     fn co_read_prepared_edges(predxact: *const c_void, buf: *mut CoEdge, cap: i32) -> i32;
     fn co_my_procno() -> i32;
     fn co_check_layout(predxact: *mut *mut c_void, skew: i32) -> *const std::ffi::c_char;
+    fn co_last_commit_seq(predxact: *const c_void) -> u64;
+    fn co_prepare_seq_of(predxact: *const c_void, xid: u32, seq: *mut u64) -> bool;
+}
+
+static mut PREDXACT: *mut c_void = std::ptr::null_mut();
+
+/// The "PredXactList" shared struct (looked up once per backend).
+fn predxact() -> *mut c_void {
+    unsafe {
+        if PREDXACT.is_null() {
+            let mut found = false;
+            PREDXACT = pg_sys::ShmemInitStruct(c"PredXactList".as_ptr(), co_predxact_size(), &mut found);
+        }
+        PREDXACT
+    }
+}
+
+/// PostgreSQL's last handed-out commit sequence number.
+pub fn last_commit_seq(_lock: &SsiLock) -> u64 {
+    unsafe { co_last_commit_seq(predxact()) }
+}
+
+/// prepareSeqNo of the prepared transaction `xid`, None when SSI has none.
+pub fn prepare_seq_of(_lock: &SsiLock, xid: u32) -> Option<u64> {
+    let mut seq = 0;
+    unsafe { co_prepare_seq_of(predxact(), xid, &mut seq) }.then_some(seq)
+}
+
+/// lastCommitBeforeSnapshot of this backend's serializable transaction, None without one.
+pub fn own_snapshot_seq(_lock: &SsiLock) -> Option<u64> {
+    let mut s = CoSelf { sxact: std::ptr::null(), last_commit_before_snapshot: 0, flags: 0, xid: 0, n_out: 0, n_in: 0 };
+    unsafe { co_read_self(&mut s) }.then_some(s.last_commit_before_snapshot)
 }
 
 /// In the postmaster, once SSI's shared memory exists: Err(what differs) when the running
@@ -170,10 +202,7 @@ pub fn prepared_edges() -> Vec<PreparedEdge> {
 }
 
 fn raw_prepared_edges() -> Vec<CoEdge> {
-    let predxact = unsafe {
-        let mut found = false;
-        pg_sys::ShmemInitStruct(c"PredXactList".as_ptr(), co_predxact_size(), &mut found)
-    };
+    let predxact = predxact();
     let _lock = SsiLock::shared();
     let mut cap = 64;
     loop {

@@ -119,6 +119,8 @@ def test_documented_limits_with_the_project_on(runner):
         assert r.committed == ["Y", "G", "L"], (label, r.executed)
         assert r.executed.index("Y.commit(my)") < r.executed.index("L.commit(my)"), (label, r.executed)
     assert "pg_co rule C" in res["protected: the same reader READ WRITE (rule C refuses it)"].aborted["L"]
+    ro = "protected: PostgreSQL READ ONLY local reader, Y commits before L (rule C for READ ONLY readers refuses it)"
+    assert "pg_co rule C" in res[ro].aborted["L"], res[ro].aborted
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +147,22 @@ def test_dip_sample_plain_has_anomalies_the_checker_finds(runner, dip_items):
     print(t.line())
     assert t.anomalies > 0
     assert t.oracle_disagrees == 0
+
+
+def test_read_only_reader_needs_rule_c_for_read_only_readers(runner):
+    """The PostgreSQL READ ONLY reader of rule C's schedule, Y's COMMIT PREPARED between
+    L's read and L's COMMIT: with pg_co.rule_c_read_only off L commits a view no serial
+    order explains (PostgreSQL dropped L's edge to Y); on, L is refused."""
+    runner.set_mode("co")
+    (label, progs, steps), = [x for x in limit_schedules() if "READ ONLY" in x[0]]
+    try:
+        for slot in runner.slots:
+            slot["pg"].run(["SET pg_co.rule_c_read_only = off"])
+        off = runner.run(label, progs, steps)
+    finally:
+        for slot in runner.slots:
+            slot["pg"].run(["RESET pg_co.rule_c_read_only"])
+    assert off.committed == ["Y", "G", "L"], off.executed
+    assert [a.kind for a in off.anomalies] == ["G-single"] and not off.oracle_serializable, off.executed
+    on = runner.run(label, progs, steps)
+    assert not on.anomalies and on.oracle_serializable and "L" in on.aborted, on.executed

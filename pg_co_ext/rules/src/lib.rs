@@ -10,6 +10,7 @@ pub mod flags {
     pub const PREPARED: u32 = 0x0002;
     pub const ROLLED_BACK: u32 = 0x0004;
     pub const READ_ONLY: u32 = 0x0020;
+    pub const SUMMARY_CONFLICT_IN: u32 = 0x0200;
     pub const SUMMARY_CONFLICT_OUT: u32 = 0x0400;
 }
 

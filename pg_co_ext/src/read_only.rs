@@ -1,0 +1,266 @@
+//! Rule C for READ ONLY readers (docs/pg_co.md, "Rule C for READ ONLY readers").
+//!
+//! PostgreSQL drops a READ ONLY reader L's rw edge to Y when Y commits (and then releases
+//! L from SSI once its snapshot is safe), so the edge rule C looks for is gone when Y's
+//! COMMIT PREPARED comes between L's snapshot and L's COMMIT. pg_co keeps its own record
+//! instead: every COMMIT PREPARED of a transaction Y is in flight (a per-backend slot, set
+//! before PostgreSQL commits Y) or done (a ring entry written before the slot is cleared),
+//! with Y's prepareSeqNo and C = PostgreSQL's last commit sequence number after Y's commit
+//! (>= Y's commitSeqNo). L's snapshot position S = lastCommitBeforeSnapshot is noted at
+//! L's first ExecutorStart, before L can be released. At L's COMMIT, after rule C's edge
+//! check: refuse if some Y with prepareSeqNo <= S (prepared before L's snapshot) is in
+//! flight, or done with C > S (committed after L's snapshot, so L missed it), or if the
+//! ring overwrote an entry with C > S. No callback here raises an error.
+
+use crate::gids;
+use crate::ssi_ffi::{self, SsiLock};
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const RING: usize = 4096;
+
+#[repr(C)]
+struct Done {
+    seq: AtomicU32, // odd while written
+    xid: AtomicU32,
+    prepare_seq: AtomicU64,
+    commit_seq: AtomicU64,
+    /// When the COMMIT PREPARED finished (µs since 2000, PostgreSQL's TimestampTz).
+    end_us: AtomicU64,
+}
+
+#[repr(C)]
+struct InFlight {
+    active: AtomicU32,
+    xid: AtomicU32,
+    prepare_seq: AtomicU64,
+}
+
+#[repr(C)]
+struct Shared {
+    next: AtomicU64,
+    /// The largest commit_seq of an overwritten entry: a reader whose S is below it may
+    /// have missed a transaction the ring no longer shows.
+    overwritten_max: AtomicU64,
+    /// The latest end_us of an overwritten entry (for DEFERRABLE readers, below).
+    overwritten_max_end: AtomicU64,
+    done: [Done; RING],
+    n_slots: u32,
+    slots: [InFlight; 0], // n_slots follow, indexed by pgprocno
+}
+
+static mut SHARED: *mut Shared = std::ptr::null_mut();
+static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
+static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
+/// This transaction's snapshot position: None not looked yet; Some(None) it had no
+/// serializable state at its first ExecutorStart (safe from the start).
+static mut SNAPSHOT_SEQ: Option<Option<u64>> = None;
+
+fn n_slots() -> usize {
+    unsafe { pg_sys::MaxBackends as usize }
+}
+
+fn size() -> usize {
+    std::mem::size_of::<Shared>() + n_slots() * std::mem::size_of::<InFlight>()
+}
+
+/// Called from _PG_init while shared_preload_libraries is processed.
+pub unsafe fn install_hooks() {
+    PREV_REQUEST = pg_sys::shmem_request_hook;
+    pg_sys::shmem_request_hook = Some(request);
+    PREV_STARTUP = pg_sys::shmem_startup_hook;
+    pg_sys::shmem_startup_hook = Some(startup);
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn request() {
+    if let Some(prev) = PREV_REQUEST {
+        prev();
+    }
+    pg_sys::RequestAddinShmemSpace(size());
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn startup() {
+    if let Some(prev) = PREV_STARTUP {
+        prev();
+    }
+    pg_sys::LWLockAcquire(ssi_ffi::addin_shmem_init_lock(), pg_sys::LWLockMode::LW_EXCLUSIVE);
+    let mut found = false;
+    let p = pg_sys::ShmemInitStruct(c"pg_co read only".as_ptr(), size(), &mut found) as *mut Shared;
+    if !found {
+        std::ptr::write_bytes(p as *mut u8, 0, size());
+        (*p).n_slots = n_slots() as u32;
+    }
+    SHARED = p;
+    pg_sys::LWLockRelease(ssi_ffi::addin_shmem_init_lock());
+}
+
+fn shared() -> Option<&'static Shared> {
+    unsafe { SHARED.as_ref() }
+}
+
+fn slot(s: &'static Shared, pgprocno: i32) -> Option<&'static InFlight> {
+    if pgprocno < 0 || pgprocno as u32 >= s.n_slots {
+        return None;
+    }
+    unsafe { Some(&*s.slots.as_ptr().add(pgprocno as usize)) }
+}
+
+fn my_slot() -> Option<&'static InFlight> {
+    slot(shared()?, ssi_ffi::my_procno())
+}
+
+/// Before COMMIT PREPARED 'gid' runs: Y's commit is in flight from here on.
+#[no_mangle]
+pub extern "C" fn co_ro_commit_prepared_start(gid: *const std::ffi::c_char) {
+    let Some(me) = my_slot() else { return };
+    let gid = unsafe { std::ffi::CStr::from_ptr(gid) }.to_string_lossy();
+    let xid = gids::lookup_xid(&gid).unwrap_or(0);
+    // Unknown (prepared before a restart, or out of the gid ring): 0 = prepared before
+    // every snapshot, the conservative side.
+    let prepare_seq = if xid != 0 {
+        let lock = SsiLock::shared();
+        ssi_ffi::prepare_seq_of(&lock, xid).unwrap_or(0)
+    } else {
+        0
+    };
+    me.xid.store(xid, Ordering::Relaxed);
+    me.prepare_seq.store(prepare_seq, Ordering::Relaxed);
+    me.active.store(1, Ordering::Release);
+}
+
+/// After COMMIT PREPARED succeeded: record it as done, then leave the in-flight slot, in
+/// that order, so that a reader always finds it in one of the two.
+#[no_mangle]
+pub extern "C" fn co_ro_commit_prepared_end() {
+    let (Some(s), Some(me)) = (shared(), my_slot()) else { return };
+    if me.active.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let commit_seq = {
+        let lock = SsiLock::shared();
+        ssi_ffi::last_commit_seq(&lock)
+    };
+    let e = &s.done[(s.next.fetch_add(1, Ordering::AcqRel) % RING as u64) as usize];
+    e.seq.fetch_add(1, Ordering::AcqRel);
+    s.overwritten_max.fetch_max(e.commit_seq.load(Ordering::Relaxed), Ordering::AcqRel);
+    s.overwritten_max_end.fetch_max(e.end_us.load(Ordering::Relaxed), Ordering::AcqRel);
+    e.end_us.store(unsafe { pg_sys::GetCurrentTimestamp() }.max(0) as u64, Ordering::Relaxed);
+    e.xid.store(me.xid.load(Ordering::Relaxed), Ordering::Relaxed);
+    e.prepare_seq.store(me.prepare_seq.load(Ordering::Relaxed), Ordering::Relaxed);
+    e.commit_seq.store(commit_seq, Ordering::Relaxed);
+    e.seq.fetch_add(1, Ordering::Release);
+    me.active.store(0, Ordering::Release);
+}
+
+/// At every ExecutorStart: a READ ONLY serializable transaction notes its snapshot
+/// position once, while PostgreSQL still tracks it (a reader is released as safe only by
+/// one of its own later predicate-lock calls, which come after this).
+#[no_mangle]
+pub extern "C" fn co_ro_executor_start() {
+    unsafe {
+        if (*std::ptr::addr_of!(SNAPSHOT_SEQ)).is_some()
+            || !pg_sys::XactReadOnly
+            || pg_sys::XactIsoLevel != pg_sys::XACT_SERIALIZABLE as i32
+            || shared().is_none()
+        {
+            return;
+        }
+        let lock = SsiLock::shared();
+        *std::ptr::addr_of_mut!(SNAPSHOT_SEQ) = Some(ssi_ffi::own_snapshot_seq(&lock));
+    }
+}
+
+/// At the end of every transaction (and of a failed COMMIT PREPARED: not committed).
+pub fn on_xact_end() {
+    unsafe { *std::ptr::addr_of_mut!(SNAPSHOT_SEQ) = None };
+    if let Some(me) = my_slot() {
+        if me.active.load(Ordering::Relaxed) != 0 {
+            me.active.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// A 2PC transaction this READ ONLY reader may have missed: (xid, 0 if unknown).
+pub struct Missed {
+    pub xid: u32,
+    pub in_flight: bool,
+}
+
+/// Rule C for a READ ONLY reader at its COMMIT; `seq_now` is its snapshot position when
+/// PostgreSQL still tracks it. Call after the edge check (docs/pg_co.md says why).
+pub fn check(seq_now: Option<u64>) -> Option<Missed> {
+    let s = shared()?;
+    let noted = match unsafe { *std::ptr::addr_of!(SNAPSHOT_SEQ) } {
+        Some(noted) => noted.or(seq_now),
+        None => seq_now,
+    };
+    let Some(snap) = noted else {
+        // No SSI state at the first ExecutorStart: safe from its snapshot on (no Y was in
+        // doubt), except a DEFERRABLE reader, which PostgreSQL releases once its snapshot
+        // turns safe, possibly by Y's commit during the wait.
+        return if unsafe { pg_sys::XactDeferrable } { check_by_visibility(s) } else { None };
+    };
+    for i in 0..s.n_slots as i32 {
+        let Some(f) = slot(s, i) else { continue };
+        if f.active.load(Ordering::Acquire) == 1 && f.prepare_seq.load(Ordering::Relaxed) <= snap {
+            return Some(Missed { xid: f.xid.load(Ordering::Relaxed), in_flight: true });
+        }
+    }
+    for e in s.done.iter() {
+        let Some((xid, p, c)) = read_entry(e) else {
+            return Some(Missed { xid: 0, in_flight: false }); // kept being rewritten: be careful
+        };
+        if c != 0 && p <= snap && c > snap {
+            return Some(Missed { xid, in_flight: false });
+        }
+    }
+    if s.overwritten_max.load(Ordering::Acquire) > snap {
+        return Some(Missed { xid: 0, in_flight: false });
+    }
+    None
+}
+
+/// A consistent copy of one ring entry (a writer holds it for nanoseconds).
+fn read_entry(e: &Done) -> Option<(u32, u64, u64)> {
+    for _ in 0..10_000 {
+        let s0 = e.seq.load(Ordering::Acquire);
+        let v = (e.xid.load(Ordering::Relaxed), e.prepare_seq.load(Ordering::Relaxed), e.commit_seq.load(Ordering::Relaxed));
+        if s0 % 2 == 0 && e.seq.load(Ordering::Acquire) == s0 {
+            return Some(v);
+        }
+        std::hint::spin_loop();
+    }
+    None
+}
+
+/// A DEFERRABLE READ ONLY reader without a snapshot position: the 2PC transactions its
+/// snapshot does not see whose COMMIT PREPARED is in flight or ended
+/// after the reader began; an overwritten entry that ended after that: be careful.
+fn check_by_visibility(s: &'static Shared) -> Option<Missed> {
+    if !unsafe { pg_sys::FirstSnapshotSet } {
+        return None; // it read nothing
+    }
+    let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
+    // Invisible to the snapshot. (No "started before it" filter on xmax: a transaction in
+    // progress at the snapshot can have an xid >= xmax, which is latestCompletedXid + 1.)
+    let missed = |xid: u32| unsafe { xid == 0 || pg_sys::XidInMVCCSnapshot(pg_sys::TransactionId::from_inner(xid), snapshot) };
+    let began = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() }.max(0) as u64;
+    for i in 0..s.n_slots as i32 {
+        let Some(f) = slot(s, i) else { continue };
+        let xid = f.xid.load(Ordering::Relaxed);
+        if f.active.load(Ordering::Acquire) == 1 && missed(xid) {
+            return Some(Missed { xid, in_flight: true });
+        }
+    }
+    for e in s.done.iter() {
+        let Some((xid, _, c)) = read_entry(e) else {
+            return Some(Missed { xid: 0, in_flight: false });
+        };
+        if c != 0 && e.end_us.load(Ordering::Relaxed) >= began && missed(xid) {
+            return Some(Missed { xid, in_flight: false });
+        }
+    }
+    (s.overwritten_max_end.load(Ordering::Acquire) >= began).then_some(Missed { xid: 0, in_flight: false })
+}
