@@ -5,6 +5,9 @@ interleaved ABBA runs and reports median throughput, their ratio, and refusals.
   cost    pg_co.enabled off vs on; serializable 2PC transactions (serializable_2pc.sql)
   rule-c  pg_co.rule_c off vs on; 2PC writers + local readers (local_reader.sql)
   wait    pg_co.conflict_action abort vs wait; serializable 2PC transactions
+  max-wait pg_co.max_wait 0 vs 5 ms (conflict_action abort); serializable 2PC transactions
+  rule-c-read-only  pg_co.rule_c_read_only off vs on; a read-mostly mix: 2PC writers and
+          four times as many READ ONLY local readers (local_reader_ro.sql)
 
 usage: python bench/pg_co/pgbench_cost.py [--experiment cost] [--pairs 3] [--seconds 20]
            [--clients 8] [--scale 10] [--rows N] [--quick]
@@ -31,6 +34,11 @@ EXPERIMENTS = {
                    refusals="refused_rule_c", title="rule C cost (2PC writers + local readers)"),
     "wait": dict(guc="pg_co.conflict_action", values=("abort", "wait"), scripts=["serializable_2pc.sql"],
                  refusals=ALL_REFUSALS, title="rule B: abort vs wait"),
+    "max-wait": dict(guc="pg_co.max_wait", values=("0", "'5ms'"), scripts=["serializable_2pc.sql"],
+                     refusals=ALL_REFUSALS, title="rule B: refuse at once vs wait at most 5 ms"),
+    "rule-c-read-only": dict(guc="pg_co.rule_c_read_only", values=("off", "on"),
+                             scripts=["serializable_2pc.sql@1", "local_reader_ro.sql@4"],
+                             refusals="refused_rule_c", title="rule C for READ ONLY readers (read-mostly mix)"),
 }
 
 
@@ -46,7 +54,7 @@ def set_guc(server, name: str, value: str):
     server.sql(f"ALTER SYSTEM SET {name} = {value}")
     server.sql("SELECT pg_reload_conf()")
     time.sleep(0.3)
-    assert server.sql(f"SHOW {name}")[0][0] == value
+    assert server.sql(f"SHOW {name}")[0][0] == value.strip("'")
 
 
 def counter(server, expr):
