@@ -29,41 +29,19 @@ struct Ring {
 }
 
 static mut RING_PTR: *mut Ring = std::ptr::null_mut();
-static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
-static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
 /// The gid of this backend's PREPARE TRANSACTION while its xid is not known yet.
 static mut PENDING: Option<String> = None;
 
+/// The ring's shared memory (set up by shmem.rs with pg_co's other areas).
+pub const AREA: crate::shmem::Area = crate::shmem::Area { name: c"pg_co gids", size: std::mem::size_of::<Ring>, attach };
+
+unsafe fn attach(p: *mut u8, _found: bool) {
+    RING_PTR = p as *mut Ring;
+}
+
 /// Called from _PG_init while shared_preload_libraries is processed.
 pub unsafe fn install_hooks() {
-    PREV_REQUEST = pg_sys::shmem_request_hook;
-    pg_sys::shmem_request_hook = Some(request);
-    PREV_STARTUP = pg_sys::shmem_startup_hook;
-    pg_sys::shmem_startup_hook = Some(startup);
     co_install_utility_hook();
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn request() {
-    if let Some(prev) = PREV_REQUEST {
-        prev();
-    }
-    pg_sys::RequestAddinShmemSpace(std::mem::size_of::<Ring>());
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn startup() {
-    if let Some(prev) = PREV_STARTUP {
-        prev();
-    }
-    pg_sys::LWLockAcquire(crate::ssi_ffi::addin_shmem_init_lock(), pg_sys::LWLockMode::LW_EXCLUSIVE);
-    let mut found = false;
-    let p = pg_sys::ShmemInitStruct(c"pg_co gids".as_ptr(), std::mem::size_of::<Ring>(), &mut found) as *mut Ring;
-    if !found {
-        std::ptr::write_bytes(p as *mut u8, 0, std::mem::size_of::<Ring>());
-    }
-    RING_PTR = p;
-    pg_sys::LWLockRelease(crate::ssi_ffi::addin_shmem_init_lock());
 }
 
 extern "C" {

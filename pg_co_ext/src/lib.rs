@@ -83,7 +83,6 @@ pub extern "C-unwind" fn _PG_init() {
     unsafe {
         shmem::install_hooks();
         gids::install_hooks();
-        read_only::install_hooks();
         commit_points::register();
     }
 }

@@ -50,8 +50,6 @@ struct Shared {
 }
 
 static mut SHARED: *mut Shared = std::ptr::null_mut();
-static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
-static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
 /// This transaction's snapshot position: None not looked yet; Some(None) it had no
 /// serializable state at its first ExecutorStart (safe from the start).
 static mut SNAPSHOT_SEQ: Option<Option<u64>> = None;
@@ -64,36 +62,15 @@ fn size() -> usize {
     std::mem::size_of::<Shared>() + n_slots() * std::mem::size_of::<InFlight>()
 }
 
-/// Called from _PG_init while shared_preload_libraries is processed.
-pub unsafe fn install_hooks() {
-    PREV_REQUEST = pg_sys::shmem_request_hook;
-    pg_sys::shmem_request_hook = Some(request);
-    PREV_STARTUP = pg_sys::shmem_startup_hook;
-    pg_sys::shmem_startup_hook = Some(startup);
-}
+/// The commit records' shared memory (set up by shmem.rs with pg_co's other areas).
+pub const AREA: crate::shmem::Area = crate::shmem::Area { name: c"pg_co read only", size, attach };
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn request() {
-    if let Some(prev) = PREV_REQUEST {
-        prev();
-    }
-    pg_sys::RequestAddinShmemSpace(size());
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn startup() {
-    if let Some(prev) = PREV_STARTUP {
-        prev();
-    }
-    pg_sys::LWLockAcquire(ssi_ffi::addin_shmem_init_lock(), pg_sys::LWLockMode::LW_EXCLUSIVE);
-    let mut found = false;
-    let p = pg_sys::ShmemInitStruct(c"pg_co read only".as_ptr(), size(), &mut found) as *mut Shared;
+unsafe fn attach(p: *mut u8, found: bool) {
+    let p = p as *mut Shared;
     if !found {
-        std::ptr::write_bytes(p as *mut u8, 0, size());
         (*p).n_slots = n_slots() as u32;
     }
     SHARED = p;
-    pg_sys::LWLockRelease(ssi_ffi::addin_shmem_init_lock());
 }
 
 fn shared() -> Option<&'static Shared> {

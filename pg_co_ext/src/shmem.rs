@@ -104,12 +104,38 @@ pub unsafe fn install_hooks() {
     pg_sys::shmem_startup_hook = Some(startup);
 }
 
+/// A shared-memory area of pg_co: its size is requested at preload; at startup it is
+/// found or created (zeroed) under AddinShmemInitLock and handed to `attach` (with
+/// whether it existed already). One pair of hooks serves them all.
+pub struct Area {
+    pub name: &'static std::ffi::CStr,
+    pub size: fn() -> usize,
+    pub attach: unsafe fn(*mut u8, bool),
+}
+
+/// This module's markers and counters, gids.rs's ring of gids, read_only.rs's commit records.
+const AREAS: [Area; 3] = [
+    Area { name: c"pg_co", size, attach: attach_markers },
+    crate::gids::AREA,
+    crate::read_only::AREA,
+];
+
+unsafe fn attach_markers(p: *mut u8, found: bool) {
+    let p = p as *mut Shared;
+    if !found {
+        (*p).n_slots = n_slots() as u32;
+    }
+    SHARED = p;
+}
+
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn request() {
     if let Some(prev) = PREV_REQUEST {
         prev();
     }
-    pg_sys::RequestAddinShmemSpace(size());
+    for a in &AREAS {
+        pg_sys::RequestAddinShmemSpace((a.size)());
+    }
 }
 
 #[pgrx::pg_guard]
@@ -118,13 +144,14 @@ unsafe extern "C-unwind" fn startup() {
         prev();
     }
     pg_sys::LWLockAcquire(crate::ssi_ffi::addin_shmem_init_lock(), pg_sys::LWLockMode::LW_EXCLUSIVE);
-    let mut found = false;
-    let p = pg_sys::ShmemInitStruct(c"pg_co".as_ptr(), size(), &mut found) as *mut Shared;
-    if !found {
-        std::ptr::write_bytes(p as *mut u8, 0, size());
-        (*p).n_slots = n_slots() as u32;
+    for a in &AREAS {
+        let mut found = false;
+        let p = pg_sys::ShmemInitStruct(a.name.as_ptr(), (a.size)(), &mut found) as *mut u8;
+        if !found {
+            std::ptr::write_bytes(p, 0, (a.size)());
+        }
+        (a.attach)(p, found);
     }
-    SHARED = p;
     pg_sys::LWLockRelease(crate::ssi_ffi::addin_shmem_init_lock());
     // pg_co reads SSI's structs with the layout of the headers it was compiled with; refuse
     // to start rather than misread them (an ERROR here stops the postmaster).
