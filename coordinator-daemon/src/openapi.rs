@@ -122,22 +122,10 @@ pub struct Branch {
 }
 
 #[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum TxState {
-    Active,
-    Committing,
-    Committed,
-    Aborted,
-    OnePhase,
-    Deciding,
-}
-
-#[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct Transaction {
     gtid: String,
-    state: TxState,
+    state: crate::state::TxState,
     decision: Option<String>,
     in_doubt: Option<bool>,
     age_ms: Option<u64>,

@@ -499,31 +499,7 @@ class Transaction:
         if decider is not None:
             self._finish(self._decide_in(decider, mine))
             return
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                r = self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"prepared": mine})
-                decision = r["decision"]
-                break
-            except CoordinatorError as e:
-                if e.code == "branch_not_prepared" and time.monotonic() < deadline:
-                    time.sleep(0.01)  # a participant has not reported yet
-                    continue
-                if e.code == "already_prepared" and mine:
-                    mine = []  # an earlier attempt got through
-                    continue
-                if e.status >= 500:
-                    decision = self._wait_decision()
-                    break
-                if e.code in ("transaction_committed",):
-                    decision = self._wait_decision()
-                    break
-                decision = "abort"
-                break
-            except CoordinatorUnavailable:
-                decision = self._wait_decision()
-                break
-        self._finish(decision)
+        self._finish(self._commit_call({"prepared": mine}))
 
     def _commit_call(self, body: dict) -> str:
         """POST …/commit, waiting for participants' prepared reports; the decision, or
