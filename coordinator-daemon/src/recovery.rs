@@ -256,7 +256,6 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
     c.forget_finished();
     c.flush_forgotten_decisions().await;
-    // Taken-over nodes with nothing left prepared and nothing undecided go back.
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
     // Adopted now, acted on from the next pass (which holds their resource locks first).

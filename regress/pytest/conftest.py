@@ -37,6 +37,14 @@ def mariadb():
         yield s
 
 
+@pytest.fixture(scope="module")
+def pg_with_ext(pg_major):
+    """PostgreSQL of the module's major with pg_co preloaded and CREATE EXTENSION pg_co done."""
+    with PgServer() as s:
+        s.sql("CREATE EXTENSION pg_co")
+        yield s
+
+
 @pytest.fixture(scope="module", params=PG_MAJORS, ids=lambda m: f"pg{m}")
 def pg_major(request):
     """A module that uses this fixture runs every test once per PostgreSQL major

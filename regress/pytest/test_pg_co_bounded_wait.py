@@ -11,16 +11,13 @@ import pytest
 from psycopg import errors
 
 from conftest import requires_pg_co
-from cotest import PgServer
 
 pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
 
 
 @pytest.fixture(scope="module")
-def pg(pg_major):
-    with PgServer() as s:
-        s.sql("CREATE EXTENSION pg_co")
-        yield s
+def pg(pg_with_ext):
+    return pg_with_ext
 
 
 def rw_pair(server):
