@@ -3,7 +3,7 @@
 
 use crate::coordinator::Coordinator;
 use crate::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Registered, Transaction, TransactionList};
-use crate::state::{refuse, Outcome, Refusal};
+use crate::state::{refuse, Outcome, Refusal, StateFilter};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -573,20 +573,6 @@ pub(crate) async fn force(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
         return refuse("invalid_field", "operator and reason must not be empty");
     }
     ok(c.force(&b.gtid, b.outcome.into(), &b.operator, &b.reason).await?)
-}
-
-/// The `state` filter of the transaction list.
-#[derive(ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum StateFilter {
-    Active,
-    Committing,
-    Committed,
-    Aborted,
-    OnePhase,
-    Deciding,
-    InDoubt,
 }
 
 /// The TLS acceptor of `[tls]`: certificate chain and key from PEM files.

@@ -12,7 +12,7 @@ use crate::log::log;
 use crate::metrics::Metrics;
 use crate::naming;
 use crate::resources::ResourceClient;
-use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, Tx, TxState};
+use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, StateFilter, Tx, TxState};
 use crate::store::{CorruptRecord, Decided, DecisionRecord, Store, Stored};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -611,20 +611,11 @@ impl Coordinator {
     }
 
     pub fn list(&self, filter: Option<&str>) -> Res {
-        let ok = ["active", "committing", "committed", "aborted", "one_phase", "deciding", "in_doubt"];
-        if let Some(f) = filter {
-            if !ok.contains(&f) {
-                return refuse("invalid_field", format!("state must be one of {ok:?}"));
-            }
-        }
+        let filter = filter.map(StateFilter::parse).transpose()?;
         let txs = self.txs.lock().unwrap();
         let mut out: Vec<(u128, Value)> = txs
             .values()
-            .filter(|e| match filter {
-                None => true,
-                Some("in_doubt") => e.tx.in_doubt(),
-                Some(f) => serde_json::to_value(e.tx.state).ok().and_then(|v| v.as_str().map(|s| s == f)).unwrap_or(false),
-            })
+            .filter(|e| filter.map_or(true, |f| f.matches(&e.tx)))
             .map(|e| (e.tx.created.elapsed().as_millis(), Self::tx_json(e)))
             .collect();
         out.sort_by(|a, b| b.0.cmp(&a.0));
@@ -678,6 +669,22 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("record not deleted after all branches finished");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn list_filters_by_state_and_names_the_accepted_values() {
+        let c = coord("list");
+        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let gtids = |f: &str| -> Vec<String> {
+            c.list(Some(f)).unwrap()["transactions"].as_array().unwrap().iter().map(|t| t["gtid"].as_str().unwrap().to_string()).collect()
+        };
+        assert_eq!(gtids("active"), vec![g.clone()]);
+        assert!(gtids("committed").is_empty() && gtids("in_doubt").is_empty());
+        let e = c.list(Some("prepared")).unwrap_err();
+        assert_eq!(e.code, "invalid_field");
+        for v in ["active", "one_phase", "deciding", "in_doubt"] {
+            assert!(e.message.contains(v), "{}", e.message);
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -194,7 +194,7 @@ fn status_meaning(status: &str) -> &'static str {
          description = "Durable two-phase commit decisions across PostgreSQL and MariaDB. All endpoints but /healthz and /openapi.json need `Authorization: Bearer <token>`."),
     security(("bearer" = [])),
     modifiers(&Conventions),
-    components(schemas(Id, api::StateFilter)),
+    components(schemas(Id, crate::state::StateFilter)),
     paths(api::healthz, api::openapi, api::metrics, api::begin, api::list, api::get, api::register, api::prepared, api::failed,
           api::finished, api::commit, api::finished_many, api::abort, api::decision, api::in_doubt, api::incidents, api::audit,
           api::force),

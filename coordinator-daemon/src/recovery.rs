@@ -195,6 +195,8 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         if c.is_quarantined(g) {
             continue; // an operator decides (cotx-coordinator force)
         }
+        // Decided again rather than kept from the filter above: the participant lookup
+        // awaited, and a decision may have been recorded for g meanwhile.
         let mut action = decide(c.decision_of(g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
         if let (Some(found), true) = (&in_participant, unknown.contains(g)) {
             action = match found.get(g) {

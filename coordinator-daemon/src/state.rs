@@ -48,6 +48,46 @@ pub enum TxState {
     Deciding,
 }
 
+/// The `state` filter of the transaction list: one state, or `in_doubt` (`Tx::in_doubt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StateFilter {
+    Active,
+    Committing,
+    Committed,
+    Aborted,
+    OnePhase,
+    Deciding,
+    InDoubt,
+}
+
+impl StateFilter {
+    /// Parses the query value; the error names every accepted value (serde lists them).
+    pub fn parse(s: &str) -> Result<StateFilter, Refusal> {
+        serde_json::from_value(serde_json::Value::String(s.to_string()))
+            .or_else(|e| refuse("invalid_field", format!("state: {e}")))
+    }
+
+    /// Exhaustive on purpose: a new state cannot be added without its filter.
+    fn of(s: TxState) -> StateFilter {
+        match s {
+            TxState::Active => StateFilter::Active,
+            TxState::Committing => StateFilter::Committing,
+            TxState::Committed => StateFilter::Committed,
+            TxState::Aborted => StateFilter::Aborted,
+            TxState::OnePhase => StateFilter::OnePhase,
+            TxState::Deciding => StateFilter::Deciding,
+        }
+    }
+
+    pub fn matches(self, tx: &Tx) -> bool {
+        match self {
+            StateFilter::InDoubt => tx.in_doubt(),
+            f => StateFilter::of(tx.state) == f,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BranchState {
