@@ -1,7 +1,7 @@
 -- pg_co 0.1.0: the SQL surface every database created by the builds before 0.2.0 has
--- (CREATE EXTENSION pg_co VERSION '0.1.0'). Generated once by cargo pgrx from that code
--- and frozen: never regenerate or edit it; a change of the SQL surface is a new version
--- with an upgrade script (pg_co_ext/README.md).
+-- (CREATE EXTENSION pg_co VERSION '0.1.0'). Generated once by cargo pgrx from that code,
+-- with co.stats written out, and frozen: never regenerate or edit it; a change of the SQL
+-- surface is a new version with an upgrade script (pg_co_ext/README.md).
 \echo Use "CREATE EXTENSION pg_co VERSION '0.1.0'" to load this file. \quit
 
 /* <begin connected objects> */
@@ -97,8 +97,23 @@ AS 'MODULE_PATHNAME', 'stats_view_sql_wrapper';
 
 SELECT co.require_preload();
 
--- One column per counter, built from the counter list (src/shmem.rs COUNTERS).
-DO $$ BEGIN EXECUTE 'CREATE VIEW co.stats AS ' || co.stats_view_sql(); END $$;
+-- One column per counter. Generated code builds this view from the library's counter
+-- list (co.stats_view_sql()); frozen here as 0.1.0's libraries built it, so that a
+-- database at 0.1.0 has exactly 0.1.0's columns whatever library is installed.
+CREATE VIEW co.stats AS SELECT
+    max(value) FILTER (WHERE counter = 'checks_prepare') AS checks_prepare,
+    max(value) FILTER (WHERE counter = 'checks_commit') AS checks_commit,
+    max(value) FILTER (WHERE counter = 'refused_rule_a') AS refused_rule_a,
+    max(value) FILTER (WHERE counter = 'refused_summarized') AS refused_summarized,
+    max(value) FILTER (WHERE counter = 'refused_rule_b') AS refused_rule_b,
+    max(value) FILTER (WHERE counter = 'refused_rule_c') AS refused_rule_c,
+    max(value) FILTER (WHERE counter = 'refused_not_serializable') AS refused_not_serializable,
+    max(value) FILTER (WHERE counter = 'refused_read_only') AS refused_read_only,
+    max(value) FILTER (WHERE counter = 'waits') AS waits,
+    round(max(value) FILTER (WHERE counter = 'wait_time_us') / 1000.0, 3) AS wait_time_ms,
+    round(max(value) FILTER (WHERE counter = 'check_time_ns') / 1e6, 3) AS check_time_ms,
+    max(value) FILTER (WHERE counter = 'wait_timeouts') AS wait_timeouts
+FROM co.stat_counters();
 
 -- In-doubt transactions and the transactions they hold up.
 CREATE VIEW co.in_doubt AS

@@ -69,7 +69,8 @@ def catalog(server, db):
 
 def assert_same(upgraded, fresh):
     assert upgraded == fresh, "ALTER EXTENSION pg_co UPDATE does not give what CREATE EXTENSION gives:\n" + \
-        "\n".join(difflib.unified_diff(fresh, upgraded, "fresh", "upgraded", lineterm=""))
+        "\n".join(difflib.unified_diff("\n".join(fresh).splitlines(), "\n".join(upgraded).splitlines(),
+                                       "fresh", "upgraded", lineterm=""))
 
 
 @pytest.fixture(scope="module")
