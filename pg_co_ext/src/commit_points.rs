@@ -132,22 +132,19 @@ fn check(point: Point) {
         }
         drop(lock);
         if let Verdict::RuleBInDoubtReader(peer, _) = verdict {
-            let max_wait = gucs::MAX_WAIT_MS.get();
             let wait_mode = gucs::CONFLICT_ACTION.get() == ConflictAction::Wait;
+            // Wait mode waits for the decision itself (lock_timeout bounds it), so the
+            // bound, on by default, is abort mode's only.
+            let max_wait = if wait_mode { 0 } else { gucs::MAX_WAIT_MS.get() };
             if wait_mode || max_wait > 0 {
                 let started = *wait_started.get_or_insert_with(|| {
                     shmem::bump(Counter::Waits, 1);
                     Instant::now()
                 });
                 match bounded_wait::deadline(started, max_wait) {
-                    // Unbounded (wait mode, max_wait 0): the lock wait, until lock_timeout.
+                    // Wait mode: the lock wait, until lock_timeout.
                     None => wait_for(peer.xid, started),
-                    Some(deadline) if Instant::now() < deadline => {
-                        if wait_mode {
-                            lock_timeout_check(started);
-                        }
-                        bounded_wait::until_decided_or(peer.xid, deadline);
-                    }
+                    Some(deadline) if Instant::now() < deadline => bounded_wait::until_decided_or(peer.xid, deadline),
                     Some(_) => {
                         // Still blocked after max_wait: the usual rule-B refusal.
                         shmem::bump(Counter::WaitTimeouts, 1);
@@ -202,7 +199,7 @@ fn wait_for(xid: u32, started: Instant) {
     pgrx::check_for_interrupts!();
 }
 
-/// Wait mode polls (no xid yet, or bounded by max_wait): lock_timeout still bounds it, as it
+/// Wait mode polls while the peer has no xid yet: lock_timeout bounds that too, as it
 /// bounds the lock wait.
 fn lock_timeout_check(started: Instant) {
     let timeout_ms = unsafe { pg_sys::LockTimeout };

@@ -16,7 +16,8 @@ pub static REQUIRE_SERIALIZABLE: GucSetting<bool> = GucSetting::<bool>::new(true
 pub static LOG_VETOES: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static RULE_C: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static RULE_C_READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(true);
-pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// 5 ms: an in-doubt blocker is usually that close to its decision (docs/pg_co.md, "Bounded wait").
+pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_SKIP_MARKER: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static TEST_LAYOUT_SKEW: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -40,8 +41,8 @@ pub fn register() {
     );
     GucRegistry::define_int_guc(
         c"pg_co.max_wait",
-        c"Rule B: wait at most this many milliseconds for an in-doubt transaction's outcome, then refuse (0: no bounded wait).",
-        c"In abort mode 0 refuses at once; in wait mode 0 waits until lock_timeout. The refusal after the bound is the usual serialization failure.",
+        c"Rule B in abort mode: wait at most this many milliseconds for an in-doubt transaction's outcome, then refuse (0: refuse at once).",
+        c"The refusal after the bound is the usual serialization failure. Wait mode ignores it: it waits until the decision or lock_timeout.",
         &MAX_WAIT_MS,
         0,
         3_600_000,

@@ -246,7 +246,7 @@ fn rule_report(point: Point, v: Verdict, ctx: Context) -> ErrorReport {
         pgrx::log!("{msg}: {detail}");
     }
     let hint = if matches!(v, Verdict::RuleBInDoubtReader(..)) {
-        "Retry the transaction, or set pg_co.max_wait (or pg_co.conflict_action = 'wait') to wait for the in-doubt transaction's outcome."
+        "Retry the transaction, or raise pg_co.max_wait (or set pg_co.conflict_action = 'wait') to wait for the in-doubt transaction's outcome."
     } else {
         "Retry the transaction."
     };

@@ -1,6 +1,6 @@
-"""pg_co's bounded wait in rule B (pg_co.max_wait) on real clusters: the writer sleeps
-until the in-doubt reader is decided, then goes through (abort mode without the setting
-refuses it); a reader that stays in doubt past the bound gets the usual refusal. The
+"""pg_co's bounded wait in rule B (pg_co.max_wait, default 5 ms) on real clusters: the
+writer sleeps until the in-doubt reader is decided, then goes through (max_wait 0 refuses
+it at once); a reader that stays in doubt past the bound gets the usual refusal. The
 isolation spec pg_co_ext/test/specs/bounded_wait.spec has the outcome matrix; here each
 test first sees the writer in pg_co's wait before the reader is decided."""
 import threading
@@ -67,7 +67,7 @@ def stats(server):
 @pytest.mark.parametrize("max_wait", ["0", "60s"])
 @pytest.mark.parametrize("outcome", ["COMMIT", "ROLLBACK"])
 def test_writer_waits_for_the_decision_within_max_wait(pg, max_wait, outcome):
-    """max_wait 0 (abort mode): refused at once. 60s: the writer waits, the decision
+    """max_wait 0: refused at once, no wait counted. 60s: the writer waits, the decision
     releases it, it commits."""
     r, w = rw_pair(pg)
     w.execute(f"SET LOCAL pg_co.max_wait = '{max_wait}'")
@@ -88,13 +88,22 @@ def test_writer_waits_for_the_decision_within_max_wait(pg, max_wait, outcome):
     assert pg.sql("SELECT v FROM k WHERE id = 1") == [(5,)]
 
 
-def test_blocker_still_in_doubt_after_max_wait_is_refused(pg):
+def test_default_bound_is_5ms(pg):
+    """The module's server sets nothing: a new session shows the built-in default."""
+    assert pg.sql("SHOW pg_co.max_wait") == [("5ms",)]
+
+
+@pytest.mark.parametrize("max_wait", [None, "300ms"], ids=["default", "300ms"])
+def test_blocker_still_in_doubt_after_max_wait_is_refused(pg, max_wait):
+    """The bound, the default one too, is waited out (counted) before the refusal, whose
+    DETAIL says so; max_wait 0 (above) refuses without waiting."""
     r, w = rw_pair(pg)
-    w.execute("SET LOCAL pg_co.max_wait = '300ms'")
+    if max_wait:
+        w.execute(f"SET LOCAL pg_co.max_wait = '{max_wait}'")
     before = stats(pg)
     with pytest.raises(errors.SerializationFailure, match="rule B") as e:
         w.execute("COMMIT")
-    assert "waited" in (e.value.diag.message_detail or ""), e.value.diag.message_detail
+    assert "(pg_co.max_wait)" in (e.value.diag.message_detail or ""), e.value.diag.message_detail
     pg.sql("COMMIT PREPARED 'r'")
     assert stats(pg) == (before[0] + 1, before[1] + 1, before[2] + 1)
     assert pg.sql("SELECT v FROM k WHERE id = 1") == [(0,)]

@@ -2,6 +2,7 @@
 SELECT co.preloaded();
 SHOW pg_co.enabled;
 SHOW pg_co.conflict_action;
+SHOW pg_co.max_wait;
 SHOW pg_co.require_serializable;
 SHOW pg_co.rule_c;
 SET pg_co.conflict_action = 'sometimes';
