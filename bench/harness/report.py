@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 from . import MODES
+from .reasons import cell
 
 COLORS = {"local": "#7f7f7f", "2pc": "#1f77b4", "co": "#2ca02c", "shim": "#d62728"}
 BEGIN = "<!-- side-by-side:generated:begin -->"
@@ -112,9 +113,7 @@ def table(summary: list[dict], exp: str) -> str:
     for s in summary:
         if s["experiment"] != exp:
             continue
-        reasons = str(s["reasons"]).replace(";", ", ") or "-"
-        if len(reasons) > 110:
-            reasons = reasons[:107] + "..."
+        reasons = cell(s["reasons"], 110)
         chk = "" if s.get("checks") in ("", "ok", None) else f" (checks: {s['checks']})"
         lines.append(f"| {s['point']} | {s['mode']} | {_f(s['tps_median']):.1f} | {_f(s['ratio_to_2pc']):.3f} | "
                      f"{_f(s['p50_ms_median']):.1f} | {_f(s['p99_ms_median']):.1f} | "
