@@ -7,7 +7,9 @@ Experiments (--experiments, comma-separated):
   levers    the default point with one lever at a time, in 2pc and co alike:
             pg_co.conflict_action = wait (max_wait 0: wait until lock_timeout); pg_co.max_wait = 0
             (refuse at once, the old default; if the GUC exists); max_pred_locks_per_page = 64;
-            fillfactor 100 and 50 instead of 80; prepares and finishes in parallel.
+            fillfactor 100 and 50 instead of 80; prepares and finishes in parallel (modes
+            2pc:par and co:par beside their sequential 2pc and co). Each lever starts from
+            the tables rewritten (VACUUM FULL at its fillfactor).
             Every point records the settings in effect and the share of HOT updates.
   ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, shim
   tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, shim;
@@ -119,14 +121,15 @@ def estimate(a, exps) -> float:
     if "micro" in exps:
         n += 5 * (a.slices + 0.5)
     if "levers" in exps:
-        n += 6 * 2 * (a.slices + 0.5)
+        n += (5 * 2 + 4) * (a.slices + 0.5)
     if "ro" in exps:
         n += 3 * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + 1) * 3 * (a.slices + 0.5)
     if "autocommit" in exps:
         n += 3 * (a.slices + 0.5)
-    return n * per / 60 + 1.5
+    rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
+    return n * per / 60 + 1.5 + rewrites * 5 / 60
 
 
 def main(argv=None) -> int:
@@ -203,11 +206,15 @@ def main(argv=None) -> int:
                 return rows
 
             if "micro" in exps:
+                set_fillfactor(env, 80)
                 point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip", "shim", "local"],
                       a.clients, log_attempts=True)
             if "levers" in exps:
-                def lever(name, extra=None):
-                    point("micro_levers", name, dflt, loadgen.micro_args(dflt), ["2pc", "co"], a.clients,
+                def lever(name, ff=80, modes=("2pc", "co"), extra=None):
+                    # Every lever starts from the same physical layout (table rewritten, index
+                    # rebuilt), so that points compare without the order they ran in.
+                    set_fillfactor(env, ff)
+                    point("micro_levers", name, dflt, loadgen.micro_args(dflt), list(modes), a.clients,
                           extra=extra, log_attempts=True)
                 bounded = has_guc(env, "pg_co.max_wait")
                 # Today's wait: until the blocker's decision, bounded by lock_timeout only. In
@@ -224,12 +231,14 @@ def main(argv=None) -> int:
                 # here (docs/benchmarks.md, "Predicate-lock granularity"); reloadable.
                 with gucs(env, {"max_pred_locks_per_page": "64"}):
                     lever("max_pred_locks_per_page=64")
-                for ff in (100, 50):
-                    set_fillfactor(env, ff)
-                    lever(f"fillfactor={ff}")
-                set_fillfactor(env, 80)
+                lever("fillfactor=100", ff=100)
+                lever("fillfactor=50", ff=50)
+                # With its sequential control in the same point (variants :par), so that the
+                # lever is compared on the same data, not against an earlier point.
                 par = ["--parallel-prepare", "--parallel-finish"]
-                lever("parallel prepare+finish", extra={"2pc": par, "co": par})
+                lever("parallel prepare+finish", modes=("2pc", "co", "2pc:par", "co:par"),
+                      extra={"2pc:par": par, "co:par": par})
+                set_fillfactor(env, 80)
             if "ro" in exps:
                 p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
                 point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), ["2pc", "co", "shim"], a.clients)
