@@ -188,12 +188,13 @@ def markdown(micro, tpcc, meta: dict, plot_paths: list[Path], root: Path) -> str
     return "\n".join(out)
 
 
-def write_section(results_md: Path, text: str, header: str) -> None:
-    """Replaces only the generated block of our section (appends the section if absent)."""
+def write_section(results_md: Path, text: str, header: str, markers: tuple[str, str] = (BEGIN, END)) -> None:
+    """Replaces only the generated block between `markers` (appends the section, under
+    `header`, if absent)."""
+    begin, end = markers
     cur = results_md.read_text() if results_md.exists() else "# Benchmark results\n"
-    if BEGIN in cur and END in cur:
-        a = cur.index(BEGIN)
-        b = cur.index(END) + len(END)
+    if begin in cur and end in cur:
+        a, b = cur.index(begin), cur.index(end) + len(end)
         cur = cur[:a] + text + cur[b:]
     else:
         cur = cur.rstrip("\n") + "\n\n" + header + "\n\n" + text + "\n"

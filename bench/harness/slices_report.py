@@ -3,8 +3,7 @@
 the refusal breakdowns. A ratio whose interval contains 1.0 says "no difference shown"."""
 from __future__ import annotations
 
-import math
-
+from . import report
 from .reasons import cell
 from .slices import _f, pair_ratio, rate_ratio, verdict
 
@@ -148,15 +147,5 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
 
 
 def write_section(results_md, text: str) -> None:
-    """Replaces only the generated block (appends the section if absent)."""
-    cur = results_md.read_text() if results_md.exists() else "# Benchmark results\n"
-    if BEGIN in cur and END in cur:
-        a, b = cur.index(BEGIN), cur.index(END) + len(END)
-        cur = cur[:a] + text + cur[b:]
-    else:
-        cur = cur.rstrip("\n") + "\n\n" + HEADER + "\n\n" + text + "\n"
-    results_md.write_text(cur)
-
-
-def isnan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
+    """Replaces only the generated block of this section (appends the section if absent)."""
+    report.write_section(results_md, text, HEADER, (BEGIN, END))
