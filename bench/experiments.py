@@ -200,9 +200,15 @@ def main(argv=None) -> int:
                     settings["HOT updates of mt*"] = f"{100 * hot / upd:.1f} % of {upd}"
                 all_rows.extend(rows)
                 if att is not None:
-                    b = breakdown(env, att)
-                    if b:
-                        breakdowns[f"{exp} {name}"] = b
+                    # One breakdown per log: the point's, and one per variant label (a lever
+                    # run beside its control, e.g. 2pc:par and co:par).
+                    for mode in modes:
+                        label = mode.partition(":")[2]
+                        key = f"{exp} {name}" + (f" ({label})" if label else "")
+                        if key not in breakdowns:
+                            b = breakdown(env, slices.variant_log(att, mode))
+                            if b:
+                                breakdowns[key] = b
                 return rows
 
             if "micro" in exps:

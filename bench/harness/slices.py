@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+import re
 import statistics
 import time
 from pathlib import Path
@@ -103,6 +104,15 @@ SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clie
                 "server_cpu_util", "helpers", "check", "errors", "started_utc"]
 
 
+def variant_log(attempt_log: Path | None, mode: str) -> Path | None:
+    """The attempt log of a mode: a variant "base:label" writes its own file (NAME_label.jsonl
+    beside NAME.jsonl), so that a breakdown never mixes a lever with its control."""
+    label = mode.partition(":")[2]
+    if attempt_log is None or not label:
+        return attempt_log
+    return attempt_log.with_name(f"{attempt_log.stem}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}{attempt_log.suffix}")
+
+
 def run_point(env, experiment: str, point: str, params: dict, workload_args: list[str], modes: list[str], *,
               slices: int, warmup: float, seconds: float, clients: int, csv_path: Path,
               extra: dict | None = None, check=None, attempt_log: Path | None = None,
@@ -142,7 +152,7 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             n += 1
             r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=seconds,
-                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=attempt_log)
+                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=variant_log(attempt_log, mode))
             left = env.leftovers()
             chk = check(env) if check else ""
             if left != (0, 0):
