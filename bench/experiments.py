@@ -5,8 +5,12 @@ Experiments (--experiments, comma-separated):
   micro     microbenchmark default point: 2pc, co, dip (when the installed pg_co and
             daemon support it), shim, local
   levers    the default point with one lever at a time, in 2pc and co alike:
-            pg_co.conflict_action = wait; pg_co.max_wait = 5 ms (if the GUC exists) in abort mode;
-            fillfactor 100 instead of 80; prepares and finishes in parallel
+            pg_co.conflict_action = wait (max_wait 0: wait until lock_timeout); pg_co.max_wait = 0
+            (refuse at once, the old default; if the GUC exists); max_pred_locks_per_page = 64;
+            fillfactor 100 and 50 instead of 80; prepares and finishes in parallel (modes
+            2pc:par and co:par beside their sequential 2pc and co). Each lever starts from
+            the tables rewritten (VACUUM FULL at its fillfactor).
+            Every point records the settings in effect and the share of HOT updates.
   ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, shim
   tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, shim;
             plus W=4 with the classic schema to compare
@@ -23,6 +27,7 @@ import shlex
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.harness import loadgen, slices, slices_report
@@ -34,23 +39,63 @@ ROOT = Path(__file__).resolve().parents[1]
 ALL = "micro,levers,ro,tpcc,autocommit"
 
 
-def set_guc(env, name: str, value: str | None) -> None:
-    """ALTER SYSTEM (RESET when value is None) + reload, checked from a new session."""
-    if value is None:
-        env.pg.sql(f"ALTER SYSTEM RESET {name}")
-    else:
-        env.pg.sql(f"ALTER SYSTEM SET {name} = '{value}'")
+def _setting(env, name: str) -> str:
+    """The value in effect for new sessions, without unit (pg_settings.setting)."""
+    return str(env.pg.sql(f"SELECT setting FROM pg_settings WHERE name = '{name}'")[0][0])
+
+
+def set_gucs(env, values: dict[str, str | None], expect: dict[str, str] | None = None) -> None:
+    """ALTER SYSTEM SET (RESET when a value is None) + one reload, then waits until new
+    sessions see `expect` (default: the values set)."""
+    for name, value in values.items():
+        env.pg.sql(f"ALTER SYSTEM RESET {name}" if value is None else f"ALTER SYSTEM SET {name} = '{value}'")
     env.pg.sql("SELECT pg_reload_conf()")
     deadline = time.time() + 10
-    want = value if value is not None else env.pg.sql(f"SELECT boot_val FROM pg_settings WHERE name = '{name}'")[0][0]
-    while str(env.pg.sql(f"SHOW {name}")[0][0]).rstrip("ms") != str(want).rstrip("ms"):
-        if time.time() > deadline:
-            raise RuntimeError(f"{name} did not switch to {want}")
-        time.sleep(0.05)
+    for name, want in (expect or values).items():
+        while _setting(env, name) != str(want):
+            if time.time() > deadline:
+                raise RuntimeError(f"{name} did not switch to {want}")
+            time.sleep(0.05)
+
+
+@contextmanager
+def gucs(env, values: dict[str, str]):
+    """The settings for the duration of a lever (reloadable ones), then back to what they
+    were before (RESET, so the configuration file and the server's defaults hold again)."""
+    before = {n: _setting(env, n) for n in values}
+    set_gucs(env, values)
+    try:
+        yield
+    finally:
+        set_gucs(env, {n: None for n in values}, expect=before)
 
 
 def has_guc(env, name: str) -> bool:
     return bool(env.pg.sql(f"SELECT count(*) FROM pg_settings WHERE name = '{name}'")[0][0])
+
+
+# What "default" meant at a point: pg_co's settings and PostgreSQL's predicate-lock
+# granularity, as new sessions see them (SHOW, with units).
+RECORDED = ["pg_co.max_wait", "pg_co.conflict_action", "pg_co.rule_c_read_only", "max_pred_locks_per_transaction",
+            "max_pred_locks_per_relation", "max_pred_locks_per_page", "enable_seqscan"]
+
+
+def effective_settings(env) -> dict[str, str]:
+    out = {n: str(env.pg.sql(f"SHOW {n}")[0][0]) for n in RECORDED if has_guc(env, n)}
+    opts = env.pg.sql("SELECT reloptions FROM pg_class WHERE relname = 'mt0'")
+    if opts:
+        ff = [o for o in (opts[0][0] or []) if o.startswith("fillfactor=")]
+        out["mt* fillfactor"] = ff[0].split("=", 1)[1] if ff else "100 (PostgreSQL's default)"
+    return out
+
+
+def update_counts(env) -> tuple[int, int]:
+    """(updates, HOT updates) of the microbenchmark's PostgreSQL tables so far. A non-HOT
+    update inserts a new entry into the primary key's leaf page, and that insertion is an
+    SSI write on the whole page (the conflicts labelled same_index_page)."""
+    r = env.pg.sql("SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0) FROM pg_stat_user_tables "
+                   "WHERE relname ~ '^mt[0-9]+$'")
+    return int(r[0][0]), int(r[0][1])
 
 
 def set_fillfactor(env, ff: int) -> None:
@@ -76,14 +121,15 @@ def estimate(a, exps) -> float:
     if "micro" in exps:
         n += 5 * (a.slices + 0.5)
     if "levers" in exps:
-        n += 4 * 2 * (a.slices + 0.5)
+        n += (5 * 2 + 4) * (a.slices + 0.5)
     if "ro" in exps:
         n += 3 * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + 1) * 3 * (a.slices + 0.5)
     if "autocommit" in exps:
         n += 3 * (a.slices + 0.5)
-    return n * per / 60 + 1.5
+    rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
+    return n * per / 60 + 1.5 + rewrites * 5 / 60
 
 
 def main(argv=None) -> int:
@@ -122,7 +168,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "command": cmd,
                 "clients": a.clients, "tpcc_cpw": a.tpcc_clients_per_warehouse, "slices": a.slices,
-                "warmup": a.warmup, "seconds": a.seconds, "quiet": {}}
+                "warmup": a.warmup, "seconds": a.seconds, "quiet": {}, "settings": {}}
         log(f"experiments {','.join(exps)}: about {estimate(a, exps):.0f} min")
         meta["quiet"]["start"] = slices.require_quiet(a.force, "start")
         common = dict(slices=a.slices, warmup=a.warmup, seconds=a.seconds)
@@ -144,39 +190,61 @@ def main(argv=None) -> int:
                 att = None
                 if log_attempts and not a.no_attempt_logs:
                     att = att_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{exp}_{name}") + ".jsonl")
+                settings = meta["settings"][f"{exp} {name}"] = effective_settings(env)
+                upd0 = update_counts(env)
                 rows = slices.run_point(env, exp, name, params, wargs, modes, clients=clients, csv_path=csv_path,
                                         extra=extra, check=check, attempt_log=att, quiet=q, switch=switch,
                                         **common)
+                upd, hot = (x1 - x0 for x1, x0 in zip(update_counts(env), upd0))
+                if upd:
+                    settings["HOT updates of mt*"] = f"{100 * hot / upd:.1f} % of {upd}"
                 all_rows.extend(rows)
                 if att is not None:
-                    b = breakdown(env, att)
-                    if b:
-                        breakdowns[f"{exp} {name}"] = b
+                    # One breakdown per log: the point's, and one per variant label (a lever
+                    # run beside its control, e.g. 2pc:par and co:par).
+                    for mode in modes:
+                        label = mode.partition(":")[2]
+                        key = f"{exp} {name}" + (f" ({label})" if label else "")
+                        if key not in breakdowns:
+                            b = breakdown(env, slices.variant_log(att, mode))
+                            if b:
+                                breakdowns[key] = b
                 return rows
 
             if "micro" in exps:
+                set_fillfactor(env, 80)
                 point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip", "shim", "local"],
                       a.clients, log_attempts=True)
             if "levers" in exps:
-                set_guc(env, "pg_co.conflict_action", "wait")
-                point("micro_levers", "conflict_action=wait", dflt, loadgen.micro_args(dflt), ["2pc", "co"],
-                      a.clients, log_attempts=True)
-                set_guc(env, "pg_co.conflict_action", None)
-                if has_guc(env, "pg_co.max_wait"):
-                    # Rule B's bounded wait: abort mode, wait at most 5 ms for the in-doubt blocker.
-                    set_guc(env, "pg_co.max_wait", "5")
-                    point("micro_levers", "max_wait=5ms", dflt, loadgen.micro_args(dflt),
-                          ["2pc", "co"], a.clients, log_attempts=True)
-                    set_guc(env, "pg_co.max_wait", None)
+                def lever(name, ff=80, modes=("2pc", "co"), extra=None):
+                    # Every lever starts from the same physical layout (table rewritten, index
+                    # rebuilt), so that points compare without the order they ran in.
+                    set_fillfactor(env, ff)
+                    point("micro_levers", name, dflt, loadgen.micro_args(dflt), list(modes), a.clients,
+                          extra=extra, log_attempts=True)
+                bounded = has_guc(env, "pg_co.max_wait")
+                # Today's wait: until the blocker's decision, bounded by lock_timeout only. In
+                # wait mode a max_wait above 0 bounds the wait (then refuses), so it goes to 0.
+                with gucs(env, {"pg_co.conflict_action": "wait", **({"pg_co.max_wait": "0"} if bounded else {})}):
+                    lever("conflict_action=wait")
+                if bounded:
+                    # The old default: rule B refuses at once (abort mode, no bounded wait).
+                    with gucs(env, {"pg_co.max_wait": "0"}):
+                        lever("max_wait=0")
                 else:
                     log("pg_co.max_wait does not exist in the installed pg_co: lever skipped")
-                set_fillfactor(env, 100)
-                point("micro_levers", "fillfactor=100", dflt, loadgen.micro_args(dflt), ["2pc", "co"], a.clients,
-                      log_attempts=True)
-                set_fillfactor(env, 80)
+                # Predicate-lock granularity: the only setting that can make a conflict finer
+                # here (docs/benchmarks.md, "Predicate-lock granularity"); reloadable.
+                with gucs(env, {"max_pred_locks_per_page": "64"}):
+                    lever("max_pred_locks_per_page=64")
+                lever("fillfactor=100", ff=100)
+                lever("fillfactor=50", ff=50)
+                # With its sequential control in the same point (variants :par), so that the
+                # lever is compared on the same data, not against an earlier point.
                 par = ["--parallel-prepare", "--parallel-finish"]
-                point("micro_levers", "parallel prepare+finish", dflt, loadgen.micro_args(dflt), ["2pc", "co"],
-                      a.clients, extra={"2pc": par, "co": par}, log_attempts=True)
+                lever("parallel prepare+finish", modes=("2pc", "co", "2pc:par", "co:par"),
+                      extra={"2pc:par": par, "co:par": par})
+                set_fillfactor(env, 80)
             if "ro" in exps:
                 p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
                 point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), ["2pc", "co", "shim"], a.clients)

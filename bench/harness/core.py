@@ -27,6 +27,7 @@ from . import MODES
 from cotest import MariaServer, PgServer, reap_orphans
 
 from .driver import Abort, Driver, LocalRetry, attempt_line
+from .reasons import pool as pool_reasons
 
 ROOT = Path(__file__).resolve().parents[2]    # the checkout: results and plots live in bench/
 
@@ -374,11 +375,6 @@ def summarize(rows: list[dict], modes=MODES) -> list[dict]:
                       if base.get(int(r["rep"]))]
             attempts = sum(int(r["attempts"]) for r in mr)
             aborts = sum(int(r["aborts"]) for r in mr)
-            reasons = Counter()
-            for r in mr:
-                for part in filter(None, str(r["reasons"]).split(";")):
-                    k, _, v = part.rpartition("=")
-                    reasons[k] += int(v)
             out.append({"experiment": exp, "point": point, "params": mr[0]["params"], "mode": mode,
                         "reps": len(mr),
                         "tps_median": statistics.median(float(r["tps"]) for r in mr),
@@ -386,7 +382,7 @@ def summarize(rows: list[dict], modes=MODES) -> list[dict]:
                         "p99_ms_median": statistics.median(float(r["p99_ms"]) for r in mr),
                         "abort_rate": aborts / attempts if attempts else 0.0,
                         "ratio_to_2pc": statistics.median(ratios) if ratios else float("nan"),
-                        "reasons": ";".join(f"{k}={v}" for k, v in reasons.most_common()),
+                        "reasons": pool_reasons(mr),
                         "cpu_ms_per_tx": "/".join(f"{statistics.median(float(r.get(k) or 0) for r in mr):.2f}"
                                                   for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_clients")),
                         "checks": ",".join(sorted({str(r.get("check", "")) for r in mr})) or "",

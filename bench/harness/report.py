@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 from . import MODES
+from .reasons import cell
 
 COLORS = {"local": "#7f7f7f", "2pc": "#1f77b4", "co": "#2ca02c", "shim": "#d62728"}
 BEGIN = "<!-- side-by-side:generated:begin -->"
@@ -112,9 +113,7 @@ def table(summary: list[dict], exp: str) -> str:
     for s in summary:
         if s["experiment"] != exp:
             continue
-        reasons = str(s["reasons"]).replace(";", ", ") or "-"
-        if len(reasons) > 110:
-            reasons = reasons[:107] + "..."
+        reasons = cell(s["reasons"], 110)
         chk = "" if s.get("checks") in ("", "ok", None) else f" (checks: {s['checks']})"
         lines.append(f"| {s['point']} | {s['mode']} | {_f(s['tps_median']):.1f} | {_f(s['ratio_to_2pc']):.3f} | "
                      f"{_f(s['p50_ms_median']):.1f} | {_f(s['p99_ms_median']):.1f} | "
@@ -189,12 +188,13 @@ def markdown(micro, tpcc, meta: dict, plot_paths: list[Path], root: Path) -> str
     return "\n".join(out)
 
 
-def write_section(results_md: Path, text: str, header: str) -> None:
-    """Replaces only the generated block of our section (appends the section if absent)."""
+def write_section(results_md: Path, text: str, header: str, markers: tuple[str, str] = (BEGIN, END)) -> None:
+    """Replaces only the generated block between `markers` (appends the section, under
+    `header`, if absent)."""
+    begin, end = markers
     cur = results_md.read_text() if results_md.exists() else "# Benchmark results\n"
-    if BEGIN in cur and END in cur:
-        a = cur.index(BEGIN)
-        b = cur.index(END) + len(END)
+    if begin in cur and end in cur:
+        a, b = cur.index(begin), cur.index(end) + len(end)
         cur = cur[:a] + text + cur[b:]
     else:
         cur = cur.rstrip("\n") + "\n\n" + header + "\n\n" + text + "\n"

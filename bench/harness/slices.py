@@ -13,13 +13,14 @@ from __future__ import annotations
 import csv
 import os
 import random
+import re
 import statistics
 import time
-from collections import Counter
 from pathlib import Path
 
 from .core import log
 from .loadgen import run_slice
+from .reasons import pool as pool_reasons
 
 BOOTSTRAP = 2000
 
@@ -103,6 +104,15 @@ SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clie
                 "server_cpu_util", "helpers", "check", "errors", "started_utc"]
 
 
+def variant_log(attempt_log: Path | None, mode: str) -> Path | None:
+    """The attempt log of a mode: a variant "base:label" writes its own file (NAME_label.jsonl
+    beside NAME.jsonl), so that a breakdown never mixes a lever with its control."""
+    label = mode.partition(":")[2]
+    if attempt_log is None or not label:
+        return attempt_log
+    return attempt_log.with_name(f"{attempt_log.stem}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}{attempt_log.suffix}")
+
+
 def run_point(env, experiment: str, point: str, params: dict, workload_args: list[str], modes: list[str], *,
               slices: int, warmup: float, seconds: float, clients: int, csv_path: Path,
               extra: dict | None = None, check=None, attempt_log: Path | None = None,
@@ -142,7 +152,7 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             n += 1
             r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=seconds,
-                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=attempt_log)
+                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=variant_log(attempt_log, mode))
             left = env.leftovers()
             chk = check(env) if check else ""
             if left != (0, 0):
@@ -184,14 +194,21 @@ def _f(x) -> float:
         return float("nan")
 
 
-def bootstrap_median(xs: list[float], seed: int = 7) -> tuple[float, float, float]:
-    """Median and a 95 % percentile-bootstrap interval of the median."""
-    xs = [x for x in xs if x == x]
+def bootstrap(xs: list, stat, seed: int = 7) -> tuple[float, float, float]:
+    """stat(xs) and a 95 % percentile-bootstrap interval of it (resampling the items of xs;
+    resamples whose statistic is undefined, nan, are left out)."""
     if not xs:
         return float("nan"), float("nan"), float("nan")
     rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP))
-    return statistics.median(xs), meds[int(0.025 * BOOTSTRAP)], meds[int(0.975 * BOOTSTRAP) - 1]
+    vals = sorted(v for v in (stat(rng.choices(xs, k=len(xs))) for _ in range(BOOTSTRAP)) if v == v)
+    if not vals:
+        return stat(xs), float("nan"), float("nan")
+    return stat(xs), vals[int(0.025 * len(vals))], vals[int(0.975 * len(vals)) - 1]
+
+
+def bootstrap_median(xs: list[float], seed: int = 7) -> tuple[float, float, float]:
+    """Median and a 95 % percentile-bootstrap interval of the median."""
+    return bootstrap([x for x in xs if x == x], statistics.median, seed)
 
 
 def per_round(rows, exp, point, mode, key) -> dict[int, float]:
@@ -205,6 +222,24 @@ def pair_ratio(rows, exp, point, a, b, key="tps") -> tuple[float, float, float]:
     return bootstrap_median([ra[k] / rb[k] for k in ra if rb.get(k)])
 
 
+def rate_ratio(rows, exp, point, a, b, num="aborts", den="attempts") -> tuple[float, float, float]:
+    """Ratio of pooled rates, (sum num / sum den of mode a) / (the same of mode b), with a
+    bootstrap interval resampling whole rounds (a round's slices of a and b together, so the
+    pairing of the ABBA order is kept). Pooled, not a median of per-round ratios: a round
+    in which b aborted nothing has no ratio, but still counts. inf when b's pooled rate is 0."""
+    na, da = per_round(rows, exp, point, a, num), per_round(rows, exp, point, a, den)
+    nb, db = per_round(rows, exp, point, b, num), per_round(rows, exp, point, b, den)
+    rounds = [(na[k], da[k], nb[k], db[k]) for k in na if k in da and k in nb and k in db]
+
+    def ratio(rs):
+        ra, rb = sum(r[1] for r in rs), sum(r[3] for r in rs)
+        if not ra or not rb:
+            return float("nan")
+        pa, pb = sum(r[0] for r in rs) / ra, sum(r[2] for r in rs) / rb
+        return pa / pb if pb else (float("inf") if pa else float("nan"))
+    return bootstrap(rounds, ratio)
+
+
 def verdict(m: float, lo: float, hi: float) -> str:
     if m != m:
         return "n/a"
@@ -216,7 +251,7 @@ def verdict(m: float, lo: float, hi: float) -> str:
 SUMMARY_FIELDS = ["experiment", "point", "params", "mode", "slices", "tps_median", "tps_lo", "tps_hi",
                   "ratio", "ratio_lo", "ratio_hi", "ratio_verdict", "cpu_ms_server", "cpu_ratio", "cpu_ratio_lo",
                   "cpu_ratio_hi", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "driver_cpu_share", "abort_rate",
-                  "p50_ms", "p99_ms", "reasons", "checks", "errors"]
+                  "abort_ratio", "abort_ratio_lo", "abort_ratio_hi", "p50_ms", "p99_ms", "reasons", "checks", "errors"]
 
 
 def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
@@ -233,13 +268,9 @@ def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
             tps = bootstrap_median([_f(r["tps"]) for r in ok])
             ratio = pair_ratio(rows, exp, point, mode, base) if base in modes else (float("nan"),) * 3
             cpu = pair_ratio(rows, exp, point, mode, base, "cpu_ms_server") if base in modes else (float("nan"),) * 3
+            abr = rate_ratio(rows, exp, point, mode, base) if base in modes else (float("nan"),) * 3
             att = sum(int(_f(r["attempts"]) or 0) for r in ok)
             ab = sum(int(_f(r["aborts"]) or 0) for r in ok)
-            reasons = Counter()
-            for r in ok:
-                for part in filter(None, str(r["reasons"]).split(";")):
-                    k, _, v = part.rpartition("=")
-                    reasons[k] += int(v)
 
             def med(key):
                 xs = [_f(r[key]) for r in ok if r.get(key) not in (None, "")]
@@ -252,8 +283,9 @@ def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
                         "cpu_ms_server": med("cpu_ms_server"), "cpu_ratio": cpu[0], "cpu_ratio_lo": cpu[1],
                         "cpu_ratio_hi": cpu[2], "cpu_ms_pg": med("cpu_ms_pg"), "cpu_ms_my": med("cpu_ms_my"),
                         "cpu_ms_coord": med("cpu_ms_coord"), "driver_cpu_share": med("driver_cpu_share"),
-                        "abort_rate": ab / att if att else 0.0, "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
-                        "reasons": ";".join(f"{k}={v}" for k, v in reasons.most_common()),
+                        "abort_rate": ab / att if att else 0.0, "abort_ratio": abr[0], "abort_ratio_lo": abr[1],
+                        "abort_ratio_hi": abr[2], "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
+                        "reasons": pool_reasons(ok),
                         "checks": ",".join(sorted({str(r.get("check") or "") for r in mr} - {""})) or "ok",
                         "errors": len(mr) - len(ok)})
     return out

@@ -3,9 +3,9 @@
 the refusal breakdowns. A ratio whose interval contains 1.0 says "no difference shown"."""
 from __future__ import annotations
 
-import math
-
-from .slices import _f, pair_ratio, verdict
+from . import report
+from .reasons import cell
+from .slices import _f, pair_ratio, rate_ratio, verdict
 
 BEGIN = "<!-- slices:generated:begin -->"
 END = "<!-- slices:generated:end -->"
@@ -25,21 +25,25 @@ def _ratio_cell(s) -> str:
     return cell + (" no difference shown" if s["ratio_verdict"] == "no difference shown" else "")
 
 
+def _abort_ratio_cell(s) -> str:
+    if s["ratio_verdict"] == "baseline":
+        return "1"
+    return _ci(_f(s.get("abort_ratio")), _f(s.get("abort_ratio_lo")), _f(s.get("abort_ratio_hi")), "{:.2f}")
+
+
 def table(summary: list[dict], exp: str) -> str:
-    lines = ["| point | mode | tx/s median [95% CI] | / 2pc [95% CI] | server CPU ms/tx (pg/my/coord) | CPU/tx / 2pc [95% CI] | aborts | driver CPU | p50 / p99 ms | abort reasons (pooled) |",
-             "|---|---|---|---|---|---|---:|---:|---|---|"]
+    lines = ["| point | mode | tx/s median [95% CI] | / 2pc [95% CI] | server CPU ms/tx (pg/my/coord) | CPU/tx / 2pc [95% CI] | aborts | aborts / 2pc's [95% CI] | driver CPU | p50 / p99 ms | abort reasons (pooled) |",
+             "|---|---|---|---|---|---|---:|---|---:|---|---|"]
     for s in summary:
         if s["experiment"] != exp:
             continue
-        reasons = str(s["reasons"]).replace(";", ", ") or "-"
-        if len(reasons) > 100:
-            reasons = reasons[:97] + "..."
+        reasons = cell(s["reasons"], 100)
         chk = "" if s.get("checks") in ("", "ok", None) else f" (checks: {s['checks']})"
         err = f" ({s['errors']} slices with errors)" if int(_f(s.get("errors")) or 0) else ""
         cpu = (f"{_f(s['cpu_ms_server']):.2f} ({_f(s['cpu_ms_pg']):.2f}/{_f(s['cpu_ms_my']):.2f}/{_f(s['cpu_ms_coord']):.2f})")
         cpu_r = "1" if s["ratio_verdict"] == "baseline" else _ci(_f(s["cpu_ratio"]), _f(s["cpu_ratio_lo"]), _f(s["cpu_ratio_hi"]))
         lines.append(f"| {s['point']} | {s['mode']} | {_ci(_f(s['tps_median']), _f(s['tps_lo']), _f(s['tps_hi']), '{:.0f}')} | "
-                     f"{_ratio_cell(s)} | {cpu} | {cpu_r} | {100 * _f(s['abort_rate']):.2f} % | "
+                     f"{_ratio_cell(s)} | {cpu} | {cpu_r} | {100 * _f(s['abort_rate']):.2f} % | {_abort_ratio_cell(s)} | "
                      f"{100 * _f(s['driver_cpu_share']):.1f} % | {_f(s['p50_ms']):.1f} / {_f(s['p99_ms']):.1f} | {reasons}{chk}{err} |")
     return "\n".join(lines)
 
@@ -62,9 +66,12 @@ def targets(summary: list[dict], rows: list[dict]) -> str:
     add("microbenchmark default: co >= 0.97 x 2pc", "micro", "default", "co", "2pc", 0.97)
     d2, dc = _get(summary, "micro", "default", "2pc"), _get(summary, "micro", "default", "co")
     if d2 and dc:
-        a2, ac = _f(d2["abort_rate"]), _f(dc["abort_rate"])
-        out.append(f"| microbenchmark default: co abort rate <= 2 x 2pc's | {100 * ac:.2f} % vs {100 * a2:.2f} % | "
-                   f"{'yes' if ac <= 2 * a2 else '**no**'} |")
+        # The ratio of pooled abort rates, its interval from resampled rounds; met only when
+        # the whole interval is at most 2 (a lower goal: the mirror of add()).
+        m, lo, hi = rate_ratio(rows, "micro", "default", "co", "2pc")
+        met = "n/a" if m != m else "yes" if hi <= 2 else ("**no**" if lo > 2 else "not shown (interval straddles the goal)")
+        out.append(f"| microbenchmark default: co abort rate <= 2 x 2pc's | pooled rates: {_ci(m, lo, hi, '{:.2f}')} "
+                   f"({100 * _f(dc['abort_rate']):.2f} % vs {100 * _f(d2['abort_rate']):.2f} %) | {met} |")
     add("microbenchmark default: dip >= 1.05 x 2pc", "micro", "default", "dip", "2pc", 1.05)
     add("microbenchmark default: co >= 1.25 x shim", "micro", "default", "co", "shim", 1.25)
     for W in (2, 4, 8):
@@ -77,6 +84,26 @@ def targets(summary: list[dict], rows: list[dict]) -> str:
         out.append(f"| (no target) autocommit-read protection: co with it ON / OFF | {_ci(m, lo, hi)}; "
                    f"{verdict(m, lo, hi)} | - |")
     return "\n".join(out)
+
+
+def settings_lines(settings: dict[str, dict]) -> list[str]:
+    """What "default" meant: the settings in effect at the first point in full, at every
+    later point what differs from it, and each point's share of HOT updates."""
+    if not settings:
+        return []
+    out = ["", "Settings in effect (PostgreSQL, as a new session sees them; the first point in full, "
+           "the others where they differ) and the share of HOT updates of the microbenchmark tables:", ""]
+    first = None
+    for label, cur in settings.items():
+        hot = cur.get("HOT updates of mt*")
+        cur = {k: v for k, v in cur.items() if k != "HOT updates of mt*"}
+        if first is None:
+            first, shown = cur, cur
+        else:
+            shown = {k: v for k, v in cur.items() if first.get(k) != v}
+        text = ", ".join(f"`{k}` = {v}" for k, v in shown.items()) or "as the first"
+        out.append(f"- {label}: {text}" + (f"; HOT updates {hot}" if hot else ""))
+    return out
 
 
 def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict[str, str]) -> str:
@@ -100,6 +127,7 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
     for label, q in meta.get("quiet", {}).items():
         state = "quiet" if q.get("quiet") else f"**NOT QUIET** ({q.get('why')})"
         out.append(f"- {label}: {state}; load {q.get('loadavg')}; others: {q.get('top')}")
+    out += settings_lines(meta.get("settings", {}))
     out += ["", "### Targets", "", targets(summary, rows), ""]
     sections = [("micro", "Microbenchmark, default point (S=2, R=W=6, P=0.5, N=100000, K=0)"),
                 ("micro_levers", "Microbenchmark, one lever at a time (every mode of the point gets the lever)"),
@@ -119,15 +147,5 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
 
 
 def write_section(results_md, text: str) -> None:
-    """Replaces only the generated block (appends the section if absent)."""
-    cur = results_md.read_text() if results_md.exists() else "# Benchmark results\n"
-    if BEGIN in cur and END in cur:
-        a, b = cur.index(BEGIN), cur.index(END) + len(END)
-        cur = cur[:a] + text + cur[b:]
-    else:
-        cur = cur.rstrip("\n") + "\n\n" + HEADER + "\n\n" + text + "\n"
-    results_md.write_text(cur)
-
-
-def isnan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
+    """Replaces only the generated block of this section (appends the section if absent)."""
+    report.write_section(results_md, text, HEADER, (BEGIN, END))

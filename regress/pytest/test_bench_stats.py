@@ -1,0 +1,64 @@
+"""The statistics of bench/harness behind the targets (no servers): the abort-rate ratio
+with its round bootstrap, how the "at most 2 x 2pc's aborts" target is judged on it, the
+settings list of RESULTS.md, and the pooled abort reasons."""
+from bench.harness import reasons, slices, slices_report
+
+
+def rows(per_round: dict[str, list[tuple[int, int]]], exp="micro", point="default") -> list[dict]:
+    """Slice rows as the CSV holds them: mode -> [(aborts, attempts) per round]."""
+    out = []
+    for mode, rounds in per_round.items():
+        for i, (ab, att) in enumerate(rounds, 1):
+            out.append({**dict.fromkeys(slices.SLICE_FIELDS, ""), "experiment": exp, "point": point, "mode": mode,
+                        "round": str(i), "aborts": str(ab), "attempts": str(att), "tps": "100",
+                        "reasons": f"x={ab}" if ab else ""})
+    return out
+
+
+def test_rate_ratio_pools_rounds_where_the_baseline_aborted_nothing():
+    # Round 3's 2pc aborted nothing: it has no ratio of its own, but its attempts count.
+    r = rows({"co": [(10, 100), (10, 100), (10, 100)], "2pc": [(5, 100), (5, 100), (0, 100)]})
+    m, lo, hi = slices.rate_ratio(r, "micro", "default", "co", "2pc")
+    assert m == 3.0
+    assert lo <= m <= hi
+    # A median of per-round ratios would have dropped round 3 and said 2.
+    assert slices.pair_ratio(r, "micro", "default", "co", "2pc", "aborts")[0] == 2.0
+
+
+def test_rate_ratio_without_baseline_aborts_is_infinite():
+    r = rows({"co": [(1, 100)] * 4, "2pc": [(0, 100)] * 4})
+    assert slices.rate_ratio(r, "micro", "default", "co", "2pc")[0] == float("inf")
+
+
+def abort_target(per_round) -> str:
+    r = rows(per_round)
+    line = next(x for x in slices_report.targets(slices.summarize(r), r).splitlines() if "abort rate" in x)
+    return line.rsplit("|", 2)[1].strip()
+
+
+def test_abort_target_is_judged_on_the_whole_interval():
+    ten = 10
+    assert abort_target({"2pc": [(10, 1000)] * ten, "co": [(15, 1000)] * ten}) == "yes"
+    assert abort_target({"2pc": [(10, 1000)] * ten, "co": [(40, 1000)] * ten}) == "**no**"
+    # Rounds on both sides of 2: the interval straddles the goal.
+    straddle = {"2pc": [(10, 1000)] * ten, "co": [(5, 1000), (40, 1000)] * (ten // 2)}
+    assert abort_target(straddle).startswith("not shown")
+
+
+def test_settings_list_gives_the_first_point_in_full_then_differences():
+    lines = slices_report.settings_lines({
+        "micro default": {"pg_co.max_wait": "5ms", "max_pred_locks_per_page": "2", "HOT updates of mt*": "99.0 % of 10"},
+        "micro_levers max_wait=0": {"pg_co.max_wait": "0", "max_pred_locks_per_page": "2"},
+        "micro_ro R=12": {"pg_co.max_wait": "5ms", "max_pred_locks_per_page": "2"}})
+    text = "\n".join(lines)
+    assert "- micro default: `pg_co.max_wait` = 5ms, `max_pred_locks_per_page` = 2; HOT updates 99.0 % of 10" in text
+    assert "- micro_levers max_wait=0: `pg_co.max_wait` = 0\n" in text
+    assert "- micro_ro R=12: as the first" in text
+
+
+def test_reasons_pooled_and_shortened():
+    pooled = reasons.pool([{"reasons": "a=1;b=5"}, {"reasons": ""}, {"reasons": "a=7"}])
+    assert pooled == "a=8;b=5"
+    assert reasons.cell(pooled, 100) == "a=8, b=5"
+    assert reasons.cell("", 100) == "-"
+    assert reasons.cell("kind=1;" * 30, 20) == "kind=1, kind=1, k..." and len(reasons.cell("kind=1;" * 30, 20)) == 20
