@@ -37,6 +37,7 @@ from bench.tpcc import tpcc
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = "micro,levers,ro,tpcc,autocommit"
+SETTLED = slices_report.SETTLED
 
 
 def _setting(env, name: str) -> str:
@@ -119,7 +120,7 @@ def estimate(a, exps) -> float:
     per = a.warmup + a.seconds + 1.5
     n = 0
     if "micro" in exps:
-        n += 5 * (a.slices + 0.5)
+        n += (5 + 3) * (a.slices + 0.5)
     if "levers" in exps:
         n += (5 * 2 + 4) * (a.slices + 0.5)
     if "ro" in exps:
@@ -215,6 +216,11 @@ def main(argv=None) -> int:
                 set_fillfactor(env, 80)
                 point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip", "shim", "local"],
                       a.clients, log_attempts=True)
+                # The same tables after those minutes of load and a plain VACUUM (run_point's,
+                # what autovacuum does): the steady state of a service that has been running,
+                # where pruning has made room for HOT updates again (docs/benchmarks.md).
+                point("micro", SETTLED, dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip"], a.clients,
+                      log_attempts=True)
             if "levers" in exps:
                 def lever(name, ff=80, modes=("2pc", "co"), extra=None):
                     # Every lever starts from the same physical layout (table rewritten, index

@@ -52,6 +52,10 @@ def _get(summary, exp, point, mode):
     return next((s for s in summary if s["experiment"] == exp and s["point"] == point and s["mode"] == mode), None)
 
 
+# The default point again on the tables the default point left, after a plain VACUUM.
+SETTLED = "default, settled"
+
+
 def targets(summary: list[dict], rows: list[dict]) -> str:
     out = ["| target | measured: median [95% CI] | met? |", "|---|---|---|"]
 
@@ -63,16 +67,22 @@ def targets(summary: list[dict], rows: list[dict]) -> str:
         met = "yes" if lo >= goal else ("**no**" if hi < goal else "not shown (interval straddles the goal)")
         extra = f"; {verdict(m, lo, hi)}" if lo <= 1.0 <= hi else ""
         out.append(f"| {name} | {_ci(m, lo, hi)}{extra} | {met} |")
-    add("microbenchmark default: co >= 0.97 x 2pc", "micro", "default", "co", "2pc", 0.97)
-    d2, dc = _get(summary, "micro", "default", "2pc"), _get(summary, "micro", "default", "co")
-    if d2 and dc:
+    def aborts(name, point):
+        d2, dc = _get(summary, "micro", point, "2pc"), _get(summary, "micro", point, "co")
+        if not (d2 and dc):
+            return
         # The ratio of pooled abort rates, its interval from resampled rounds; met only when
         # the whole interval is at most 2 (a lower goal: the mirror of add()).
-        m, lo, hi = rate_ratio(rows, "micro", "default", "co", "2pc")
+        m, lo, hi = rate_ratio(rows, "micro", point, "co", "2pc")
         met = "n/a" if m != m else "yes" if hi <= 2 else ("**no**" if lo > 2 else "not shown (interval straddles the goal)")
-        out.append(f"| microbenchmark default: co abort rate <= 2 x 2pc's | pooled rates: {_ci(m, lo, hi, '{:.2f}')} "
+        out.append(f"| {name}: co abort rate <= 2 x 2pc's | pooled rates: {_ci(m, lo, hi, '{:.2f}')} "
                    f"({100 * _f(dc['abort_rate']):.2f} % vs {100 * _f(d2['abort_rate']):.2f} %) | {met} |")
-    add("microbenchmark default: dip >= 1.05 x 2pc", "micro", "default", "dip", "2pc", 1.05)
+    for name, point in (("microbenchmark default", "default"), ("microbenchmark default, settled", SETTLED)):
+        if point == SETTLED and not _get(summary, "micro", point, "2pc"):
+            continue  # a run without the settled point
+        add(f"{name}: co >= 0.97 x 2pc", "micro", point, "co", "2pc", 0.97)
+        aborts(name, point)
+        add(f"{name}: dip >= 1.05 x 2pc", "micro", point, "dip", "2pc", 1.05)
     add("microbenchmark default: co >= 1.25 x shim", "micro", "default", "co", "shim", 1.25)
     for W in (2, 4, 8):
         add(f"TPC-C W={W}: co >= 0.95 x 2pc", "tpcc", f"W={W}", "co", "2pc", 0.95)
