@@ -106,14 +106,17 @@ def set_fillfactor(env, ff: int) -> None:
     env.pg.sql("ANALYZE")
 
 
-def breakdown(env, path: Path) -> str | None:
-    """The refusal breakdown of an attempt log (when the module exists), run while the
-    servers are up: it reads page membership from PostgreSQL's predicate locks."""
+def breakdown(env, path: Path, mode: str) -> str | None:
+    """The refusal breakdown of one mode's refusals in an attempt log (when the module
+    exists), run while the servers are up: it reads page membership from PostgreSQL's
+    predicate locks. None when that mode has no pg_co refusal."""
     if not (ROOT / "bench" / "harness" / "refusal_breakdown.py").exists() or not path.exists():
         return None
-    r = subprocess.run([sys.executable, "-m", "bench.harness.refusal_breakdown", str(path), "--pg-dsn", env.pg.dsn],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    return r.stdout if r.returncode == 0 else f"(refusal_breakdown failed: {r.stderr.strip()[-300:]})"
+    r = subprocess.run([sys.executable, "-m", "bench.harness.refusal_breakdown", str(path), "--pg-dsn", env.pg.dsn,
+                        "--mode", mode], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    if r.returncode != 0:
+        return f"(refusal_breakdown failed: {r.stderr.strip()[-300:]})"
+    return r.stdout if len(r.stdout.strip().splitlines()) > 1 else None
 
 
 def estimate(a, exps) -> float:
@@ -201,15 +204,13 @@ def main(argv=None) -> int:
                     settings["HOT updates of mt*"] = f"{100 * hot / upd:.1f} % of {upd}"
                 all_rows.extend(rows)
                 if att is not None:
-                    # One breakdown per log: the point's, and one per variant label (a lever
-                    # run beside its control, e.g. 2pc:par and co:par).
+                    # One breakdown per mode that runs pg_co (a variant such as co:par has a
+                    # log of its own), so that co's and dip's refusals are not pooled.
                     for mode in modes:
-                        label = mode.partition(":")[2]
-                        key = f"{exp} {name}" + (f" ({label})" if label else "")
-                        if key not in breakdowns:
-                            b = breakdown(env, slices.variant_log(att, mode))
+                        if mode.partition(":")[0] in ("co", "dip"):
+                            b = breakdown(env, slices.variant_log(att, mode), mode)
                             if b:
-                                breakdowns[key] = b
+                                breakdowns[f"{exp} {name}, {mode}"] = b
                 return rows
 
             if "micro" in exps:

@@ -19,6 +19,12 @@ Labels, finest first (docs/pg_co.md, rules A, B, C say who read and who wrote):
   summarized refusal names no blocker).
 - unknown: no blocker to join (not in the log, a local transaction, another table).
 
+The blocker is found by its gid (a prepared branch) or, when it committed locally and so
+has no gid (dip's decision branch: co.decide and a one-phase COMMIT), by the xid the driver
+logs for that branch ("pg_xid"), which the blocker line names too. Only refusals of
+measured attempts are counted (as the slices' abort reasons), per mode with --mode; a
+blocker may be any attempt of the log.
+
 Pages come from the server after the run, by PostgreSQL's own predicate locks: for each
 key involved, a serializable transaction reads it by an index scan and pg_locks shows the
 SIReadLock targets that read took (the PK leaf page, the heap tuple's page). That is
@@ -182,20 +188,42 @@ def load(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def breakdown(attempts: list[dict], pages: PageMap | None) -> tuple[Counter, list[dict]]:
-    """Counts per (rule, label), and one row per refusal (for inspection)."""
+def _by_xid(attempts: list[dict]) -> dict[str, tuple[dict, str]]:
+    """pg xid -> (attempt, branch id), for the branches whose xid the driver logged."""
+    out = {}
+    for a in attempts:
+        for b in a.get("branches", []):
+            if b.get("db") == "pg" and b.get("pg_xid") is not None:
+                out[str(b["pg_xid"])] = (a, str(b.get("bid")))
+    return out
+
+
+def blocker_side(a: dict, b: Blocker | None, by_gtid: dict, by_xid: dict) -> Side | None:
+    """What the blocker of refusal `a` did at PostgreSQL, when the log holds it."""
+    if b is None:
+        return None
+    ids = split_gid(b.gid) if b.gid else None
+    if ids and ids[0] in by_gtid and ids[0] != a["gtid"]:
+        return pg_side(by_gtid[ids[0]], ids[1])
+    hit = by_xid.get(b.xid) if not ids else None
+    if hit and hit[0]["gtid"] != a["gtid"]:
+        return pg_side(hit[0], hit[1])
+    return None
+
+
+def breakdown(attempts: list[dict], pages: PageMap | None, modes: set[str] | None = None) -> tuple[Counter, list[dict]]:
+    """Counts per (rule, label) of the measured refusals (of `modes` when given), and one row
+    per refusal (for inspection)."""
     by_gtid = {a["gtid"]: a for a in attempts}
+    by_xid = _by_xid(attempts)
     counts: Counter = Counter()
     rows = []
     for a in attempts:
-        if not is_pg_co_refusal(a):
+        if not is_pg_co_refusal(a) or not a.get("measured", True) or (modes and a.get("mode") not in modes):
             continue
         b = parse_blocker(a["error"].get("detail"))
         rule = b.rule if b else _rule_from_message(a["error"].get("message", ""))
-        other = None
-        ids = split_gid(b.gid) if b and b.gid else None
-        if ids and ids[0] in by_gtid and ids[0] != a["gtid"]:
-            other = pg_side(by_gtid[ids[0]], ids[1])
+        other = blocker_side(a, b, by_gtid, by_xid)
         label = classify(rule, pg_side(a), other, bool(b and b.summarized), pages)
         counts[(rule, label)] += 1
         rows.append({"gtid": a["gtid"], "rule": rule, "label": label, "blocker_gid": b.gid if b else None})
@@ -223,6 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pg-dsn", help="PostgreSQL to read page membership from (after the run); without it no page labels")
     ap.add_argument("--table", action="append", default=[],
                     help="only refusals whose PostgreSQL branches touch this table (repeatable)")
+    ap.add_argument("--mode", action="append", default=[], help="only refusals of this mode (repeatable)")
     ap.add_argument("--json", action="store_true", help="print counts and per-refusal rows as JSON")
     args = ap.parse_args(argv)
     attempts = load(args.attempts)
@@ -234,7 +263,7 @@ def main(argv=None) -> int:
         import psycopg
         conn = psycopg.connect(args.pg_dsn, autocommit=True)
     try:
-        counts, rows = breakdown(attempts, PageMap(conn) if conn else None)
+        counts, rows = breakdown(attempts, PageMap(conn) if conn else None, set(args.mode) or None)
     finally:
         if conn:
             conn.close()

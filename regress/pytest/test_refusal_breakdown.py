@@ -119,3 +119,47 @@ def test_page_map_tells_leaf_and_heap_pages_apart(pg):
     writer.written["big"] = {5000}
     with psycopg.connect(pg.dsn, autocommit=True) as c:
         assert rb.classify("A", reader, writer, False, rb.PageMap(c)) == "relation"
+
+
+def refused_by_rule_a_after_a_local_decision(s):
+    """T reads row 7; X writes it and commits locally with co.decide in it (dip's decision
+    branch: no gid); T's PREPARE is then refused by rule A. Returns (X's xid as the driver
+    logs it, the refusal as an attempt log's error object)."""
+    x, t = begin(s), begin(s)
+    t.execute("SELECT v FROM acct WHERE id = 7")
+    t.execute("UPDATE acct SET v = 1 WHERE id = 198")
+    x.execute("UPDATE acct SET v = 2 WHERE id = 7")
+    xid = x.execute("SELECT co.decide('gX'), (pg_current_xact_id()::text::bigint % 4294967296)::text").fetchone()[1]
+    x.execute("COMMIT")
+    with pytest.raises(psycopg.errors.SerializationFailure) as e:
+        t.execute("PREPARE TRANSACTION 'cotx:gT:b0'")
+    d = e.value.diag
+    return int(xid), {"db": "pg", "sqlstate": e.value.sqlstate, "message": d.message_primary, "detail": d.message_detail}
+
+
+def test_locally_committed_blocker_is_joined_by_its_xid(pg, tmp_path):
+    """dip's decision branch commits in one phase, so a refusal names it by xid only: with
+    the xid the driver logs for it, the refusal is labelled; without, it stays unknown."""
+    fresh_table(pg)
+    xid, err = refused_by_rule_a_after_a_local_decision(pg)
+    b = rb.parse_blocker(err["detail"])
+    assert (b.rule, b.gid, b.xid) == ("A", None, str(xid)), err["detail"]
+    x = attempt("gX", "commit", [], [7])
+    refused = dict(attempt("gT", "abort", [7], [198], err), mode="dip")
+    counts, _ = classify(pg, tmp_path, [x, refused])
+    assert counts == {("A", "unknown"): 1}
+    x["branches"][0]["pg_xid"] = xid
+    counts, rows = classify(pg, tmp_path, [x, refused])
+    assert counts == {("A", "same_row"): 1}, rows
+
+
+def test_only_measured_refusals_of_the_asked_mode_count(pg, tmp_path):
+    fresh_table(pg)
+    err = refused_by_rule_b(pg, [7], "UPDATE acct SET v = 2 WHERE id = 7")
+    x = attempt("gX", "commit", [7], [199])
+    warm = dict(attempt("gT", "abort", [], [7], err), measured=False)
+    log = [x, warm, dict(warm, gtid="gU", measured=True)]
+    with psycopg.connect(pg.dsn, autocommit=True) as c:
+        assert rb.breakdown(log, rb.PageMap(c))[0] == {("B", "same_row"): 1}
+        assert rb.breakdown(log, rb.PageMap(c), {"dip"})[0] == {}
+        assert rb.breakdown(log, rb.PageMap(c), {"co"})[0] == {("B", "same_row"): 1}

@@ -60,6 +60,14 @@ impl Sess {
         }
     }
 
+    /// The last column of the first row of a simple query (PostgreSQL; MariaDB: run, None).
+    async fn first_value(&mut self, sql: &str) -> Result<Option<String>, DbError> {
+        match self {
+            Sess::Pg(s) => s.first_value(sql).await,
+            Sess::My(s) => s.simple(sql).await.map(|()| None),
+        }
+    }
+
     async fn run_ops(&mut self, ops: &[Op]) -> Result<(), DbError> {
         let mut regs = [0i64; 4];
         for op in ops {
@@ -150,6 +158,9 @@ pub struct Client {
     /// The last attempt's gtid and its branches' PostgreSQL gids / MariaDB xids (attempt log).
     pub last_gtid: Option<String>,
     pub last_ids: Vec<String>,
+    /// dip: the decision branch's index and PostgreSQL xid (32 bits, as pg_co's refusals
+    /// name a blocker that committed locally, without a gid).
+    pub last_decider_xid: Option<(usize, u32)>,
 }
 
 impl Client {
@@ -181,7 +192,7 @@ impl Client {
         } else {
             (None, None)
         };
-        Ok(Client { wid, cfg, sess, http, shim, shim_sess, helpers_rollback_errors: 0, unfinished: 0, last_gtid: None, last_ids: vec![] })
+        Ok(Client { wid, cfg, sess, http, shim, shim_sess, helpers_rollback_errors: 0, unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None })
     }
 
     pub fn helpers(&self) -> u64 {
@@ -267,6 +278,7 @@ impl Client {
         let mut br: Vec<Branch> = Vec::with_capacity(subs.len());
         self.last_gtid = None;
         self.last_ids.clear();
+        self.last_decider_xid = None;
         for (i, sub) in subs.iter().enumerate() {
             let bid = format!("b{i}");
             let reg = json!({"resource": sub.db.name(), "branch_id": bid});
@@ -505,11 +517,16 @@ impl Client {
     /// co.decide(gtid) in it, is the global decision.
     async fn decide_in_participant(&mut self, g: &str, br: &mut [Branch], d: usize) -> Result<(), Failure> {
         let sess = self.sess.get_mut(&br[d].session).unwrap();
+        // The xid rides on the decide query (no extra round trip): the refusal breakdown
+        // joins a peer's rule-A refusal that names this branch by xid only.
+        let mut xid = None;
         let r = async {
-            sess.simple(&format!("SELECT co.decide('{}')", safe_id(g).map_err(|_| DbError { db: "pg", sqlstate: None, errno: None, message: "bad gtid".into(), detail: None })?)).await?;
+            let g = safe_id(g).map_err(|_| DbError { db: "pg", sqlstate: None, errno: None, message: "bad gtid".into(), detail: None })?;
+            xid = sess.first_value(&format!("SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text")).await?;
             sess.simple("COMMIT").await
         }
         .await;
+        self.last_decider_xid = xid.and_then(|x| x.parse().ok()).map(|x| (d, x));
         let dbid = br[d].bid.clone();
         if let Err(e) = r {
             let _ = sess.simple("ROLLBACK").await;

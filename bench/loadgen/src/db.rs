@@ -187,6 +187,15 @@ impl PgSession {
         self.client.batch_execute(sql).await.map_err(DbError::from_pg)
     }
 
+    /// The last column of the first row of a simple-protocol query, as text.
+    pub async fn first_value(&self, sql: &str) -> Result<Option<String>, DbError> {
+        let msgs = self.client.simple_query(sql).await.map_err(DbError::from_pg)?;
+        Ok(msgs.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if !r.is_empty() => r.get(r.len() - 1).map(str::to_string),
+            _ => None,
+        }))
+    }
+
     async fn stmt(&mut self, sql: &str) -> Result<tokio_postgres::Statement, DbError> {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
@@ -230,7 +239,7 @@ impl MySession {
     pub async fn connect(url: &str, lock_timeout_ms: u64, isolation: &str) -> Result<MySession, DbError> {
         let opts = mysql_async::Opts::from_url(url).map_err(|e| DbError { db: "my", sqlstate: None, errno: None, message: e.to_string(), detail: None })?;
         let mut conn = mysql_async::Conn::new(opts).await.map_err(DbError::from_my)?;
-        let secs = ((lock_timeout_ms + 999) / 1000).max(1);
+        let secs = lock_timeout_ms.div_ceil(1000).max(1);
         conn.query_drop(format!("SET SESSION innodb_lock_wait_timeout = {secs}")).await.map_err(DbError::from_my)?;
         conn.query_drop(format!("SET SESSION TRANSACTION ISOLATION LEVEL {isolation}")).await.map_err(DbError::from_my)?;
         Ok(MySession { conn })

@@ -87,7 +87,7 @@ struct Stats {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn log_line(mode: &str, gtid: &str, ids: &[String], t: f64, measured: bool, subs: &[Sub], from: usize, f: Option<&Failure>) -> String {
+fn log_line(mode: &str, gtid: &str, ids: &[String], decider_xid: Option<(usize, u32)>, t: f64, measured: bool, subs: &[Sub], from: usize, f: Option<&Failure>) -> String {
     let branches: Vec<Value> = subs
         .iter()
         .enumerate()
@@ -96,7 +96,11 @@ fn log_line(mode: &str, gtid: &str, ids: &[String], t: f64, measured: bool, subs
             let (table, read, written) = s.touched();
             let id = ids.get(i).cloned();
             let (gid, xid) = if s.db == workload::Db::Pg { (id, None) } else { (None, id) };
-            json!({"db": s.db.name(), "bid": format!("b{i}"), "gid": gid, "xid": xid, "table": table, "read": read, "written": written})
+            let mut b = json!({"db": s.db.name(), "bid": format!("b{i}"), "gid": gid, "xid": xid, "table": table, "read": read, "written": written});
+            if let Some((_, x)) = decider_xid.filter(|&(d, _)| d == i) {
+                b["pg_xid"] = json!(x);
+            }
+            b
         })
         .collect();
     let v = json!({
@@ -125,7 +129,7 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
             let r = if subs.len() == 1 && subs[0].autocommit {
                 c.run_autocommit(&subs[0]).await.map_err(|f| (0, f))
             } else if mode == Mode::Local {
-                c.run_local(&subs, from).await.map_err(|(done, f)| (done, f))
+                c.run_local(&subs, from).await
             } else {
                 c.run_global(&subs).await.map_err(|f| (0, f))
             };
@@ -136,7 +140,7 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
             match r {
                 Ok(()) => {
                     if want_log {
-                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, now_s(), measured, &subs, from, None));
+                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, c.last_decider_xid, now_s(), measured, &subs, from, None));
                     }
                     if measured {
                         st.commits += 1;
@@ -147,7 +151,7 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
                 }
                 Err((done, f)) => {
                     if want_log {
-                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, now_s(), measured, &subs, from, Some(&f)));
+                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, c.last_decider_xid, now_s(), measured, &subs, from, Some(&f)));
                     }
                     if measured {
                         *st.reasons.entry(f.kind.clone()).or_default() += 1;
