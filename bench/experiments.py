@@ -2,8 +2,9 @@
 default of bench/run_all.py; run it through that script).
 
 Experiments (--experiments, comma-separated):
-  micro     microbenchmark default point: 2pc, co, dip (when the installed pg_co and
-            daemon support it), shim, local
+  micro     microbenchmark default point: 2pc, 2pc:ser (MariaDB SERIALIZABLE), co, dip (when
+            the installed pg_co and daemon support it), shim, local; then the same point
+            settled (after its load and a plain VACUUM): 2pc, co, dip
   levers    the default point with one lever at a time, in 2pc and co alike:
             pg_co.conflict_action = wait (max_wait 0: wait until lock_timeout); pg_co.max_wait = 0
             (refuse at once, the old default; if the GUC exists); max_pred_locks_per_page = 64;
@@ -215,8 +216,10 @@ def main(argv=None) -> int:
 
             if "micro" in exps:
                 set_fillfactor(env, 80)
-                point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip", "shim", "local"],
-                      a.clients, log_attempts=True)
+                # 2pc:ser: plain 2PC with MariaDB at SERIALIZABLE as co runs it (2pc's branches
+                # run REPEATABLE READ), to tell CO's rules from MariaDB's isolation in co's cost.
+                point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:ser", "co", "dip", "shim", "local"],
+                      a.clients, log_attempts=True, extra={"2pc:ser": ["--my-isolation", "serializable"]})
                 # The same tables after those minutes of load and a plain VACUUM (run_point's,
                 # what autovacuum does): the steady state of a service that has been running,
                 # where pruning has made room for HOT updates again (docs/benchmarks.md).

@@ -89,6 +89,10 @@ def targets(summary: list[dict], rows: list[dict]) -> str:
     add("TPC-C W=4: co >= 1.25 x shim", "tpcc", "W=4", "co", "shim", 1.25)
     add("read-only MariaDB branches (S=2, P=0, R=12, W=0): co >= 1.3 x shim's dummy write",
         "micro_ro", "R=12:W=0:P=0", "co", "shim", 1.3)
+    m, lo, hi = pair_ratio(rows, "micro", "default", "co", "2pc:ser")
+    if m == m:
+        out.append(f"| (no target) microbenchmark default: co / 2pc with MariaDB at SERIALIZABLE too (2pc:ser) | "
+                   f"{_ci(m, lo, hi)}; {verdict(m, lo, hi)} | - |")
     m, lo, hi = pair_ratio(rows, "autocommit", "autocommit reads 80%", "co:acr=ON", "co:acr=OFF")
     if m == m:
         out.append(f"| (no target) autocommit-read protection: co with it ON / OFF | {_ci(m, lo, hi)}; "

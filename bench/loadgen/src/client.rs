@@ -45,6 +45,9 @@ pub struct Cfg {
     pub lock_timeout_ms: u64,
     pub parallel_prepare: bool,
     pub parallel_finish: bool,
+    /// MariaDB XA branches' isolation: REPEATABLE READ in mode 2pc, SERIALIZABLE otherwise,
+    /// unless --my-isolation says (a 2pc baseline at SERIALIZABLE).
+    pub my_isolation: &'static str,
 }
 
 pub enum Sess {
@@ -166,7 +169,7 @@ pub struct Client {
 impl Client {
     pub async fn open(cfg: Arc<Cfg>, wid: usize, sessions: &[(String, Db)]) -> Result<Client, String> {
         let mut sess = HashMap::new();
-        let my_iso = if cfg.mode == Mode::TwoPc { "REPEATABLE READ" } else { "SERIALIZABLE" };
+        let my_iso = cfg.my_isolation;
         for (name, db) in sessions {
             let s = match db {
                 Db::Pg => Sess::Pg(PgSession::connect(&cfg.pg_dsn, cfg.lock_timeout_ms).await.map_err(|e| e.to_string())?),
@@ -321,7 +324,7 @@ impl Client {
             let mut b = Branch { bid: bid.clone(), session: sub.session.clone(), db: sub.db, gid, xid, state: BState::Active };
             // Begin, the statements, and the shim's extra write (after the statements, as
             // driver.py: a PostgreSQL branch takes its helper slot then).
-            let my_iso = if mode == Mode::TwoPc { "REPEATABLE READ" } else { "SERIALIZABLE" };
+            let my_iso = self.cfg.my_isolation;
             let my_dummy = (sub.db == Db::My && sub.writes == 0)
                 .then(|| self.wid as i64 * DUMMY_ROWS_PER_WORKER + (i as i64) % DUMMY_ROWS_PER_WORKER);
             let sess = self.sess.get_mut(&sub.session).expect("session opened");

@@ -22,6 +22,8 @@ use workload::{Micro, Rng, Sub, Tpcc, Workload};
 const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|shim|dip
   --pg DSN --my URL [--coord URL --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
   [--lock-timeout-ms 2000] [--parallel-prepare] [--parallel-finish] [--attempt-log FILE]
+  [--my-isolation repeatable-read|serializable: MariaDB branches' level; default REPEATABLE READ
+   in mode 2pc, SERIALIZABLE otherwise]
   [--sync-stdin: after measure_end, keep the sessions until a line arrives on stdin]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0]
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
@@ -243,6 +245,15 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     };
+    let my_isolation = match a.0.get("my-isolation").map(String::as_str) {
+        None if mode == Mode::TwoPc => "REPEATABLE READ",
+        None | Some("serializable") => "SERIALIZABLE",
+        Some("repeatable-read") => "REPEATABLE READ",
+        Some(other) => {
+            eprintln!("--my-isolation {other}: expected repeatable-read or serializable\n{HELP}");
+            return 2;
+        }
+    };
     let cfg = Arc::new(Cfg {
         mode,
         pg_dsn: a.s("pg", "host=127.0.0.1 user=postgres dbname=postgres"),
@@ -252,13 +263,15 @@ async fn run(a: Args) -> i32 {
         lock_timeout_ms: a.f("lock-timeout-ms", 2000.0) as u64,
         parallel_prepare: a.flag("parallel-prepare"),
         parallel_finish: a.flag("parallel-finish"),
+        my_isolation,
     });
     let clients = a.f("clients", 8.0) as usize;
     let warmup = a.f("warmup", 1.0);
     let seconds = a.f("seconds", 5.0);
     let seed = a.f("seed", 1.0) as u64;
     let base = json!({"workload": workload, "mode": mode_name, "clients": clients, "warmup_s": warmup, "seconds": seconds,
-                      "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish});
+                      "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
+                      "my_isolation": cfg.my_isolation});
 
     // Sessions first (not measured), then everybody starts together.
     let mut cs = Vec::with_capacity(clients);
