@@ -124,7 +124,7 @@ def estimate(a, exps) -> float:
     per = a.warmup + a.seconds + 1.5
     n = 0
     if "micro" in exps:
-        n += (5 + 3) * (a.slices + 0.5)
+        n += (6 + 3) * (a.slices + 0.5)
     if "levers" in exps:
         n += (5 * 2 + 4) * (a.slices + 0.5)
     if "ro" in exps:
