@@ -25,13 +25,14 @@ import argparse
 import ast
 import re
 import shlex
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.harness import loadgen, slices, slices_report
+import psycopg
+
+from bench.harness import loadgen, refusal_breakdown, slices, slices_report
 from bench.harness.core import Env, log, machine, read_csv
 from bench.micro import micro
 from bench.tpcc import tpcc
@@ -107,17 +108,24 @@ def set_fillfactor(env, ff: int) -> None:
     env.pg.sql("ANALYZE")
 
 
-def breakdown(env, path: Path, mode: str) -> str | None:
-    """The refusal breakdown of one mode's refusals in an attempt log (when the module
-    exists), run while the servers are up: it reads page membership from PostgreSQL's
-    predicate locks. None when that mode has no pg_co refusal."""
-    if not (ROOT / "bench" / "harness" / "refusal_breakdown.py").exists() or not path.exists():
-        return None
-    r = subprocess.run([sys.executable, "-m", "bench.harness.refusal_breakdown", str(path), "--pg-dsn", env.pg.dsn,
-                        "--mode", mode], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    if r.returncode != 0:
-        return f"(refusal_breakdown failed: {r.stderr.strip()[-300:]})"
-    return r.stdout if len(r.stdout.strip().splitlines()) > 1 else None
+def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
+    """The refusal breakdown of each mode in one attempt log: the log read once, one page
+    map for all (run while the servers are up: page membership comes from PostgreSQL's
+    predicate locks). Modes without a pg_co refusal are left out."""
+    if not path.exists():
+        return {}
+    try:
+        attempts = refusal_breakdown.load(str(path))
+        out = {}
+        with psycopg.connect(env.pg.dsn, autocommit=True) as conn:
+            pages = refusal_breakdown.PageMap(conn)
+            for mode in modes:
+                counts, _ = refusal_breakdown.breakdown(attempts, pages, {mode})
+                if counts:
+                    out[mode] = refusal_breakdown.format_table(counts)
+        return out
+    except Exception as e:  # the measurements stand without it; say why it is missing
+        return {mode: f"(refusal_breakdown failed: {e!r:.300})" for mode in modes}
 
 
 def estimate(a, exps) -> float:
@@ -207,11 +215,13 @@ def main(argv=None) -> int:
                 if att is not None:
                     # One breakdown per mode that runs pg_co (a variant such as co:par has a
                     # log of its own), so that co's and dip's refusals are not pooled.
+                    per_log: dict[Path, list[str]] = {}
                     for mode in modes:
                         if mode.partition(":")[0] in ("co", "dip"):
-                            b = breakdown(env, slices.variant_log(att, mode), mode)
-                            if b:
-                                breakdowns[f"{exp} {name}, {mode}"] = b
+                            per_log.setdefault(slices.variant_log(att, mode), []).append(mode)
+                    for path, log_modes in per_log.items():
+                        for mode, b in refusal_breakdowns(env, path, log_modes).items():
+                            breakdowns[f"{exp} {name}, {mode}"] = b
                 return rows
 
             if "micro" in exps:
