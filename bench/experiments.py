@@ -111,7 +111,8 @@ def set_fillfactor(env, ff: int) -> None:
 def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
     """The refusal breakdown of each mode in one attempt log: the log read once, one page
     map for all (run while the servers are up: page membership comes from PostgreSQL's
-    predicate locks). Modes without a pg_co refusal are left out."""
+    predicate locks). A variant such as co:par has a log of its own in which the driver
+    names the base mode (co). Modes without a pg_co refusal are left out."""
     if not path.exists():
         return {}
     try:
@@ -120,7 +121,7 @@ def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
         with psycopg.connect(env.pg.dsn, autocommit=True) as conn:
             pages = refusal_breakdown.PageMap(conn)
             for mode in modes:
-                counts, _ = refusal_breakdown.breakdown(attempts, pages, {mode})
+                counts, _ = refusal_breakdown.breakdown(attempts, pages, {mode.partition(":")[0]})
                 if counts:
                     out[mode] = refusal_breakdown.format_table(counts)
         return out

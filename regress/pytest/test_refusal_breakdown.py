@@ -163,3 +163,18 @@ def test_only_measured_refusals_of_the_asked_mode_count(pg, tmp_path):
         assert rb.breakdown(log, rb.PageMap(c))[0] == {("B", "same_row"): 1}
         assert rb.breakdown(log, rb.PageMap(c), {"dip"})[0] == {}
         assert rb.breakdown(log, rb.PageMap(c), {"co"})[0] == {("B", "same_row"): 1}
+
+
+def test_run_all_breaks_down_a_variant_from_its_own_log(pg, tmp_path):
+    """A variant's log (co:par) holds attempts the driver labels with the base mode (co):
+    its breakdown must still be found, keyed by the variant."""
+    from types import SimpleNamespace
+
+    from bench import experiments
+    fresh_table(pg)
+    err = refused_by_rule_b(pg, [7], "UPDATE acct SET v = 2 WHERE id = 7")
+    log = tmp_path / "point_par.jsonl"
+    log.write_text("".join(json.dumps(a) + "\n" for a in [attempt("gX", "commit", [7], [199]),
+                                                          attempt("gT", "abort", [], [7], err)]))
+    out = experiments.refusal_breakdowns(SimpleNamespace(pg=pg), log, ["co:par"])
+    assert list(out) == ["co:par"] and out["co:par"].splitlines()[1].split() == ["B", "1", "0", "0", "0", "0", "0", "1"], out
