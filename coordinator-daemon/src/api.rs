@@ -201,6 +201,7 @@ pub fn http_status(code: &str) -> u16 {
         "invalid_json" | "invalid_body" | "invalid_field" | "invalid_id" | "id_too_long" | "confirmation_required" => 400,
         "unauthorized" => 401,
         "not_found" | "not_in_memory" | "unknown_transaction" | "unknown_branch" | "unknown_resource" => 404,
+        "outcome_forgotten" => 410,
         "method_not_allowed" => 405,
         "duplicate_branch" | "already_prepared" | "branch_not_prepared" | "no_branches" | "not_single_branch" | "not_decided"
         | "outcome_mismatch" | "transaction_aborted" | "transaction_committed" | "transaction_one_phase" | "wrong_state"
@@ -209,7 +210,7 @@ pub fn http_status(code: &str) -> u16 {
         "payload_too_large" => 413,
         "wrong_node" => 421,
         "too_many_transactions" => 429,
-        "store_unavailable" | "owner_unavailable" | "quarantined" | "lease_unconfirmed" | "too_many_connections" => 503,
+        "store_unavailable" | "owner_unavailable" | "quarantined" | "lease_unconfirmed" | "lease_lost" | "too_many_connections" => 503,
         _ => 500,
     }
 }

@@ -101,6 +101,7 @@ struct RawTimeouts {
     retry_max_ms: Option<Spanned<u64>>,
     long_poll_max_ms: Option<Spanned<u64>>,
     retention_ms: Option<Spanned<u64>>,
+    outcome_retention_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +134,9 @@ pub struct Timeouts {
     pub retry_max_ms: u64,
     pub long_poll_max_ms: u64,
     pub retention_ms: u64,
+    /// Decision records stay in the store (answerable) this long after their branches
+    /// finished; then they are purged and their gtids answer "outcome_forgotten".
+    pub outcome_retention_ms: u64,
 }
 
 /// Ownership of the node id (docs/coordinator.md, "Several daemons").
@@ -355,7 +359,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         retry_max_ms: cx.ms(&t.retry_max_ms, "timeouts.retry_max_ms", 10_000, 1, 3_600_000)?,
         long_poll_max_ms: cx.ms(&t.long_poll_max_ms, "timeouts.long_poll_max_ms", 30_000, 0, 600_000)?,
         retention_ms: cx.ms(&t.retention_ms, "timeouts.retention_ms", 60_000, 0, 86_400_000)?,
+        outcome_retention_ms: cx.ms(&t.outcome_retention_ms, "timeouts.outcome_retention_ms", 3_600_000, 0, 30 * 86_400_000)?,
     };
+    if timeouts.outcome_retention_ms < timeouts.retention_ms {
+        return cx.err(t.outcome_retention_ms.as_ref().map(|s| s.span()), "timeouts.outcome_retention_ms",
+            "must be >= timeouts.retention_ms (a finished transaction leaves memory before its record may go)");
+    }
     if timeouts.retry_max_ms < timeouts.retry_initial_ms {
         return cx.err(t.retry_max_ms.as_ref().map(|s| s.span()), "timeouts.retry_max_ms", "must be >= retry_initial_ms");
     }

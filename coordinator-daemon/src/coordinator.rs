@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::naming;
 use crate::resources::ResourceClient;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, StateFilter, Tx, TxState};
-use crate::store::{CorruptRecord, Decided, DecisionRecord, Store, Stored};
+use crate::store::{CorruptRecord, Decided, DecisionRecord, Store, Stored, Token};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -31,12 +31,16 @@ pub struct Entry {
     /// Its committed decision row (decision in a participant) is queued for deletion, or
     /// must stay (learnt in a recovery pass that could not list every resource).
     pub dip_forgotten: bool,
+    /// The generation of the lease grant of the gtid's node under which this entry came
+    /// into memory: its decision is written under that grant only (a stale write is
+    /// fenced by the store), never under a later one.
+    pub grant: i64,
 }
 
 impl Entry {
-    pub fn new(tx: Tx, recorded: bool) -> Entry {
+    pub fn new(tx: Tx, recorded: bool, grant: i64) -> Entry {
         let (w, _) = watch::channel(tx.decision());
-        Entry { tx, watch: w, recorded, forgotten: false, completing: false, dip_forgotten: false }
+        Entry { tx, watch: w, recorded, forgotten: false, completing: false, dip_forgotten: false, grant }
     }
 
     /// Makes the current decision visible to long polls, present and future (a plain
@@ -87,6 +91,13 @@ pub struct Coordinator {
     /// Committed decision rows (decision in a participant) whose transactions are
     /// finished: deleted in batches by the recovery pass.
     pub decisions_to_forget: Mutex<Vec<String>>,
+    /// The lease grants we act under, by node: our own and the nodes taken over.
+    pub grants: Mutex<HashMap<String, Token>>,
+    /// Our own grant was lost and memory is not yet reconciled with the store under a new
+    /// one: nothing is answered from memory, nothing acted on (lease.rs, `regain`).
+    pub regaining: std::sync::atomic::AtomicBool,
+    /// The store has stopped answering (logged once per stall).
+    pub store_stalled: std::sync::atomic::AtomicBool,
 }
 
 pub type Res = Result<Value, Refusal>;
@@ -133,6 +144,9 @@ impl Coordinator {
             lease: crate::lease::LeaseClock::new(),
             warned: Mutex::new(HashSet::new()),
             decisions_to_forget: Mutex::new(Vec::new()),
+            grants: Mutex::new(HashMap::new()),
+            regaining: std::sync::atomic::AtomicBool::new(false),
+            store_stalled: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -149,6 +163,15 @@ impl Coordinator {
         node == self.cfg.node_id || self.adopted.lock().unwrap().contains(node)
     }
 
+    /// Our current grant of `node`'s lease, if we hold one.
+    pub fn grant(&self, node: &str) -> Option<Token> {
+        self.grants.lock().unwrap().get(node).cloned()
+    }
+
+    fn generation_of(&self, node: &str) -> i64 {
+        self.grant(node).map(|t| t.generation).unwrap_or(-1)
+    }
+
     /// Logs `msg` once per `key` (conditions that recovery meets again at every pass).
     pub fn warn_once(&self, key: String, msg: &str, fields: Value) {
         if self.warned.lock().unwrap().insert(key) {
@@ -158,13 +181,30 @@ impl Coordinator {
 
     /// Durable decisions of nodes we act for, not yet in memory: their branches are unknown
     /// until recovery looks, so recovery may act on them at once (no owner grace).
-    pub fn adopt_records(&self, recs: &[DecisionRecord]) -> usize {
+    /// A record of a transaction that memory still shows committing (its write's answer
+    /// was lost, e.g. the store paused, and the retry has not come round yet) decides it
+    /// now: clients waiting on it hear the outcome, completion starts.
+    pub fn adopt_records(self: &Arc<Self>, recs: &[DecisionRecord]) -> usize {
+        let mut settled = vec![];
+        let n = self.adopt_records_inner(recs, &mut settled);
+        for (g, o) in settled {
+            log("info", "the store holds the decision of a transaction still committing in memory: applied", json!({"gtid": g, "outcome": o.as_str()}));
+            self.apply_decision(&g, o);
+        }
+        n
+    }
+
+    fn adopt_records_inner(&self, recs: &[DecisionRecord], settled: &mut Vec<(String, Outcome)>) -> usize {
         let mut txs = self.txs.lock().unwrap();
         let mut n = 0;
         for r in recs {
-            if !naming::gtid_node(&r.gtid).map(|x| self.acts_for(x)).unwrap_or(false) || txs.contains_key(&r.gtid) {
+            if let Some(e) = txs.get(&r.gtid) {
+                if e.tx.state == TxState::Committing {
+                    settled.push((r.gtid.clone(), r.outcome));
+                }
                 continue;
             }
+            let Some(node) = naming::gtid_node(&r.gtid).filter(|x| self.acts_for(x)) else { continue };
             let mut tx = Tx::new(r.gtid.clone(), Duration::from_millis(self.cfg.timeouts.transaction_ms));
             tx.recovered = true;
             tx.created_unix_ms = r.decided_unix_ms;
@@ -181,7 +221,7 @@ impl Coordinator {
                 Outcome::Abort => tx.abort(format!("recorded abort ({})", r.source), false),
             }
             tx.decided = Some(Instant::now());
-            txs.insert(r.gtid.clone(), Entry::new(tx, true));
+            txs.insert(r.gtid.clone(), Entry::new(tx, true, self.generation_of(node)));
             n += 1;
         }
         n
@@ -202,6 +242,14 @@ impl Coordinator {
         if let Err(e) = naming::check_id("gtid", gtid) {
             return refuse(e.code, e.message);
         }
+        // The store's word over memory: a quarantined gtid is answered "quarantined" by
+        // every daemon, the one that decided it included (cotx_protocol::answer).
+        if self.is_quarantined(gtid) {
+            return refuse("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
+        }
+        if self.regaining.load(Relaxed) {
+            return refuse("lease_unconfirmed", format!("node {} lost its lease and is taking it back: ask again", self.cfg.node_id));
+        }
         let mut txs = self.txs.lock().unwrap();
         match txs.get_mut(gtid) {
             Some(e) => {
@@ -220,15 +268,36 @@ impl Coordinator {
         if self.is_quarantined(gtid) {
             return Refusal::new("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
         }
-        let unknown = || Refusal::new("unknown_transaction", format!("no transaction {gtid:?} (never begun, or finished and forgotten: presumed abort)"));
+        let unknown = || Refusal::new("unknown_transaction", format!("no transaction {gtid:?} (never begun, or aborted and finished: presumed abort)"));
         let Some((node, _)) = naming::gtid_epoch(gtid) else { return unknown() };
-        if self.acts_for(node) {
+        // No record may mean abort only while a record could still be there: past its
+        // epoch's purge watermark the outcome is forgotten, never "aborted".
+        match self.store.get(gtid).await {
+            Ok(Stored::Absent { forgotten: false }) => {}
+            Ok(Stored::Absent { forgotten: true }) => {
+                return Refusal::new("outcome_forgotten", format!("{gtid}: its record was purged after the retention (timeouts.outcome_retention_ms); its outcome is no longer known"));
+            }
+            // Callers that answer with a record read it themselves (stored_decision).
+            Ok(Stored::Record(_)) => {}
+            Ok(Stored::Corrupt(c)) => {
+                self.quarantine(&c);
+                return Refusal::new("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
+            }
+            Err(e) => return Refusal::new("store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
+        }
+        // Presumed abort only by the node's owner under its grant (cotx_protocol::answer):
+        // a daemon that took the node over, or any other, answers from the store only —
+        // the previous owner's decision may still land (recovery records abort first).
+        if node == self.cfg.node_id && self.grant(node).is_some() {
             return unknown();
         }
+        if self.acts_for(node) {
+            return Refusal::new("owner_unavailable",
+                format!("{gtid} belongs to node {node}, taken over by this daemon: its recovery records the outcome; ask again"));
+        }
         match self.store.nodes().await {
-            // No lease row: no daemon of this store runs or ran as that node with anything
-            // left (a taken-over node's row goes once all of it is finished).
-            Ok(ls) if !ls.iter().any(|l| l.node == node) => unknown(),
+            Ok(ls) if !ls.iter().any(|l| l.node == node) => Refusal::new("owner_unavailable",
+                format!("{gtid} belongs to node {node}, which no daemon of this store holds and which has no recorded outcome for it; ask its daemon")),
             Ok(ls) => match ls.into_iter().find(|l| l.node == node) {
                 Some(l) if l.expires_in_ms > 0 && !l.url.is_empty() => Refusal {
                     code: "wrong_node",
@@ -248,12 +317,12 @@ impl Coordinator {
             return refuse(e.code, e.message);
         }
         match self.store.get(gtid).await {
-            Ok(Some(Stored::Record(r))) => Ok(Some(r)),
-            Ok(Some(Stored::Corrupt(c))) => {
+            Ok(Stored::Record(r)) => Ok(Some(r)),
+            Ok(Stored::Corrupt(c)) => {
                 self.quarantine(&c);
                 Err(self.elsewhere(gtid).await)
             }
-            Ok(None) => Ok(None),
+            Ok(Stored::Absent { .. }) => Ok(None),
             Err(e) => refuse("store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
         }
     }
@@ -303,7 +372,8 @@ impl Coordinator {
                 return refuse("too_many_transactions",
                     format!("{active} transactions are undecided (limits.max_active = {}); retry later", self.cfg.limits.max_active));
             }
-            txs.insert(gtid.clone(), Entry::new(tx, false));
+            let grant = self.generation_of(&self.cfg.node_id);
+            txs.insert(gtid.clone(), Entry::new(tx, false, grant));
         }
         self.metrics.begun.fetch_add(1, Relaxed);
         Ok(json!({"gtid": gtid, "state": "active", "timeout_ms": t}))
@@ -379,18 +449,29 @@ impl Coordinator {
     pub async fn commit_with(self: &Arc<Self>, gtid: &str, source: &str, prepared: &[String]) -> Res {
         self.refuse_new_work()?;
         let t0 = Instant::now();
-        let branches = self
-            .on(gtid, |e| {
-                let mut next = e.tx.clone();
-                for bid in prepared {
-                    next.prepared(bid)?;
-                }
-                next.check_commit()?;
-                e.tx = next;
-                e.tx.state = TxState::Committing;
-                Ok(e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>())
-            })
-            .await?;
+        let entered = self.with_tx(gtid, |e| {
+            let mut next = e.tx.clone();
+            for bid in prepared {
+                next.prepared(bid)?;
+            }
+            next.check_commit()?;
+            e.tx = next;
+            e.tx.state = TxState::Committing;
+            Ok((e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant))
+        });
+        let (branches, grant) = match entered {
+            Ok(x) => x,
+            // A commit asked again after the daemon forgot the transaction from memory
+            // (restart, retention, lost lease): the store's record answers it.
+            Err(r) if r.code == "not_in_memory" => {
+                return match self.stored_decision(gtid).await? {
+                    Some(rec) => Ok(json!({"gtid": gtid, "decision": rec.outcome.as_str(), "from_store": true})),
+                    None => Err(self.elsewhere(gtid).await),
+                };
+            }
+            Err(r) => return Err(r),
+        };
+        let fence = Some(Token { holder: self.holder.clone(), generation: grant });
         let rec = DecisionRecord {
             gtid: gtid.to_string(),
             outcome: Outcome::Commit,
@@ -399,7 +480,7 @@ impl Coordinator {
             node: self.cfg.node_id.clone(),
             source: source.to_string(),
         };
-        match self.store.decide(rec.clone()).await {
+        match self.store.decide(rec.clone(), fence.clone()).await {
             Ok(d) => {
                 self.metrics.observe_decision(t0.elapsed().as_secs_f64());
                 self.apply_decided(gtid, d)?;
@@ -417,7 +498,7 @@ impl Coordinator {
                     let mut delay = me.cfg.timeouts.retry_initial_ms;
                     loop {
                         tokio::time::sleep(Duration::from_millis(delay)).await;
-                        if let Ok(d) = me.store.decide(rec.clone()).await {
+                        if let Ok(d) = me.store.decide(rec.clone(), fence.clone()).await {
                             let _ = me.apply_decided(&g, d);
                             return;
                         }
@@ -441,7 +522,14 @@ impl Coordinator {
                 self.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
                 refuse("quarantined", format!("{gtid}: an unreadable decision record exists; an operator must decide"))
             }
-            Decided::Fenced(why) => crate::lease::lost(self, &why),
+            // Written under a grant that is gone: nothing was written. Memory is not
+            // touched: the daemon that lost its grant reconciles it with the store
+            // (lease.rs), and the outcome is whatever the store then says.
+            Decided::Forgotten => refuse("outcome_forgotten", format!("{gtid}: below its epoch's purge watermark; no decision is written for it any more")),
+            Decided::Fenced(why) => {
+                log("warn", "decision not written: this daemon's lease grant for the transaction's node is gone", json!({"gtid": gtid, "why": why}));
+                refuse("lease_lost", format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))
+            }
         }
     }
 
@@ -449,6 +537,9 @@ impl Coordinator {
         {
             let mut txs = self.txs.lock().unwrap();
             if let Some(e) = txs.get_mut(gtid) {
+                if e.tx.decision() == Some(o) {
+                    return; // applied already (a retry and a recovery pass may both bring it)
+                }
                 match o {
                     Outcome::Commit => {
                         e.tx.state = TxState::Committed;
@@ -599,6 +690,15 @@ impl Coordinator {
         };
         let wait = Duration::from_millis(wait_ms.min(self.cfg.timeouts.long_poll_max_ms));
         let _ = tokio::time::timeout(wait, rx.wait_for(|v| v.is_some())).await;
+        // Still committing: the write's answer may be lost while the record is in the
+        // store; answer from it rather than "no decision" for a committed transaction
+        // (the next recovery pass applies it to memory: adopt_records).
+        if self.with_tx(gtid, |e| Ok(e.tx.state == TxState::Committing)).unwrap_or(false) {
+            if let Ok(Stored::Record(r)) = self.store.get(gtid).await {
+                return Ok(json!({"gtid": gtid, "state": Self::record_json(&r)["state"], "decision": r.outcome.as_str(),
+                    "abort_reason": Self::record_json(&r)["abort_reason"], "retryable": false}));
+            }
+        }
         self.with_tx(gtid, |e| {
             Ok(json!({
                 "gtid": gtid,
@@ -628,7 +728,8 @@ mod tests {
     use super::*;
     use crate::store::sqlite::SqliteLog;
 
-    fn coord(name: &str) -> Arc<Coordinator> {
+    /// A coordinator that owns its node (claimed, epoch registered), as at start.
+    async fn coord(name: &str) -> Arc<Coordinator> {
         let d = std::env::temp_dir().join(format!("cotx-coord-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
@@ -638,12 +739,14 @@ mod tests {
         );
         let cfg = crate::config::parse(&src, None).unwrap();
         let store = Store::start(Box::new(SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap()), 64);
-        Coordinator::new(cfg, store, None).unwrap()
+        let c = Coordinator::new(cfg, store, None).unwrap();
+        crate::lease::claim_at_start(&c).await.unwrap();
+        c
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn commit_is_all_or_nothing_and_durable_first() {
-        let c = coord("commit");
+        let c = coord("commit").await;
         let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
@@ -673,7 +776,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn list_filters_by_state_and_names_the_accepted_values() {
-        let c = coord("list");
+        let c = coord("list").await;
         let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
         let gtids = |f: &str| -> Vec<String> {
             c.list(Some(f)).unwrap()["transactions"].as_array().unwrap().iter().map(|t| t["gtid"].as_str().unwrap().to_string()).collect()
@@ -689,7 +792,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn timeout_aborts_and_presumed_abort_leaves_no_record() {
-        let c = coord("timeout");
+        let c = coord("timeout").await;
         let g = c.begin(Some(10)).unwrap()["gtid"].as_str().unwrap().to_string();
         c.register(&g, "pg", "b1").await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -706,12 +809,12 @@ mod tests {
     /// Presumed abort only for our own nodes: another node's unknown gtid is never "abort".
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unknown_gtid_of_another_node_is_not_presumed_abort() {
-        let c = coord("other");
+        let c = coord("other").await;
         let own = naming::new_gtid("u1", 1, 1);
         assert_eq!(c.wait_decision(&own, 0).await.unwrap_err().code, "unknown_transaction");
         let other = naming::new_gtid("u2", 1, 1);
-        // Never here: no lease row of u2 in this store.
-        assert_eq!(c.wait_decision(&other, 0).await.unwrap_err().code, "unknown_transaction");
+        // No lease row of u2 in this store: still not ours to presume (only its owner may).
+        assert_eq!(c.wait_decision(&other, 0).await.unwrap_err().code, "owner_unavailable");
         // u2 holds (held) a lease in this store: its transactions are its own to answer.
         c.store.claim_node("u2", "someone", "http://127.0.0.1:1", 60_000, false).await.unwrap();
         let e = c.wait_decision(&other, 0).await.unwrap_err();

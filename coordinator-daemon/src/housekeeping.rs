@@ -40,8 +40,22 @@ impl Coordinator {
         }
     }
 
+    /// Says once per stall that the decision store stopped answering, and when it answers
+    /// again: a paused or partitioned store holds every commit and renewal silently.
+    fn watch_store(&self) {
+        let stalled = self.store.stats.stalled_ms();
+        let limit = self.cfg.lease.ttl_ms.min(2_000);
+        if stalled > limit && !self.store_stalled.swap(true, Relaxed) {
+            log("error", "decision store is not answering: commits wait for their records, the lease cannot be renewed",
+                json!({"stalled_ms": stalled}));
+        } else if stalled == 0 && self.store_stalled.swap(false, Relaxed) {
+            log("warn", "decision store answers again", json!({}));
+        }
+    }
+
     /// Abort what timed out, drop what is finished and old.
     pub fn tick(self: &Arc<Self>) {
+        self.watch_store();
         let now = Instant::now();
         let retention = Duration::from_millis(self.cfg.timeouts.retention_ms);
         let mut timed_out = vec![];

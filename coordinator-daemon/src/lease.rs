@@ -1,15 +1,20 @@
-//! Owning a node id. A daemon acts for a node only while it holds the node's lease in the
-//! store (renewed every `lease.renew_ms`, valid for `lease.ttl_ms`) and the node's lock at
-//! every resource it acts on (resources.rs). At start it claims both or refuses to run; it
-//! registers its epoch before issuing a gtid. When a renewal finds the lease taken, it
-//! exits; when renewals fail (store unreachable) past the lease's validity, it stops acting
-//! until one succeeds. With `lease.takeover`, it takes over nodes whose lease ran out,
-//! finishes their branches (recording abort for undecided ones, so a paused owner that
-//! wakes up loses), and releases them.
+//! Owning a node id. A daemon acts for a node only under a grant of the node's lease in
+//! the store (cotx_protocol::lease: holder + generation; renewed every `lease.renew_ms`,
+//! valid for `lease.ttl_ms`) and with the node's lock at every resource it acts on
+//! (resources.rs). At start it claims both or refuses to run; it registers its epoch
+//! before issuing a gtid. When renewals fail (store unreachable) past the lease's
+//! validity, it stops acting until one succeeds. When a renewal finds its grant gone —
+//! taken over, or taken over, finished and handed back while it was paused — it has lost
+//! the node even if it could claim it again at once: it stops acting, claims the node
+//! under a new grant, and reconciles its memory with the store before acting again
+//! (`regain`). With `lease.takeover`, it takes over nodes whose lease ran out, finishes
+//! their branches (recording abort for undecided ones, so a paused owner that wakes up
+//! loses), and releases them.
 
 use crate::coordinator::Coordinator;
 use crate::log::log;
-use crate::store::{Claim, Op};
+use crate::store::{Claim, Op, Renewal, Token};
+use cotx_protocol::answer::{after_regrant, Reconcile};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -34,29 +39,45 @@ impl LeaseClock {
     pub fn expired(&self) -> bool {
         mono_ms() > self.0.load(Relaxed)
     }
-}
-
-/// Our lease is gone to another holder: acting on would split transactions. Exit; a
-/// supervisor restarts us and the restart waits for the lease.
-pub fn lost(c: &Coordinator, why: &str) -> ! {
-    log("error", "node lease lost: stopping (another daemon holds this node now)", json!({"node_id": c.cfg.node_id, "holder": c.holder, "why": why}));
-    std::process::exit(3);
+    /// Known invalid until confirmed again.
+    pub fn revoke(&self) {
+        self.0.store(0, Relaxed);
+    }
 }
 
 /// Claims our node at start, waiting while a previous holder may still let go (its lease
 /// runs out, or a daemon that took it over releases it). Err names the holder.
 pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
     let l = &c.cfg.lease;
-    let deadline = Instant::now() + Duration::from_millis(2 * l.ttl_ms + 2 * c.cfg.timeouts.recovery_interval_ms);
+    claim_own(c, Some(Instant::now() + Duration::from_millis(2 * l.ttl_ms + 2 * c.cfg.timeouts.recovery_interval_ms))).await?;
+    c.lease.confirmed(l.ttl_ms, l.renew_ms);
+    // The epoch is durable before any gtid of it exists: recovery acts only on known epochs.
+    c.store.write(Op::RegisterEpoch { node: c.cfg.node_id.clone(), nonce: c.nonce }).await?;
+    c.epochs.lock().unwrap().insert((c.cfg.node_id.clone(), c.nonce));
+    Ok(())
+}
+
+/// Claims our own node under a new grant, asking a daemon that took it over to give it
+/// back; waits until `deadline` (None: for as long as it takes).
+async fn claim_own(c: &Coordinator, deadline: Option<Instant>) -> Result<(), String> {
+    let l = &c.cfg.lease;
     let mut said = false;
     loop {
-        match c.store.claim_node(&c.cfg.node_id, &c.holder, &c.cfg.advertise_url, l.ttl_ms, true).await? {
-            Claim::Granted => break,
-            Claim::HeldBy(h) => {
+        match c.store.claim_node(&c.cfg.node_id, &c.holder, &c.cfg.advertise_url, l.ttl_ms, true).await {
+            Ok(Claim::Granted(g)) => {
+                c.grants.lock().unwrap().insert(c.cfg.node_id.clone(), Token { holder: c.holder.clone(), generation: g });
+                break;
+            }
+            Err(e) if deadline.is_none() => {
+                log("warn", "cannot claim our node yet; will retry", json!({"node_id": c.cfg.node_id, "error": e}));
+                tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
+            }
+            Err(e) => return Err(e),
+            Ok(Claim::HeldBy(h)) => {
                 // A survivor that took our node over gives it back when asked (it releases
                 // at its next renewal): the row is a request, never a lease.
                 let _ = c.store.claim_node(&reclaim_key(&c.cfg.node_id), &c.holder, &c.cfg.advertise_url, l.ttl_ms, false).await;
-                if Instant::now() >= deadline {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(format!(
                         "node {} is held by {} ({}) whose lease runs {} ms more: another daemon runs as this node; give every daemon its own node_id",
                         c.cfg.node_id, h.holder, h.url, h.expires_in_ms
@@ -71,11 +92,73 @@ pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
         }
     }
     let _ = c.store.release_node(&reclaim_key(&c.cfg.node_id), &c.holder, true).await;
-    c.lease.confirmed(l.ttl_ms, l.renew_ms);
-    // The epoch is durable before any gtid of it exists: recovery acts only on known epochs.
-    c.store.write(Op::RegisterEpoch { node: c.cfg.node_id.clone(), nonce: c.nonce }).await?;
-    c.epochs.lock().unwrap().insert((c.cfg.node_id.clone(), c.nonce));
     Ok(())
+}
+
+/// Our grant is gone (defect 1 of issue 23: paused past the lease, taken over, finished
+/// and handed back). Nothing from before may be acted on: stop, claim the node under a
+/// new grant, and keep of memory only what the store confirms (cotx_protocol::answer::
+/// after_regrant); nodes we had taken over are let go (their leases run out and a live
+/// daemon takes them over).
+async fn regain(c: &Arc<Coordinator>, why: String) {
+    c.regaining.store(true, Relaxed);
+    c.lease.revoke();
+    c.metrics.lease_losses.fetch_add(1, Relaxed);
+    log("error", "node lease lost: acting on nothing until the node is claimed again and memory is reconciled with the store",
+        json!({"node_id": c.cfg.node_id, "holder": c.holder, "why": why}));
+    let adopted: Vec<String> = c.adopted.lock().unwrap().drain().collect();
+    for node in &adopted {
+        forget_node(c, node);
+    }
+    let _ = claim_own(c, None).await;
+    // Every entry of our node goes through the store's word.
+    let own: Vec<String> = c.txs.lock().unwrap().keys().filter(|g| crate::naming::gtid_node(g) == Some(&c.cfg.node_id)).cloned().collect();
+    let generation = c.grant(&c.cfg.node_id).map(|t| t.generation).unwrap_or(-1);
+    let (mut kept, mut dropped) = (0, 0);
+    for g in own {
+        let verdict = match c.store.get(&g).await {
+            Ok(s) => (after_regrant(s.view()), s),
+            // Unreadable now: forget it; every answer about it then comes from the store.
+            Err(_) => (Reconcile::Drop, crate::store::Stored::Absent { forgotten: false }),
+        };
+        let mut txs = c.txs.lock().unwrap();
+        match verdict {
+            (Reconcile::Keep(o), _) => {
+                if let Some(e) = txs.get_mut(&g) {
+                    e.grant = generation;
+                    e.recorded = true;
+                    e.tx.recovered = true;
+                    match o {
+                        crate::state::Outcome::Commit => e.tx.state = crate::state::TxState::Committed,
+                        crate::state::Outcome::Abort => e.tx.abort("recorded abort (a daemon that took this node over)".into(), false),
+                    }
+                    e.tx.decided.get_or_insert_with(Instant::now);
+                    e.publish();
+                }
+                kept += 1;
+            }
+            (Reconcile::Drop, _) => {
+                txs.remove(&g);
+                dropped += 1;
+            }
+            (Reconcile::Quarantine, crate::store::Stored::Corrupt(q)) => {
+                txs.remove(&g);
+                drop(txs);
+                c.quarantine(&q);
+            }
+            (Reconcile::Quarantine, _) => {}
+        }
+    }
+    let l = &c.cfg.lease;
+    c.lease.confirmed(l.ttl_ms, l.renew_ms);
+    c.regaining.store(false, Relaxed);
+    log("warn", "node claimed again under a new grant: memory reconciled with the store", json!({"node_id": c.cfg.node_id, "generation": generation, "kept": kept, "dropped": dropped}));
+}
+
+/// Drops what we hold of a node we no longer act for.
+fn forget_node(c: &Coordinator, node: &str) {
+    c.grants.lock().unwrap().remove(node);
+    c.txs.lock().unwrap().retain(|g, _| crate::naming::gtid_node(g) != Some(node));
 }
 
 /// Takes our node's lock at every reachable resource, refusing to run when another
@@ -122,18 +205,22 @@ pub async fn lock_resources_at_start(c: &Coordinator) -> Result<(), String> {
 pub fn spawn_renewal(c: Arc<Coordinator>) {
     tokio::spawn(async move {
         let l = c.cfg.lease.clone();
+        let mut last_renewed = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
             let mut nodes = vec![c.cfg.node_id.clone()];
             nodes.extend(c.adopted.lock().unwrap().iter().cloned());
             let mut ok = true;
+            let mut lost_own = None;
             for n in &nodes {
-                match c.store.claim_node(n, &c.holder, &c.cfg.advertise_url, l.ttl_ms, false).await {
-                    Ok(Claim::Granted) => {}
-                    Ok(Claim::HeldBy(h)) if *n == c.cfg.node_id => lost(&c, &format!("held by {} ({})", h.holder, h.url)),
-                    Ok(Claim::HeldBy(h)) => {
-                        log("warn", "a node we had taken over is held by another daemon now; leaving it", json!({"node": n, "holder": h.holder}));
+                let Some(tok) = c.grant(n) else { continue };
+                match c.store.renew_node(n, &tok, l.ttl_ms).await {
+                    Ok(Renewal::Renewed) => {}
+                    Ok(Renewal::Lost(why)) if *n == c.cfg.node_id => lost_own = Some(format!("{why:?}")),
+                    Ok(Renewal::Lost(why)) => {
+                        log("warn", "a node we had taken over is no longer ours; leaving it", json!({"node": n, "why": format!("{why:?}")}));
                         c.adopted.lock().unwrap().remove(n);
+                        forget_node(&c, n);
                     }
                     Err(e) => {
                         ok = false;
@@ -141,7 +228,19 @@ pub fn spawn_renewal(c: Arc<Coordinator>) {
                     }
                 }
             }
+            // A renewal long overdue: this process was paused or cut off (say so: it
+            // explains what follows, a lost grant or a takeover elsewhere).
+            let gap = last_renewed.elapsed().as_millis() as u64;
+            if ok && gap > l.ttl_ms {
+                log("warn", "lease renewed late: this daemon was paused or cut off from the store past its lease", json!({"node_id": c.cfg.node_id, "since_last_renewal_ms": gap, "ttl_ms": l.ttl_ms}));
+            }
+            if let Some(why) = lost_own {
+                regain(&c, why).await;
+                last_renewed = Instant::now();
+                continue;
+            }
             if ok {
+                last_renewed = Instant::now();
                 if c.lease.expired() {
                     log("info", "lease confirmed again: acting again", json!({"node_id": c.cfg.node_id}));
                 }
@@ -173,7 +272,8 @@ async fn take_over_expired(c: &Arc<Coordinator>) {
             continue;
         }
         match c.store.claim_node(&lease.node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
-            Ok(Claim::Granted) => {
+            Ok(Claim::Granted(g)) => {
+                c.grants.lock().unwrap().insert(lease.node.clone(), Token { holder: c.holder.clone(), generation: g });
                 c.metrics.takeovers.fetch_add(1, Relaxed);
                 log("warn", "took over a node whose lease ran out: finishing its transactions", json!({"node": lease.node, "previous_holder": lease.holder, "expired_ms_ago": -lease.expires_in_ms}));
                 c.adopted.lock().unwrap().insert(lease.node);
@@ -201,7 +301,8 @@ pub async fn adopt_released_with_branches(c: &Coordinator, nodes: HashSet<String
         if leases.iter().any(|l| l.node == node || l.node == reclaim_key(&node)) || c.adopted.lock().unwrap().contains(&node) {
             continue; // leased (alive, or expired: the takeover loop handles it)
         }
-        if let Ok(Claim::Granted) = c.store.claim_node(&node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
+        if let Ok(Claim::Granted(g)) = c.store.claim_node(&node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
+            c.grants.lock().unwrap().insert(node.clone(), Token { holder: c.holder.clone(), generation: g });
             c.metrics.takeovers.fetch_add(1, Relaxed);
             log("warn", "a prepared branch of a released node came back (a database lost a rollback in a crash): taking the node again to finish it", json!({"node": node}));
             c.adopted.lock().unwrap().insert(node.clone());
@@ -222,6 +323,7 @@ pub async fn release_adopted(c: &Coordinator, node: &str, forget: bool) {
         c.adopted.lock().unwrap().insert(node.to_string());
         return;
     }
+    c.grants.lock().unwrap().remove(node);
     for rc in c.resources.values() {
         rc.release_node_lock(node).await;
     }

@@ -27,7 +27,8 @@ use std::time::Duration;
 /// and MariaDB (docs/coordinator.md).
 ///
 /// Exit status: 0 done; 1 a command failed (the daemon said no, or could not be reached);
-/// 2 bad arguments or an invalid config; 3 the daemon lost its node lease to another one.
+/// 2 bad arguments or an invalid config. (A daemon that loses its node lease no longer
+/// exits: it claims the node again and reconciles its memory with the store.)
 #[derive(clap::Parser)]
 #[command(name = "cotx-coordinator", version, propagate_version = true)]
 struct Cli {
@@ -159,15 +160,14 @@ fn main() {
     }
 }
 
-fn open_store(cfg: &config::StoreConfig, holder: &str) -> Result<store::Store, String> {
-    let holder = holder.to_string();
+fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
     match cfg.clone() {
         config::StoreConfig::Sqlite { path, group_commit, max_batch } => store::Store::open_in_thread(
             move || Ok(Box::new(store::sqlite::SqliteLog::open(&path)?) as Box<dyn store::DecisionLog>),
             if group_commit { max_batch } else { 1 },
         ),
         config::StoreConfig::Postgres { dsn, table, group_commit, max_batch } => store::Store::open_in_thread(
-            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table, &holder)?) as Box<dyn store::DecisionLog>),
+            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table)?) as Box<dyn store::DecisionLog>),
             if group_commit { max_batch } else { 1 },
         ),
     }
@@ -177,8 +177,7 @@ fn serve(cfg: config::Config) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async move {
         let nonce = coordinator::Coordinator::new_nonce();
-        let holder = coordinator::holder_id(&cfg.node_id, nonce);
-        let store = match open_store(&cfg.store, &holder) {
+        let store = match open_store(&cfg.store) {
             Ok(s) => s,
             Err(e) => die(&format!("cannot open the decision store: {e}")),
         };
@@ -255,7 +254,7 @@ fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<(), 
     let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024 };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let s = open_store(&cfg, "bench")?;
+        let s = open_store(&cfg)?;
         let t0 = std::time::Instant::now();
         let mut hs = vec![];
         for c in 0..clients {
@@ -271,7 +270,7 @@ fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<(), 
                         node: "b".into(),
                         source: "bench".into(),
                     };
-                    s.decide(rec).await?;
+                    s.decide(rec, None).await?;
                 }
                 Ok::<(), String>(())
             }));

@@ -31,6 +31,8 @@ pub struct Metrics {
     /// Prepared branches of our node from an epoch our store does not know (left alone).
     pub foreign_branches: AtomicU64,
     pub takeovers: AtomicU64,
+    /// Our own node's grant found gone at a renewal (lease.rs, `regain`).
+    pub lease_losses: AtomicU64,
     lat_buckets: [AtomicU64; 12],
     lat_count: AtomicU64,
     lat_sum_us: AtomicU64,
@@ -86,6 +88,7 @@ impl Metrics {
         gauge(&mut s, "cotx_unconfigured_resource_branches", "Prepared branches on resources no longer in the config.", g.unconfigured_branches as f64);
         gauge(&mut s, "cotx_adopted_nodes", "Nodes taken over from daemons whose lease ran out.", g.adopted_nodes as f64);
         c(&mut s, "cotx_takeovers_total", "Nodes taken over.", self.takeovers.load(Relaxed));
+        c(&mut s, "cotx_lease_losses_total", "Times this daemon found its own node's lease grant gone and reclaimed the node (memory reconciled with the store).", self.lease_losses.load(Relaxed));
         c(&mut s, "cotx_foreign_branches_total", "Prepared branches of our node id from an epoch our store does not know (left alone).", self.foreign_branches.load(Relaxed));
         c(&mut s, "cotx_overloaded_total", "Begins refused with 429 (limits.max_active).", self.overloaded.load(Relaxed));
         c(&mut s, "cotx_connections_refused_total", "Connections refused (limits.max_connections).", self.connections_refused.load(Relaxed));

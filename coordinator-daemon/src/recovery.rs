@@ -27,31 +27,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// What one branch found prepared should get. Pure, for unit tests.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Action {
-    Commit,
-    Rollback,
-    /// Undecided (active) or within its owner's grace period: leave it.
-    Leave,
-    /// Another epoch, no record: record abort first, then act on what the store says.
-    RecordAbort,
-}
-
-/// `decision`: in memory (with "owner grace running"); `ours`: the gtid is of our current
-/// epoch (our memory is complete for it).
-pub fn decide(decision: Option<(Outcome, bool)>, active: bool, recorded_commit: bool, ours: bool) -> Action {
-    match decision {
-        Some((_, true)) => Action::Leave,
-        Some((Outcome::Commit, false)) => Action::Commit,
-        Some((Outcome::Abort, false)) if recorded_commit => Action::Commit,
-        Some((Outcome::Abort, false)) => Action::Rollback,
-        None if recorded_commit => Action::Commit,
-        None if active => Action::Leave,
-        None if ours => Action::Rollback,
-        None => Action::RecordAbort,
-    }
-}
+/// What one branch found prepared gets: the protocol's pure rule (shared with the model).
+pub use cotx_protocol::recovery::{decide, Action};
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -257,6 +234,7 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     }
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
     c.forget_finished();
+    c.store.write_later(crate::store::Op::Purge { older_than_ms: c.cfg.timeouts.outcome_retention_ms });
     c.flush_forgotten_decisions().await;
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
@@ -291,7 +269,9 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
         node: c.cfg.node_id.clone(),
         source: "takeover".into(),
     };
-    match c.store.decide(rec.clone()).await {
+    let node = naming::gtid_node(gtid).unwrap_or_default();
+    let Some(fence) = c.grant(node) else { return None };
+    match c.store.decide(rec.clone(), Some(fence)).await {
         Ok(Decided::Outcome(o)) => {
             let mut r = rec;
             r.outcome = o;
@@ -304,6 +284,10 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
         }
         Ok(Decided::Fenced(why)) => {
             log("warn", "recovery: lost the lease of this gtid's node; leaving it", json!({"gtid": gtid, "why": why}));
+            None
+        }
+        Ok(Decided::Forgotten) => {
+            log("error", "recovery: a prepared branch of a gtid whose record was purged after the retention: its outcome is no longer known; an operator decides (cotx-coordinator force)", json!({"gtid": gtid, "branches": branches}));
             None
         }
         Err(e) => {
@@ -332,7 +316,8 @@ impl Coordinator {
         tx.state = state::TxState::Committed;
         tx.decided = Some(std::time::Instant::now());
         tx.decide_in = Some(String::new());
-        let mut e = crate::coordinator::Entry::new(tx, false);
+        let grant = self.grant(naming::gtid_node(gtid).unwrap_or_default()).map(|t| t.generation).unwrap_or(-1);
+        let mut e = crate::coordinator::Entry::new(tx, false, grant);
         e.dip_forgotten = !complete;
         txs.insert(gtid.to_string(), e);
         log("info", "recovery: decision found committed in a participant", json!({"gtid": gtid, "branches": branches}));
@@ -341,26 +326,5 @@ impl Coordinator {
     /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
     pub fn has_unfinished_of(&self, node: &str) -> bool {
         self.txs.lock().unwrap().values().any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recovery_decisions() {
-        // Unknown, not active, our epoch: presumed abort.
-        assert_eq!(decide(None, false, false, true), Action::Rollback);
-        // Unknown, another epoch: an abort is recorded first (its old owner may wake up).
-        assert_eq!(decide(None, false, false, false), Action::RecordAbort);
-        // Undecided and live: leave it.
-        assert_eq!(decide(None, true, false, true), Action::Leave);
-        // Recorded commit (e.g. after a restart): commit.
-        assert_eq!(decide(None, false, true, false), Action::Commit);
-        assert_eq!(decide(Some((Outcome::Commit, false)), false, true, true), Action::Commit);
-        // Owner still in its grace period: leave it to the owner.
-        assert_eq!(decide(Some((Outcome::Commit, true)), false, true, true), Action::Leave);
-        assert_eq!(decide(Some((Outcome::Abort, false)), false, false, true), Action::Rollback);
     }
 }

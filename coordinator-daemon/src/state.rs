@@ -5,28 +5,8 @@ use crate::config::ResourceKind;
 use serde::Serialize;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Commit,
-    Abort,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Commit => "commit",
-            Outcome::Abort => "abort",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Outcome> {
-        match s {
-            "commit" => Some(Outcome::Commit),
-            "abort" => Some(Outcome::Abort),
-            _ => None,
-        }
-    }
-}
+/// A transaction's outcome: the protocol crate's (shared with the model checker).
+pub use cotx_protocol::Outcome;
 
 /// Also the `state` of the API's Transaction schema (openapi.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]

@@ -12,6 +12,7 @@ pub mod postgres;
 pub mod sqlite;
 
 use crate::state::Outcome;
+pub use cotx_protocol::lease::{Renewal, Token};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -52,6 +53,21 @@ pub struct CorruptRecord {
 pub enum Stored {
     Record(DecisionRecord),
     Corrupt(CorruptRecord),
+    /// No row. `forgotten`: the gtid is at or below its epoch's purge watermark, so a
+    /// record of it may have existed and been purged after the retention (never "abort").
+    Absent { forgotten: bool },
+}
+
+impl Stored {
+    /// The protocol's view of it (cotx_protocol::answer).
+    pub fn view(&self) -> cotx_protocol::answer::Stored {
+        use cotx_protocol::answer::Stored as V;
+        match self {
+            Stored::Record(r) => V::Record(r.outcome),
+            Stored::Corrupt(_) => V::Corrupt,
+            Stored::Absent { forgotten } => V::Absent { forgotten: *forgotten },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -76,17 +92,24 @@ pub struct NodeLease {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    Granted,
+    /// Granted under a new generation (cotx_protocol::lease).
+    Granted(i64),
     HeldBy(NodeLease),
 }
 
 #[derive(Debug, Clone)]
 pub enum Op {
-    /// Conditional insert: an existing record for the gtid wins and is returned.
-    Decide(DecisionRecord),
+    /// Conditional insert: an existing record for the gtid wins and is returned. The
+    /// token is the lease grant of the gtid's node the write is made under: the store
+    /// writes only while that grant is in force (`None`: unfenced, tools and tests only).
+    Decide(DecisionRecord, Option<Token>),
     /// Operator resolution of a quarantined (unreadable) record: replaces it.
     Overwrite(DecisionRecord),
+    /// Every branch is finished: the record is kept (answerable) until the retention.
     Forget(String),
+    /// Deletes records finished more than `older_than_ms` ago, raising each epoch's purge
+    /// watermark to the highest sequence number deleted (cotx_protocol::answer::forgotten).
+    Purge { older_than_ms: u64 },
     Audit(AuditEntry),
     /// Durable before any gtid of this epoch is issued.
     RegisterEpoch { node: String, nonce: u64 },
@@ -100,6 +123,9 @@ pub enum OpResult {
     Corrupt(String),
     /// The writer does not hold the lease of the gtid's node any more: nothing was written.
     Fenced(String),
+    /// The gtid is at or below its epoch's purge watermark: no decision is written for it
+    /// any more (a write stalled past the retention must not land unopposed).
+    Forgotten,
     Done,
 }
 
@@ -110,17 +136,23 @@ pub enum Decided {
     Outcome(Outcome),
     Corrupt(String),
     Fenced(String),
+    Forgotten,
 }
 
 pub trait DecisionLog: Send + 'static {
     /// Applies the ops in one durable transaction (one sync), all or nothing.
     fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String>;
+    /// Unfinished records, and every row that cannot be read (finished or not).
     fn load(&mut self) -> Result<Loaded, String>;
-    fn get(&mut self, gtid: &str) -> Result<Option<Stored>, String>;
+    fn get(&mut self, gtid: &str) -> Result<Stored, String>;
     fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String>;
     /// Claims (or renews) the lease on `node` for `holder`. `fence_expired`: a holder
     /// whose lease ran out is cut off (its store session ended) and the claim taken.
+    /// Every grant draws a new generation from a counter that never goes back.
     fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String>;
+    /// Extends the lease of the grant `t` if it is still in force (cotx_protocol::lease::renewal);
+    /// never grants anew.
+    fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, String>;
     /// Gives the lease up. `forget`: delete it (a taken-over node with nothing left);
     /// otherwise it is only marked expired, so that anything still in doubt is taken over.
     fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), String>;
@@ -152,6 +184,7 @@ pub fn loaded_from(rows: Vec<Stored>, epochs: Vec<(String, u64)>) -> Loaded {
         match r {
             Stored::Record(x) => l.records.push(x),
             Stored::Corrupt(x) => l.corrupt.push(x),
+            Stored::Absent { .. } => {}
         }
     }
     l
@@ -162,9 +195,10 @@ type Reply<T> = oneshot::Sender<Result<T, String>>;
 enum Req {
     Write(Op, Option<Reply<OpResult>>),
     Load(Reply<Loaded>),
-    Get(String, Reply<Option<Stored>>),
+    Get(String, Reply<Stored>),
     Audit(Reply<Vec<AuditEntry>>),
     Claim { node: String, holder: String, url: String, ttl_ms: u64, fence_expired: bool, reply: Reply<Claim> },
+    Renew { node: String, token: Token, ttl_ms: u64, reply: Reply<Renewal> },
     Release { node: String, holder: String, forget: bool, reply: Reply<()> },
     Nodes(Reply<Vec<NodeLease>>),
 }
@@ -174,6 +208,19 @@ pub struct StoreStats {
     pub batches: AtomicU64,
     pub ops: AtomicU64,
     pub errors: AtomicU64,
+    /// Unix ms at which the writer began the request it is working on; 0 when idle. A
+    /// store that stops answering (paused, partitioned) shows here: the daemon warns.
+    pub busy_since_ms: AtomicU64,
+}
+
+impl StoreStats {
+    /// How long the writer has been waiting on the store for its current request.
+    pub fn stalled_ms(&self) -> u64 {
+        match self.busy_since_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            t => crate::state::unix_ms().saturating_sub(t),
+        }
+    }
 }
 
 /// Front of the store: cheap to clone, usable from async code.
@@ -227,11 +274,12 @@ impl Store {
         let _ = self.tx.send(Req::Write(op, None));
     }
 
-    pub async fn decide(&self, rec: DecisionRecord) -> Result<Decided, String> {
-        match self.write(Op::Decide(rec)).await? {
+    pub async fn decide(&self, rec: DecisionRecord, fence: Option<Token>) -> Result<Decided, String> {
+        match self.write(Op::Decide(rec, fence)).await? {
             OpResult::Decided(o) => Ok(Decided::Outcome(o)),
             OpResult::Corrupt(why) => Ok(Decided::Corrupt(why)),
             OpResult::Fenced(why) => Ok(Decided::Fenced(why)),
+            OpResult::Forgotten => Ok(Decided::Forgotten),
             OpResult::Done => Err("store returned no outcome".into()),
         }
     }
@@ -246,7 +294,7 @@ impl Store {
         self.ask(Req::Load).await
     }
 
-    pub async fn get(&self, gtid: &str) -> Result<Option<Stored>, String> {
+    pub async fn get(&self, gtid: &str) -> Result<Stored, String> {
         self.ask(|r| Req::Get(gtid.to_string(), r)).await
     }
 
@@ -257,6 +305,11 @@ impl Store {
     pub async fn claim_node(&self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
         let (node, holder, url) = (node.to_string(), holder.to_string(), url.to_string());
         self.ask(|reply| Req::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
+    }
+
+    pub async fn renew_node(&self, node: &str, token: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+        let (node, token) = (node.to_string(), token.clone());
+        self.ask(|reply| Req::Renew { node, token, ttl_ms, reply }).await
     }
 
     pub async fn release_node(&self, node: &str, holder: &str, forget: bool) -> Result<(), String> {
@@ -272,6 +325,7 @@ impl Store {
 fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, stats: &StoreStats) {
     let mut pending: Option<Req> = None;
     loop {
+        stats.busy_since_ms.store(0, Ordering::Relaxed);
         let first = match pending.take() {
             Some(r) => r,
             None => match rx.recv() {
@@ -279,6 +333,7 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
                 Err(_) => return,
             },
         };
+        stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
         match first {
             Req::Load(s) => {
                 let _ = s.send(log.load());
@@ -291,6 +346,9 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
             }
             Req::Claim { node, holder, url, ttl_ms, fence_expired, reply } => {
                 let _ = reply.send(log.claim_node(&node, &holder, &url, ttl_ms, fence_expired));
+            }
+            Req::Renew { node, token, ttl_ms, reply } => {
+                let _ = reply.send(log.renew_node(&node, &token, ttl_ms));
             }
             Req::Release { node, holder, forget, reply } => {
                 let _ = reply.send(log.release_node(&node, &holder, forget));
@@ -338,6 +396,24 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
     }
 }
 
+/// The sequence number of a gtid within its epoch (naming::new_gtid), for the purge
+/// watermark.
+pub fn gtid_seq(gtid: &str) -> Option<u64> {
+    u64::from_str_radix(gtid.rsplit_once('-')?.1, 16).ok()
+}
+
+/// The highest purged sequence number per epoch among `gtids`.
+pub fn purge_watermarks(gtids: &[String]) -> std::collections::BTreeMap<(String, u64), u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for g in gtids {
+        if let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(g), gtid_seq(g)) {
+            let w = m.entry((node.to_string(), nonce)).or_insert(0);
+            *w = seq.max(*w);
+        }
+    }
+    m
+}
+
 pub fn branches_to_json(b: &[(String, String)]) -> String {
     serde_json::to_string(b).unwrap_or_else(|_| "[]".into())
 }
@@ -366,14 +442,17 @@ mod tests {
         fn load(&mut self) -> Result<Loaded, String> {
             Ok(Loaded::default())
         }
-        fn get(&mut self, _: &str) -> Result<Option<Stored>, String> {
-            Ok(None)
+        fn get(&mut self, _: &str) -> Result<Stored, String> {
+            Ok(Stored::Absent { forgotten: false })
         }
         fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
             Ok(vec![])
         }
         fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
-            Ok(Claim::Granted)
+            Ok(Claim::Granted(1))
+        }
+        fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, String> {
+            Ok(Renewal::Renewed)
         }
         fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
             Ok(())
@@ -393,7 +472,7 @@ mod tests {
         let mut hs = vec![];
         for i in 0..50 {
             let s = store.clone();
-            hs.push(tokio::spawn(async move { s.decide(rec(i)).await }));
+            hs.push(tokio::spawn(async move { s.decide(rec(i), None).await }));
         }
         for h in hs {
             assert_eq!(h.await.unwrap().unwrap(), Decided::Outcome(Outcome::Commit));

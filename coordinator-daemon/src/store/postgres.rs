@@ -9,16 +9,14 @@
 //! (by the store's clock, not the daemons') decides: an expired holder's session is
 //! terminated by whoever takes the node over.
 
-use super::{branches_to_json, existing_outcome, loaded_from, parse_row, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Stored};
+use super::{branches_to_json, existing_outcome, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Renewal, Stored, Token};
+use cotx_protocol::lease;
 use crate::naming::{self, XA_FORMAT_ID};
 use postgres::{Client, NoTls};
 
 pub struct PgLog {
     dsn: String,
     table: String,
-    /// This process's lease holder id: a decision is written only while the lease of its
-    /// gtid's node names us (a fenced zombie writes nothing).
-    holder: String,
     client: Option<Client>,
 }
 
@@ -34,8 +32,8 @@ const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 impl PgLog {
     /// `table` is checked by the config to be a plain lowercase identifier.
-    pub fn open(dsn: &str, table: &str, holder: &str) -> Result<PgLog, String> {
-        let mut l = PgLog { dsn: dsn.to_string(), table: table.to_string(), holder: holder.to_string(), client: None };
+    pub fn open(dsn: &str, table: &str) -> Result<PgLog, String> {
+        let mut l = PgLog { dsn: dsn.to_string(), table: table.to_string(), client: None };
         l.client()?;
         Ok(l)
     }
@@ -52,7 +50,14 @@ impl PgLog {
                  CREATE TABLE IF NOT EXISTS {t}_epochs(node text NOT NULL, nonce bigint NOT NULL, started_ms bigint NOT NULL,
                     PRIMARY KEY(node, nonce));
                  CREATE TABLE IF NOT EXISTS {t}_nodes(node text PRIMARY KEY, holder text NOT NULL, url text NOT NULL,
-                    expires_ms bigint NOT NULL);"
+                    expires_ms bigint NOT NULL);
+                 -- Lease grants (cotx_protocol::lease), finished records kept for the retention,
+                 -- purge watermarks (cotx_protocol::answer). Added in place to older tables.
+                 CREATE SEQUENCE IF NOT EXISTS {t}_grants;
+                 ALTER TABLE {t}_nodes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0;
+                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS finished_ms bigint;
+                 ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS purged_seq bigint;
+                 CREATE INDEX IF NOT EXISTS {t}_finished ON {t}(finished_ms) WHERE finished_ms IS NOT NULL;"
             ))
             .map_err(e)?;
             self.client = Some(c);
@@ -70,25 +75,34 @@ impl PgLog {
         r
     }
 
-    fn batch(c: &mut Client, t: &str, holder: &str, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+    fn batch(c: &mut Client, t: &str, ops: &[Op]) -> Result<Vec<OpResult>, String> {
         let mut tx = c.transaction().map_err(e)?;
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
             out.push(match op {
-                Op::Decide(r) => {
+                Op::Decide(r, fence) => {
                     let owner = naming::gtid_node(&r.gtid).unwrap_or_default();
+                    let (holder, generation) = fence.as_ref().map(|f| (f.holder.as_str(), f.generation)).unwrap_or(("", 0));
+                    // The lease row is locked (FOR SHARE) for this transaction: a takeover's
+                    // claim waits until the decision is in, and then its recovery reads it.
+                    let (nonce, seq) = epoch_seq(&r.gtid);
                     let rows = tx
                         .query(
                             &format!("INSERT INTO {t}(gtid, outcome, branches, decided_ms, node, source) SELECT $1,$2,$3,$4,$5,$6
-                                      WHERE EXISTS (SELECT 1 FROM {t}_nodes WHERE node = $7 AND holder = $8)
+                                      WHERE ($10 OR EXISTS (SELECT 1 FROM {t}_nodes WHERE node = $7 AND holder = $8 AND generation = $9 FOR SHARE))
+                                        AND NOT EXISTS (SELECT 1 FROM {t}_epochs WHERE node = $7 AND nonce = $11 AND purged_seq >= $12)
                                       ON CONFLICT (gtid) DO NOTHING RETURNING outcome"),
-                            &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source, &owner, &holder],
+                            &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source, &owner, &holder, &generation, &fence.is_none(), &nonce, &seq],
                         )
                         .map_err(e)?;
                     if rows.is_empty() {
                         match tx.query_opt(&format!("SELECT outcome FROM {t} WHERE gtid = $1"), &[&r.gtid]).map_err(e)? {
                             Some(row) => existing_outcome(row.get::<_, &str>(0)),
-                            None => OpResult::Fenced(format!("the lease of node {owner} is not held by this process ({holder})")),
+                            None if tx
+                                .query_opt(&format!("SELECT 1 FROM {t}_epochs WHERE node = $1 AND nonce = $2 AND purged_seq >= $3"), &[&owner, &nonce, &seq])
+                                .map_err(e)?
+                                .is_some() => OpResult::Forgotten,
+                            None => OpResult::Fenced(format!("the lease of node {owner} is no longer grant {generation} of {holder}")),
                         }
                     } else {
                         OpResult::Decided(r.outcome)
@@ -98,14 +112,34 @@ impl PgLog {
                     tx.execute(
                         &format!("INSERT INTO {t}(gtid, outcome, branches, decided_ms, node, source) VALUES ($1,$2,$3,$4,$5,$6)
                                   ON CONFLICT (gtid) DO UPDATE SET outcome = EXCLUDED.outcome, branches = EXCLUDED.branches,
-                                  decided_ms = EXCLUDED.decided_ms, node = EXCLUDED.node, source = EXCLUDED.source"),
+                                  decided_ms = EXCLUDED.decided_ms, node = EXCLUDED.node, source = EXCLUDED.source, finished_ms = NULL"),
                         &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source],
                     )
                     .map_err(e)?;
                     OpResult::Decided(r.outcome)
                 }
                 Op::Forget(g) => {
-                    tx.execute(&format!("DELETE FROM {t} WHERE gtid = $1"), &[g]).map_err(e)?;
+                    tx.execute(&format!("UPDATE {t} SET finished_ms = {NOW_MS} WHERE gtid = $1 AND finished_ms IS NULL"), &[g]).map_err(e)?;
+                    OpResult::Done
+                }
+                Op::Purge { older_than_ms } => {
+                    let gtids: Vec<String> = tx
+                        .query(&format!("SELECT gtid FROM {t} WHERE finished_ms < {NOW_MS} - $1 ORDER BY finished_ms LIMIT 10000"), &[&(*older_than_ms as i64)])
+                        .map_err(e)?
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    // The watermarks go in with the delete, in one transaction: no moment
+                    // where a purged commit reads as "never recorded".
+                    for ((node, nonce), w) in purge_watermarks(&gtids) {
+                        tx.execute(
+                            &format!("INSERT INTO {t}_epochs(node, nonce, started_ms, purged_seq) VALUES ($1, $2, {NOW_MS}, $3)
+                                      ON CONFLICT (node, nonce) DO UPDATE SET purged_seq = GREATEST(COALESCE({t}_epochs.purged_seq, 0), EXCLUDED.purged_seq)"),
+                            &[&node, &(nonce as i64), &(w as i64)],
+                        )
+                        .map_err(e)?;
+                    }
+                    tx.execute(&format!("DELETE FROM {t} WHERE gtid = ANY($1)"), &[&gtids]).map_err(e)?;
                     OpResult::Done
                 }
                 Op::Audit(a) => {
@@ -131,9 +165,11 @@ impl PgLog {
     }
 
     fn rows(c: &mut Client, t: &str, gtid: Option<&str>) -> Result<Vec<Stored>, String> {
+        // Without a gtid: what recovery needs (unfinished records) and every row whose
+        // outcome cannot be read, finished or not (it quarantines them everywhere).
         let sql = format!(
             "SELECT gtid, outcome, branches, decided_ms, node, source FROM {t} {} ORDER BY decided_ms",
-            if gtid.is_some() { "WHERE gtid = $1" } else { "" }
+            if gtid.is_some() { "WHERE gtid = $1" } else { "WHERE finished_ms IS NULL OR outcome NOT IN ('commit', 'abort')" }
         );
         let rows = match gtid {
             Some(g) => c.query(&sql, &[&g]),
@@ -151,6 +187,15 @@ impl PgLog {
     }
 }
 
+/// A gtid's epoch nonce and sequence number as the epochs table stores them (-1 when the
+/// gtid is not of our naming: no watermark applies).
+fn epoch_seq(gtid: &str) -> (i64, i64) {
+    match (naming::gtid_epoch(gtid), gtid_seq(gtid)) {
+        (Some((_, nonce)), Some(seq)) => (nonce as i64, seq as i64),
+        _ => (-1, i64::MAX),
+    }
+}
+
 /// The advisory lock of a node: (classid "cotx", hash of table and node).
 fn lock_args(t: &str) -> String {
     format!("{XA_FORMAT_ID}, hashtext('{t}:' || $1)")
@@ -160,8 +205,7 @@ impl DecisionLog for PgLog {
     fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
         // On error the connection is dropped and remade. A commit whose answer was lost is
         // harmless: decisions are conditional inserts, so the retry reads back what was written.
-        let holder = self.holder.clone();
-        self.with(|c, t| Self::batch(c, t, &holder, ops))
+        self.with(|c, t| Self::batch(c, t, ops))
     }
 
     fn load(&mut self) -> Result<Loaded, String> {
@@ -177,8 +221,20 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn get(&mut self, gtid: &str) -> Result<Option<Stored>, String> {
-        self.with(|c, t| Ok(Self::rows(c, t, Some(gtid))?.into_iter().next()))
+    fn get(&mut self, gtid: &str) -> Result<Stored, String> {
+        self.with(|c, t| {
+            if let Some(s) = Self::rows(c, t, Some(gtid))?.into_iter().next() {
+                return Ok(s);
+            }
+            let (Some((node, nonce)), Some(seq)) = (naming::gtid_epoch(gtid), gtid_seq(gtid)) else {
+                return Ok(Stored::Absent { forgotten: false });
+            };
+            let w = c
+                .query_opt(&format!("SELECT purged_seq FROM {t}_epochs WHERE node = $1 AND nonce = $2"), &[&node, &(nonce as i64)])
+                .map_err(e)?
+                .and_then(|r| r.get::<_, Option<i64>>(0));
+            Ok(Stored::Absent { forgotten: cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)) })
+        })
     }
 
     fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
@@ -220,19 +276,24 @@ impl DecisionLog for PgLog {
                     // The lock was free: whoever held the node before has no store session
                     // any more (dead, or cut off). Recovery of that holder's epochs records
                     // aborts before rolling back, so a holder that comes back loses.
-                    c.execute(
-                        &format!(
-                            "INSERT INTO {t}_nodes(node, holder, url, expires_ms) VALUES ($1, $2, $3, {NOW_MS} + $4)
-                             ON CONFLICT (node) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, expires_ms = EXCLUDED.expires_ms"
-                        ),
-                        &[&node, &holder, &url, &(ttl_ms as i64)],
-                    )
-                    .map_err(e)?;
-                    return Ok(Claim::Granted);
+                    // A new grant: a new generation, even for the same holder.
+                    let g: i64 = c
+                        .query_one(
+                            &format!(
+                                "INSERT INTO {t}_nodes(node, holder, url, expires_ms, generation) VALUES ($1, $2, $3, {NOW_MS} + $4, nextval('{t}_grants'))
+                                 ON CONFLICT (node) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, expires_ms = EXCLUDED.expires_ms,
+                                 generation = EXCLUDED.generation RETURNING generation"
+                            ),
+                            &[&node, &holder, &url, &(ttl_ms as i64)],
+                        )
+                        .map_err(e)?
+                        .get(0);
+                    return Ok(Claim::Granted(g));
                 }
                 let row = Self::lease_row(c, t, node)?;
+                let verdict = lease::claim(row.as_ref().map(|r| lease::Row { holder: r.holder.clone(), generation: 0, expires_in_ms: r.expires_in_ms }).as_ref(), false, fence_expired);
                 let held = row.unwrap_or(NodeLease { node: node.into(), holder: "(unknown: a session holds the lock)".into(), url: String::new(), expires_in_ms: 0 });
-                if !(fence_expired && held.expires_in_ms <= 0) {
+                if verdict != lease::ClaimVerdict::FenceThenGrant {
                     return Ok(Claim::HeldBy(held));
                 }
                 // Fence the expired holder: end its store session (it can no longer write),
@@ -248,6 +309,40 @@ impl DecisionLog for PgLog {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             Err(format!("could not take over node {node}: its holder's session did not end"))
+        })
+    }
+
+    fn renew_node(&mut self, node: &str, tok: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+        self.with(|c, t| {
+            let args = lock_args(t);
+            // Our session still holds the node's lock, or (after a reconnect) takes it
+            // again: a row unchanged since our grant proves nobody acted for the node.
+            let locked: bool = c
+                .query_one(
+                    &format!(
+                        "SELECT EXISTS(SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+                             AND objsubid = 2 AND classid = ({XA_FORMAT_ID})::oid AND objid = (hashtext('{t}:' || $1))::oid)
+                         OR pg_try_advisory_lock({args})"
+                    ),
+                    &[&node],
+                )
+                .map_err(e)?
+                .get(0);
+            let mut tx = c.transaction().map_err(e)?;
+            let row = tx
+                .query_opt(&format!("SELECT holder, generation, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1 FOR UPDATE"), &[&node])
+                .map_err(e)?
+                .map(|r| lease::Row { holder: r.get(0), generation: r.get(1), expires_in_ms: r.get(2) });
+            let verdict = match (locked, lease::renewal(row.as_ref(), tok)) {
+                // Another session holds the lock: a claim is under way; our grant is over.
+                (false, _) => Renewal::Lost(lease::Lost::Regranted { holder: "(a store session holding the node's lock)".into(), generation: -1 }),
+                (true, v) => v,
+            };
+            if verdict == Renewal::Renewed {
+                tx.execute(&format!("UPDATE {t}_nodes SET expires_ms = {NOW_MS} + $2 WHERE node = $1"), &[&node, &(ttl_ms as i64)]).map_err(e)?;
+            }
+            tx.commit().map_err(e)?;
+            Ok(verdict)
         })
     }
 

@@ -8,7 +8,8 @@
 //! the life of the process (the kernel drops it when the process dies, even by kill -9),
 //! so a second daemon pointed at the same file refuses to start instead of sharing it.
 
-use super::{branches_to_json, existing_outcome, loaded_from, parse_row, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Stored};
+use super::{branches_to_json, existing_outcome, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Renewal, Stored, Token};
+use cotx_protocol::lease;
 use crate::state::unix_ms;
 use rusqlite::{params, Connection};
 
@@ -53,9 +54,25 @@ impl SqliteLog {
              CREATE TABLE IF NOT EXISTS epochs(
                 node TEXT NOT NULL, nonce INTEGER NOT NULL, started_ms INTEGER NOT NULL, PRIMARY KEY(node, nonce));
              CREATE TABLE IF NOT EXISTS nodes(
-                node TEXT PRIMARY KEY, holder TEXT NOT NULL, url TEXT NOT NULL, expires_ms INTEGER NOT NULL);",
+                node TEXT PRIMARY KEY, holder TEXT NOT NULL, url TEXT NOT NULL, expires_ms INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
         )
         .map_err(e)?;
+        // Lease generations, finished records kept for the retention, purge watermarks
+        // (cotx_protocol): added in place to a store made by an older version.
+        for (table, column, decl) in [
+            ("nodes", "generation", "INTEGER NOT NULL DEFAULT 0"),
+            ("decisions", "finished_ms", "INTEGER"),
+            ("epochs", "purged_seq", "INTEGER"),
+        ] {
+            let has: bool = conn
+                .query_row(&format!("SELECT count(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| r.get(0))
+                .map_err(e)?;
+            if !has {
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}")).map_err(e)?;
+            }
+        }
+        conn.execute_batch("CREATE INDEX IF NOT EXISTS decisions_finished ON decisions(finished_ms) WHERE finished_ms IS NOT NULL").map_err(e)?;
         Ok(SqliteLog { conn, _lock: lock })
     }
 
@@ -75,9 +92,45 @@ impl SqliteLog {
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
     }
 
+    fn lease_row(conn: &Connection, node: &str) -> Result<Option<lease::Row>, rusqlite::Error> {
+        let now = unix_ms() as i64;
+        match conn.query_row("SELECT holder, generation, expires_ms FROM nodes WHERE node = ?1", [node], |r| {
+            Ok(lease::Row { holder: r.get(0)?, generation: r.get(1)?, expires_in_ms: r.get::<_, i64>(2)? - now })
+        }) {
+            Ok(r) => Ok(Some(r)),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(x) => Err(x),
+        }
+    }
+
     fn apply(tx: &rusqlite::Transaction, op: &Op) -> Result<OpResult, rusqlite::Error> {
         Ok(match op {
-            Op::Decide(r) => {
+            Op::Decide(r, fence) => {
+                let existing: Option<String> = match tx.query_row("SELECT outcome FROM decisions WHERE gtid = ?1", [&r.gtid], |x| x.get(0)) {
+                    Ok(o) => Some(o),
+                    Err(rusqlite::Error::QueryReturnedNoRows) => None,
+                    Err(x) => return Err(x),
+                };
+                if let Some(o) = existing {
+                    return Ok(existing_outcome(&o));
+                }
+                // Below the purge watermark no decision is written any more.
+                if let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(&r.gtid), gtid_seq(&r.gtid)) {
+                    let w: Option<i64> = match tx.query_row("SELECT purged_seq FROM epochs WHERE node = ?1 AND nonce = ?2", params![node, nonce as i64], |x| x.get(0)) {
+                        Ok(w) => w,
+                        Err(rusqlite::Error::QueryReturnedNoRows) => None,
+                        Err(x) => return Err(x),
+                    };
+                    if cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)) {
+                        return Ok(OpResult::Forgotten);
+                    }
+                }
+                if let Some(f) = fence {
+                    let owner = crate::naming::gtid_node(&r.gtid).unwrap_or_default();
+                    if !lease::admits(Self::lease_row(tx, owner)?.as_ref(), f) {
+                        return Ok(OpResult::Fenced(format!("the lease of node {owner} is no longer grant {} of {}", f.generation, f.holder)));
+                    }
+                }
                 let n = tx.execute(
                     "INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)
                      ON CONFLICT(gtid) DO NOTHING",
@@ -92,7 +145,7 @@ impl SqliteLog {
             }
             Op::Overwrite(r) => {
                 tx.execute(
-                    "INSERT OR REPLACE INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)",
+                    "INSERT OR REPLACE INTO decisions(gtid, outcome, branches, decided_ms, node, source, finished_ms) VALUES (?1,?2,?3,?4,?5,?6,NULL)",
                     params![r.gtid, r.outcome.as_str(), branches_to_json(&r.branches), r.decided_unix_ms as i64, r.node, r.source],
                 )?;
                 OpResult::Decided(r.outcome)
@@ -105,7 +158,26 @@ impl SqliteLog {
                 OpResult::Done
             }
             Op::Forget(g) => {
-                tx.execute("DELETE FROM decisions WHERE gtid = ?1", [g])?;
+                tx.execute("UPDATE decisions SET finished_ms = ?2 WHERE gtid = ?1 AND finished_ms IS NULL", params![g, unix_ms() as i64])?;
+                OpResult::Done
+            }
+            Op::Purge { older_than_ms } => {
+                let cutoff = unix_ms() as i64 - *older_than_ms as i64;
+                let gtids: Vec<String> = {
+                    let mut st = tx.prepare("SELECT gtid FROM decisions WHERE finished_ms < ?1 ORDER BY finished_ms LIMIT 10000")?;
+                    let v = st.query_map([cutoff], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+                    v
+                };
+                for ((node, nonce), w) in purge_watermarks(&gtids) {
+                    tx.execute(
+                        "INSERT INTO epochs(node, nonce, started_ms, purged_seq) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT(node, nonce) DO UPDATE SET purged_seq = max(coalesce(purged_seq, 0), excluded.purged_seq)",
+                        params![node, nonce as i64, unix_ms() as i64, w as i64],
+                    )?;
+                }
+                for g in &gtids {
+                    tx.execute("DELETE FROM decisions WHERE gtid = ?1", [g])?;
+                }
                 OpResult::Done
             }
             Op::Audit(a) => {
@@ -133,7 +205,7 @@ impl DecisionLog for SqliteLog {
     }
 
     fn load(&mut self) -> Result<Loaded, String> {
-        let rows = self.rows("", None)?;
+        let rows = self.rows("WHERE finished_ms IS NULL OR outcome NOT IN ('commit', 'abort')", None)?;
         let mut st = self.conn.prepare("SELECT node, nonce FROM epochs").map_err(e)?;
         let epochs = st
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
@@ -143,20 +215,47 @@ impl DecisionLog for SqliteLog {
         Ok(loaded_from(rows, epochs))
     }
 
-    fn get(&mut self, gtid: &str) -> Result<Option<Stored>, String> {
-        Ok(self.rows("WHERE gtid = ?1", Some(gtid))?.into_iter().next())
+    fn get(&mut self, gtid: &str) -> Result<Stored, String> {
+        if let Some(s) = self.rows("WHERE gtid = ?1", Some(gtid))?.into_iter().next() {
+            return Ok(s);
+        }
+        let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else {
+            return Ok(Stored::Absent { forgotten: false });
+        };
+        let w: Option<i64> = match self.conn.query_row("SELECT purged_seq FROM epochs WHERE node = ?1 AND nonce = ?2", params![node, nonce as i64], |r| r.get(0)) {
+            Ok(w) => w,
+            Err(rusqlite::Error::QueryReturnedNoRows) => None,
+            Err(x) => return Err(e(x)),
+        };
+        Ok(Stored::Absent { forgotten: cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)) })
     }
 
     /// The file lock already makes this process the store's only user: the claim is
-    /// recorded (for `nodes`) and always granted.
+    /// recorded (for `nodes`) and always granted, under a new generation.
     fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, _fence_expired: bool) -> Result<Claim, String> {
-        self.conn
-            .execute(
-                "INSERT OR REPLACE INTO nodes(node, holder, url, expires_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![node, holder, url, (unix_ms() + ttl_ms) as i64],
+        let tx = self.conn.transaction().map_err(e)?;
+        let g: i64 = tx
+            .query_row(
+                "INSERT INTO counters(name, value) VALUES ('grants', 1) ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
+                [],
+                |r| r.get(0),
             )
             .map_err(e)?;
-        Ok(Claim::Granted)
+        tx.execute(
+            "INSERT OR REPLACE INTO nodes(node, holder, url, expires_ms, generation) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![node, holder, url, (unix_ms() + ttl_ms) as i64, g],
+        )
+        .map_err(e)?;
+        tx.commit().map_err(e)?;
+        Ok(Claim::Granted(g))
+    }
+
+    fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+        let v = lease::renewal(Self::lease_row(&self.conn, node).map_err(e)?.as_ref(), t);
+        if v == Renewal::Renewed {
+            self.conn.execute("UPDATE nodes SET expires_ms = ?2 WHERE node = ?1", params![node, (unix_ms() + ttl_ms) as i64]).map_err(e)?;
+        }
+        Ok(v)
     }
 
     fn release_node(&mut self, node: &str, holder: &str, _forget: bool) -> Result<(), String> {
@@ -224,17 +323,59 @@ mod tests {
     fn conditional_insert_keeps_first_decision() {
         let d = tmpdir("cond");
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
-        let r = l.write_batch(&[Op::Decide(rec("g1", Outcome::Commit)), Op::Decide(rec("g1", Outcome::Abort))]).unwrap();
+        let r = l.write_batch(&[Op::Decide(rec("g1", Outcome::Commit), None), Op::Decide(rec("g1", Outcome::Abort), None)]).unwrap();
         assert_eq!(r, vec![OpResult::Decided(Outcome::Commit), OpResult::Decided(Outcome::Commit)]);
         let all = l.load().unwrap().records;
         assert_eq!(all, vec![rec("g1", Outcome::Commit)]);
         l.write_batch(&[Op::Forget("g1".into())]).unwrap();
         assert!(l.load().unwrap().records.is_empty());
         drop(l);
-        // Survives reopen (and a forgotten record stays forgotten).
+        // Survives reopen; a finished record is no longer recovery's, but still answers.
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
         assert!(l.load().unwrap().records.is_empty());
-        assert_eq!(l.get("g1").unwrap(), None);
+        assert_eq!(l.get("g1").unwrap(), Stored::Record(rec("g1", Outcome::Commit)));
+    }
+
+    /// Defect 4 of issue 23: a finished commit stays answerable for the retention; once
+    /// purged, it reads as "forgotten" (the epoch's watermark), never as absent = abort.
+    #[test]
+    fn purged_records_read_as_forgotten_not_absent() {
+        let d = tmpdir("purge");
+        let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
+        let (g3, g5, g9) = ("n.00000000000a-3", "n.00000000000a-5", "n.00000000000a-9");
+        l.write_batch(&[Op::Decide(rec(g3, Outcome::Commit), None), Op::Decide(rec(g5, Outcome::Commit), None), Op::Decide(rec(g9, Outcome::Commit), None)]).unwrap();
+        l.write_batch(&[Op::Forget(g3.into()), Op::Forget(g5.into())]).unwrap();
+        // Not old enough yet: kept.
+        l.write_batch(&[Op::Purge { older_than_ms: 60_000 }]).unwrap();
+        assert!(matches!(l.get(g5).unwrap(), Stored::Record(_)));
+        l.conn.execute_batch("UPDATE decisions SET finished_ms = finished_ms - 120000 WHERE finished_ms IS NOT NULL").unwrap();
+        l.write_batch(&[Op::Purge { older_than_ms: 60_000 }]).unwrap();
+        assert_eq!(l.get(g5).unwrap(), Stored::Absent { forgotten: true });
+        assert_eq!(l.get("n.00000000000a-4").unwrap(), Stored::Absent { forgotten: true });
+        // Above the watermark: never recorded, presumed abort stays sound.
+        assert_eq!(l.get("n.00000000000a-6").unwrap(), Stored::Absent { forgotten: false });
+        // A decision stalled past the retention is not written under the watermark.
+        let r = l.write_batch(&[Op::Decide(rec("n.00000000000a-4", Outcome::Commit), None), Op::Decide(rec("n.00000000000a-6", Outcome::Abort), None)]).unwrap();
+        assert_eq!(r, vec![OpResult::Forgotten, OpResult::Decided(Outcome::Abort)]);
+        assert!(matches!(l.get(g9).unwrap(), Stored::Record(_)), "unfinished records are never purged");
+    }
+
+    /// A decision made under a lease grant that is no longer in force writes nothing.
+    #[test]
+    fn decisions_are_fenced_by_the_grant() {
+        let d = tmpdir("fence");
+        let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
+        let Claim::Granted(g1) = l.claim_node("n", "a", "", 60_000, false).unwrap() else { panic!() };
+        let old = Token { holder: "a".into(), generation: g1 };
+        let Claim::Granted(g2) = l.claim_node("n", "a", "", 60_000, false).unwrap() else { panic!() };
+        assert!(g2 > g1, "every grant draws a new generation");
+        let r = l.write_batch(&[Op::Decide(rec("n.1-1", Outcome::Commit), Some(old.clone()))]).unwrap();
+        assert!(matches!(&r[0], OpResult::Fenced(_)), "{r:?}");
+        assert_eq!(l.renew_node("n", &old, 1000).unwrap(), Renewal::Lost(lease::Lost::Regranted { holder: "a".into(), generation: g2 }));
+        let new = Token { holder: "a".into(), generation: g2 };
+        assert_eq!(l.renew_node("n", &new, 1000).unwrap(), Renewal::Renewed);
+        let r = l.write_batch(&[Op::Decide(rec("n.1-1", Outcome::Commit), Some(new))]).unwrap();
+        assert_eq!(r[0], OpResult::Decided(Outcome::Commit));
     }
 
     /// A second process (here: a second open) on the same file is refused by name.
@@ -255,11 +396,11 @@ mod tests {
     fn corrupt_rows_are_not_aborts() {
         let d = tmpdir("corrupt");
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
-        l.write_batch(&[Op::Decide(rec("ok", Outcome::Commit))]).unwrap();
+        l.write_batch(&[Op::Decide(rec("ok", Outcome::Commit), None)]).unwrap();
         l.conn
             .execute_batch(
-                "INSERT INTO decisions VALUES ('bad-outcome', 'comit', '[[\"pg\",\"b1\"]]', 1, 'n', 'coordinator');
-                 INSERT INTO decisions VALUES ('bad-branches', 'commit', 'garbage', 1, 'n', 'coordinator');",
+                "INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES ('bad-outcome', 'comit', '[[\"pg\",\"b1\"]]', 1, 'n', 'coordinator');
+                 INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES ('bad-branches', 'commit', 'garbage', 1, 'n', 'coordinator');",
             )
             .unwrap();
         let got = l.load().unwrap();
@@ -267,12 +408,12 @@ mod tests {
         let mut bad: Vec<&str> = got.corrupt.iter().map(|c| c.gtid.as_str()).collect();
         bad.sort();
         assert_eq!(bad, vec!["bad-branches", "bad-outcome"]);
-        let r = l.write_batch(&[Op::Decide(rec("bad-outcome", Outcome::Abort))]).unwrap();
+        let r = l.write_batch(&[Op::Decide(rec("bad-outcome", Outcome::Abort), None)]).unwrap();
         assert!(matches!(&r[0], OpResult::Corrupt(m) if m.contains("comit")), "{r:?}");
-        assert!(matches!(l.get("bad-branches").unwrap(), Some(Stored::Corrupt(_))));
+        assert!(matches!(l.get("bad-branches").unwrap(), Stored::Corrupt(_)));
         // The operator's overwrite replaces it.
         l.write_batch(&[Op::Overwrite(rec("bad-outcome", Outcome::Commit))]).unwrap();
-        assert_eq!(l.get("bad-outcome").unwrap(), Some(Stored::Record(rec("bad-outcome", Outcome::Commit))));
+        assert_eq!(l.get("bad-outcome").unwrap(), Stored::Record(rec("bad-outcome", Outcome::Commit)));
     }
 
     /// A crash in the middle of writing the last batch tears the WAL's tail. The store
@@ -284,10 +425,10 @@ mod tests {
         let wal = d.join("s.db-wal");
         let mut l = SqliteLog::open(db.to_str().unwrap()).unwrap();
         l.conn.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
-        let batch_a: Vec<Op> = (0..20).map(|i| Op::Decide(rec(&format!("a{i}"), Outcome::Commit))).collect();
+        let batch_a: Vec<Op> = (0..20).map(|i| Op::Decide(rec(&format!("a{i}"), Outcome::Commit), None)).collect();
         l.write_batch(&batch_a).unwrap();
         let len_a = std::fs::metadata(&wal).unwrap().len();
-        let batch_b: Vec<Op> = (0..20).map(|i| Op::Decide(rec(&format!("b{i}"), Outcome::Commit))).collect();
+        let batch_b: Vec<Op> = (0..20).map(|i| Op::Decide(rec(&format!("b{i}"), Outcome::Commit), None)).collect();
         l.write_batch(&batch_b).unwrap();
         let len_b = std::fs::metadata(&wal).unwrap().len();
         assert!(len_b > len_a);
@@ -305,7 +446,7 @@ mod tests {
         assert_eq!(got.len(), 20, "{got:?}");
         assert!(got.iter().all(|g| g.starts_with('a')));
         // And the store keeps working after the torn tail.
-        l.write_batch(&[Op::Decide(rec("c1", Outcome::Commit))]).unwrap();
+        l.write_batch(&[Op::Decide(rec("c1", Outcome::Commit), None)]).unwrap();
         assert_eq!(l.load().unwrap().records.len(), 21);
     }
 
@@ -316,7 +457,7 @@ mod tests {
         let mut hs = vec![];
         for i in 0..400 {
             let s = store.clone();
-            hs.push(tokio::spawn(async move { s.decide(rec(&format!("g{i}"), Outcome::Commit)).await }));
+            hs.push(tokio::spawn(async move { s.decide(rec(&format!("g{i}"), Outcome::Commit), None).await }));
         }
         for h in hs {
             assert_eq!(h.await.unwrap().unwrap(), crate::store::Decided::Outcome(Outcome::Commit));
