@@ -458,6 +458,9 @@ func (t *Tx) waitDecision(ctx context.Context) (string, error) {
 		case err == nil:
 		case errors.As(err, &ce) && ce.Code == "unknown_transaction":
 			return "abort", nil // presumed abort: no record and no live transaction
+		case errors.As(err, &ce) && ce.Code == "outcome_forgotten":
+			// Purged after the retention: not known any more (never "abort": it may have committed).
+			return "", &OutcomeUnknownError{GTID: t.gtid, Err: err}
 		default:
 			last = err
 			if ctx.Err() != nil {

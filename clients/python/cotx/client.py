@@ -640,6 +640,10 @@ class Transaction:
             except CoordinatorError as e:
                 if e.code == "unknown_transaction":
                     return "abort"  # presumed abort: no record, no live transaction
+                if e.code == "outcome_forgotten":
+                    # Its record was purged after the retention: the outcome is not known
+                    # any more (never "abort": it may have committed).
+                    raise OutcomeUnknown(f"{self.gtid}: {e}") from e
                 time.sleep(0.2)
             except CoordinatorUnavailable:
                 time.sleep(0.2)  # coordinator restarting: its recovery keeps our branches safe

@@ -10,18 +10,18 @@ use cotx_model::{check, Bug, Proto};
 #[derive(Parser)]
 struct Args {
     /// Steps per path explored (breadth-first).
-    #[arg(long, default_value_t = 18)]
+    #[arg(long, default_value_t = 40)]
     depth: usize,
     /// Daemons sharing the store (daemon 0 owns the transaction's node).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     daemons: usize,
     /// Faults injected per path (lease run out, crash, lost write, MariaDB revive).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     faults: u8,
     #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Depth for the broken variants (each stops at its first counterexample).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 30)]
     variant_depth: usize,
 }
 
@@ -32,9 +32,10 @@ fn main() {
         let p = Proto { daemons: a.daemons, faults: a.faults, dip, bug: Bug::None };
         let o = check(p, a.depth, a.threads);
         println!(
-            "protocol ({}): {} daemons, {} faults, depth {}: {} states, max depth {}, {:.1} s: {}",
+            "protocol ({}): {} daemons, {} faults, depth bound {}: {} states, longest path {} ({}), {:.1} s: {}",
             if dip { "decision in a participant" } else { "decision in the store" },
-            a.daemons, a.faults, a.depth, o.unique_states, o.max_depth, o.seconds,
+            a.daemons, a.faults, a.depth, o.unique_states, o.max_depth,
+            if o.max_depth < a.depth { "the whole state space" } else { "cut at the bound" }, o.seconds,
             if o.violations.is_empty() { "no property broken".to_string() } else { format!("{} BROKEN", o.violations.len()) }
         );
         for (name, trace) in &o.violations {
