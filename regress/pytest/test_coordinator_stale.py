@@ -31,18 +31,32 @@ def store_sql(pg, sql, *args):
         return cur.fetchall() if cur.description else None
 
 
-def prepared_transfer(d, pg, mariadb, key):
-    """A transfer on daemon d with both branches prepared and reported, the application's
-    sessions closed (so any daemon may finish the branches)."""
+def transfer(d, pg, mariadb, key):
+    """A transfer on daemon d, its branches run, not prepared: (tx, sessions)."""
     tx = Coordinator(d.url, d.token).transaction()
     pc, mc = pg.connect(), mariadb.connect()
     with tx.branch(pc, "pg"):
         pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
     with tx.branch(mc, "my"):
         mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
+    return tx, (pc, mc)
+
+
+def prepared_transfer(d, pg, mariadb, key):
+    """A transfer on daemon d with both branches prepared and reported, the application's
+    sessions closed (so any daemon may finish the branches)."""
+    tx, sessions = transfer(d, pg, mariadb, key)
     assert len(tx.prepare_all(report=True)) == 2
-    pc.close()
-    mc.close()
+    for s in sessions:
+        s.close()
+    return tx.gtid
+
+
+def committed_transfer(d, pg, mariadb, key):
+    tx, _ = transfer(d, pg, mariadb, key)
+    tx.commit()
+    assert tx.outcome == "commit"
+    assert committed_both(pg, mariadb, key)
     return tx.gtid
 
 
@@ -97,15 +111,7 @@ def test_daemon_paused_past_a_takeover_and_handback_never_commits(pg, mariadb, d
     assert "paused or cut off" in a.log_tail(200)
     assert metric(a, "cotx_lease_losses_total") >= 1
     # A keeps serving: a new transfer through it commits.
-    tx = Coordinator(a.url, a.token).transaction()
-    pc, mc = pg.connect(), mariadb.connect()
-    with tx.branch(pc, "pg"):
-        pc.execute("INSERT INTO crash VALUES ('stale-2', 1)")
-    with tx.branch(mc, "my"):
-        mc.cursor().execute("INSERT INTO crash VALUES ('stale-2', 1)")
-    tx.commit()
-    assert tx.outcome == "commit"
-    assert committed_both(pg, mariadb, "stale-2")
+    committed_transfer(a, pg, mariadb, "stale-2")
 
 
 # --- 2. stuck in "committing" after the store paused ------------------------------------------
@@ -196,19 +202,6 @@ def test_a_quarantined_record_is_answered_alike_by_every_daemon(pg, mariadb, dae
 
 
 # --- 4. a finished committed transaction must not read as presumed abort ---------------------
-
-def committed_transfer(d, pg, mariadb, key):
-    tx = Coordinator(d.url, d.token).transaction()
-    pc, mc = pg.connect(), mariadb.connect()
-    with tx.branch(pc, "pg"):
-        pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
-    with tx.branch(mc, "my"):
-        mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
-    tx.commit()
-    assert tx.outcome == "commit"
-    assert committed_both(pg, mariadb, key)
-    return tx.gtid
-
 
 def test_finished_commits_stay_answerable_after_a_restart(pg, mariadb, daemons):
     a, b = peers(pg, mariadb, daemons, "kept_t", ["kept-a", "kept-b"], lease=LEASE, timeouts={"retention_ms": 0})

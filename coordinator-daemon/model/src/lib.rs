@@ -261,6 +261,17 @@ impl State {
             }
         })
     }
+    /// A claim of N by d with fencing of an expired holder (cotx_protocol::lease::claim):
+    /// the new grant's generation, None while a live holder has it.
+    fn claim(&mut self, d: u8) -> Option<i64> {
+        if lease::claim(self.row_view().as_ref(), self.lock_free(), true) == ClaimVerdict::Held {
+            return None;
+        }
+        let g = self.next_gen;
+        self.next_gen += 1;
+        self.row = Some(LeaseRow { holder: d, inc: self.d[d as usize].inc, generation: g, expired: false });
+        Some(g)
+    }
     fn tell(&mut self, o: Outcome) {
         self.told[oi(o)] = true;
     }
@@ -582,14 +593,7 @@ impl Model for Proto {
                 if s.d[d as usize].pending.is_some_and(|w| w.admitted) {
                     return None;
                 }
-                match lease::claim(s.row_view().as_ref(), s.lock_free(), true) {
-                    ClaimVerdict::Held => return None,
-                    ClaimVerdict::Grant | ClaimVerdict::FenceThenGrant => {}
-                }
-                let g = s.next_gen;
-                s.next_gen += 1;
-                let inc = s.d[d as usize].inc;
-                s.row = Some(LeaseRow { holder: d, inc, generation: g, expired: false });
+                let g = s.claim(d)?;
                 let stored = s.stored();
                 let x = &mut s.d[d as usize];
                 x.grant = Some(g);
@@ -606,13 +610,7 @@ impl Model for Proto {
                 if s.row.is_none() && !s.prepared() {
                     return None;
                 }
-                match lease::claim(s.row_view().as_ref(), s.lock_free(), true) {
-                    ClaimVerdict::Held => return None,
-                    ClaimVerdict::Grant | ClaimVerdict::FenceThenGrant => {}
-                }
-                let g = s.next_gen;
-                s.next_gen += 1;
-                s.row = Some(LeaseRow { holder: d, inc: s.d[d as usize].inc, generation: g, expired: false });
+                let g = s.claim(d)?;
                 s.d[d as usize].grant = Some(g);
             }
             Act::Recover(d) => {

@@ -187,6 +187,22 @@ impl PgLog {
     }
 }
 
+/// Whether this session holds node's lock: already (a re-lock would stack counts), or
+/// taken now because it was free.
+fn hold_lock(c: &mut Client, t: &str, node: &str) -> Result<bool, String> {
+    let args = lock_args(t);
+    Ok(c.query_one(
+        &format!(
+            "SELECT EXISTS(SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+                 AND objsubid = 2 AND classid = ({XA_FORMAT_ID})::oid AND objid = (hashtext('{t}:' || $1))::oid)
+             OR pg_try_advisory_lock({args})"
+        ),
+        &[&node],
+    )
+    .map_err(e)?
+    .get(0))
+}
+
 /// A gtid's epoch nonce and sequence number as the epochs table stores them (-1 when the
 /// gtid is not of our naming: no watermark applies).
 fn epoch_seq(gtid: &str) -> (i64, i64) {
@@ -258,21 +274,8 @@ impl DecisionLog for PgLog {
 
     fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
         self.with(|c, t| {
-            let args = lock_args(t);
             for _ in 0..20 {
-                // Already ours on this session, or free now (a re-lock would stack counts).
-                let got: bool = c
-                    .query_one(
-                        &format!(
-                            "SELECT EXISTS(SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-                                 AND objsubid = 2 AND classid = ({XA_FORMAT_ID})::oid AND objid = (hashtext('{t}:' || $1))::oid)
-                             OR pg_try_advisory_lock({args})"
-                        ),
-                        &[&node],
-                    )
-                    .map_err(e)?
-                    .get(0);
-                if got {
+                if hold_lock(c, t, node)? {
                     // The lock was free: whoever held the node before has no store session
                     // any more (dead, or cut off). Recovery of that holder's epochs records
                     // aborts before rolling back, so a holder that comes back loses.
@@ -314,20 +317,9 @@ impl DecisionLog for PgLog {
 
     fn renew_node(&mut self, node: &str, tok: &Token, ttl_ms: u64) -> Result<Renewal, String> {
         self.with(|c, t| {
-            let args = lock_args(t);
             // Our session still holds the node's lock, or (after a reconnect) takes it
             // again: a row unchanged since our grant proves nobody acted for the node.
-            let locked: bool = c
-                .query_one(
-                    &format!(
-                        "SELECT EXISTS(SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-                             AND objsubid = 2 AND classid = ({XA_FORMAT_ID})::oid AND objid = (hashtext('{t}:' || $1))::oid)
-                         OR pg_try_advisory_lock({args})"
-                    ),
-                    &[&node],
-                )
-                .map_err(e)?
-                .get(0);
+            let locked = hold_lock(c, t, node)?;
             let mut tx = c.transaction().map_err(e)?;
             let row = tx
                 .query_opt(&format!("SELECT holder, generation, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1 FOR UPDATE"), &[&node])
