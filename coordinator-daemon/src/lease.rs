@@ -95,7 +95,7 @@ async fn claim_own(c: &Coordinator, deadline: Option<Instant>) -> Result<(), Str
     Ok(())
 }
 
-/// Our grant is gone (defect 1 of issue 23: paused past the lease, taken over, finished
+/// Our grant is gone (paused past the lease, taken over, finished
 /// and handed back). Nothing from before may be acted on: stop, claim the node under a
 /// new grant, and keep of memory only what the store confirms (cotx_protocol::answer::
 /// after_regrant); nodes we had taken over are let go (their leases run out and a live

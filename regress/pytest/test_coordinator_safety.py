@@ -276,7 +276,7 @@ def test_paused_daemon_loses_to_the_takeover(pg, mariadb, daemons):
     assert absent_both(pg, mariadb, "zombie-1")
     assert Coordinator(b.url, b.token).decision(tx.gtid)["decision"] == "abort"
     # A does not exit: it finds its grant gone, claims its node again (B gives it back when
-    # asked) and keeps of its memory only what the store says (issue 23).
+    # asked) and keeps of its memory only what the store says (test_coordinator_stale.py).
     wait_until(lambda: "node lease lost" in a.log_tail(200), timeout=15, what="A to notice its lease is lost")
     def a_says_abort():
         try:

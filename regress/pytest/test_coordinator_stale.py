@@ -1,4 +1,4 @@
-"""Issue 23: a daemon must never answer from what it held in memory once the store says
+"""A daemon must never answer from what it held in memory once the store says
 otherwise. Three daemons on one PostgreSQL store, transfers from PostgreSQL to MariaDB
 through the HTTP API, tried as a hostile operator would:
 
@@ -8,7 +8,7 @@ through the HTTP API, tried as a hostile operator would:
 4. a committed, finished transaction asked about after a restart, and after the retention.
 
 Each test failed on the coordinator before the fix it checks (cotx-coordinator of
-3ef333e; the closing note of issue 23 lists the failures)."""
+3ef333e)."""
 import os
 import signal
 import threading

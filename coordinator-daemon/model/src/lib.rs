@@ -53,8 +53,8 @@ pub enum Bug {
     /// decision to the participant, before the deciding commit.
     DipReportsBeforeDecidingCommit,
     /// A daemon whose grant was lost claims its node again and keeps its memory, and
-    /// finished records are deleted with no watermark (the coordinator before issue 23's
-    /// fix: defect 1 needs both — each alone is caught by the other defence).
+    /// finished records are deleted with no watermark (the coordinator before grants and
+    /// retention: the stale-daemon defect needs both — each alone is caught by the other defence).
     AnswersFromMemoryAfterRegrant,
     /// Finished records are purged with no watermark: a purged gtid reads as never
     /// recorded (defect 4), and a late write for it lands unopposed.

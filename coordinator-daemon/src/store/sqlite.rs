@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(l.get("g1").unwrap(), Stored::Record(rec("g1", Outcome::Commit)));
     }
 
-    /// Defect 4 of issue 23: a finished commit stays answerable for the retention; once
+    /// A finished commit stays answerable for the retention; once
     /// purged, it reads as "forgotten" (the epoch's watermark), never as absent = abort.
     #[test]
     fn purged_records_read_as_forgotten_not_absent() {
