@@ -797,9 +797,11 @@ def run_many(runner: Runner, items, tally: Tally, progress_every: int = 0, log=N
         tally.add(r)
         if log is not None:
             log.write(json.dumps({"mode": tally.mode, **r.to_json()}) + "\n")
+            log.flush()
         if progress_every and i % progress_every == 0:
+            dt = time.time() - t0
             print(f"  {tally.mode}: {i} schedules, {tally.refused} refused, {tally.anomalies} anomalies "
-                  f"[{time.time() - t0:.0f} s]", flush=True)
+                  f"[{dt:.0f} s, {i / dt:.1f}/s]", flush=True)
         if time_budget and time.time() - t0 > time_budget:
             print(f"  {tally.mode}: time budget reached after {i} schedules", flush=True)
             break
