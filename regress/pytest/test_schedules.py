@@ -4,8 +4,9 @@ overdraft in two orders, rule C of co-rules.md) and a seeded sample of the full 
 programs). With the project on, every committed history is serializable (the graph
 checker and the brute-force serial-order oracle agree); with plain 2PC the same
 schedules produce anomalies, which the checker finds. The same holds with the decision
-inside the PostgreSQL branch's commit (co.decide, `dip`). Full set: docs/guarantees.md
-(`python -m checker.schedules --full`, `--full --dip`)."""
+inside the PostgreSQL branch's commit (co.decide, `dip`), and for a few schedules of three
+concurrent transactions (`--three`). Full set: docs/guarantees.md
+(`python -m checker.schedules --full`, `--full --dip`, `--three --sample 20000 --seed 1`)."""
 import os
 
 import pytest
