@@ -28,6 +28,10 @@ deadlock) aborts the transaction: its branches are rolled back, prepared ones wi
 ROLLBACK PREPARED / XA ROLLBACK. The committed history is then checked twice: the graph
 checker (checker.check) and the brute-force serial-order oracle must both accept it.
 
+Three concurrent transactions (--three): every combination of three programs has far too
+many schedules to run them all; three_sample() draws them reproducibly from a seed, each
+one the same representative of its class that the enumeration would run.
+
     python -m checker.schedules --help
 """
 from __future__ import annotations
@@ -250,7 +254,7 @@ LOCAL_SHAPES = [
 ]
 
 
-def catalogue(three: bool = False):
+def catalogue():
     """(label, programs) of every combination in the full set."""
     out = []
     gl = [lambda n, s=s: G(n, *s) for s in GLOBAL_SHAPES]
@@ -268,11 +272,6 @@ def catalogue(three: bool = False):
     # Rule C with the PostgreSQL reader declared READ ONLY (PostgreSQL drops its edges when
     # Y commits: pg_co's rule C for READ ONLY readers covers it).
     out.append(("ruleC_ro", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), L("L", "r pg:x", "r pg:y", kind="local_ro")]))
-    if three:
-        # More three-transaction combinations (large: tens of thousands of schedules each).
-        for i, j in ((0, 1), (2, 3), (4, 2), (1, 4)):
-            for k in (0, 2):
-                out.append((f"g{i}+g{j}+l{k}", [gl[i]("T1"), gl[j]("T2"), lo[k]("L3")]))
     return out
 
 
@@ -325,15 +324,115 @@ def limit_schedules():
     return out
 
 
-def full_set(three: bool = False, only: str | None = None, dip: bool = False):
+def full_set(only: str | None = None, dip: bool = False):
     """dip: the global transactions decide in their PostgreSQL branch (as_dip)."""
-    for label, progs in catalogue(three):
+    for label, progs in catalogue():
         if only and label != only:
             continue
         if dip:
             progs = as_dip(progs)
         for i, sch in enumerate(enumerate_schedules(progs)):
             yield (f"{'dip:' if dip else ''}{label}#{i}", progs, sch)
+
+
+# --------------------------------------------------------------------------------------
+# Three concurrent transactions, sampled (every combination has ~10 000-30 000 schedules:
+# far too many to run them all, so a seed picks them).
+# The global shapes of the pairs, plus those of rule C's Y and G (different rows at the two
+# databases, so that a third transaction can link them).
+THREE_GLOBAL_SHAPES = GLOBAL_SHAPES + [
+    ("w pg:y", "w my:x"),            # rule C's Y
+    ("w pg:x", "r my:x"),            # rule C's G
+    ("r pg:y", "w my:y"),
+]
+# The local shapes of the pairs, plus rule C's other readers: the PostgreSQL reader READ
+# ONLY and the MariaDB reader one autocommit SELECT.
+THREE_LOCAL_SHAPES = [(s, "local") for s in LOCAL_SHAPES] + [
+    (("r pg:x", "r pg:y"), "local_ro"),
+    (("r my:x+y",), "auto"),
+]
+
+
+def three_programs():
+    """(label, programs) of every combination of three transactions: three globals, two
+    globals and a local, one global and two locals (unordered, repeats allowed), named
+    T1 T2 T3 in that order. Labels: gI = THREE_GLOBAL_SHAPES[I], lJ = THREE_LOCAL_SHAPES[J]."""
+    ng, nl = len(THREE_GLOBAL_SHAPES), len(THREE_LOCAL_SHAPES)
+
+    def g(i, n):
+        return G(n, *THREE_GLOBAL_SHAPES[i])
+
+    def lo(j, n):
+        shape, kind = THREE_LOCAL_SHAPES[j]
+        return L(n, *shape, kind=kind)
+
+    out = []
+    for i, j, k in itertools.combinations_with_replacement(range(ng), 3):
+        out.append((f"g{i}+g{j}+g{k}", [g(i, "T1"), g(j, "T2"), g(k, "T3")]))
+    for i, j in itertools.combinations_with_replacement(range(ng), 2):
+        for k in range(nl):
+            out.append((f"g{i}+g{j}+l{k}", [g(i, "T1"), g(j, "T2"), lo(k, "T3")]))
+    for i in range(ng):
+        for j, k in itertools.combinations_with_replacement(range(nl), 2):
+            out.append((f"g{i}+l{j}+l{k}", [g(i, "T1"), lo(j, "T2"), lo(k, "T3")]))
+    return out
+
+
+def random_schedule(programs, rnd: random.Random):
+    """One schedule of the programs, the same representative enumerate_schedules() gives
+    for its class: a random order of all steps that respects each transaction's own order
+    (at each step, one of the steps that may go next, uniformly), reduced to its
+    per-database orders, each made canonical, then linearized. Returns (key, schedule)
+    where key identifies the class (the per-database canonical orders)."""
+    succ, indeg, nodes = defaultdict(list), defaultdict(int), []
+    for p in programs:
+        for c in chains(p).values():
+            nodes += c
+            for a, b in zip(c, c[1:]):
+                succ[a].append(b)
+                indeg[b] += 1
+        for a, b in txn_edges(p):
+            succ[a].append(b)
+            indeg[b] += 1
+    ready = [s for s in nodes if indeg[s] == 0]
+    order = []
+    while ready:
+        s = ready.pop(rnd.randrange(len(ready)))
+        order.append(s)
+        for b in succ[s]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    assert len(order) == len(nodes), "a transaction's own order has a cycle"
+    orders = {d: _canonical([s for s in order if s.db == d]) for d in DBS}
+    orders = {d: o for d, o in orders.items() if o}
+    lin = _linearize({d: list(o) for d, o in orders.items()}, [e for p in programs for e in txn_edges(p)])
+    key = tuple((d, tuple(map(str, o))) for d, o in orders.items())
+    return key, lin
+
+
+def three_sample(n: int, seed: int, dip: bool = False, only: str | None = None):
+    """n different three-transaction schedules, reproducible from the seed: each picks a
+    combination of three_programs() uniformly (or `only`), then a random schedule of it;
+    a schedule already drawn is drawn again. Labels: three:COMBINATION/SEED/INDEX."""
+    combos = [(l, as_dip(p) if dip else p) for l, p in three_programs() if not only or l == only]
+    if not combos:
+        raise ValueError(f"no three-transaction combination {only!r} (labels: gI+gJ+gK, gI+gJ+lK, gI+lJ+lK)")
+    rnd = random.Random(seed)
+    seen = set()
+    out = []
+    misses = 0
+    while len(out) < n:
+        label, progs = combos[rnd.randrange(len(combos))]
+        key, lin = random_schedule(progs, rnd)
+        if lin is None or (label, key) in seen:
+            misses += 1
+            if misses > 50 * n + 1000:
+                break                    # `only` names a combination with fewer schedules
+            continue
+        seen.add((label, key))
+        out.append((f"{'dip:' if dip else ''}three:{label}/{seed}/{len(out)}", progs, lin))
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -702,9 +801,11 @@ def run_many(runner: Runner, items, tally: Tally, progress_every: int = 0, log=N
         tally.add(r)
         if log is not None:
             log.write(json.dumps({"mode": tally.mode, **r.to_json()}) + "\n")
+            log.flush()
         if progress_every and i % progress_every == 0:
+            dt = time.time() - t0
             print(f"  {tally.mode}: {i} schedules, {tally.refused} refused, {tally.anomalies} anomalies "
-                  f"[{time.time() - t0:.0f} s]", flush=True)
+                  f"[{dt:.0f} s, {i / dt:.1f}/s]", flush=True)
         if time_budget and time.time() - t0 > time_budget:
             print(f"  {tally.mode}: time budget reached after {i} schedules", flush=True)
             break
@@ -727,7 +828,10 @@ def main(argv=None) -> int:
                     help="co, plain, co-unlocked (co with MariaDB autocommit reads unprotected), "
                          "comma-separated (default co,plain)")
     ap.add_argument("--three", action="store_true",
-                    help="add eight more three-transaction combinations (about 150 000 schedules)")
+                    help="three concurrent transactions instead: --sample N different schedules drawn by "
+                         "--seed from every combination of three programs (3 globals, 2 globals + a "
+                         "local, a global + 2 locals; too many to run them all, no --full); --only one "
+                         "combination (a label of --count --three)")
     ap.add_argument("--count", action="store_true", help="only count the schedules of the full set")
     ap.add_argument("--log", help="write every schedule's result as JSON lines here")
     ap.add_argument("--budget", type=float, default=None, help="stop each mode after this many seconds")
@@ -736,9 +840,19 @@ def main(argv=None) -> int:
                     help="global transactions decide inside their PostgreSQL branch's commit (co.decide)")
     args = ap.parse_args(argv)
 
+    if args.three and args.full:
+        ap.error("--three samples (--sample N --seed S): its full set is far too large to run")
+    if args.count and args.three:
+        combos = [(l, p) for l, p in three_programs() if not args.only or l == args.only]
+        for label, progs in combos:
+            progs = as_dip(progs) if args.dip else progs
+            print(f"{label:14}  " + "  ".join(map(str, progs)))
+        print(f"{len(combos)} three-transaction combinations (not counted: with a local, ~10 000 - 30 000 "
+              f"schedules each; three globals, up to millions each)")
+        return 0
     if args.count:
         total = 0
-        for label, progs in catalogue(args.three):
+        for label, progs in catalogue():
             progs = as_dip(progs) if args.dip else progs
             n = sum(1 for _ in enumerate_schedules(progs))
             total += n
@@ -748,9 +862,12 @@ def main(argv=None) -> int:
 
     from cotest import MariaServer, PgServer, reap_orphans
     reap_orphans()
-    items = [] if args.only or args.dip else [(l, p, s) for l, p, s in named_schedules()]
-    items += (list(full_set(args.three, args.only, args.dip)) if args.full
-              else sample(full_set(args.three, args.only, args.dip), args.sample, args.seed))
+    if args.three:
+        items = three_sample(args.sample, args.seed, args.dip, args.only)
+    else:
+        items = [] if args.only or args.dip else [(l, p, s) for l, p, s in named_schedules()]
+        items += (list(full_set(args.only, args.dip)) if args.full
+                  else sample(full_set(args.only, args.dip), args.sample, args.seed))
     log = open(args.log, "w") if args.log else None
     tallies = []
     with PgServer() as pg, MariaServer() as my:
