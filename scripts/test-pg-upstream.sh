@@ -37,6 +37,7 @@ isolation_src() {
   for d in "$COTX_CACHE/postgresql-src/postgresql-$2-$version" "$COTX_CACHE/postgresql-src/postgresql-$version"; do
     [ -f "$d/src/test/isolation/isolation_schedule" ] && { echo "$d/src/test/isolation"; return; }
   done
+  return 0
 }
 
 # differential MAJOR PG_CONFIG SPEC_SRC_DIR SPEC_MAJOR
@@ -73,8 +74,12 @@ differential() {
     fi
     log "PostgreSQL $major: run $run pg_co: $(grep -cE '^ok |\.\.\. ok' "$d/$run.log" || true) of ${#specs[@]} specs match $spec_major's expected output ($((SECONDS - t0)) s so far)"
   done
-  "$COTX_VENV/bin/python" "$COTX_ROOT/pg_co_ext/test/upstream/differential.py" "$major" \
-    "$d/out_without/results" "$d/out_with/results" "${specs[@]}"
+  # Both runs' outputs and the list of refused permutations stay for a look afterwards.
+  local keep="$COTX_CACHE/last-pg-results/differential-pg$major"
+  rm -rf "$keep"; mkdir -p "$keep"
+  cp -r "$d/out_without/results" "$keep/without"; cp -r "$d/out_with/results" "$keep/with"
+  "$COTX_VENV/bin/python" "$COTX_ROOT/pg_co_ext/test/upstream/differential.py" \
+    --refused-list "$keep/refused.tsv" "$major" "$keep/without" "$keep/with" "${specs[@]}"
 }
 
 rc=0

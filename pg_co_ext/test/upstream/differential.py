@@ -12,8 +12,9 @@ Per permutation of every spec (isolationtester's "starting permutation:" blocks)
 - any other difference (timing, a different transaction aborted) is counted, not judged.
 Skipped specs (not run at all) are named with their reason by the caller.
 
-usage: differential.py MAJOR BASE_RESULTS_DIR CO_RESULTS_DIR SPEC...
-Prints the refusals and a count line; exits 1 on any violation or a spec missing output.
+usage: differential.py [--refused-list FILE] MAJOR BASE_RESULTS_DIR CO_RESULTS_DIR SPEC...
+Prints the refusals per spec and rule (each refused permutation goes to FILE) and a count
+line; exits 1 on any violation or a spec missing output.
 """
 import os
 import re
@@ -36,7 +37,7 @@ def errors(body: str) -> list:
     return re.findall(r"^ERROR:\s+(.*)$", body, flags=re.M)
 
 
-def main(major, base_dir, co_dir, *specs):
+def main(major, base_dir, co_dir, *specs, refused_list=None):
     n_perm = identical = differ = violations = missing = 0
     refused = []  # (spec, permutation, first pg_co error)
     for spec in specs:
@@ -68,8 +69,20 @@ def main(major, base_dir, co_dir, *specs):
             if brows is not None and crows is not None and not crows <= brows:
                 violations += 1
                 print(f"VIOLATION {spec}: '{name}': rows only with pg_co: {sorted(crows - brows)}")
-    for spec, name, err in refused:
-        print(f"  pg_co refused in {spec}: '{name}': {err}")
+    if refused_list:
+        with open(refused_list, "w") as f:
+            for spec, name, err in refused:
+                f.write(f"{spec}\t{name}\t{err}\n")
+    by_spec = {}
+    for spec, _, err in refused:
+        rule = re.search(r"rule ([ABC])\b", err)
+        key = f"rule {rule.group(1)}" if rule else err
+        by_spec.setdefault(spec, {}).setdefault(key, 0)
+        by_spec[spec][key] += 1
+    for spec, kinds in by_spec.items():
+        print(f"  pg_co refused in {spec}: {sum(kinds.values())} permutations ("
+              + ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())) + ")"
+              + (f"; each one in {refused_list}" if refused_list else ""))
     print(f"PostgreSQL {major} differential: {len(specs) - missing} specs, {n_perm} permutations: "
           f"{identical} identical, {differ} differ, {len(refused)} refused by pg_co, "
           f"{violations} violations")
@@ -77,6 +90,10 @@ def main(major, base_dir, co_dir, *specs):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4:
+    args = sys.argv[1:]
+    out = None
+    if args[:1] == ["--refused-list"]:
+        out, args = args[1], args[2:]
+    if len(args) < 3:
         sys.exit(__doc__)
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(main(*args, refused_list=out))
