@@ -20,7 +20,9 @@ for major in $COTX_PG_MAJORS; do
   [ -x "$pg_config" ] || die "no PostgreSQL $major at $pg_config: run scripts/bootstrap.sh (scripts/build-pg-servers.sh builds it)"
   stamp="$COTX_CACHE/pg_co.installed.pg$major"
   so="$("$pg_config" --pkglibdir)/pg_co.so"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs" ] && [ -f "$so" ]; then
+  # Same sources for the same server: COTX_PG_CONFIG_<major> may point at another minor.
+  built_for="$inputs $pg_config $("$pg_config" --version | tr ' ' _)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$built_for" ] && [ -f "$so" ]; then
     log "pg_co is up to date for PostgreSQL $major ($so)"
     continue
   fi
@@ -51,6 +53,6 @@ for major in $COTX_PG_MAJORS; do
   # matters for the relocated trees of 16 and 17).
   [ -f "$so" ] && [ -f "$("$pg_config" --sharedir)/extension/pg_co.control" ] \
     || die "pg_co for PostgreSQL $major did not land in $("$pg_config" --pkglibdir) and $("$pg_config" --sharedir)/extension"
-  echo "$inputs" > "$stamp"
+  echo "$built_for" > "$stamp"
   log "installed $so in $((SECONDS - t0)) s"
 done
