@@ -39,8 +39,12 @@ declare -A PG_WHEEL=(
 # COTX_PG_CONFIG_<major> points a major at another build (e.g. a staged copy, another minor).
 pg_config_of() { local v="COTX_PG_CONFIG_$1"; echo "${!v:-$COTX_CACHE/pg/$1/bin/pg_config}"; }
 # Why a major is skipped: its source package did not download here (build-pg-servers.sh
-# writes the reason; the next bootstrap retries). Empty when the major is available.
-pg_unavailable() { cat "$COTX_CACHE/pg/$1/UNAVAILABLE" 2>/dev/null || true; }
+# writes the reason; the next bootstrap retries). Empty when the major is available, and
+# always for a major installed from a wheel (PG_WHEEL below; a marker there is stale).
+pg_unavailable() {
+  [ -z "${PG_WHEEL[$1]:-}" ] || return 0
+  cat "$COTX_CACHE/pg/$1/UNAVAILABLE" 2>/dev/null || true
+}
 export PATH="$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH="${LIBCLANG_PATH:-/usr/lib/llvm-14/lib}"
 

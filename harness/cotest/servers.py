@@ -48,6 +48,8 @@ def _pg_config(major: int, what: str) -> Path | None:
 def pg_unavailable(major: int) -> str | None:
     """Why a major is not built here (its source package did not download; written by
     scripts/build-pg-servers.sh), or None."""
+    if (COTX_CACHE / "pg" / str(major) / ".cotx-installed").exists():
+        return None  # installed from a wheel (16, 17): a marker there is stale
     try:
         return (COTX_CACHE / "pg" / str(major) / "UNAVAILABLE").read_text().strip()
     except OSError:
