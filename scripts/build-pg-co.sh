@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds pg_co with cargo-pgrx and installs it into every PostgreSQL major of
-# $COTX_PG_MAJORS (default 15 17 18), each with its own pg_config and cargo target dir (the
+# $COTX_PG_MAJORS (default 15 16 17 18), each with its own pg_config and cargo target dir (the
 # pgNN feature sets do not invalidate each other's cache). Skips a major whose installed
 # build came from the same sources. Besides the current version's SQL, which pgrx
 # generates, it installs pg_co_ext/sql/: the upgrade scripts (pgrx copies those) and the
@@ -20,7 +20,9 @@ for major in $COTX_PG_MAJORS; do
   [ -x "$pg_config" ] || die "no PostgreSQL $major at $pg_config: run scripts/bootstrap.sh (scripts/build-pg-servers.sh builds it)"
   stamp="$COTX_CACHE/pg_co.installed.pg$major"
   so="$("$pg_config" --pkglibdir)/pg_co.so"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs" ] && [ -f "$so" ]; then
+  # Same sources for the same server: COTX_PG_CONFIG_<major> may point at another minor.
+  built_for="$inputs $pg_config $("$pg_config" --version | tr ' ' _)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$built_for" ] && [ -f "$so" ]; then
     log "pg_co is up to date for PostgreSQL $major ($so)"
     continue
   fi
@@ -46,6 +48,11 @@ for major in $COTX_PG_MAJORS; do
     dest="/${f#./}"
     install -m 644 "$pkg/$f" "$dest.cotx-new" && mv -f "$dest.cotx-new" "$dest"
   done
-  echo "$inputs" > "$stamp"
+  # Installed where that server loads libraries and extension scripts from ($libdir and
+  # SHAREDIR: the server derives both from its own location, as pg_config does, which
+  # matters for the relocated trees of 16 and 17).
+  [ -f "$so" ] && [ -f "$("$pg_config" --sharedir)/extension/pg_co.control" ] \
+    || die "pg_co for PostgreSQL $major did not land in $("$pg_config" --pkglibdir) and $("$pg_config" --sharedir)/extension"
+  echo "$built_for" > "$stamp"
   log "installed $so in $((SECONDS - t0)) s"
 done

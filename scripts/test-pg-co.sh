@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pg_co's PostgreSQL-side suites: unit tests of the rules, then on every major of
-# $COTX_PG_MAJORS (default 15 17 18) pg_regress of the SQL surface and the isolation specs of
+# $COTX_PG_MAJORS (default 15 16 17 18) pg_regress of the SQL surface and the isolation specs of
 # every rule (pg_co_ext/test/), each on a temp instance with pg_co preloaded.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"

@@ -1,4 +1,4 @@
-"""Start and stop real PostgreSQL (15, 17 or 18) and MariaDB 10.11 servers in temporary
+"""Start and stop real PostgreSQL (15, 16, 17 or 18) and MariaDB 10.11 servers in temporary
 directories.
 
 Every server lives in its own directory under BASE_DIR, named after the harness process
@@ -20,7 +20,7 @@ from pathlib import Path
 COTX_CACHE = Path(os.environ.get("COTX_CACHE", "/var/cache/cotx"))
 # The PostgreSQL majors pg_co supports; COTX_PG_MAJORS narrows them (e.g. "15"), COTX_PG_MAJOR
 # picks the one a PgServer() without major= starts.
-PG_MAJORS = [int(m) for m in os.environ.get("COTX_PG_MAJORS", "15 17 18").split()]
+PG_MAJORS = [int(m) for m in os.environ.get("COTX_PG_MAJORS", "15 16 17 18").split()]  # as scripts/lib.sh
 DEFAULT_PG_MAJOR = int(os.environ.get("COTX_PG_MAJOR", "15"))
 MARIADB_PLUGIN_DIR = Path(os.environ.get("COTX_MARIADB_PLUGIN_DIR", "/usr/lib/mysql/plugin"))
 BASE_DIR = Path(os.environ.get("COTX_TEST_BASE", "/tmp/cotx-servers"))
@@ -48,6 +48,8 @@ def _pg_config(major: int, what: str) -> Path | None:
 def pg_unavailable(major: int) -> str | None:
     """Why a major is not built here (its source package did not download; written by
     scripts/build-pg-servers.sh), or None."""
+    if (COTX_CACHE / "pg" / str(major) / ".cotx-installed").exists():
+        return None  # installed from a wheel (16, 17): a marker there is stale
     try:
         return (COTX_CACHE / "pg" / str(major) / "UNAVAILABLE").read_text().strip()
     except OSError:

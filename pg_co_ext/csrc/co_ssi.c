@@ -1,8 +1,7 @@
 /*
  * co_ssi.c: reads PostgreSQL's SSI state (SERIALIZABLEXACT and its rw-conflict lists).
  *
- * Supported: PostgreSQL 15, 17 and 18 (16 has the same lists as 17 but is untested).
- * Only the list walks differ between majors: 15 links the SSI lists with SHM_QUEUE, 16+
+ * Supported: PostgreSQL 15, 16, 17 and 18. Only the list walks differ between majors: 15 links the SSI lists with SHM_QUEUE, 16+
  * with dlist. Each implementation is one fenced section below with the same pieces (the
  * two walks, the first two free pool entries, where the pool of SERIALIZABLEXACTs lives);
  * everything else is shared. docs/pg_co.md ("What the shim reads, per major") lists the
@@ -31,6 +30,48 @@ StaticAssertDecl(sizeof(TransactionId) == sizeof(uint32_t), "TransactionId is co
 StaticAssertDecl(sizeof(((SERIALIZABLEXACT *) 0)->flags) == sizeof(uint32_t), "SERIALIZABLEXACT.flags is copied into a uint32_t");
 StaticAssertDecl(sizeof(((SERIALIZABLEXACT *) 0)->pid) == sizeof(int32_t), "SERIALIZABLEXACT.pid is copied into an int32_t");
 StaticAssertDecl(sizeof(((SERIALIZABLEXACT *) 0)->pgprocno) == sizeof(int32_t), "SERIALIZABLEXACT.pgprocno is copied into an int32_t");
+
+/*
+ * The layout of everything read below, per major, as reviewed against that major's
+ * predicate_internals.h (docs/pg_co.md, "What the shim reads, per major"): the size of
+ * SERIALIZABLEXACT (of PredXactListElementData in 15, whose pool entries those are), the
+ * offsets of the fields copied and of the lists walked, RWConflictData's, and the size and
+ * fields of the "PredXactList" struct (checked: 15.18, 16.15, 17.11, 18.6; 16 to 18 have
+ * the same numbers). Headers of a minor release that moved any of them fail the build
+ * here, before the start-up layout check (which compares only two sizes with the running
+ * server) would have to catch it: review that release's predicate_internals.h and
+ * predicate.c, then add its numbers.
+ */
+#define CO_REVIEWED(what, expr, value) \
+	StaticAssertDecl((expr) == (value), "PostgreSQL " PG_MAJORVERSION ": " what " differs from the layout pg_co was reviewed against")
+#if PG_VERSION_NUM < 160000
+CO_REVIEWED("sizeof(PredXactListElementData)", sizeof(PredXactListElementData), 168);
+CO_REVIEWED("offsetof(PredXactListElementData, sxact)", offsetof(PredXactListElementData, sxact), 16);
+#define CO_SX_SIZE 152
+#define CO_SX_TAIL 128			/* topXid; flags, pid, pgprocno follow */
+#else
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, xactLink)", offsetof(SERIALIZABLEXACT, xactLink), 96);
+#define CO_SX_SIZE 168
+#define CO_SX_TAIL 144
+#endif
+CO_REVIEWED("sizeof(SERIALIZABLEXACT)", sizeof(SERIALIZABLEXACT), CO_SX_SIZE);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, topXid)", offsetof(SERIALIZABLEXACT, topXid), CO_SX_TAIL);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, flags)", offsetof(SERIALIZABLEXACT, flags), CO_SX_TAIL + 12);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, pid)", offsetof(SERIALIZABLEXACT, pid), CO_SX_TAIL + 16);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, pgprocno)", offsetof(SERIALIZABLEXACT, pgprocno), CO_SX_TAIL + 20);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, prepareSeqNo)", offsetof(SERIALIZABLEXACT, prepareSeqNo), 8);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, SeqNo)", offsetof(SERIALIZABLEXACT, SeqNo), 24);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, outConflicts)", offsetof(SERIALIZABLEXACT, outConflicts), 32);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, inConflicts)", offsetof(SERIALIZABLEXACT, inConflicts), 48);
+CO_REVIEWED("sizeof(RWConflictData)", sizeof(RWConflictData), 48);
+CO_REVIEWED("offsetof(RWConflictData, outLink)", offsetof(RWConflictData, outLink), 0);
+CO_REVIEWED("offsetof(RWConflictData, inLink)", offsetof(RWConflictData, inLink), 16);
+CO_REVIEWED("offsetof(RWConflictData, sxactOut)", offsetof(RWConflictData, sxactOut), 32);
+CO_REVIEWED("offsetof(RWConflictData, sxactIn)", offsetof(RWConflictData, sxactIn), 40);
+CO_REVIEWED("PredXactListDataSize", PredXactListDataSize, 88);
+CO_REVIEWED("offsetof(PredXactListData, availableList)", offsetof(PredXactListData, availableList), 0);
+CO_REVIEWED("offsetof(PredXactListData, activeList)", offsetof(PredXactListData, activeList), 16);
+CO_REVIEWED("offsetof(PredXactListData, LastSxactCommitSeqNo)", offsetof(PredXactListData, LastSxactCommitSeqNo), 48);
 
 /* Called once per transaction at the other end of an edge, or per active transaction. */
 typedef void (*co_visit_fn) (const SERIALIZABLEXACT *sx, void *arg);
