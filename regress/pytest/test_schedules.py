@@ -131,7 +131,11 @@ def test_documented_limits_with_the_project_on(runner):
                   "protected: the same read in BEGIN ... COMMIT SERIALIZABLE"):
         r = res[label]
         assert r.committed == ["Y", "G", "L"], (label, r.executed)
-        assert r.executed.index("Y.commit(my)") < r.executed.index("L.commit(my)"), (label, r.executed)
+        # It saw Y's write on y: its read waited for Y's XA COMMIT. (The order of the two
+        # commits in `executed` is the order the runner noticed them, not proof: MariaDB
+        # releases Y's locks before Y's client hears the OK, so L may finish first.)
+        reader = next(t for t in r.history if t.id == "L")
+        assert any(op[0] == "r" and op[1] == "my:y" and "Y" in op[2] for op in reader.ops), (label, r.executed, reader.ops)
     assert "pg_co rule C" in res["protected: the same reader READ WRITE (rule C refuses it)"].aborted["L"]
     ro = "protected: PostgreSQL READ ONLY local reader, Y commits before L (rule C for READ ONLY readers refuses it)"
     assert "pg_co rule C" in res[ro].aborted["L"], res[ro].aborted
