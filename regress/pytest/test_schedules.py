@@ -22,6 +22,21 @@ SAMPLE = int(os.environ.get("COTX_SCHEDULES_SAMPLE", 120))
 THREE = int(os.environ.get("COTX_SCHEDULES_THREE", 30))
 
 
+def assert_serializable(t, n, refusals=True):
+    """The project's verdict on n schedules: every one ran, none non-serializable, checker
+    and oracle agree, and (refusals) some but not all were refused."""
+    assert t.run == n
+    assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
+    assert t.oracle_disagrees == 0
+    if refusals:
+        assert 0 < t.refused < t.run
+
+
+def assert_anomalies_found(t):
+    """The baseline's verdict: plain 2PC lets anomalies through and the checker finds them."""
+    assert t.anomalies > 0
+    assert t.oracle_disagrees == 0
+
 def keep_plans(pg):
     """No autovacuum/autoanalyze on the schedules' table: once autovacuum analyzes the small
     table (its first naptime is 60 s), PostgreSQL reads it by sequential scan, SSI locks
@@ -73,10 +88,7 @@ def test_sample_with_the_project_is_serializable(runner, items):
     runner.set_mode("co")
     t = run_many(runner, items, Tally("co"))
     print(t.line())
-    assert t.run == len(items)
-    assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
-    assert t.oracle_disagrees == 0
-    assert 0 < t.refused < t.run
+    assert_serializable(t, len(items))
 
 
 @pytest.mark.parametrize("major", [m for m in PG_MAJORS if m != DEFAULT_PG_MAJOR], ids=lambda m: f"pg{m}")
@@ -96,18 +108,14 @@ def test_sample_with_the_project_is_serializable_on_other_majors(major, mariadb,
         finally:
             r.close()
     print(t.line())
-    assert t.run == len(items)
-    assert t.anomalies == 0, [(x.label, x.executed, [a.text for a in x.anomalies]) for x in t.failures]
-    assert t.oracle_disagrees == 0
-    assert 0 < t.refused < t.run
+    assert_serializable(t, len(items))
 
 
 def test_sample_with_plain_2pc_has_anomalies_the_checker_finds(runner, items):
     runner.set_mode("plain")
     t = run_many(runner, items, Tally("plain"))
     print(t.line())
-    assert t.anomalies > 0
-    assert t.oracle_disagrees == 0
+    assert_anomalies_found(t)
 
 
 def test_documented_limits_with_the_project_on(runner):
@@ -152,9 +160,7 @@ def test_dip_sample_with_the_project_is_serializable(runner, dip_items):
     runner.set_mode("co")
     t = run_many(runner, dip_items, Tally("co dip"))
     print(t.line())
-    assert t.run == len(dip_items)
-    assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
-    assert t.oracle_disagrees == 0
+    assert_serializable(t, len(dip_items), refusals=False)
     assert t.reasons.get("pg_co rule A", 0) > 0, "rule A at the decision commit must show up"
 
 
@@ -163,8 +169,7 @@ def test_dip_sample_plain_has_anomalies_the_checker_finds(runner, dip_items):
     runner.set_mode("plain")
     t = run_many(runner, dip_items, Tally("plain dip"))
     print(t.line())
-    assert t.anomalies > 0
-    assert t.oracle_disagrees == 0
+    assert_anomalies_found(t)
 
 
 def test_read_only_reader_needs_rule_c_for_read_only_readers(runner):
@@ -198,15 +203,11 @@ def test_three_transactions_with_the_project_are_serializable(runner, three_item
     runner.set_mode("co")
     t = run_many(runner, three_items, Tally("co three"))
     print(t.line())
-    assert t.run == len(three_items)
-    assert t.anomalies == 0, [(r.label, r.executed, [a.text for a in r.anomalies]) for r in t.failures]
-    assert t.oracle_disagrees == 0
-    assert 0 < t.refused < t.run
+    assert_serializable(t, len(three_items))
 
 
 def test_three_transactions_plain_2pc_have_anomalies_the_checker_finds(runner, three_items):
     runner.set_mode("plain")
     t = run_many(runner, three_items, Tally("plain three"))
     print(t.line())
-    assert t.anomalies > 0
-    assert t.oracle_disagrees == 0
+    assert_anomalies_found(t)
