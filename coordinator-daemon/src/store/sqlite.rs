@@ -103,6 +103,17 @@ impl SqliteLog {
         }
     }
 
+    /// Whether gtid is at or below its epoch's purge watermark (cotx_protocol::answer::forgotten).
+    fn purged(conn: &Connection, gtid: &str) -> Result<bool, rusqlite::Error> {
+        let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else { return Ok(false) };
+        let w: Option<i64> = match conn.query_row("SELECT purged_seq FROM epochs WHERE node = ?1 AND nonce = ?2", params![node, nonce as i64], |r| r.get(0)) {
+            Ok(w) => w,
+            Err(rusqlite::Error::QueryReturnedNoRows) => None,
+            Err(x) => return Err(x),
+        };
+        Ok(cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)))
+    }
+
     fn apply(tx: &rusqlite::Transaction, op: &Op) -> Result<OpResult, rusqlite::Error> {
         Ok(match op {
             Op::Decide(r, fence) => {
@@ -115,15 +126,8 @@ impl SqliteLog {
                     return Ok(existing_outcome(&o));
                 }
                 // Below the purge watermark no decision is written any more.
-                if let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(&r.gtid), gtid_seq(&r.gtid)) {
-                    let w: Option<i64> = match tx.query_row("SELECT purged_seq FROM epochs WHERE node = ?1 AND nonce = ?2", params![node, nonce as i64], |x| x.get(0)) {
-                        Ok(w) => w,
-                        Err(rusqlite::Error::QueryReturnedNoRows) => None,
-                        Err(x) => return Err(x),
-                    };
-                    if cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)) {
-                        return Ok(OpResult::Forgotten);
-                    }
+                if Self::purged(tx, &r.gtid)? {
+                    return Ok(OpResult::Forgotten);
                 }
                 if let Some(f) = fence {
                     let owner = crate::naming::gtid_node(&r.gtid).unwrap_or_default();
@@ -131,17 +135,12 @@ impl SqliteLog {
                         return Ok(OpResult::Fenced(format!("the lease of node {owner} is no longer grant {} of {}", f.generation, f.holder)));
                     }
                 }
-                let n = tx.execute(
-                    "INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)
-                     ON CONFLICT(gtid) DO NOTHING",
+                // No row (read above, in this transaction of the store's only writer).
+                tx.execute(
+                    "INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)",
                     params![r.gtid, r.outcome.as_str(), branches_to_json(&r.branches), r.decided_unix_ms as i64, r.node, r.source],
                 )?;
-                if n == 1 {
-                    OpResult::Decided(r.outcome)
-                } else {
-                    let o: String = tx.query_row("SELECT outcome FROM decisions WHERE gtid = ?1", [&r.gtid], |x| x.get(0))?;
-                    existing_outcome(&o)
-                }
+                OpResult::Decided(r.outcome)
             }
             Op::Overwrite(r) => {
                 tx.execute(
@@ -219,15 +218,7 @@ impl DecisionLog for SqliteLog {
         if let Some(s) = self.rows("WHERE gtid = ?1", Some(gtid))?.into_iter().next() {
             return Ok(s);
         }
-        let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else {
-            return Ok(Stored::Absent { forgotten: false });
-        };
-        let w: Option<i64> = match self.conn.query_row("SELECT purged_seq FROM epochs WHERE node = ?1 AND nonce = ?2", params![node, nonce as i64], |r| r.get(0)) {
-            Ok(w) => w,
-            Err(rusqlite::Error::QueryReturnedNoRows) => None,
-            Err(x) => return Err(e(x)),
-        };
-        Ok(Stored::Absent { forgotten: cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)) })
+        Ok(Stored::Absent { forgotten: Self::purged(&self.conn, gtid).map_err(e)? })
     }
 
     /// The file lock already makes this process the store's only user: the claim is
