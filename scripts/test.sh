@@ -24,7 +24,9 @@ for script in "$COTX_ROOT"/scripts/test-*.sh; do
   run_suite "$name" bash "$script"
 done
 cd "$COTX_ROOT/regress/pytest"
-run_suite pytest "$COTX_VENV/bin/python" -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-}
+# Per-test limit (pytest-timeout): a test that hangs fails with its stack, and the suites
+# after it still run. The slowest test takes about 3 minutes.
+run_suite pytest "$COTX_VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout="${COTX_TEST_TIMEOUT:-900}" ${PYTEST_ARGS:-}
 if [ ${#failed[@]} -gt 0 ]; then
   log "failed suites: ${failed[*]}"
   exit 1

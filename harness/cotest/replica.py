@@ -189,8 +189,10 @@ class PgReplicaPair:
                 f"target_session_attrs=read-write connect_timeout=5")
 
     def connect(self, dbname: str = "postgres", autocommit: bool = True):
+        """A test's own session: its statements give up after a minute (a lock queue or a
+        commit waiting for a standby that never comes fails the test, not the run)."""
         import psycopg
-        return psycopg.connect(self.dsn(dbname), autocommit=autocommit)
+        return psycopg.connect(self.dsn(dbname), autocommit=autocommit, options="-c statement_timeout=60000")
 
     def sql(self, query: str, params=None, dbname: str = "postgres"):
         """One statement on the current primary (through the multi-host DSN)."""

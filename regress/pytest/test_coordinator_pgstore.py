@@ -49,3 +49,36 @@ def test_pg_store_commit_crash_and_recover(pg, mariadb):
         wait_until(lambda: ch.gtid not in records(pg), what="record marked finished")
     finally:
         d.destroy()
+
+
+def test_connecting_takes_no_lock_on_a_busy_store(pg, mariadb):
+    """A daemon that (re)connects to a store whose schema is current takes no lock on its
+    tables. Before, every connection ran the schema's ALTER TABLEs: an ACCESS EXCLUSIVE
+    request queued behind any open transaction on the decision table — e.g. another
+    daemon's decision whose commit waits for a synchronous standby during a failover — and
+    every later reader and writer of the table queued behind it: the store stopped for all
+    daemons until that standby came back (the failover test hung this way)."""
+    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "cotx_decisions_t"}
+    first = make_daemon(pg, mariadb, store=store, node_id="busy1").start()   # schema made
+    first.destroy()
+    with pg.connect(dbname="cotx_log", autocommit=False) as holder:
+        # What a decision waiting for its synchronous standby holds: a row-exclusive lock.
+        holder.execute("LOCK TABLE cotx_decisions_t IN ROW EXCLUSIVE MODE")
+        d = make_daemon(pg, mariadb, store=store, node_id="busy2")
+        try:
+            d.start()   # fails (no answer in 30 s) while its connection waits for a lock
+            with pg.connect(dbname="cotx_log") as reader:
+                reader.execute("SET statement_timeout = '5s'")
+                reader.execute("SELECT count(*) FROM cotx_decisions_t")   # not queued behind the daemon
+            with pg.connect() as pc:
+                mc = mariadb.connect()
+                with Coordinator(d.url, d.token).transaction() as tx:
+                    with tx.branch(pc, "pg"):
+                        pc.execute("INSERT INTO crash VALUES ('pgstore-busy', 1)")
+                    with tx.branch(mc, "my"):
+                        mc.cursor().execute("INSERT INTO crash VALUES ('pgstore-busy', 1)")
+                mc.close()
+            assert tx.outcome == "commit" and committed_both(pg, mariadb, "pgstore-busy")
+        finally:
+            holder.rollback()
+            d.destroy()

@@ -41,25 +41,9 @@ impl PgLog {
     fn client(&mut self) -> Result<&mut Client, String> {
         if self.client.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
             let mut c = Client::connect(&self.dsn, NoTls).map_err(e)?;
-            let t = &self.table;
-            c.batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {t}(gtid text PRIMARY KEY, outcome text NOT NULL, branches text NOT NULL,
-                    decided_ms bigint NOT NULL, node text NOT NULL, source text NOT NULL);
-                 CREATE TABLE IF NOT EXISTS {t}_audit(id bigserial PRIMARY KEY, at_ms bigint NOT NULL, gtid text NOT NULL,
-                    outcome text NOT NULL, operator text NOT NULL, reason text NOT NULL, result text NOT NULL);
-                 CREATE TABLE IF NOT EXISTS {t}_epochs(node text NOT NULL, nonce bigint NOT NULL, started_ms bigint NOT NULL,
-                    PRIMARY KEY(node, nonce));
-                 CREATE TABLE IF NOT EXISTS {t}_nodes(node text PRIMARY KEY, holder text NOT NULL, url text NOT NULL,
-                    expires_ms bigint NOT NULL);
-                 -- Lease grants (cotx_protocol::lease), finished records kept for the retention,
-                 -- purge watermarks (cotx_protocol::answer). Added in place to older tables.
-                 CREATE SEQUENCE IF NOT EXISTS {t}_grants;
-                 ALTER TABLE {t}_nodes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0;
-                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS finished_ms bigint;
-                 ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS purged_seq bigint;
-                 CREATE INDEX IF NOT EXISTS {t}_finished ON {t}(finished_ms) WHERE finished_ms IS NOT NULL;"
-            ))
-            .map_err(e)?;
+            if !schema_is_current(&mut c, &self.table)? {
+                make_schema(&mut c, &self.table)?;
+            }
             self.client = Some(c);
         }
         Ok(self.client.as_mut().unwrap())
@@ -189,6 +173,57 @@ impl PgLog {
 
 /// Whether this session holds node's lock: already (a re-lock would stack counts), or
 /// taken now because it was free.
+/// Every relation and later-added column the daemon uses, read from the catalogs only: a
+/// daemon (re)connecting to a current store takes no lock on its tables. The DDL below
+/// takes ACCESS EXCLUSIVE on the decision table; queued behind an open transaction there
+/// (another daemon's decision whose commit waits for a synchronous standby mid-failover),
+/// it would make every later reader and writer queue behind it: the whole store stopped
+/// until that standby returned.
+fn schema_is_current(c: &mut Client, t: &str) -> Result<bool, String> {
+    let rel = |suffix: &str| format!("{t}{suffix}");
+    let row = c
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
+                AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL
+                AND (SELECT count(*) FROM pg_attribute WHERE NOT attisdropped AND (
+                        (attrelid = to_regclass($1) AND attname = 'finished_ms')
+                     OR (attrelid = to_regclass($3) AND attname = 'purged_seq')
+                     OR (attrelid = to_regclass($4) AND attname = 'generation'))) = 3",
+            &[&rel(""), &rel("_audit"), &rel("_epochs"), &rel("_nodes"), &rel("_grants"), &rel("_finished")],
+        )
+        .map_err(e)?;
+    Ok(row.get(0))
+}
+
+/// Creates the tables or brings an older store up to date in place (idempotent). The lock
+/// wait is bounded (the caller retries on error). Committed without waiting for a
+/// synchronous standby: if the primary is lost before the standby has it, the next
+/// connection finds the schema short and makes it again.
+fn make_schema(c: &mut Client, t: &str) -> Result<(), String> {
+    c.batch_execute(&format!(
+        "BEGIN;
+         SET LOCAL lock_timeout = '5s';
+         SET LOCAL synchronous_commit = local;
+         CREATE TABLE IF NOT EXISTS {t}(gtid text PRIMARY KEY, outcome text NOT NULL, branches text NOT NULL,
+            decided_ms bigint NOT NULL, node text NOT NULL, source text NOT NULL);
+         CREATE TABLE IF NOT EXISTS {t}_audit(id bigserial PRIMARY KEY, at_ms bigint NOT NULL, gtid text NOT NULL,
+            outcome text NOT NULL, operator text NOT NULL, reason text NOT NULL, result text NOT NULL);
+         CREATE TABLE IF NOT EXISTS {t}_epochs(node text NOT NULL, nonce bigint NOT NULL, started_ms bigint NOT NULL,
+            PRIMARY KEY(node, nonce));
+         CREATE TABLE IF NOT EXISTS {t}_nodes(node text PRIMARY KEY, holder text NOT NULL, url text NOT NULL,
+            expires_ms bigint NOT NULL);
+         -- Lease grants (cotx_protocol::lease), finished records kept for the retention,
+         -- purge watermarks (cotx_protocol::answer). Added in place to older tables.
+         CREATE SEQUENCE IF NOT EXISTS {t}_grants;
+         ALTER TABLE {t}_nodes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0;
+         ALTER TABLE {t} ADD COLUMN IF NOT EXISTS finished_ms bigint;
+         ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS purged_seq bigint;
+         CREATE INDEX IF NOT EXISTS {t}_finished ON {t}(finished_ms) WHERE finished_ms IS NOT NULL;
+         COMMIT;"
+    ))
+    .map_err(e)
+}
+
 fn hold_lock(c: &mut Client, t: &str, node: &str) -> Result<bool, String> {
     let args = lock_args(t);
     Ok(c.query_one(
