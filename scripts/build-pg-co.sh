@@ -31,10 +31,11 @@ for major in $COTX_PG_MAJORS; do
   t0=$SECONDS
   # package, then install each file by rename: servers running the old pg_co.so keep their
   # mapping (an in-place overwrite can crash them).
+  pkg="$COTX_TARGET_PG/pg$major/release/pg_co-pg$major"
+  rm -rf "$pkg"   # only this build's files get installed (a tree once built for another pg_config left its paths)
   CARGO_TARGET_DIR="$COTX_TARGET_PG/pg$major" PGRX_PG_CONFIG_PATH="$pg_config" PG_CONFIG="$pg_config" \
     nice -n 10 cargo pgrx package --pg-config "$pg_config" --no-default-features --features "pg$major" >"$buildlog" 2>&1 \
     || { tail -40 "$buildlog"; die "pg_co build for PostgreSQL $major failed (full log: $buildlog)"; }
-  pkg="$COTX_TARGET_PG/pg$major/release/pg_co-pg$major"
   extdir="$pkg$("$pg_config" --sharedir)/extension"
   for f in "$COTX_ROOT"/pg_co_ext/sql/pg_co--*.sql; do
     [ -e "$f" ] || continue

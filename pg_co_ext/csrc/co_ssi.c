@@ -72,6 +72,11 @@ CO_REVIEWED("PredXactListDataSize", PredXactListDataSize, 88);
 CO_REVIEWED("offsetof(PredXactListData, availableList)", offsetof(PredXactListData, availableList), 0);
 CO_REVIEWED("offsetof(PredXactListData, activeList)", offsetof(PredXactListData, activeList), 16);
 CO_REVIEWED("offsetof(PredXactListData, LastSxactCommitSeqNo)", offsetof(PredXactListData, LastSxactCommitSeqNo), 48);
+/* Rule S (summarized readers): the dummy's list of read locks. */
+CO_REVIEWED("offsetof(PredXactListData, OldCommittedSxact)", offsetof(PredXactListData, OldCommittedSxact), 72);
+CO_REVIEWED("offsetof(SERIALIZABLEXACT, predicateLocks)", offsetof(SERIALIZABLEXACT, predicateLocks), 64);
+CO_REVIEWED("offsetof(PREDICATELOCK, xactLink)", offsetof(PREDICATELOCK, xactLink), 32);
+CO_REVIEWED("offsetof(PREDICATELOCK, commitSeqNo)", offsetof(PREDICATELOCK, commitSeqNo), 48);
 
 /* Called once per transaction at the other end of an edge, or per active transaction. */
 typedef void (*co_visit_fn) (const SERIALIZABLEXACT *sx, void *arg);
@@ -129,6 +134,29 @@ walk_active(const PredXactListData *px, co_visit_fn fn, void *arg)
 	}
 }
 
+/* Whether any read lock on x's list has commitSeqNo > seq. */
+static bool
+any_lock_newer(const SERIALIZABLEXACT *x, SerCommitSeqNo seq)
+{
+	const SHM_QUEUE *head = &x->predicateLocks;
+	Size		off = offsetof(PREDICATELOCK, xactLink);
+	const PREDICATELOCK *l = (const PREDICATELOCK *) SHMQueueNext(head, head, off);
+
+	while (l)
+	{
+		if (l->commitSeqNo > seq)
+			return true;
+		l = (const PREDICATELOCK *) SHMQueueNext(head, &l->xactLink, off);
+	}
+	return false;
+}
+
+static bool
+no_locks(const SERIALIZABLEXACT *x)
+{
+	return SHMQueueEmpty(&x->predicateLocks);
+}
+
 #else
 /* ---- PostgreSQL 16+: dlist; activeList links SERIALIZABLEXACT.xactLink ------------------ */
 
@@ -179,6 +207,26 @@ walk_active(const PredXactListData *px, co_visit_fn fn, void *arg)
 
 	dlist_foreach(it, (dlist_head *) &px->activeList)
 		fn(dlist_container(SERIALIZABLEXACT, xactLink, it.cur), arg);
+}
+
+/* Whether any read lock on x's list has commitSeqNo > seq. */
+static bool
+any_lock_newer(const SERIALIZABLEXACT *x, SerCommitSeqNo seq)
+{
+	dlist_iter	it;
+
+	dlist_foreach(it, (dlist_head *) &x->predicateLocks)
+	{
+		if (dlist_container(PREDICATELOCK, xactLink, it.cur)->commitSeqNo > seq)
+			return true;
+	}
+	return false;
+}
+
+static bool
+no_locks(const SERIALIZABLEXACT *x)
+{
+	return dlist_is_empty(&x->predicateLocks);
 }
 
 #endif
@@ -412,4 +460,38 @@ co_prepare_seq_of(const void *predxact, uint32_t xid, uint64_t *seq)
 	walk_active((const PredXactListData *) predxact, find_prepared, &a);
 	*seq = a.seq;
 	return a.found;
+}
+
+/* ---- rule S, summarized readers (docs/pg_co.md); call WITHOUT co_sxact_lock() ------------ */
+
+/*
+ * Whether a committed reader that ran concurrently with this backend's transaction (it
+ * committed after our snapshot: commitSeqNo > our lastCommitBeforeSnapshot) was
+ * summarized and still holds a read lock. PostgreSQL's write-side check
+ * (CheckTargetForConflictsIn) skips every read lock of the summarized dummy
+ * OldCommittedSxact, whose finishedBefore is never set: our writes after that summarization
+ * could not record "that reader -rw-> us". Summarization and the dummy's clean-up change its
+ * list under SerializableFinishedListLock exclusive, page-split transfers under
+ * SerializablePredicateListLock exclusive: both are taken shared here, in PostgreSQL's order
+ * (before SerializableXactHashLock, which the caller must not hold). The unlocked look at
+ * an empty list is enough when it says empty: a summarization that matters moved the lock
+ * before our write's conflict check took that target's partition lock, after the mover
+ * released it, so this backend already sees the lock.
+ */
+bool
+co_summarized_concurrent_reader(const void *predxact)
+{
+	const PredXactListData *px = predxact;
+	const SERIALIZABLEXACT *me = (const SERIALIZABLEXACT *) ShareSerializableXact();
+	const SERIALIZABLEXACT *old = px->OldCommittedSxact;
+	bool		found;
+
+	if (me == InvalidSerializableXact || old == NULL || no_locks(old))
+		return false;
+	LWLockAcquire(SerializableFinishedListLock, LW_SHARED);
+	LWLockAcquire(SerializablePredicateListLock, LW_SHARED);
+	found = any_lock_newer(old, me->SeqNo.lastCommitBeforeSnapshot);
+	LWLockRelease(SerializablePredicateListLock);
+	LWLockRelease(SerializableFinishedListLock);
+	return found;
 }

@@ -71,4 +71,8 @@ extern int	co_read_prepared_edges(const void *predxact, co_edge *buf, int cap);
 extern uint64_t co_last_commit_seq(const void *predxact);
 extern bool co_prepare_seq_of(const void *predxact, uint32_t xid, uint64_t *seq);
 
+/* Rule S: takes SSI's finished-list and predicate-list locks itself; call without
+ * co_sxact_lock(). */
+extern bool co_summarized_concurrent_reader(const void *predxact);
+
 #endif

@@ -85,16 +85,15 @@ fn check(point: Point) {
     } else if point == Point::Prepare {
         if !serializable {
             if gucs::REQUIRE_SERIALIZABLE.get() {
-                shmem::bump(Counter::RefusedNotSerializable, 1);
-                refusal::raise(Refusal::NotSerializable);
+                refusal::refuse(Refusal::NotSerializable);
             }
-            return;
+            return; // nothing to check without SSI (observe-only: counted above)
         }
         // A READ ONLY serializable transaction may lose its rw edges when a writer commits,
         // or drop out of SSI altogether once its snapshot is "safe".
         if unsafe { pg_sys::XactReadOnly } {
-            shmem::bump(Counter::RefusedReadOnly, 1);
-            refusal::raise(Refusal::ReadOnly);
+            refusal::refuse(Refusal::ReadOnly);
+            return;
         }
         shmem::bump(Counter::ChecksPrepare, 1);
     } else {
@@ -103,40 +102,41 @@ fn check(point: Point) {
         }
         shmem::bump(Counter::ChecksCommit, 1);
     }
-    let settings = Settings { rule_c: gucs::RULE_C.get() };
+    let settings = Settings { rule_c: gucs::RULE_C.get(), rule_s: gucs::RULE_S.get() };
+    // Rule S's fact, read before SerializableXactHashLock (PostgreSQL's lock order); it
+    // cannot become false while this transaction is open (docs/pg_co.md, "Rule S").
+    let summarized_reader = point == Point::LocalCommit
+        && settings.rule_s
+        && unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner() != 0
+        && ssi_ffi::summarized_concurrent_reader();
     let t0 = Instant::now();
     let mut wait_started: Option<Instant> = None;
     loop {
         let lock = SsiLock::exclusive();
-        let Some(snap) = ssi_ffi::read_own(&lock, shmem::marker_of) else {
+        let Some(mut snap) = ssi_ffi::read_own(&lock, shmem::marker_of) else {
             drop(lock);
             // Nothing read under SSI now; a READ ONLY reader may have been released as safe.
             check_read_only(point, None);
             return;
         };
+        snap.me.summarized_concurrent_reader = summarized_reader;
         let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
         let summarized = snap.me.flags & (flags::SUMMARY_CONFLICT_IN | flags::SUMMARY_CONFLICT_OUT) != 0;
         let context = |waited: Option<Instant>| refusal::Context { summarized, waited_ms: waited.map(|w| w.elapsed().as_millis() as u64) };
+        let observe_only = gucs::OBSERVE_ONLY.get();
         if verdict == Verdict::Allow {
-            if !gucs::TEST_SKIP_MARKER.get() {
-                // A decision commit is a commit: peers see it as committing (rule A refuses
-                // their out-edges to it, rule B does not wait for it).
-                shmem::set_my_marker(snap.sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
-            }
+            mark(point, snap.sxact);
             drop(lock);
-            // After the edge check, not before (docs/pg_co.md, "Rule C for READ ONLY readers").
-            check_read_only(point, Some(snap.me.last_commit_before_snapshot));
-            finish_timing(t0, wait_started);
-            test_pause();
+            passed(point, snap.me.last_commit_before_snapshot, t0, wait_started);
             return;
         }
         drop(lock);
         if let Verdict::RuleBInDoubtReader(peer, _) = verdict {
             let wait_mode = gucs::CONFLICT_ACTION.get() == ConflictAction::Wait;
             // Wait mode waits for the decision itself (lock_timeout bounds it), so the
-            // bound, on by default, is abort mode's only.
+            // bound, on by default, is abort mode's only. Observe-only never waits.
             let max_wait = if wait_mode { 0 } else { gucs::MAX_WAIT_MS.get() };
-            if wait_mode || max_wait > 0 {
+            if !observe_only && (wait_mode || max_wait > 0) {
                 let started = *wait_started.get_or_insert_with(|| {
                     shmem::bump(Counter::Waits, 1);
                     Instant::now()
@@ -156,8 +156,31 @@ fn check(point: Point) {
             }
         }
         finish_timing(t0, wait_started);
-        refusal::raise(Refusal::RuleWith(point, verdict, context(wait_started)));
+        refusal::refuse(Refusal::RuleWith(point, verdict, context(wait_started)));
+        // Observe-only: counted and logged; the transaction goes on as if it had passed.
+        let lock = SsiLock::exclusive();
+        mark(point, snap.sxact);
+        drop(lock);
+        check_read_only(point, Some(snap.me.last_commit_before_snapshot));
+        return;
     }
+}
+
+/// Marks this transaction as past its check, under SerializableXactHashLock: a decision
+/// commit is a commit, so peers see it as committing (rule A refuses their out-edges to
+/// it, rule B does not wait for it).
+fn mark(point: Point, sxact: *const std::ffi::c_void) {
+    if !gucs::TEST_SKIP_MARKER.get() {
+        shmem::set_my_marker(sxact, if point == Point::Prepare { Marker::Preparing } else { Marker::Committing });
+    }
+}
+
+/// After a passed check, without the lock: rule C for READ ONLY readers comes after the
+/// edge check, not before (docs/pg_co.md, "Rule C for READ ONLY readers").
+fn passed(point: Point, snapshot_seq: u64, t0: Instant, wait_started: Option<Instant>) {
+    check_read_only(point, Some(snapshot_seq));
+    finish_timing(t0, wait_started);
+    test_pause();
 }
 
 /// Rule C for a READ ONLY serializable transaction at its local COMMIT (src/read_only.rs).
@@ -169,7 +192,7 @@ fn check_read_only(point: Point, seq_now: Option<u64>) {
         && gucs::RULE_C_READ_ONLY.get();
     if applies {
         if let Some(m) = read_only::check(seq_now) {
-            refusal::raise(Refusal::RuleCReadOnly(m.xid, m.in_flight));
+            refusal::refuse(Refusal::RuleCReadOnly(m.xid, m.in_flight));
         }
     }
 }

@@ -78,6 +78,16 @@ pub fn on_prepared() {
     }
 }
 
+/// The gid of this backend's transaction while it is in PREPARE TRANSACTION (None at a
+/// local COMMIT): pending, or recorded with its xid.
+pub fn own() -> Option<String> {
+    if let Some(g) = unsafe { (*std::ptr::addr_of!(PENDING)).clone() } {
+        return Some(g);
+    }
+    let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+    if xid == 0 { None } else { lookup(xid) }
+}
+
 /// XACT_EVENT_ABORT / COMMIT: a PREPARE that failed (or a PREPARE outside a transaction
 /// block) leaves nothing behind for the next transaction.
 pub fn forget_pending() {

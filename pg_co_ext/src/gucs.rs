@@ -11,11 +11,13 @@ pub enum ConflictAction {
 }
 
 pub static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static OBSERVE_ONLY: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static CONFLICT_ACTION: GucSetting<ConflictAction> = GucSetting::<ConflictAction>::new(ConflictAction::Abort);
 pub static REQUIRE_SERIALIZABLE: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static LOG_VETOES: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static RULE_C: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static RULE_C_READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static RULE_S: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// 5 ms: an in-doubt blocker is usually that close to its decision (docs/pg_co.md, "Bounded wait").
 pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -28,6 +30,14 @@ pub fn register() {
         c"Enforce commitment ordering at PREPARE TRANSACTION and COMMIT.",
         c"off restores PostgreSQL's own behaviour (for comparisons); 2PC is then atomic but not globally serializable.",
         &ENABLED,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_co.observe_only",
+        c"Run every check but refuse nothing: count and log each would-be refusal.",
+        c"For trying pg_co on a system that runs plain 2PC today: co.stats counts what would have been refused (observed_*), the server log names each with its conflicting transaction. Nothing is enforced, nothing waits.",
+        &OBSERVE_ONLY,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -78,6 +88,14 @@ pub fn register() {
         c"Rule C for READ ONLY readers: refuse a READ ONLY serializable COMMIT when a 2PC transaction prepared before its snapshot was committed after it.",
         c"PostgreSQL drops a READ ONLY reader's rw edges when the writer commits; this rule does without them. Needs pg_co.rule_c.",
         &RULE_C_READ_ONLY,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_co.rule_s",
+        c"Rule S: refuse a local COMMIT that may close a cycle PostgreSQL's SSI cannot see because it summarized a concurrent reader.",
+        c"PostgreSQL ignores the read locks of transactions it summarized (its pool of serializable transactions was full); a writer with an rw out-edge to a committed transaction is then refused (docs/pg_co.md, Rule S).",
+        &RULE_S,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -86,6 +86,7 @@ fn blocker_line(point: Point, v: &Verdict, ctx: &Context) -> String {
         Verdict::RuleASummarized => ("A", None),
         Verdict::RuleBInDoubtReader(p, st) => ("B", Some((p, *st))),
         Verdict::RuleCStaleLocalRead(p, st) => ("C", Some((p, *st))),
+        Verdict::RuleSSummarizedReader(out) => ("S", out.as_ref().map(|(p, st)| (p, *st))),
         Verdict::Allow => ("-", None),
     };
     let point = match point {
@@ -105,7 +106,7 @@ fn blocker_line(point: Point, v: &Verdict, ctx: &Context) -> String {
     };
     format!(
         "pg_co blocker: rule={rule} point={point} xid={xid} gid={gid} pid={pid} state={state} summarized={} waited_ms={}",
-        if ctx.summarized || matches!(v, Verdict::RuleASummarized) { "yes" } else { "no" },
+        if ctx.summarized || matches!(v, Verdict::RuleASummarized | Verdict::RuleSSummarizedReader(None)) { "yes" } else { "no" },
         ctx.waited_ms.unwrap_or(0)
     )
 }
@@ -129,8 +130,66 @@ fn gid_of(xid: u32) -> Option<String> {
     }
 }
 
+/// The counters of a refusal of a rule or a precondition: when raised, and when only
+/// observed (pg_co.observe_only). None for the other errors (co.decide misuse, lock_timeout).
+fn counters(r: &Refusal) -> Option<(Counter, Counter)> {
+    Some(match r {
+        Refusal::NotSerializable => (Counter::RefusedNotSerializable, Counter::ObservedNotSerializable),
+        Refusal::ReadOnly => (Counter::RefusedReadOnly, Counter::ObservedReadOnly),
+        Refusal::RuleCReadOnly(..) => (Counter::RefusedRuleC, Counter::ObservedRuleC),
+        Refusal::Rule(_, v) | Refusal::RuleWith(_, v, _) => match v {
+            Verdict::RuleAOutEdge(..) => (Counter::RefusedRuleA, Counter::ObservedRuleA),
+            Verdict::RuleASummarized => (Counter::RefusedSummarized, Counter::ObservedSummarized),
+            Verdict::RuleBInDoubtReader(..) => (Counter::RefusedRuleB, Counter::ObservedRuleB),
+            Verdict::RuleCStaleLocalRead(..) => (Counter::RefusedRuleC, Counter::ObservedRuleC),
+            Verdict::RuleSSummarizedReader(..) => (Counter::RefusedRuleS, Counter::ObservedRuleS),
+            Verdict::Allow => return None,
+        },
+        _ => return None,
+    })
+}
+
+/// A rule's or precondition's refusal. Enforcing: raised (does not return). Observe-only
+/// (pg_co.observe_only): counted as observed and logged with both transactions, and the
+/// caller carries on as if the check had passed. Other errors are always raised.
+pub fn refuse(r: Refusal) {
+    if gucs::OBSERVE_ONLY.get() {
+        if let Some((_, observed)) = counters(&r) {
+            shmem::bump(observed, 1);
+            let report = build(r);
+            let me = match crate::gids::own() {
+                Some(g) => format!("gid '{}'", g.replace('\'', "''")),
+                None => "no gid".to_string(),
+            };
+            let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
+            pgrx::log!(
+                "pg_co observe-only, not refused: {} (this transaction: xid {xid}, {me})\n{}",
+                report.message(),
+                report.detail().unwrap_or("")
+            );
+            return;
+        }
+    }
+    raise(r)
+}
+
+/// Raises `r` as an ERROR: the transaction is rolled back.
 pub fn raise(r: Refusal) -> ! {
-    let report = match r {
+    let counted = counters(&r);
+    if let Some((refused, _)) = counted {
+        shmem::bump(refused, 1);
+    }
+    let report = build(r);
+    if counted.is_some() && gucs::LOG_VETOES.get() {
+        pgrx::log!("{}: {}", report.message(), report.detail().unwrap_or(""));
+    }
+    report.report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// The error a refusal raises (also what observe-only logs).
+fn build(r: Refusal) -> ErrorReport {
+    match r {
         Refusal::NotSerializable => ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
             "pg_co refused PREPARE TRANSACTION: the transaction is not SERIALIZABLE",
@@ -179,7 +238,6 @@ pub fn raise(r: Refusal) -> ! {
         .set_detail("Recovery resolved it (co.resolve) before this decision, so it is aborted.")
         .set_hint("Roll back and retry the global transaction under a new id."),
         Refusal::RuleCReadOnly(xid, in_flight) => {
-            shmem::bump(Counter::RefusedRuleC, 1);
             let who = if xid == 0 {
                 "a 2PC transaction pg_co no longer remembers individually".to_string()
             } else {
@@ -196,55 +254,52 @@ pub fn raise(r: Refusal) -> ! {
                 gid.map_or_else(|| "-".to_string(), |g| format!("'{}'", g.replace('\'', "''"))),
             );
             let msg = "pg_co refused COMMIT: commitment ordering rule C (READ ONLY reader)";
-            if gucs::LOG_VETOES.get() {
-                pgrx::log!("{msg}: {detail}");
-            }
             ErrorReport::new(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, msg, "pg_co")
                 .set_detail(detail)
                 .set_hint("Retry the transaction.")
         }
         Refusal::Rule(point, v) => rule_report(point, v, Context::default()),
         Refusal::RuleWith(point, v, ctx) => rule_report(point, v, ctx),
-    };
-    report.report(PgLogLevel::ERROR);
-    unreachable!("ERROR does not return")
+    }
 }
 
 fn rule_report(point: Point, v: Verdict, ctx: Context) -> ErrorReport {
     let serialization = PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE;
-    let (counter, msg, detail) = match v {
+    let (msg, detail) = match v {
         Verdict::RuleAOutEdge(p, st) => (
-            Counter::RefusedRuleA,
             format!("pg_co refused {}: commitment ordering rule A", point_name(point)),
             format!("This transaction read data that {} overwrote; it would have to commit before that transaction, which already reached its commit point.", describe(&p, st)),
         ),
         Verdict::RuleASummarized => (
-            Counter::RefusedSummarized,
             format!("pg_co refused {}: commitment ordering rule A (summarized conflicts)", point_name(point)),
             "PostgreSQL summarized this transaction's rw-conflicts under memory pressure; pg_co cannot prove the prepare safe.".to_string(),
         ),
         Verdict::RuleBInDoubtReader(p, st) => (
-            Counter::RefusedRuleB,
             format!("pg_co refused {}: commitment ordering rule B", point_name(point)),
             format!("{} read data that this transaction overwrote; this transaction may reach its commit point only after that one is decided.", capitalize(&describe(&p, st))),
         ),
         Verdict::RuleCStaleLocalRead(p, st) => (
-            Counter::RefusedRuleC,
             // Only at a local COMMIT: at a decision commit rule A refuses first.
             "pg_co refused COMMIT: commitment ordering rule C".to_string(),
             format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
         ),
+        Verdict::RuleSSummarizedReader(out) => (
+            "pg_co refused COMMIT: rule S (a reader PostgreSQL summarized)".to_string(),
+            format!(
+                "PostgreSQL summarized a transaction that ran concurrently with this one (its pool of serializable transactions was full) and no longer checks that transaction's reads against this one's writes; this transaction also read data that {} overwrote, so committing it could complete a cycle PostgreSQL does not see.",
+                match out {
+                    Some((p, st)) => describe(&p, st),
+                    None => "a transaction PostgreSQL summarized as well".to_string(),
+                }
+            ),
+        ),
         Verdict::Allow => unreachable!("an allowed transaction is not refused"),
     };
-    shmem::bump(counter, 1);
     let waited = match ctx.waited_ms {
         Some(ms) => format!(" Waited {ms} ms for its decision (pg_co.max_wait)."),
         None => String::new(),
     };
     let detail = format!("{detail}{waited}\n{}", blocker_line(point, &v, &ctx));
-    if gucs::LOG_VETOES.get() {
-        pgrx::log!("{msg}: {detail}");
-    }
     let hint = if matches!(v, Verdict::RuleBInDoubtReader(..)) {
         "Retry the transaction, or raise pg_co.max_wait (or set pg_co.conflict_action = 'wait') to wait for the in-doubt transaction's outcome."
     } else {

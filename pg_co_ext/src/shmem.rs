@@ -22,6 +22,14 @@ pub enum Counter {
     WaitMicros,
     CheckNanos,
     WaitTimeouts,
+    ObservedRuleA,
+    ObservedSummarized,
+    ObservedRuleB,
+    ObservedRuleC,
+    ObservedNotSerializable,
+    ObservedReadOnly,
+    RefusedRuleS,
+    ObservedRuleS,
 }
 /// Every counter: its name in co.stat_counters() and its column in the co.stats view (with
 /// the unit conversion), the one list both are built from.
@@ -34,7 +42,7 @@ pub struct CounterDef {
 const fn def(counter: Counter, name: &'static str, column: &'static str) -> CounterDef {
     CounterDef { counter, name, column }
 }
-pub const COUNTERS: [CounterDef; 12] = [
+pub const COUNTERS: [CounterDef; 20] = [
     def(Counter::ChecksPrepare, "checks_prepare", "{v} AS checks_prepare"),
     def(Counter::ChecksCommit, "checks_commit", "{v} AS checks_commit"),
     def(Counter::RefusedRuleA, "refused_rule_a", "{v} AS refused_rule_a"),
@@ -47,6 +55,15 @@ pub const COUNTERS: [CounterDef; 12] = [
     def(Counter::WaitMicros, "wait_time_us", "round({v} / 1000.0, 3) AS wait_time_ms"),
     def(Counter::CheckNanos, "check_time_ns", "round({v} / 1e6, 3) AS check_time_ms"),
     def(Counter::WaitTimeouts, "wait_timeouts", "{v} AS wait_timeouts"),
+    // pg_co.observe_only: what would have been refused, per reason (nothing was).
+    def(Counter::ObservedRuleA, "observed_rule_a", "{v} AS observed_rule_a"),
+    def(Counter::ObservedSummarized, "observed_summarized", "{v} AS observed_summarized"),
+    def(Counter::ObservedRuleB, "observed_rule_b", "{v} AS observed_rule_b"),
+    def(Counter::ObservedRuleC, "observed_rule_c", "{v} AS observed_rule_c"),
+    def(Counter::ObservedNotSerializable, "observed_not_serializable", "{v} AS observed_not_serializable"),
+    def(Counter::ObservedReadOnly, "observed_read_only", "{v} AS observed_read_only"),
+    def(Counter::RefusedRuleS, "refused_rule_s", "{v} AS refused_rule_s"),
+    def(Counter::ObservedRuleS, "observed_rule_s", "{v} AS observed_rule_s"),
 ];
 // The enum and the list are in the same order: a counter's index is its discriminant.
 const _: () = {

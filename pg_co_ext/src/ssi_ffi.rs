@@ -67,6 +67,7 @@ extern "C" {
     fn co_check_layout(predxact: *mut *mut c_void, skew: i32) -> *const std::ffi::c_char;
     fn co_last_commit_seq(predxact: *const c_void) -> u64;
     fn co_prepare_seq_of(predxact: *const c_void, xid: u32, seq: *mut u64) -> bool;
+    fn co_summarized_concurrent_reader(predxact: *const c_void) -> bool;
 }
 
 static mut PREDXACT: *mut c_void = std::ptr::null_mut();
@@ -91,6 +92,13 @@ pub fn last_commit_seq(_lock: &SsiLock) -> u64 {
 pub fn prepare_seq_of(_lock: &SsiLock, xid: u32) -> Option<u64> {
     let mut seq = 0;
     unsafe { co_prepare_seq_of(predxact(), xid, &mut seq) }.then_some(seq)
+}
+
+/// Rule S's fact: a reader that committed after our snapshot was summarized and keeps read
+/// locks PostgreSQL's write-side check ignores. Takes SSI's finished-list and
+/// predicate-list locks: call without an [`SsiLock`] (PostgreSQL's lock order).
+pub fn summarized_concurrent_reader() -> bool {
+    unsafe { co_summarized_concurrent_reader(predxact()) }
 }
 
 /// lastCommitBeforeSnapshot of this backend's serializable transaction, None without one.
@@ -176,7 +184,7 @@ pub fn read_own(_lock: &SsiLock, marker_of: impl Fn(*const c_void, i32) -> Optio
     };
     Some(Snapshot {
         sxact: s.sxact,
-        me: SelfView { flags: s.flags, last_commit_before_snapshot: s.last_commit_before_snapshot },
+        me: SelfView { flags: s.flags, last_commit_before_snapshot: s.last_commit_before_snapshot, wrote: s.xid != 0, summarized_concurrent_reader: false },
         out_edges: read(true, s.n_out),
         in_edges: read(false, s.n_in),
     })

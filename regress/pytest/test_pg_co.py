@@ -198,15 +198,21 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
                 s.sql(f"ROLLBACK PREPARED '{gid}'")
 
 
-@pytest.mark.parametrize("pg_co_on", [False, True])
-def test_summarized_conflicts_refuse_prepare(pg_co_on, pg_major):
-    """A tiny SSI pool makes PostgreSQL fold committed transactions (and T's out-edges to
-    them) into a summary. pg_co cannot see those edges any more: it refuses T's prepare."""
+def tiny_ssi_pool(pg_major) -> dict:
+    """Server settings that make PostgreSQL's pool of serializable transactions small
+    ((backend slots + prepared) x 10): a few hundred commits make it summarize."""
     conf = {"max_connections": 4, "max_prepared_transactions": 2, "max_wal_senders": 0,
             "max_worker_processes": 1, "autovacuum_max_workers": 1, "autovacuum": "off"}
     if pg_major >= 18:  # the pool is sized by backend slots; 18 reserves 16 for autovacuum
         conf["autovacuum_worker_slots"] = 1
-    with PgServer(conf=conf) as s:
+    return conf
+
+
+@pytest.mark.parametrize("pg_co_on", [False, True])
+def test_summarized_conflicts_refuse_prepare(pg_co_on, pg_major):
+    """A tiny SSI pool makes PostgreSQL fold committed transactions (and T's out-edges to
+    them) into a summary. pg_co cannot see those edges any more: it refuses T's prepare."""
+    with PgServer(conf=tiny_ssi_pool(pg_major)) as s:
         s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
         s.sql("INSERT INTO k SELECT g, 0 FROM generate_series(1, 400) g")
         t = begin(s, pg_co_on)
@@ -331,4 +337,26 @@ def test_log_vetoes_writes_refusals_to_the_server_log(two_pg):
         assert "LOG:  pg_co refused PREPARE TRANSACTION: commitment ordering rule A" in a.log_tail(50)
     finally:
         a.sql("ALTER SYSTEM RESET pg_co.log_vetoes")
+        a.sql("SELECT pg_reload_conf()")
+
+
+def test_observe_only_counts_what_it_would_refuse(two_pg):
+    """pg_co.observe_only: the rule-A schedule of the test above: both prepare and commit;
+    co.stats counts the would-be refusal and the log names both transactions."""
+    a, _ = two_pg
+    a.sql("ALTER SYSTEM SET pg_co.observe_only = on")
+    a.sql("SELECT pg_reload_conf()")
+    try:
+        before = a.sql("SELECT observed_rule_a, refused_rule_a FROM co.stats")[0]
+        r, w = rw_pair(a)
+        w.execute("PREPARE TRANSACTION 'observed_w'")
+        r.execute("PREPARE TRANSACTION 'observed_r'")     # rule A would refuse it
+        for gid in ("observed_w", "observed_r"):
+            a.sql(f"COMMIT PREPARED '{gid}'")
+        assert a.sql("SELECT observed_rule_a, refused_rule_a FROM co.stats")[0] == (before[0] + 1, before[1])
+        log = a.log_tail(50)
+        assert "pg_co observe-only, not refused: pg_co refused PREPARE TRANSACTION: commitment ordering rule A" in log
+        assert "gid 'observed_r'" in log and "gid='observed_w'" in log, log
+    finally:
+        a.sql("ALTER SYSTEM RESET pg_co.observe_only")
         a.sql("SELECT pg_reload_conf()")

@@ -100,17 +100,25 @@ pub struct SelfView {
     pub flags: u32,
     /// PredXact->LastSxactCommitSeqNo when the snapshot was taken.
     pub last_commit_before_snapshot: u64,
+    /// The transaction wrote (it has an xid).
+    pub wrote: bool,
+    /// PostgreSQL summarized a reader that committed after this transaction's snapshot and
+    /// still keeps its read locks, which PostgreSQL's write-side check ignores: a write of
+    /// ours may have missed "that reader -rw-> us" (rule S).
+    pub summarized_concurrent_reader: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// Rule C: local readers that missed a 2PC write prepared before their snapshot.
     pub rule_c: bool,
+    /// Rule S: local writers that may have missed an edge from a summarized reader.
+    pub rule_s: bool,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { rule_c: true }
+        Settings { rule_c: true, rule_s: true }
     }
 }
 
@@ -127,6 +135,11 @@ pub enum Verdict {
     RuleBInDoubtReader(Peer, PeerState),
     /// Rule C: local reader L -rw-> Y where Y was prepared before L's snapshot.
     RuleCStaleLocalRead(Peer, PeerState),
+    /// Rule S: a local writer T with an out-edge T -rw-> X to a transaction X that already
+    /// reached its commit point (None: PostgreSQL summarized that edge), while a reader
+    /// R concurrent with T was summarized: R -rw-> T may exist unrecorded, closing the
+    /// cycle T -> X -> ... -> R -> T that PostgreSQL's own check cannot see.
+    RuleSSummarizedReader(Option<(Peer, PeerState)>),
 }
 
 /// The decision at one commit point. Rule A comes first: waiting cannot cure it.
@@ -148,6 +161,19 @@ pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer]
             let two_phase = matches!(st, PeerState::InDoubt | PeerState::Committed { two_phase: true });
             if two_phase && p.prepare_seq <= me.last_commit_before_snapshot {
                 return Verdict::RuleCStaleLocalRead(*p, st);
+            }
+        }
+    }
+    // At a prepare rule A already refused every out-edge to a transaction past its
+    // commit point, which is all rule S needs (docs/pg_co.md, "Rule S").
+    if point == Point::LocalCommit && s.rule_s && me.wrote && me.summarized_concurrent_reader {
+        if me.flags & flags::SUMMARY_CONFLICT_OUT != 0 {
+            return Verdict::RuleSSummarizedReader(None);
+        }
+        for p in out_edges {
+            let st = classify(p);
+            if matches!(st, PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing) {
+                return Verdict::RuleSSummarizedReader(Some((*p, st)));
             }
         }
     }
@@ -188,7 +214,7 @@ mod tests {
         peer(x.0, x.1)
     }
     fn me() -> SelfView {
-        SelfView { flags: 0, last_commit_before_snapshot: 20 }
+        SelfView { flags: 0, last_commit_before_snapshot: 20, ..SelfView::default() }
     }
     fn d(point: Point, out: &[Peer], inn: &[Peer]) -> Verdict {
         decide(point, &me(), out, inn, &Settings::default())
@@ -232,7 +258,7 @@ mod tests {
 
     #[test]
     fn summarized_out_conflicts_refuse_prepare_only() {
-        let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0 };
+        let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0, ..SelfView::default() };
         let s = Settings::default();
         assert_eq!(decide(Point::Prepare, &me, &[], &[], &s), Verdict::RuleASummarized);
         assert_eq!(decide(Point::LocalCommit, &me, &[], &[], &s), Verdict::Allow);
@@ -264,7 +290,7 @@ mod tests {
         assert!(matches!(d(Point::LocalCommit, &[y_committed], &[]), Verdict::RuleCStaleLocalRead(..)));
         y.prepare_seq = 25; // prepared after the snapshot: no G can sit in between
         assert_eq!(d(Point::LocalCommit, &[y], &[]), Verdict::Allow);
-        let off = Settings { rule_c: false };
+        let off = Settings { rule_c: false, ..Settings::default() };
         y.prepare_seq = 15;
         assert_eq!(decide(Point::LocalCommit, &me(), &[y], &[], &off), Verdict::Allow);
     }
@@ -279,7 +305,7 @@ mod tests {
         for st in [IN_DOUBT, COMMITTED, COMMITTING] {
             assert!(matches!(d(Point::Decision, &[p(st)], &[]), Verdict::RuleAOutEdge(..)), "{st:?}");
         }
-        let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0 };
+        let me = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, last_commit_before_snapshot: 0, ..SelfView::default() };
         assert_eq!(decide(Point::Decision, &me, &[], &[], &Settings::default()), Verdict::RuleASummarized);
         assert_eq!(d(Point::Decision, &[p(ACTIVE), p(ROLLED_BACK)], &[]), Verdict::Allow);
     }
@@ -297,7 +323,7 @@ mod tests {
     fn rule_a_at_decision_covers_rule_c() {
         // Every peer rule C refuses (in doubt or committed through 2PC) is one rule A
         // already refuses at a decision commit, whatever the snapshot and with rule C off.
-        let off = Settings { rule_c: false };
+        let off = Settings { rule_c: false, ..Settings::default() };
         for x in [IN_DOUBT, (flags::PREPARED | flags::COMMITTED, 0)] {
             for seq in [1, 15, 25] {
                 let mut y = p(x);
@@ -313,5 +339,25 @@ mod tests {
         let mut x = p(COMMITTED);
         x.prepare_seq = 1;
         assert_eq!(d(Point::LocalCommit, &[x], &[]), Verdict::Allow);
+    }
+
+    #[test]
+    fn rule_s_summarized_reader() {
+        let exposed = SelfView { flags: 0, last_commit_before_snapshot: 20, wrote: true, summarized_concurrent_reader: true };
+        let committed = p(COMMITTED);
+        let s = Settings::default();
+        // A writer whose out-edge goes to a committed transaction while a concurrent reader
+        // was summarized: the unrecorded edge could close a cycle.
+        assert_eq!(decide(Point::LocalCommit, &exposed, &[committed], &[], &s), Verdict::RuleSSummarizedReader(Some((committed, PeerState::Committed { two_phase: false }))));
+        let flagged = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, ..exposed };
+        assert_eq!(decide(Point::LocalCommit, &flagged, &[], &[], &s), Verdict::RuleSSummarizedReader(None));
+        // Each condition alone is not enough.
+        assert_eq!(decide(Point::LocalCommit, &exposed, &[p(ACTIVE)], &[], &s), Verdict::Allow, "out-edge to an active peer: no cycle through a committed one");
+        assert_eq!(decide(Point::LocalCommit, &SelfView { wrote: false, ..exposed }, &[committed], &[], &s), Verdict::Allow, "a reader loses no in-edge");
+        assert_eq!(decide(Point::LocalCommit, &SelfView { summarized_concurrent_reader: false, ..exposed }, &[committed], &[], &s), Verdict::Allow);
+        assert_eq!(decide(Point::LocalCommit, &exposed, &[committed], &[], &Settings { rule_s: false, ..s }), Verdict::Allow, "switched off");
+        // At a prepare rule A refuses first; at a decision commit too.
+        assert!(matches!(decide(Point::Prepare, &exposed, &[committed], &[], &s), Verdict::RuleAOutEdge(..)));
+        assert!(matches!(decide(Point::Decision, &exposed, &[committed], &[], &s), Verdict::RuleAOutEdge(..)));
     }
 }
