@@ -90,6 +90,7 @@ static_assert(offsetof(THD, variables) + offsetof(system_variables, option_bits)
 static my_bool co_enabled= TRUE;
 static my_bool co_restart_gate= TRUE;
 static my_bool co_check_one_phase= TRUE;
+static my_bool co_observe_only= FALSE;
 static uint co_lost_branches_max= 1000;
 
 static unsigned long long st_prepares_checked= 0;
@@ -103,6 +104,8 @@ static unsigned long long st_unchecked= 0;
 static unsigned long long st_gate_pending= 0;
 static unsigned long long st_gate_recovered= 0;
 static unsigned long long st_autocommit_locked= 0;
+static unsigned long long st_observed_isolation= 0;
+static unsigned long long st_observed_gate= 0;
 static char *st_gate_state= const_cast<char*>("OFF");
 static char *st_hooks_state= const_cast<char*>("NOT_LOADED");
 /* OK: loaded at startup, every rule in force. RESTART_REQUIRED: installed at run time, the
@@ -246,6 +249,25 @@ static Co_thd *co_thd(THD *thd, bool create)
 
 /* The rules. Returns nullptr when the branch may reach its commit point, else a message
    (in msg) and a short reason. Called at XA PREPARE and before XA COMMIT ... ONE PHASE. */
+static const char *co_check(THD *thd, Co_thd *d, const char *what, std::string &msg);
+
+/* A would-be refusal under mysql_co_observe_only: counted and logged with the branch's
+   XID; the branch goes on. Returns true when observed (the caller then refuses nothing). */
+static bool observed(THD *thd, const char *why, const std::string &msg)
+{
+  if (!co_observe_only)
+    return false;
+  __atomic_add_fetch(why[0] == 'g' ? &st_observed_gate : &st_observed_isolation, 1,
+                     __ATOMIC_RELAXED);
+  XID xid;
+  thd_get_xid(thd, (MYSQL_XID*) &xid);
+  sql_print_information("mysql_co observe-only, not refused: XA branch %s: %s",
+                        xid_to_sql(xid).c_str(), msg.c_str());
+  return true;
+}
+
+static const char *ROLLED_BACK= " This branch was rolled back.";
+
 static const char *co_check(THD *thd, Co_thd *d, const char *what, std::string &msg)
 {
   if (co_restart_gate)
@@ -266,7 +288,7 @@ static const char *co_check(THD *thd, Co_thd *d, const char *what, std::string &
            " XA branch(es) recovered at server start are still undecided (" + list +
            "); their read locks were lost in the restart. Commit or roll back every "
            "recovered XID (XA RECOVER; XA COMMIT|ROLLBACK <xid>) first, or SET GLOBAL "
-           "mysql_co_restart_gate=OFF. This branch was rolled back.";
+           "mysql_co_restart_gate=OFF.";
       return "gate";
     }
   }
@@ -278,8 +300,7 @@ static const char *co_check(THD *thd, Co_thd *d, const char *what, std::string &
     msg= std::string("mysql_co: ") + what + " refused: this XA branch ran at " +
          iso_name(iso) + ", but commitment ordering needs SERIALIZABLE (its reads must hold "
          "their locks until XA COMMIT). Run SET TRANSACTION ISOLATION LEVEL SERIALIZABLE "
-         "before XA START, or SET SESSION mysql_co_serializable_xa=ON. This branch was "
-         "rolled back.";
+         "before XA START, or SET SESSION mysql_co_serializable_xa=ON.";
     return "isolation";
   }
   return nullptr;
@@ -295,8 +316,11 @@ static int co_prepare(handlerton *, THD *thd, bool all)
   __atomic_add_fetch(&st_prepares_checked, 1, __ATOMIC_RELAXED);
   if (const char *why= co_check(thd, d, "XA PREPARE", msg))
   {
+    if (observed(thd, why, msg))
+      return 0;
     __atomic_add_fetch(why[0] == 'g' ? &st_refused_gate : &st_refused_isolation, 1,
                        __ATOMIC_RELAXED);
+    msg+= ROLLED_BACK;
     my_printf_error(ER_XA_RBROLLBACK, "%s", MYF(0), msg.c_str());
     return HA_ERR_ROLLBACK;
   }
@@ -624,10 +648,14 @@ static void co_audit_notify(MYSQL_THD thd, unsigned int event_class, const void 
   if (d->one_phase_text && co_check_one_phase && !d->one_phase_refused)
   {
     __atomic_add_fetch(&st_one_phase_checked, 1, __ATOMIC_RELAXED);
-    if (const char *why= co_check(thd, d, "XA COMMIT ... ONE PHASE", d->one_phase_msg))
+    const char *why= co_check(thd, d, "XA COMMIT ... ONE PHASE", d->one_phase_msg);
+    if (why && observed(thd, why, d->one_phase_msg))
+      d->one_phase_msg.clear();
+    else if (why)
     {
       /* ONE PHASE never calls prepare: doom the branch instead. XA COMMIT then rolls it
          back, and our rollback hook reports the reason as the statement's error. */
+      d->one_phase_msg+= ROLLED_BACK;
       d->one_phase_refused= why;
       __atomic_add_fetch(why[0] == 'g' ? &st_refused_gate : &st_refused_isolation, 1,
                          __ATOMIC_RELAXED);
@@ -756,6 +784,11 @@ static MYSQL_SYSVAR_BOOL(enabled, co_enabled, PLUGIN_VAR_OPCMDARG,
   "PHASE) of branches that did not run SERIALIZABLE, apply the restart gate, report lost "
   "read-only branches. OFF: the plugin checks and records nothing",
   NULL, NULL, TRUE);
+static MYSQL_SYSVAR_BOOL(observe_only, co_observe_only, PLUGIN_VAR_OPCMDARG,
+  "Run every check but refuse nothing: a branch that would be refused is counted "
+  "(Mysql_co_observed_*) and logged with its XID, and goes on. For trying mysql_co on a "
+  "system that runs plain XA today",
+  NULL, NULL, FALSE);
 static MYSQL_SYSVAR_BOOL(restart_gate, co_restart_gate, PLUGIN_VAR_OPCMDARG,
   "After a restart with recovered prepared XA branches, refuse new XA PREPAREs until every "
   "recovered XID is committed or rolled back",
@@ -771,6 +804,7 @@ static struct st_mysql_sys_var *co_sysvars[]=
 {
   MYSQL_SYSVAR(enabled),
   MYSQL_SYSVAR(restart_gate),
+  MYSQL_SYSVAR(observe_only),
   MYSQL_SYSVAR(check_one_phase),
   MYSQL_SYSVAR(serializable_xa),
   MYSQL_SYSVAR(lost_branches_max),
@@ -787,6 +821,8 @@ static struct st_mysql_show_var co_status[]=
   {"Mysql_co_refused_isolation",       (char*) &st_refused_isolation, SHOW_ULONGLONG},
   {"Mysql_co_refused_restart_gate",    (char*) &st_refused_gate,      SHOW_ULONGLONG},
   {"Mysql_co_one_phase_refused",       (char*) &st_one_phase_refused, SHOW_ULONGLONG},
+  {"Mysql_co_observed_isolation",      (char*) &st_observed_isolation, SHOW_ULONGLONG},
+  {"Mysql_co_observed_restart_gate",   (char*) &st_observed_gate,     SHOW_ULONGLONG},
   {"Mysql_co_read_only_branches_lost", (char*) &st_lost_branches,     SHOW_ULONGLONG},
   {"Mysql_co_serializable_upgrades",   (char*) &st_upgraded,          SHOW_ULONGLONG},
   {"Mysql_co_unchecked_prepares",      (char*) &st_unchecked,         SHOW_ULONGLONG},
