@@ -16,7 +16,8 @@ it as a list-append key). It speaks plain HTTP/JSON:
 
 mode "co" runs branches SERIALIZABLE (what the project requires); mode "plain" runs the
 MariaDB branch at REPEATABLE READ, the usual plain-2PC setup (the demo also turns pg_co
-and mysql_co off for it).
+and mysql_co off for it); mode "observe" runs branches as "plain" does, with pg_co and
+mysql_co on in observe-only mode.
 
 Usage: bank_service.py NAME KIND PORT DB_PORT COORD_URL TOKEN PEER_URL
 """
@@ -74,8 +75,9 @@ class Service:
             return cur.fetchall() if cur.description else None
 
     def branch(self, tx, conn, mode):
-        # Plain 2PC as most deployments run it: MariaDB branches at REPEATABLE READ.
-        if self.kind == "mariadb" and mode == "plain":
+        # Plain 2PC as most deployments run it: MariaDB branches at REPEATABLE READ (also
+        # under observe-only, which watches plain 2PC).
+        if self.kind == "mariadb" and mode in ("plain", "observe"):
             return tx.branch(conn, self.name, isolation="REPEATABLE READ")
         return tx.branch(conn, self.name)
 
@@ -127,7 +129,7 @@ class Service:
     def withdraw(self, req):
         user, amount, mode = req["user"], int(req["amount"]), req["mode"]
         think = req.get("think_ms", 200) / 1000.0
-        out = {"service": self.name, "result": "failed", "attempts": 0, "refusals": [], "history": []}
+        out = {"service": self.name, "result": "failed", "attempts": 0, "refusals": [], "history": [], "gtids": {}}
         for attempt in range(1, MAX_ATTEMPTS + 1):
             out["attempts"] = attempt
             tid = f"{req.get('tag', self.name)}.{attempt}"
@@ -135,6 +137,7 @@ class Service:
             conn = self.connect()
             try:
                 with self.coord.transaction() as tx:
+                    out["gtids"][tid] = tx.gtid   # the engines' logs name the gtid, the history the tid
                     with self.branch(tx, conn, mode):
                         mine, mylog = self.read_row(conn, user)
                         rec.read(self.key(user), mylog)

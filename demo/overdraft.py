@@ -9,19 +9,24 @@ the transaction), and debits its own account if the total stays >= 0.
 
   plain 2PC: pg_co.enabled = off, mysql_co_enabled = OFF, MariaDB branch REPEATABLE READ
   cotx:      pg_co on, mysql_co on, every branch SERIALIZABLE (the project's setup)
+  observe:   plain 2PC, with pg_co and mysql_co on in observe-only mode: every check runs,
+             nothing is refused; the summary shows what would have been refused and
+             whether every cycle the checker finds was among it
 
 Both modes run on the same servers, coordinator and services. Every transaction is
 recorded and fed to the history checker (checker/), which explains any cycle it finds.
 
-    python demo/overdraft.py [--rounds N] [--mode both|plain|co] [--keep-history DIR]
+    python demo/overdraft.py [--rounds N] [--mode both|plain|observe|co] [--keep-history DIR]
 
-Exit status: 0 when cotx held the invariant and the checker found no cycle with it.
+Exit status: 0 when cotx held the invariant and the checker found no cycle with it, and
+observe-only flagged a member of every cycle of its rounds.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +47,9 @@ HERE = Path(__file__).resolve().parent
 
 START = 50
 AMOUNT = 80
+# The engines' observe-only log lines (docs/pg_co.md, docs/mysql_co.md "observe").
+PG_OBSERVED = re.compile(r"pg_co observe-only, not refused: (.*?) \(this transaction: xid (\d+), (?:gid '([^']*)'|no gid)\)")
+MY_OBSERVED = re.compile(r"mysql_co observe-only, not refused: XA branch '([^']*)'")
 
 
 def say(msg=""):
@@ -101,16 +109,34 @@ class Bank:
             f"checking {self.urls['checking']} (MariaDB :{self.my.port})")
 
     def set_mode(self, mode: str):
-        on = mode == "co"
+        on, observe = mode in ("co", "observe"), mode == "observe"
         self.pg.sql(f"ALTER SYSTEM SET pg_co.enabled = {'on' if on else 'off'}")
+        self.pg.sql(f"ALTER SYSTEM SET pg_co.observe_only = {'on' if observe else 'off'}")
         self.pg.sql("SELECT pg_reload_conf()")
         self.my.sql(f"SET GLOBAL mysql_co_enabled = {'ON' if on else 'OFF'}")
+        self.my.sql(f"SET GLOBAL mysql_co_observe_only = {'ON' if observe else 'OFF'}")
         deadline = time.time() + 10
-        want = "on" if on else "off"
-        while self.pg.sql("SHOW pg_co.enabled")[0][0] != want:
+        want = ("on" if on else "off", "on" if observe else "off")
+        while (self.pg.sql("SHOW pg_co.enabled")[0][0], self.pg.sql("SHOW pg_co.observe_only")[0][0]) != want:
             if time.time() > deadline:
-                raise RuntimeError("pg_co.enabled did not change")
+                raise RuntimeError("pg_co.enabled / pg_co.observe_only did not change")
             time.sleep(0.05)
+
+    def observed(self) -> dict:
+        """What observe-only let through, from the servers' logs: {gtid: [who, ...]}, who
+        being "pg_co rule A" etc. or "mysql_co isolation"."""
+        found: dict = {}
+        for line in Path(self.pg.log_file).read_text(errors="replace").splitlines():
+            m = PG_OBSERVED.search(line)
+            if m and m.group(3):
+                rule = re.search(r"rule ([ABCS])\b", m.group(1))
+                gtid = m.group(3).split(":")[1]
+                found.setdefault(gtid, []).append(f"pg_co rule {rule.group(1)}" if rule else "pg_co precondition")
+        for line in Path(self.my.log_file).read_text(errors="replace").splitlines():
+            m = MY_OBSERVED.search(line)
+            if m:
+                found.setdefault(m.group(1), []).append("mysql_co " + ("restart gate" if "restart gate" in line else "isolation"))
+        return found
 
     def stop(self):
         for p in self.procs:
@@ -131,7 +157,8 @@ class Bank:
 def run_mode(bank: Bank, mode: str, rounds: int, think_ms: int) -> dict:
     bank.set_mode(mode)
     st = {"mode": mode, "rounds": rounds, "withdrawn": 0, "declined": 0, "retries": 0, "refused": 0,
-          "failed": 0, "negative_rounds": 0, "lowest": None, "history": [], "final": {}, "examples": []}
+          "failed": 0, "negative_rounds": 0, "lowest": None, "history": [], "final": {}, "examples": [],
+          "gtids": {}}
     t0 = time.time()
     for r in range(1, rounds + 1):
         user = f"{mode}-u{r}"
@@ -164,6 +191,7 @@ def run_mode(bank: Bank, mode: str, rounds: int, think_ms: int) -> dict:
             st[{"withdrawn": "withdrawn", "declined": "declined", "refused": "refused"}.get(res["result"], "failed")] += 1
             st["retries"] += len(res["refusals"])
             st["history"] += [Txn.from_json(h) for h in res["history"]]
+            st["gtids"].update(res.get("gtids", {}))
             if res["refusals"] and len(st["examples"]) < 1:
                 st["examples"].append(res["refusals"][0])
         if rounds <= 12 or r % max(1, rounds // 10) == 0 or r == rounds:
@@ -174,13 +202,36 @@ def run_mode(bank: Bank, mode: str, rounds: int, think_ms: int) -> dict:
             say(f"  [{mode:5}] round {r}/{rounds}: savings {sb:4} + checking {cb:4} = {total:4}  ({outcome})"
                 + (f"  [{time.time() - t0:.0f} s]" if rounds > 12 else ""))
     st["report"] = check(st["history"], final_reads=st["final"])
+    if mode == "observe":
+        seen = bank.observed()
+        mine = {st["gtids"][t.id] for t in st["history"] if t.id in st["gtids"]}
+        st["observed"] = {g: who for g, who in seen.items() if g in mine}
+        # A cycle counts as flagged when one of its members would have been refused. At
+        # MariaDB that is the isolation rule: at REPEATABLE READ a branch's reads take no
+        # lock, which is where these cycles break commitment ordering; enforcing refuses
+        # every such branch, and with SERIALIZABLE branches InnoDB's locks order them.
+        st["cycles_flagged"] = sum(any(st["observed"].get(st["gtids"].get(t)) for t in c.txns)
+                                   for c in st["report"].cycles())
     return st
+
+
+def observed_count(s: dict, engine: str) -> str:
+    """Transactions observe-only let through at `engine`, with the rules: "3 (rule B 2, rule A 1)"."""
+    if "observed" not in s:
+        return "-"
+    whos = [w for ws in s["observed"].values() for w in set(ws) if w.startswith(engine)]
+    n = sum(1 for ws in s["observed"].values() if any(w.startswith(engine) for w in ws))
+    by = {}
+    for w in whos:
+        k = w[len(engine) + 1:]
+        by[k] = by.get(k, 0) + 1
+    return f"{n} ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})" if n else "0"
 
 
 def summary(stats: list) -> None:
     say()
     say("=" * 78)
-    names = {"plain": "plain 2PC", "co": "cotx (CO on)"}
+    names = {"plain": "plain 2PC", "observe": "observe-only", "co": "cotx (CO on)"}
     cols = [names[s["mode"]] for s in stats]
     rows = [
         ("rounds (2 concurrent withdrawals of 80 from 50 + 50)", [s["rounds"] for s in stats]),
@@ -192,6 +243,10 @@ def summary(stats: list) -> None:
         ("lowest final total", [s["lowest"] for s in stats]),
         ("transactions checked (committed)", [f"{s['report'].txns} ({s['report'].committed})" for s in stats]),
         ("cycles found by the history checker", [len(s["report"].cycles()) for s in stats]),
+        ("would have been refused (observe-only): pg_co", [observed_count(s, "pg_co") for s in stats]),
+        ("would have been refused (observe-only): mysql_co", [observed_count(s, "mysql_co") for s in stats]),
+        ("cycles with a member that would have been refused", [f"{s['cycles_flagged']} of {len(s['report'].cycles())}"
+                                                               if "observed" in s else "-" for s in stats]),
         ("invariant savings + checking >= 0", ["held" if s["negative_rounds"] == 0 else "BROKEN" for s in stats]),
     ]
     w = max(len(r[0]) for r in rows) + 2
@@ -208,10 +263,16 @@ def summary(stats: list) -> None:
             say(f"\n{names[s['mode']]}: an engine refusal (the withdrawal was retried):\n  {s['examples'][0]}")
 
 
+HEADINGS = {"plain": "plain 2PC: pg_co off, mysql_co off, MariaDB branch REPEATABLE READ",
+            "observe": "plain 2PC watched by observe-only: pg_co and mysql_co check, refuse nothing",
+            "co": "cotx: pg_co on, mysql_co on, branches SERIALIZABLE"}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("DEMO_ROUNDS", 8)))
-    ap.add_argument("--mode", choices=["both", "plain", "co"], default="both")
+    ap.add_argument("--mode", choices=["both", "plain", "observe", "co"], default="both",
+                    help="both: plain then co; observe: plain 2PC with observe-only on")
     ap.add_argument("--think-ms", type=int, default=200,
                     help="time a withdrawal spends between reading and writing (widens the race)")
     ap.add_argument("--keep-history", metavar="DIR", help="write each mode's history (JSON lines) there")
@@ -229,7 +290,7 @@ def main(argv=None) -> int:
     try:
         bank.start()
         for m in modes:
-            say(f"\n--- {'plain 2PC: pg_co off, mysql_co off, MariaDB branch REPEATABLE READ' if m == 'plain' else 'cotx: pg_co on, mysql_co on, branches SERIALIZABLE'} ---")
+            say(f"\n--- {HEADINGS[m]} ---")
             stats.append(run_mode(bank, m, args.rounds, args.think_ms))
             if args.keep_history:
                 Path(args.keep_history).mkdir(parents=True, exist_ok=True)
@@ -237,6 +298,11 @@ def main(argv=None) -> int:
     finally:
         bank.stop()
     summary(stats)
+    obs = [s for s in stats if s["mode"] == "observe"]
+    if obs and obs[0]["cycles_flagged"] < len(obs[0]["report"].cycles()):
+        say("\nFAILED: observe-only did not flag a member of every cycle the checker found")
+        say(f"service, coordinator and server logs: {workdir}")
+        return 1
     co = [s for s in stats if s["mode"] == "co"]
     if co and (co[0]["negative_rounds"] or co[0]["report"].cycles() or not co[0]["withdrawn"]):
         say("\nFAILED: with cotx the invariant broke, the checker found a cycle, or nothing was withdrawn")

@@ -46,6 +46,19 @@ def test_plain_2pc_overdraws_and_checker_explains(bank):
         assert "rw" in {t for _, t, _, _ in c.edges}
 
 
+def test_observe_only_flags_every_cycle_and_refuses_nothing(bank):
+    """`--mode observe`: plain 2PC with pg_co and mysql_co in observe-only mode. The rounds
+    overdraw as in plain mode (nothing refused), and every cycle the checker finds has a
+    member the engines would have refused (named in their logs by gtid)."""
+    st = overdraft.run_mode(bank, "observe", rounds=3, think_ms=600)
+    assert st["retries"] == 0 and st["refused"] == 0, "observe-only refused something"
+    cycles = st["report"].cycles()
+    assert st["negative_rounds"] == len(cycles) >= 1, "the race did not happen"
+    assert st["cycles_flagged"] == len(cycles)
+    # MariaDB's branches ran REPEATABLE READ: mysql_co would have refused each of them.
+    assert overdraft.observed_count(st, "mysql_co").startswith(f"{st['withdrawn']} (isolation")
+
+
 def test_cotx_never_overdraws(bank):
     st = overdraft.run_mode(bank, "co", rounds=3, think_ms=200)
     assert st["negative_rounds"] == 0 and st["lowest"] >= 0
