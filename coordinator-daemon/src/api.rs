@@ -1,6 +1,7 @@
 //! HTTP/JSON API. Every request is checked in full (auth, route, body, ids, state) before
 //! anything changes; refusals are 4xx with `{"error": {"code", "message"}}`.
 
+use crate::auth::{self, Access, Role};
 use crate::coordinator::Coordinator;
 use crate::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Registered, Transaction, TransactionList};
 use crate::state::{refuse, Outcome, Refusal, StateFilter};
@@ -17,31 +18,29 @@ use utoipa::ToSchema;
 
 const MAX_BODY: usize = 64 * 1024;
 
-/// Every route the daemon serves: the router matches these (`{x}` is one path segment)
-/// and a unit test checks that the OpenAPI document lists exactly these.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/healthz"),
-    ("GET", "/openapi.json"),
-    ("GET", "/metrics"),
-    ("POST", "/v1/transactions"),
-    ("GET", "/v1/transactions"),
-    ("GET", "/v1/transactions/{gtid}"),
-    ("POST", "/v1/transactions/{gtid}/branches"),
-    ("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared"),
-    ("POST", "/v1/transactions/{gtid}/branches/{bid}/failed"),
-    ("POST", "/v1/transactions/{gtid}/branches/{bid}/finished"),
-    ("POST", "/v1/transactions/{gtid}/commit"),
-    ("POST", "/v1/transactions/{gtid}/finished"),
-    ("POST", "/v1/transactions/{gtid}/abort"),
-    ("GET", "/v1/transactions/{gtid}/decision"),
-    ("GET", "/v1/in-doubt"),
-    ("GET", "/v1/incidents"),
-    ("GET", "/v1/audit"),
-    ("POST", "/v1/admin/force"),
+/// Every route the daemon serves and the role it needs (crate::auth): the router matches
+/// these (`{x}` is one path segment) and a unit test checks that the OpenAPI document lists
+/// exactly these.
+pub const ROUTES: &[(&str, &str, Role)] = &[
+    ("GET", "/healthz", Role::Public),
+    ("GET", "/openapi.json", Role::Public),
+    ("GET", "/metrics", Role::Metrics),
+    ("POST", "/v1/transactions", Role::Client),
+    ("GET", "/v1/transactions", Role::Operator),
+    ("GET", "/v1/transactions/{gtid}", Role::Read),
+    ("POST", "/v1/transactions/{gtid}/branches", Role::Client),
+    ("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", Role::Client),
+    ("POST", "/v1/transactions/{gtid}/branches/{bid}/failed", Role::Client),
+    ("POST", "/v1/transactions/{gtid}/branches/{bid}/finished", Role::Client),
+    ("POST", "/v1/transactions/{gtid}/commit", Role::Client),
+    ("POST", "/v1/transactions/{gtid}/finished", Role::Client),
+    ("POST", "/v1/transactions/{gtid}/abort", Role::Client),
+    ("GET", "/v1/transactions/{gtid}/decision", Role::Read),
+    ("GET", "/v1/in-doubt", Role::Operator),
+    ("GET", "/v1/incidents", Role::Operator),
+    ("GET", "/v1/audit", Role::Operator),
+    ("POST", "/v1/admin/force", Role::Operator),
 ];
-
-/// Routes answered without the bearer token.
-const PUBLIC: &[&str] = &["/healthz", "/openapi.json"];
 
 /// The outcome a client names in a request.
 #[derive(Deserialize, Serialize, ToSchema, Clone, Copy)]
@@ -200,6 +199,7 @@ pub fn http_status(code: &str) -> u16 {
     match code {
         "invalid_json" | "invalid_body" | "invalid_field" | "invalid_id" | "id_too_long" | "confirmation_required" => 400,
         "unauthorized" => 401,
+        "forbidden" => 403,
         "not_found" | "not_in_memory" | "unknown_transaction" | "unknown_branch" | "unknown_resource" => 404,
         "outcome_forgotten" => 410,
         "method_not_allowed" => 405,
@@ -225,13 +225,8 @@ fn error_reply(r: &Refusal) -> Response<Full<Bytes>> {
     resp
 }
 
-fn authorized(c: &Coordinator, req: &Request<Incoming>) -> bool {
-    let Some(tok) = &c.cfg.token else { return true };
-    let Some(h) = req.headers().get("authorization").and_then(|v| v.to_str().ok()) else { return false };
-    let Some(given) = h.strip_prefix("Bearer ") else { return false };
-    // Constant-time comparison: the token must not leak through timing.
-    let (a, b) = (given.as_bytes(), tok.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn bearer(req: &Request<Incoming>) -> Option<&str> {
+    req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))
 }
 
 /// A W3C trace context header (`version-traceid-parentid-flags`, lowercase hex), if well formed.
@@ -271,7 +266,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
         if let Some(start) = start {
             // Span names have few values: the route's template, not the path.
             let name = match find_route(&method, &path) {
-                Ok((m, tpl, _)) => format!("{m} {tpl}"),
+                Ok((m, tpl, _, _)) => format!("{m} {tpl}"),
                 Err(_) => method.clone(),
             };
             crate::otlp::record(crate::otlp::Span { trace_id: t[3..35].into(), parent_span_id: t[36..52].into(), name, gtid: gtid.map(str::to_string),
@@ -293,12 +288,12 @@ fn created(v: Value) -> Routed {
 
 /// The route of `path`: its template in ROUTES and the values of its `{x}` segments.
 /// Err(true): the path is known but not with this method.
-fn find_route<'a>(method: &str, path: &'a str) -> Result<(&'static str, &'static str, Vec<&'a str>), bool> {
+fn find_route<'a>(method: &str, path: &'a str) -> Result<(&'static str, &'static str, Role, Vec<&'a str>), bool> {
     // No allocation but the parameters': this runs for every request.
     let path = path.trim_matches('/');
     let n = path.split('/').count();
     let mut path_known = false;
-    for (m, tpl) in ROUTES {
+    for (m, tpl, role) in ROUTES {
         let t = tpl.trim_matches('/');
         if t.split('/').count() != n || !t.split('/').zip(path.split('/')).all(|(t, s)| t.starts_with('{') || t == s) {
             continue;
@@ -308,7 +303,7 @@ fn find_route<'a>(method: &str, path: &'a str) -> Result<(&'static str, &'static
             continue;
         }
         let params = t.split('/').zip(path.split('/')).filter(|(t, _)| t.starts_with('{')).map(|(_, s)| s).collect();
-        return Ok((m, tpl, params));
+        return Ok((m, tpl, *role, params));
     }
     Err(path_known)
 }
@@ -324,13 +319,22 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
     let path = req.uri().path().to_string();
     let q = req.uri().query().map(|s| s.to_string());
     let found = find_route(req.method().as_str(), &path);
-    // Unauthenticated: liveness and the API description; everything else needs the token
-    // before anything about it is said (not even whether the route exists).
-    let public = matches!(&found, Ok((_, tpl, _)) if PUBLIC.contains(tpl));
-    if !public && !authorized(c, &req) {
-        return refuse("unauthorized", "missing or wrong bearer token");
+    // Unauthenticated: liveness and the API description; everything else needs a known
+    // credential before anything about it is said (not even whether the route exists),
+    // then the role the route needs.
+    let need = match &found {
+        Ok((_, _, role, _)) => *role,
+        Err(_) => Role::Read, // an unknown route: only a known credential hears so
+    };
+    match auth::check(&c.cfg, bearer(&req), need) {
+        Access::Granted => {}
+        Access::Unauthorized => return refuse("unauthorized", "missing or wrong bearer token"),
+        Access::Forbidden(name) => {
+            return refuse("forbidden", format!("the credential {name} may not call {} {path}: it needs the {need:?} role", req.method()))
+        }
     }
-    let (m, tpl, p) = match found {
+    let public = need == Role::Public;
+    let (m, tpl, _, p) = match found {
         Ok(f) => f,
         Err(false) => return refuse("not_found", format!("no route {path}")),
         Err(true) => return refuse("method_not_allowed", format!("method not allowed on {path}")),
@@ -692,9 +696,9 @@ mod tests {
     fn routes_are_matched_by_template() {
         use super::find_route;
         assert_eq!(find_route("POST", "/v1/transactions/n.1/branches/b1/prepared"),
-            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", vec!["n.1", "b1"])));
-        assert_eq!(find_route("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", vec![])));
-        assert_eq!(find_route("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", vec![])));
+            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", crate::auth::Role::Client, vec!["n.1", "b1"])));
+        assert_eq!(find_route("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", crate::auth::Role::Operator, vec![])));
+        assert_eq!(find_route("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", crate::auth::Role::Client, vec![])));
         assert_eq!(find_route("DELETE", "/v1/transactions/n.1"), Err(true), "known path, other method");
         assert_eq!(find_route("GET", "/v1/transactions/n.1/nope"), Err(false));
         assert_eq!(find_route("GET", "/"), Err(false));

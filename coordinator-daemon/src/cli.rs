@@ -1,31 +1,86 @@
 //! Operator commands. They talk to the running daemon over its API (the daemon owns the
-//! store and the live state), authenticating with the token from the same config file.
+//! store and the live state): by URL with their own credential (`--url`, `COTX_TOKEN`;
+//! no database secrets needed), or through the daemon's config file as before.
 
 use crate::config::Config;
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-/// Minimal blocking HTTP/1.1 client: one request per connection, for the CLI only; over
-/// TLS (trusting `tls.ca_file`) when the daemon serves TLS.
-pub fn http(cfg: &Config, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), String> {
-    let mut addr = cfg.listen;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+/// Where the CLI sends its requests and with what credential.
+pub struct Target {
+    /// host:port to connect to.
+    addr: std::net::SocketAddr,
+    /// The name the TLS certificate must carry (and the Host header).
+    host: String,
+    /// Some: HTTPS, trusting this CA file.
+    ca_file: Option<String>,
+    token: Option<String>,
+}
+
+impl Target {
+    /// `http://host:port` or `https://host:port` (then `ca_file` is required).
+    pub fn from_url(url: &str, ca_file: Option<String>, token: Option<String>) -> Result<Target, String> {
+        let (tls, rest) = match url.split_once("://") {
+            Some(("http", r)) => (false, r),
+            Some(("https", r)) => (true, r),
+            _ => return Err(format!("--url {url}: must start with http:// or https://")),
+        };
+        let hostport = rest.trim_end_matches('/');
+        if hostport.contains('/') {
+            return Err(format!("--url {url}: give the daemon's base URL only (scheme, host, port)"));
+        }
+        let host = match hostport.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+            _ => return Err(format!("--url {url}: needs a port (e.g. https://coordinator.example:7420)")),
+        };
+        let addr = hostport.to_socket_addrs().map_err(|e| format!("--url {url}: {e}"))?.next().ok_or(format!("--url {url}: no address"))?;
+        if tls && ca_file.is_none() {
+            return Err(format!("--url {url}: https needs --ca-file (the CA that signed the daemon's certificate)"));
+        }
+        Ok(Target { addr, host, ca_file: if tls { ca_file } else { None }, token })
     }
+
+    /// From the daemon's own config: its listen address (loopback for an unspecified one),
+    /// its CA, and its token (or the operator credential of `[auth]`).
+    pub fn from_config(cfg: &Config) -> Target {
+        let mut addr = cfg.listen;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        Target {
+            addr,
+            host: addr.ip().to_string(),
+            ca_file: cfg.tls.as_ref().map(|t| t.ca_file.clone()),
+            token: cfg.token.clone().or_else(|| cfg.auth.operator.clone()),
+        }
+    }
+}
+
+impl Target {
+    /// The same target with another credential (COTX_TOKEN over the config's token).
+    pub fn with_token(self, token: Option<String>) -> Target {
+        Target { token, ..self }
+    }
+}
+
+/// Minimal blocking HTTP/1.1 client: one request per connection, for the CLI only.
+pub fn http(t: &Target, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), String> {
+    let addr = t.addr;
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("cannot reach the daemon at {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(60))).ok();
     let b = body.map(|v| v.to_string()).unwrap_or_default();
-    let auth = cfg.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let auth = t.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+        t.host,
         b.len()
     );
     let mut resp = Vec::new();
-    match &cfg.tls {
+    match &t.ca_file {
         None => exchange(s, req.as_bytes(), &mut resp)?,
-        Some(t) => exchange(tls_client(t, addr, s)?, req.as_bytes(), &mut resp)?,
+        Some(ca) => exchange(tls_client(ca, &t.host, s)?, req.as_bytes(), &mut resp)?,
     }
     let text = String::from_utf8_lossy(&resp);
     let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed response")?;
@@ -44,22 +99,21 @@ fn exchange(mut s: impl Read + Write, req: &[u8], resp: &mut Vec<u8>) -> Result<
     }
 }
 
-fn tls_client(
-    t: &crate::config::Tls,
-    addr: std::net::SocketAddr,
-    s: TcpStream,
-) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+fn tls_client(ca_file: &str, host: &str, s: TcpStream) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
     use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&t.ca_file).map_err(|e| format!("tls.ca_file {}: {e}", t.ca_file))? {
-        roots.add(c.map_err(|e| format!("tls.ca_file {}: {e}", t.ca_file))?).map_err(|e| format!("tls.ca_file {}: {e}", t.ca_file))?;
+    for c in CertificateDer::pem_file_iter(ca_file).map_err(|e| format!("CA file {ca_file}: {e}"))? {
+        roots.add(c.map_err(|e| format!("CA file {ca_file}: {e}"))?).map_err(|e| format!("CA file {ca_file}: {e}"))?;
     }
     let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), ServerName::IpAddress(addr.ip().into())).map_err(|e| e.to_string())?;
+    // The certificate is checked against the name the operator gave (--url), or the
+    // listen address when the CLI read the daemon's config.
+    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: not a TLS server name: {e}"))?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name).map_err(|e| e.to_string())?;
     Ok(rustls::StreamOwned::new(conn, s))
 }
 
@@ -106,7 +160,7 @@ fn check(r: Result<(u16, Value), String>) -> Result<Value, String> {
     Ok(v)
 }
 
-pub fn in_doubt(cfg: &Config, json: bool) -> Result<(), String> {
+pub fn in_doubt(cfg: &Target, json: bool) -> Result<(), String> {
     let v = check(http(cfg, "GET", "/v1/in-doubt", None))?;
     if json {
         println!("{v}");
@@ -120,7 +174,7 @@ pub fn in_doubt(cfg: &Config, json: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub fn show(cfg: &Config, gtid: &str, json: bool) -> Result<(), String> {
+pub fn show(cfg: &Target, gtid: &str, json: bool) -> Result<(), String> {
     let v = check(http(cfg, "GET", &format!("/v1/transactions/{gtid}"), None))?;
     if json {
         println!("{v}");
@@ -130,14 +184,14 @@ pub fn show(cfg: &Config, gtid: &str, json: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub fn force(cfg: &Config, gtid: &str, outcome: &str, operator: &str, reason: &str) -> Result<(), String> {
+pub fn force(cfg: &Target, gtid: &str, outcome: &str, operator: &str, reason: &str) -> Result<(), String> {
     let body = serde_json::json!({"gtid": gtid, "outcome": outcome, "operator": operator, "reason": reason, "confirm": true});
     let v = check(http(cfg, "POST", "/v1/admin/force", Some(&body)))?;
     println!("{v}");
     Ok(())
 }
 
-pub fn audit(cfg: &Config) -> Result<(), String> {
+pub fn audit(cfg: &Target) -> Result<(), String> {
     let v = check(http(cfg, "GET", "/v1/audit", None))?;
     for a in v["audit"].as_array().into_iter().flatten() {
         println!("{a}");

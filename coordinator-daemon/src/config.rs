@@ -49,6 +49,20 @@ struct RawConfig {
     log: RawLog,
     #[serde(default)]
     telemetry: RawTelemetry,
+    #[serde(default)]
+    auth: RawAuth,
+}
+
+/// One credential per role (crate::auth): each inline or from a file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    client_token: Option<Spanned<String>>,
+    client_token_file: Option<Spanned<String>>,
+    operator_token: Option<Spanned<String>>,
+    operator_token_file: Option<Spanned<String>>,
+    metrics_token: Option<Spanned<String>>,
+    metrics_token_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -205,7 +219,9 @@ pub struct Resource {
 pub struct Config {
     pub node_id: String,
     pub listen: SocketAddr,
+    /// The credential with every role (older configs; `[auth]` splits it per role).
     pub token: Option<String>,
+    pub auth: Auth,
     pub gid_prefix: String,
     pub timeouts: Timeouts,
     pub store: StoreConfig,
@@ -217,6 +233,14 @@ pub struct Config {
     pub tls: Option<Tls>,
     pub log: Log,
     pub telemetry: Telemetry,
+}
+
+/// One credential per role (crate::auth says what each may call).
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    pub client: Option<String>,
+    pub operator: Option<String>,
+    pub metrics: Option<String>,
 }
 
 /// A config error: where it is and what is wrong.
@@ -245,6 +269,25 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// A secret given inline (`name`) or in a file (`name_file`), at least 16 characters.
+    fn secret(&self, base: Option<&std::path::Path>, inline: &Option<Spanned<String>>, file: &Option<Spanned<String>>, name: &str) -> Result<Option<String>, ConfigError> {
+        let file_field = format!("{name}_file");
+        match (inline, file) {
+            (Some(_), Some(f)) => self.err(Some(f.span()), &file_field, format!("set {name} or {file_field}, not both")),
+            (Some(t), None) if t.get_ref().len() < 16 => self.err(Some(t.span()), name, "must be at least 16 characters"),
+            (Some(t), None) => Ok(Some(t.get_ref().clone())),
+            (None, Some(f)) => {
+                let p = relative_to(base, f.get_ref());
+                match std::fs::read_to_string(&p) {
+                    Ok(t) if t.trim().len() >= 16 => Ok(Some(t.trim().to_string())),
+                    Ok(_) => self.err(Some(f.span()), &file_field, format!("{name} must be at least 16 characters")),
+                    Err(e) => self.err(Some(f.span()), &file_field, format!("cannot read {}: {e}", p.display())),
+                }
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
     fn err<T>(&self, span: Option<std::ops::Range<usize>>, field: &str, msg: impl Into<String>) -> Result<T, ConfigError> {
         Err(ConfigError { line: span.map(|s| line_of(self.src, s.start)), field: field.into(), message: msg.into() })
     }
@@ -329,27 +372,23 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             Err(e) => return cx.err(Some(l.span()), "listen", format!("not an ip:port address: {e}")),
         },
     };
-    let token = match (&raw.token, &raw.token_file) {
-        (Some(_), Some(f)) => return cx.err(Some(f.span()), "token_file", "set token or token_file, not both"),
-        (Some(t), None) => {
-            if t.get_ref().len() < 16 {
-                return cx.err(Some(t.span()), "token", "must be at least 16 characters");
-            }
-            Some(t.get_ref().clone())
-        }
-        (None, Some(f)) => {
-            let p = relative_to(base, f.get_ref());
-            match std::fs::read_to_string(&p) {
-                Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),
-                Ok(_) => return cx.err(Some(f.span()), "token_file", "token must be at least 16 characters"),
-                Err(e) => return cx.err(Some(f.span()), "token_file", format!("cannot read {}: {e}", p.display())),
-            }
-        }
-        (None, None) if raw.allow_no_auth => None,
-        (None, None) => {
-            return cx.err(None, "token", "required (or token_file); set allow_no_auth = true to run without one")
-        }
+    let token = cx.secret(base, &raw.token, &raw.token_file, "token")?;
+    let a = &raw.auth;
+    let auth = Auth {
+        client: cx.secret(base, &a.client_token, &a.client_token_file, "auth.client_token")?,
+        operator: cx.secret(base, &a.operator_token, &a.operator_token_file, "auth.operator_token")?,
+        metrics: cx.secret(base, &a.metrics_token, &a.metrics_token_file, "auth.metrics_token")?,
     };
+    let named = [("token", &token), ("auth.client_token", &auth.client), ("auth.operator_token", &auth.operator), ("auth.metrics_token", &auth.metrics)];
+    let set: Vec<(&str, &String)> = named.iter().filter_map(|(n, v)| v.as_ref().map(|v| (*n, v))).collect();
+    if set.is_empty() && !raw.allow_no_auth {
+        return cx.err(None, "token", "required (or token_file, or per-role credentials in [auth]); set allow_no_auth = true to run without one");
+    }
+    for (i, (n, v)) in set.iter().enumerate() {
+        if let Some((m, _)) = set[..i].iter().find(|(_, w)| w == v) {
+            return cx.err(None, n, format!("the same secret as {m}: each role needs its own credential (a request is granted by which one it presents)"));
+        }
+    }
     let t = &raw.timeouts;
     let timeouts = Timeouts {
         transaction_ms: cx.ms(&t.transaction_ms, "timeouts.transaction_ms", 30_000, 10, 86_400_000)?,
@@ -539,7 +578,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         };
         resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions });
     }
-    Ok(Config { node_id, listen, token, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls, log, telemetry })
+    Ok(Config { node_id, listen, token, auth, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls, log, telemetry })
 }
 
 #[cfg(test)]

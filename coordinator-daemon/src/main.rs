@@ -4,6 +4,7 @@
 mod api;
 mod cli;
 mod completion;
+mod auth;
 mod config;
 mod coordinator;
 mod decisions;
@@ -46,6 +47,27 @@ struct ConfigArg {
     token: Option<String>,
 }
 
+/// How an operator command reaches the daemon: by URL with its own credential (no
+/// database secrets), or through the daemon's config file.
+#[derive(clap::Args)]
+struct ApiArg {
+    /// The daemon's base URL, e.g. https://coordinator.example:7420 (the credential comes
+    /// from COTX_TOKEN or --token-file: the operator credential of `[auth]`).
+    #[arg(long, env = "COTX_URL", value_name = "URL")]
+    url: Option<String>,
+    /// With an https --url: the CA that signed the daemon's certificate.
+    #[arg(long, env = "COTX_CA_FILE", value_name = "FILE")]
+    ca_file: Option<String>,
+    /// With --url: a file holding the bearer credential (instead of COTX_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<String>,
+    /// Without --url: the daemon's config file (its address, CA and token).
+    #[arg(long, env = "COTX_CONFIG", value_name = "FILE")]
+    config: Option<String>,
+    #[arg(long = "token-env-only", env = "COTX_TOKEN", hide = true, hide_env_values = true)]
+    token: Option<String>,
+}
+
 #[derive(clap::Subcommand)]
 enum Cmd {
     /// Run the daemon.
@@ -61,7 +83,7 @@ enum Cmd {
     /// In-doubt transactions (prepared, unfinished), oldest first, with what they block.
     InDoubt {
         #[command(flatten)]
-        c: ConfigArg,
+        c: ApiArg,
         /// Print the daemon's JSON.
         #[arg(long)]
         json: bool,
@@ -69,7 +91,7 @@ enum Cmd {
     /// One transaction: state, decision, branches.
     Show {
         #[command(flatten)]
-        c: ConfigArg,
+        c: ApiArg,
         gtid: String,
         #[arg(long)]
         json: bool,
@@ -77,7 +99,7 @@ enum Cmd {
     /// Force an outcome (audited; never contradicts a recorded decision).
     Force {
         #[command(flatten)]
-        c: ConfigArg,
+        c: ApiArg,
         gtid: String,
         #[arg(value_parser = ["commit", "abort"])]
         outcome: String,
@@ -92,7 +114,7 @@ enum Cmd {
         reason: String,
     },
     /// The operator audit log.
-    Audit(ConfigArg),
+    Audit(ApiArg),
     /// Decisions/s of the SQLite store alone.
     BenchStore {
         #[arg(long, value_name = "FILE")]
@@ -125,6 +147,28 @@ fn load_config(a: &ConfigArg) -> config::Config {
     c
 }
 
+/// Where an operator command sends its requests.
+fn target(a: &ApiArg) -> cli::Target {
+    let token = match (&a.token_file, &a.token) {
+        (Some(f), _) => match std::fs::read_to_string(f) {
+            Ok(t) => Some(t.trim().to_string()),
+            Err(e) => die(&format!("--token-file {f}: {e}")),
+        },
+        (None, t) => t.as_ref().map(|t| t.trim().to_string()),
+    };
+    match (&a.url, &a.config) {
+        (Some(url), _) => cli::Target::from_url(url, a.ca_file.clone(), token).unwrap_or_else(|e| die(&e)),
+        (None, Some(config)) => {
+            let mut t = cli::Target::from_config(&load_config(&ConfigArg { config: config.clone(), token: None }));
+            if token.is_some() {
+                t = t.with_token(token);
+            }
+            t
+        }
+        (None, None) => die("say where the daemon is: --url URL (with COTX_TOKEN or --token-file), or --config FILE"),
+    }
+}
+
 fn main() {
     use clap::Parser;
     let cli = Cli::parse();
@@ -142,16 +186,16 @@ fn main() {
             println!("config ok: node {}, {} resource(s), listen {}", cfg.node_id, cfg.resources.len(), cfg.listen);
             Ok(())
         }
-        Cmd::InDoubt { c, json } => cli::in_doubt(&load_config(&c), json),
-        Cmd::Show { c, gtid, json } => cli::show(&load_config(&c), &gtid, json),
+        Cmd::InDoubt { c, json } => cli::in_doubt(&target(&c), json),
+        Cmd::Show { c, gtid, json } => cli::show(&target(&c), &gtid, json),
         Cmd::Force { c, gtid, outcome, yes_i_know, operator, reason } => {
             if !yes_i_know {
                 die("forcing an outcome overrides the protocol: add --yes-i-know (an audit record is written)");
             }
             let op = operator.unwrap_or_else(|| "unknown".into());
-            cli::force(&load_config(&c), &gtid, &outcome, &op, &reason)
+            cli::force(&target(&c), &gtid, &outcome, &op, &reason)
         }
-        Cmd::Audit(c) => cli::audit(&load_config(&c)),
+        Cmd::Audit(c) => cli::audit(&target(&c)),
         Cmd::BenchStore { path, n, clients, no_group_commit } => bench_store(&path, n, clients, !no_group_commit),
     };
     if let Err(e) = r {

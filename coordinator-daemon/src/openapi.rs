@@ -221,7 +221,7 @@ mod tests {
                 listed.insert((m.to_uppercase(), path.clone()));
             }
         }
-        let served: BTreeSet<(String, String)> = crate::api::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+        let served: BTreeSet<(String, String)> = crate::api::ROUTES.iter().map(|(m, p, _)| (m.to_string(), p.to_string())).collect();
         assert_eq!(listed, served);
     }
 
@@ -230,7 +230,7 @@ mod tests {
     fn router_dispatches_every_route() {
         let src = include_str!("api.rs");
         let body = &src[src.find("match (m, tpl) {").unwrap()..];
-        for (m, p) in crate::api::ROUTES {
+        for (m, p, _) in crate::api::ROUTES {
             assert!(body.contains(&format!("(\"{m}\", \"{p}\") =>")), "{m} {p} has no handler");
         }
     }

@@ -1,22 +1,25 @@
 """TLS for the API: a daemon with [tls] serves HTTPS only (a plain-HTTP request gets no
 answer), the Python client and the operator commands talk to it with its certificate
 trusted, and a config that exposes the API beyond loopback without TLS is refused."""
+import os
 import socket
 import subprocess
 
 import pytest
 from cotx import Coordinator, CotxError
+from cotx.daemon import find_binary
 from cotx.testing import make_daemon
 
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
-    """A private CA and a certificate for 127.0.0.1 signed by it (docs/coordinator.md, "TLS")."""
+    """A private CA and a certificate for 127.0.0.1 and localhost signed by it
+    (docs/coordinator.md, "TLS")."""
     d = tmp_path_factory.mktemp("tls")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     for cmd in (["openssl", "req", "-x509", *ec, "-days", "2", "-subj", "/CN=cotx test CA",
                  "-keyout", "ca.key", "-out", "ca.pem"],
-                ["openssl", "req", *ec, "-subj", "/CN=cotx-test", "-addext", "subjectAltName=IP:127.0.0.1",
+                ["openssl", "req", *ec, "-subj", "/CN=cotx-test", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
                  "-keyout", "key.pem", "-out", "cert.csr"],
                 ["openssl", "x509", "-req", "-in", "cert.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
                  "-days", "2", "-copy_extensions", "copy", "-out", "cert.pem"]):
@@ -51,6 +54,14 @@ def test_api_over_tls(pg, mariadb, cert):
                 pass
         r = d.cli("in-doubt")
         assert r.returncode == 0 and "in-doubt transaction" in r.stdout, r
+        # By URL, as an operator elsewhere would: the certificate is checked against the
+        # name in the URL.
+        cli = [find_binary(), "in-doubt", "--url", f"https://localhost:{d.port}", "--ca-file", str(cert / "ca.pem")]
+        env = {"PATH": os.environ["PATH"], "COTX_TOKEN": d.token}
+        r = subprocess.run(cli, capture_output=True, text=True, timeout=30, env=env)
+        assert r.returncode == 0 and "in-doubt transaction" in r.stdout, r
+        r = subprocess.run(cli[:-2], capture_output=True, text=True, timeout=30, env=env)
+        assert r.returncode == 2 and "--ca-file" in r.stderr, r
         pc.close()
         mc.close()
     finally:

@@ -49,11 +49,14 @@ class Daemon:
     def __init__(self, resources: list[dict], timeouts: dict | None = None, store: dict | None = None,
                  node_id: str | None = None, workdir: str | None = None, port: int | None = None,
                  lease: dict | None = None, limits: dict | None = None, tls: dict | None = None,
-                 log: dict | None = None, telemetry: dict | None = None):
+                 log: dict | None = None, telemetry: dict | None = None, auth: dict | None = None):
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="cotx-coord-"))
         self.port = port or _free_port()
-        self.token = secrets.token_hex(16)
+        # auth: one credential per role ({"client_token": ..., ...}: the config's [auth]);
+        # without it, one token with every role.
+        self.auth = auth or {}
+        self.token = None if auth else secrets.token_hex(16)
         # Every daemon owns its node id exclusively: a fresh one unless the test shares one
         # on purpose (a restart of the same daemon keeps it).
         self.node_id = node_id or f"t{secrets.token_hex(4)}"
@@ -78,11 +81,12 @@ class Daemon:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def write_config(self) -> None:
-        lines = [f"node_id = {_toml(self.node_id)}", f"listen = \"127.0.0.1:{self.port}\"",
-                 f"token = {_toml(self.token)}", "", "[timeouts]"]
+        lines = [f"node_id = {_toml(self.node_id)}", f"listen = \"127.0.0.1:{self.port}\""]
+        lines += [f"token = {_toml(self.token)}"] if self.token else []
+        lines += ["", "[timeouts]"]
         lines += [f"{k} = {_toml(v)}" for k, v in self.timeouts.items()]
         for table, values in (("lease", self.lease), ("limits", self.limits), ("tls", self.tls), ("log", self.log),
-                              ("telemetry", self.telemetry)):
+                              ("telemetry", self.telemetry), ("auth", self.auth)):
             if values:
                 lines += ["", f"[{table}]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
         lines += ["", "[store]"] + [f"{k} = {_toml(v)}" for k, v in self.store.items()]
