@@ -1,6 +1,7 @@
 //! Configuration file (TOML). Everything is checked at start; an invalid file is refused
 //! with the line and the field, never half-applied.
 
+use crate::dbtls::{DbTls, Mode};
 use crate::naming;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -127,6 +128,8 @@ struct RawStore {
     table: Option<Spanned<String>>,
     group_commit: Option<bool>,
     max_batch: Option<Spanned<u64>>,
+    tls: Option<Spanned<String>>,
+    tls_ca_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +140,8 @@ struct RawResource {
     dsn: Spanned<String>,
     pool_size: Option<Spanned<u64>>,
     decisions: Option<Spanned<bool>>,
+    tls: Option<Spanned<String>>,
+    tls_ca_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -201,7 +206,7 @@ pub struct Telemetry {
 #[derive(Debug, Clone)]
 pub enum StoreConfig {
     Sqlite { path: String, group_commit: bool, max_batch: usize },
-    Postgres { dsn: String, table: String, group_commit: bool, max_batch: usize },
+    Postgres { dsn: String, table: String, group_commit: bool, max_batch: usize, tls: Option<DbTls> },
 }
 
 #[derive(Debug, Clone)]
@@ -213,6 +218,8 @@ pub struct Resource {
     /// May carry global decisions (pg_co's co.decisions): a decision branch may live here,
     /// and recovery asks it (co.resolve) before it presumes abort.
     pub decisions: bool,
+    /// `tls` / `tls_ca_file`: None leaves TLS to the DSN (crate::dbtls).
+    pub tls: Option<DbTls>,
 }
 
 #[derive(Debug, Clone)]
@@ -288,6 +295,50 @@ impl Ctx<'_> {
         }
     }
 
+    /// `tls` and `tls_ca_file` of the store or a resource (`prefix` names it in errors).
+    fn db_tls(&self, base: Option<&std::path::Path>, prefix: &str, kind: ResourceKind, dsn: &Spanned<String>, tls: &Option<Spanned<String>>, ca: &Option<Spanned<String>>) -> Result<Option<DbTls>, ConfigError> {
+        let f = |x: &str| format!("{prefix}{x}");
+        let mode = match tls {
+            None => None,
+            Some(t) => match Mode::parse(t.get_ref()) {
+                Some(Mode::Prefer) if kind == ResourceKind::Mariadb => {
+                    return self.err(Some(t.span()), &f("tls"), "\"prefer\" is not available for mariadb; use \"disable\", \"require\", \"verify-ca\" or \"verify-full\"")
+                }
+                Some(m) => Some((m, t.span())),
+                None => {
+                    return self.err(Some(t.span()), &f("tls"), format!(
+                        "unknown mode {:?}; expected \"disable\", \"prefer\", \"require\", \"verify-ca\" or \"verify-full\"", t.get_ref()))
+                }
+            },
+        };
+        if let (Some((_, sp)), ResourceKind::Postgres) = (&mode, kind) {
+            if dsn.get_ref().contains("sslmode") {
+                return self.err(Some(sp.clone()), &f("tls"), "the dsn sets sslmode too: set one of them (tls overrides sslmode and adds verify-ca and verify-full)");
+            }
+        }
+        let ca_file = match ca {
+            None => None,
+            Some(c) => {
+                let p = relative_to(base, c.get_ref()).display().to_string();
+                if let Err(e) = crate::dbtls::load_roots(&p) {
+                    return self.err(Some(c.span()), &f("tls_ca_file"), e);
+                }
+                Some((p, c.span()))
+            }
+        };
+        match (mode, ca_file) {
+            (None, None) => Ok(None),
+            // A CA file alone: verify-full, what a CA is given for.
+            (None, Some((p, _))) => Ok(Some(DbTls { mode: Mode::VerifyFull, ca_file: Some(p) })),
+            (Some((m, sp)), None) if m.verifies() => self.err(Some(sp), &f("tls_ca_file"), format!(
+                "required for tls = {:?}: the server's certificate is checked against this CA (PEM); no system roots are used",
+                tls.as_ref().unwrap().get_ref())),
+            (Some((m, _)), Some((_, sp))) if !m.verifies() => self.err(Some(sp), &f("tls_ca_file"), format!(
+                "only with tls = \"verify-ca\" or \"verify-full\" (with {:?} the certificate is not checked)", tls.as_ref().unwrap().get_ref())),
+            (Some((mode, _)), ca) => Ok(Some(DbTls { mode, ca_file: ca.map(|c| c.0) })),
+        }
+    }
+
     fn err<T>(&self, span: Option<std::ops::Range<usize>>, field: &str, msg: impl Into<String>) -> Result<T, ConfigError> {
         Err(ConfigError { line: span.map(|s| line_of(self.src, s.start)), field: field.into(), message: msg.into() })
     }
@@ -314,6 +365,16 @@ fn relative_to(base: Option<&std::path::Path>, p: &str) -> std::path::PathBuf {
     match base {
         Some(b) if p.is_relative() => b.join(p),
         _ => p.to_path_buf(),
+    }
+}
+
+/// The driver knows sslmode disable, prefer and require only: the verifying modes and the
+/// root file are config keys of their own.
+fn pg_dsn_hint(dsn: &str) -> &'static str {
+    if dsn.contains("verify-ca") || dsn.contains("verify-full") || dsn.contains("sslrootcert") {
+        " (for sslmode=verify-ca/verify-full and sslrootcert use the keys tls = \"verify-full\" and tls_ca_file = \"<CA PEM file>\" next to the dsn)"
+    } else {
+        ""
     }
 }
 
@@ -425,6 +486,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                     if let Some(d) = &s.dsn {
                         return cx.err(Some(d.span()), "store.dsn", "only for kind = \"postgres\"");
                     }
+                    for (v, n) in [(&s.tls, "store.tls"), (&s.tls_ca_file, "store.tls_ca_file")] {
+                        if let Some(v) = v {
+                            return cx.err(Some(v.span()), n, "only for kind = \"postgres\"");
+                        }
+                    }
                     let path = match &s.path {
                         Some(p) if !p.get_ref().is_empty() => p.get_ref().clone(),
                         Some(p) => return cx.err(Some(p.span()), "store.path", "must not be empty"),
@@ -440,7 +506,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                     let dsn = match &s.dsn {
                         Some(d) => {
                             if let Err(e) = d.get_ref().parse::<tokio_postgres::Config>() {
-                                return cx.err(Some(d.span()), "store.dsn", format!("not a PostgreSQL connection string: {e}"));
+                                return cx.err(Some(d.span()), "store.dsn", format!("not a PostgreSQL connection string: {e}{}", pg_dsn_hint(d.get_ref())));
                             }
                             d.get_ref().clone()
                         }
@@ -458,7 +524,8 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                             t.get_ref().clone()
                         }
                     };
-                    StoreConfig::Postgres { dsn, table, group_commit, max_batch }
+                    let tls = cx.db_tls(base, "store.", ResourceKind::Postgres, s.dsn.as_ref().unwrap(), &s.tls, &s.tls_ca_file)?;
+                    StoreConfig::Postgres { dsn, table, group_commit, max_batch, tls }
                 }
                 other => {
                     return cx.err(Some(s.kind.span()), "store.kind", format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""))
@@ -556,7 +623,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         let kind = *rr.kind.get_ref();
         let dsn = rr.dsn.get_ref();
         let bad = match kind {
-            ResourceKind::Postgres => dsn.parse::<tokio_postgres::Config>().err().map(|e| e.to_string()),
+            ResourceKind::Postgres => dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn))),
             ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
         };
         if let Some(e) = bad {
@@ -576,7 +643,8 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             Some(d) => *d.get_ref(),
             None => false,
         };
-        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions });
+        let tls = cx.db_tls(base, &field(""), kind, &rr.dsn, &rr.tls, &rr.tls_ca_file)?;
+        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls });
     }
     Ok(Config { node_id, listen, token, auth, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls, log, telemetry })
 }

@@ -4,6 +4,7 @@
 mod api;
 mod cli;
 mod completion;
+mod dbtls;
 mod auth;
 mod config;
 mod coordinator;
@@ -210,8 +211,8 @@ fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
             move || Ok(Box::new(store::sqlite::SqliteLog::open(&path)?) as Box<dyn store::DecisionLog>),
             if group_commit { max_batch } else { 1 },
         ),
-        config::StoreConfig::Postgres { dsn, table, group_commit, max_batch } => store::Store::open_in_thread(
-            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table)?) as Box<dyn store::DecisionLog>),
+        config::StoreConfig::Postgres { dsn, table, group_commit, max_batch, tls } => store::Store::open_in_thread(
+            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table, tls.as_ref())?) as Box<dyn store::DecisionLog>),
             if group_commit { max_batch } else { 1 },
         ),
     }

@@ -18,14 +18,14 @@ use tokio::sync::Mutex;
 pub fn pg_err(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(d) => format!("{}: {} (SQLSTATE {})", d.severity(), d.message(), d.code().code()),
-        None => e.to_string(),
+        None => crate::dbtls::chain(e),
     }
 }
 
 fn my_err(e: &mysql_async::Error) -> String {
     match e {
         mysql_async::Error::Server(se) => format!("{} (error {}, SQLSTATE {})", se.message, se.code, se.state),
-        other => other.to_string(),
+        other => crate::dbtls::chain(other),
     }
 }
 
@@ -64,7 +64,7 @@ pub struct ResourceClient {
 }
 
 enum Inner {
-    Pg { cfg: tokio_postgres::Config, conns: Vec<Mutex<Option<tokio_postgres::Client>>>, next: AtomicUsize },
+    Pg { cfg: tokio_postgres::Config, tls: tokio_postgres_rustls::MakeRustlsConnect, conns: Vec<Mutex<Option<tokio_postgres::Client>>>, next: AtomicUsize },
     Maria { pool: mysql_async::Pool, opts: mysql_async::Opts },
 }
 
@@ -72,10 +72,10 @@ impl ResourceClient {
     pub fn new(r: &Resource, prefix: &str, node: &str) -> Result<ResourceClient, String> {
         let inner = match r.kind {
             ResourceKind::Postgres => {
-                let mut cfg: tokio_postgres::Config = r.dsn.parse().map_err(|e| format!("{}: {e}", r.name))?;
+                let (mut cfg, tls) = crate::dbtls::pg(&r.dsn, r.tls.as_ref()).map_err(|e| format!("{}: {e}", r.name))?;
                 cfg.connect_timeout(CONNECT_TIMEOUT);
                 cfg.application_name(&format!("cotx-coordinator:{node}"));
-                Inner::Pg { cfg, conns: (0..r.pool_size).map(|_| Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
+                Inner::Pg { cfg, tls, conns: (0..r.pool_size).map(|_| Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
             }
             ResourceKind::Mariadb => {
                 let opts = mysql_async::Opts::from_url(&r.dsn).map_err(|e| format!("{}: {e}", r.name))?;
@@ -83,6 +83,7 @@ impl ResourceClient {
                 let opts = mysql_async::OptsBuilder::from_opts(opts)
                     .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints))
                     .prefer_socket(false);
+                let opts = crate::dbtls::maria(opts, r.tls.as_ref());
                 Inner::Maria { pool: mysql_async::Pool::new(opts.clone()), opts: opts.into() }
             }
         };
@@ -123,8 +124,8 @@ impl ResourceClient {
         let who = format!("{}: node {node} is held by another session on this resource", self.name);
         for attempt in 0..3 {
             match &self.inner {
-                Inner::Pg { cfg, .. } => {
-                    let (client, conn) = cfg.connect(tokio_postgres::NoTls).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+                Inner::Pg { cfg, tls, .. } => {
+                    let (client, conn) = cfg.connect(tls.clone()).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
                     tokio::spawn(async move {
                         let _ = conn.await;
                     });
@@ -194,11 +195,11 @@ impl ResourceClient {
     }
 
     pub(crate) async fn pg_simple(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error> {
-        let Inner::Pg { cfg, conns, next } = &self.inner else { unreachable!() };
+        let Inner::Pg { cfg, tls, conns, next } = &self.inner else { unreachable!() };
         let slot = &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()];
         let mut guard = slot.lock().await;
         if guard.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
-            let (client, conn) = cfg.connect(tokio_postgres::NoTls).await?;
+            let (client, conn) = cfg.connect(tls.clone()).await?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });

@@ -12,10 +12,12 @@
 use super::{branches_to_json, existing_outcome, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Renewal, Stored, Token};
 use cotx_protocol::lease;
 use crate::naming::{self, XA_FORMAT_ID};
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 pub struct PgLog {
-    dsn: String,
+    /// The DSN with the TLS mode applied (crate::dbtls), and its TLS connector.
+    cfg: postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     table: String,
     client: Option<Client>,
 }
@@ -23,7 +25,7 @@ pub struct PgLog {
 fn e(x: postgres::Error) -> String {
     match x.as_db_error() {
         Some(d) => format!("postgres store: {} (SQLSTATE {})", d.message(), d.code().code()),
-        None => format!("postgres store: {x}"),
+        None => format!("postgres store: {}", crate::dbtls::chain(&x)),
     }
 }
 
@@ -32,15 +34,16 @@ const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 impl PgLog {
     /// `table` is checked by the config to be a plain lowercase identifier.
-    pub fn open(dsn: &str, table: &str) -> Result<PgLog, String> {
-        let mut l = PgLog { dsn: dsn.to_string(), table: table.to_string(), client: None };
+    pub fn open(dsn: &str, table: &str, tls: Option<&crate::dbtls::DbTls>) -> Result<PgLog, String> {
+        let (cfg, tls) = crate::dbtls::pg(dsn, tls).map_err(|m| format!("postgres store: {m}"))?;
+        let mut l = PgLog { cfg: cfg.into(), tls, table: table.to_string(), client: None };
         l.client()?;
         Ok(l)
     }
 
     fn client(&mut self) -> Result<&mut Client, String> {
         if self.client.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
-            let mut c = Client::connect(&self.dsn, NoTls).map_err(e)?;
+            let mut c = self.cfg.connect(self.tls.clone()).map_err(e)?;
             if !schema_is_current(&mut c, &self.table)? {
                 make_schema(&mut c, &self.table)?;
             }
