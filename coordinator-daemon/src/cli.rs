@@ -100,11 +100,8 @@ fn exchange(mut s: impl Read + Write, req: &[u8], resp: &mut Vec<u8>) -> Result<
 }
 
 fn tls_client(ca_file: &str, host: &str, s: TcpStream) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca_file).map_err(|e| format!("CA file {ca_file}: {e}"))? {
-        roots.add(c.map_err(|e| format!("CA file {ca_file}: {e}"))?).map_err(|e| format!("CA file {ca_file}: {e}"))?;
-    }
+    use rustls::pki_types::ServerName;
+    let roots = crate::dbtls::load_roots(ca_file)?;
     let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
