@@ -139,12 +139,31 @@ class Result:
     report: object = None            # checker Report
     co_stats: dict | None = None
     server_log: list = field(default_factory=list)
+    scans: dict = field(default_factory=dict)    # table -> (seq_scan, idx_scan): how reads were planned
     version: str = ""
     left_prepared: int = 0
 
     @property
     def committed(self) -> int:
         return self.report.committed
+
+    def lost_appends(self) -> list:
+        """Appends of committed transactions missing from the final state, and values that
+        appear twice in one list: neither is a cycle, both are wrong (a lost or repeated
+        write), so they count as anomalies of the run."""
+        out = []
+        for r in self.records:
+            if r.status == "ok":
+                out += [f"{r.id}'s append {v} to {k} is not in the final {k} = {self.final.get(k, [])}"
+                        for f, k, v in r.ops if f == "append" and v not in self.final.get(k, ())]
+        for k, lst in self.final.items():
+            if len(lst) != len(set(lst)):
+                out.append(f"{k} = {lst} holds a value twice")
+        return out
+
+    @property
+    def anomalous(self) -> bool:
+        return bool(self.report.anomalies) or bool(self.lost_appends())
 
     def cycles(self) -> list:
         return self.report.cycles()
@@ -270,13 +289,36 @@ def run(srv, *, seconds: float, clients: int = 8, window: int = 6, appends_per_k
         for k, val in srv.sql(f"SELECT id, val FROM txn{t + 1}"):
             final[key_name(t, k)] = [int(x) for x in val.split(",")] if val else []
     left = srv.sql("SELECT count(*) FROM pg_prepared_xacts")[0][0]
-    res = Result(records, final, elapsed, version=srv.version.rstrip(")"), left_prepared=left)
+    # A sequential scan takes a relation-wide predicate lock, an index scan page and tuple
+    # locks: which one the reads used changes what SSI can see.
+    time.sleep(0.6)   # the cumulative statistics are flushed about every second
+    scans = {r[0]: (r[1], r[2]) for r in srv.sql(
+        "SELECT relname, seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname LIKE 'txn_' ORDER BY 1")}
+    res = Result(records, final, elapsed, version=srv.version.rstrip(")"), left_prepared=left, scans=scans)
     res.report = check([r.txn() for r in records], final_reads=final)
     if pg_co:
         cur_rows = srv.connect().execute("SELECT * FROM co.stats")
         cols = [d.name for d in cur_rows.description]
         res.co_stats = dict(zip(cols, cur_rows.fetchone()))
     res.server_log = _read_log(srv, wall0)
+    return res
+
+
+def load_log(path) -> Result:
+    """A run written with --log, checked again (no server; no co.stats or server log)."""
+    records, final = [], {}
+    with open(path) as f:
+        for line in f:
+            d = json.loads(line)
+            if "final" in d:
+                final = d["final"]
+                continue
+            r = Record(**{k: v for k, v in d.items() if k != "ops"})
+            r.ops = [tuple(o) for o in d["ops"]]
+            records.append(r)
+    seconds = max((r.end for r in records), default=0.0)
+    res = Result(records, final, seconds, version=f"the log {path}")
+    res.report = check([r.txn() for r in records], final_reads=final)
     return res
 
 
@@ -404,6 +446,8 @@ def summary(res: Result, label: str = "", show: int = 20) -> str:
         codes = sorted({r.sqlstate for r in res.records if r.status == "fail" and r.reason == reason})
         lines.append(f"  aborted: {c:7d}  {reason} ({', '.join(codes)})")
     lines.append(f"  transactions with a statement longer than {LONG_WAIT}s: {len(waits)}")
+    if res.scans:
+        lines.append("  scans (sequential, index): " + ", ".join(f"{t} {s}, {i}" for t, (s, i) in res.scans.items()))
     if res.left_prepared:
         lines.append(f"  left prepared after the run: {res.left_prepared}")
     if res.co_stats is not None:
@@ -420,6 +464,9 @@ def summary(res: Result, label: str = "", show: int = 20) -> str:
     other = [a for a in rep.anomalies if a not in cycles]
     for a in other[:20]:
         lines.append(f"  ANOMALY {a.text}")
+    lost = res.lost_appends()
+    lines.append(f"  committed appends missing from the final state, or repeated: {len(lost)}")
+    lines += [f"  ANOMALY {x}" for x in lost[:20]]
     for i, c in enumerate(cycles[:show]):
         lines += ["", f"CYCLE {i + 1} of {len(cycles)}"] + explain_cycle(res, c)
     if len(cycles) > show:
@@ -427,7 +474,7 @@ def summary(res: Result, label: str = "", show: int = 20) -> str:
     return "\n".join(lines)
 
 
-def server_conf(mode: str) -> dict:
+def server_conf(mode: str, durable: bool = False) -> dict:
     # Lock waits past deadlock_timeout and deadlock reports go to the log, in UTC, so a
     # cycle's report can show what its members waited for.
     conf = {"log_lock_waits": "on", "log_line_prefix": "'%m [%p] '", "log_timezone": "'UTC'"}
@@ -435,6 +482,10 @@ def server_conf(mode: str) -> dict:
         conf["pg_co.log_vetoes"] = "off"     # the DETAIL of each refusal is recorded by the client
     elif mode == "pg_co-off":
         conf["pg_co.enabled"] = "off"
+    if durable:
+        # The test servers run with fsync and synchronous_commit off; a stock server
+        # waits for the WAL flush at every commit, which widens the commit window.
+        conf.update({"fsync": "on", "synchronous_commit": "on"})
     return conf
 
 
@@ -457,6 +508,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="seeds each client's generator (threads interleave freely)")
     ap.add_argument("--log", help="write every transaction (operations, statements, timings, errors) as JSON lines")
     ap.add_argument("--json", help="write the summary numbers as one JSON object")
+    ap.add_argument("--durable", action="store_true",
+                    help="fsync and synchronous_commit on (the harness's servers have both off)")
+    ap.add_argument("--from-log", metavar="PATH", help="check a run written with --log again, without a server")
     ap.add_argument("--show", type=int, default=20, help="explain at most this many cycles in full (default 20)")
     a = ap.parse_args(argv)
     if a.seconds <= 0:
@@ -468,6 +522,10 @@ def main(argv=None) -> int:
     if a.mode != "plain" and a.isolation != "serializable" and a.txn == "2pc":
         ap.error("pg_co refuses to prepare a transaction below SERIALIZABLE: use --mode plain")
 
+    if a.from_log:
+        res = load_log(a.from_log)
+        print(summary(res, "", a.show))
+        return 1 if res.anomalous else 0
     from cotest import PgServer
     from cotest.servers import pg_co_installed, pg_unavailable
     why = pg_unavailable(a.major)
@@ -476,8 +534,9 @@ def main(argv=None) -> int:
     if a.mode != "plain" and not pg_co_installed(a.major):
         ap.error(f"pg_co is not installed into PostgreSQL {a.major} (run scripts/build.sh)")
     label = (f"{a.mode} {a.txn} {a.isolation}, {a.clients} clients, window {a.window}, think {a.think_ms} ms, "
-             f"seed {a.seed}")
-    with PgServer(major=a.major, preload=a.mode != "plain", conf=server_conf(a.mode)) as srv:
+             f"{'durable commits, ' if a.durable else ''}seed {a.seed}")
+    with PgServer(major=a.major, preload=a.mode != "plain", conf=server_conf(a.mode, a.durable),
+                  fsync=a.durable) as srv:
         res = run(srv, seconds=a.seconds, clients=a.clients, window=a.window, appends_per_key=a.appends_per_key,
                   seed=a.seed, isolation=a.isolation, txn=a.txn, pg_co=a.mode == "pg_co",
                   think_ms=a.think_ms)
@@ -491,12 +550,13 @@ def main(argv=None) -> int:
         pairs = refusal_pairs(res) if res.co_stats is not None else None
         with open(a.json, "w") as f:
             json.dump({"argv": sys.argv, "version": res.version, "seconds": res.seconds,
-                       "transactions": len(res.records), "committed": res.committed,
+                       "transactions": len(res.records), "committed": res.committed, "scans": res.scans,
                        "aborts": dict(res.aborts()), "cycles": len(res.cycles()),
-                       "anomalies": [a_.kind for a_ in res.report.anomalies], "co_stats": res.co_stats,
+                       "anomalies": [a_.kind for a_ in res.report.anomalies], "lost_appends": res.lost_appends(),
+                       "co_stats": res.co_stats,
                        "refusal_pairs": pairs, "long_waits": sum(r.max_wait() > LONG_WAIT for r in res.records)},
                       f, default=str, indent=1)
-    return 1 if res.report.anomalies else 0
+    return 1 if res.anomalous else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ configuration the project vouches for stays clean in a sample:
 - the command exits 1 when it finds a cycle, so a longer run can be a test of its own.
 """
 import random
+import re
 
 import pytest
 from checker import list_append
@@ -63,10 +64,16 @@ def test_serializable_2pc_with_pg_co_has_no_cycle(pg_co_server):
     assert refused == counted, text
 
 
-def test_command_exits_1_on_a_cycle(capsys):
-    assert list_append.main(["--mode", "plain", "--isolation", "repeatable-read", "--seconds", "4", "--show", "1"]) == 1
+def test_command_exits_1_on_a_cycle(capsys, tmp_path):
+    log = tmp_path / "run.jsonl"
+    assert list_append.main(["--mode", "plain", "--isolation", "repeatable-read", "--seconds", "4", "--show", "1",
+                             "--log", str(log)]) == 1
     out = capsys.readouterr().out
     assert "cycles: " in out and "CYCLE 1 of" in out
+    # The recorded run, checked again without a server, finds the same cycles.
+    assert list_append.main(["--from-log", str(log), "--show", "0"]) == 1
+    again = capsys.readouterr().out
+    assert re.search(r"cycles: (\d+)", again).group(1) == re.search(r"cycles: (\d+)", out).group(1)
 
 
 def test_command_rejects_bad_arguments(capsys):
