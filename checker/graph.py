@@ -131,6 +131,9 @@ def check(history, final_reads: dict | None = None) -> Report:
         return out
 
     for k, ops in per_key.items():
+        # Only the committed transactions that touched k can have an edge through k (looping
+        # over every committed transaction per key is quadratic on long workload histories).
+        touching = sorted({tid for _, _, tid in ops if tid in committed})
         if _is_list_key(ops):
             reads = [v for f, v, tid in ops if f == "r" and tid in committed]
             if final_reads and k in final_reads:
@@ -147,7 +150,7 @@ def check(history, final_reads: dict | None = None) -> Report:
                 wa, wb = writer.get((k, a)), writer.get((k, b))
                 if wa and wb:
                     edge(wa, wb, "ww", f"{wa} appended {a!r} to {k} and {wb} appended the next element {b!r}")
-            for tid in committed:
+            for tid in touching:
                 for r in external_reads(txns[tid], k):
                     if r:
                         w = writer.get((k, r[-1]))
@@ -163,7 +166,7 @@ def check(history, final_reads: dict | None = None) -> Report:
                             edge(tid, w, "rw", f"{tid} read {k} = {_fmt(r)}, missing {w}'s later append")
         else:
             succ = defaultdict(set)   # version -> versions written right after it
-            for tid in committed:
+            for tid in touching:
                 t = txns[tid]
                 ext = external_reads(t, k)
                 wrote = [v for f, kk, v in t.ops if kk == k and f == "w"]
@@ -176,7 +179,7 @@ def check(history, final_reads: dict | None = None) -> Report:
                     wv, wn = writer.get((k, v)) if v is not None else None, writer.get((k, n))
                     if wv and wn:
                         edge(wv, wn, "ww", f"{wv} wrote {k} = {v!r} and {wn} overwrote it with {n!r}")
-            for tid in committed:
+            for tid in touching:
                 for r in external_reads(txns[tid], k):
                     if r is not None:
                         w = writer.get((k, r))
