@@ -474,7 +474,7 @@ def summary(res: Result, label: str = "", show: int = 20) -> str:
     return "\n".join(lines)
 
 
-def server_conf(mode: str, durable: bool = False) -> dict:
+def server_conf(mode: str, durable: bool = False, max_connections: int | None = None, txn: str = "local") -> dict:
     # Lock waits past deadlock_timeout and deadlock reports go to the log, in UTC, so a
     # cycle's report can show what its members waited for.
     conf = {"log_lock_waits": "on", "log_line_prefix": "'%m [%p] '", "log_timezone": "'UTC'"}
@@ -486,6 +486,12 @@ def server_conf(mode: str, durable: bool = False) -> dict:
         # The test servers run with fsync and synchronous_commit off; a stock server
         # waits for the WAL flush at every commit, which widens the commit window.
         conf.update({"fsync": "on", "synchronous_commit": "on"})
+    if max_connections:
+        # PostgreSQL keeps (backend slots + prepared transactions) x 10 serializable
+        # transactions; beyond that it summarizes the oldest committed ones (the state
+        # under which its SSI misses conflicts: docs/postgresql-ssi-summarized-readers.md).
+        conf.update({"max_connections": max_connections,
+                     "max_prepared_transactions": max_connections if txn == "2pc" else 0})
     return conf
 
 
@@ -508,6 +514,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="seeds each client's generator (threads interleave freely)")
     ap.add_argument("--log", help="write every transaction (operations, statements, timings, errors) as JSON lines")
     ap.add_argument("--json", help="write the summary numbers as one JSON object")
+    ap.add_argument("--max-connections", type=int, metavar="N",
+                    help="the server's max_connections (and max_prepared_transactions with --txn 2pc, else 0): "
+                         "a small N makes PostgreSQL's SSI summarize under this load (12 does; the harness default "
+                         "does not)")
     ap.add_argument("--durable", action="store_true",
                     help="fsync and synchronous_commit on (the harness's servers have both off)")
     ap.add_argument("--from-log", metavar="PATH", help="check a run written with --log again, without a server")
@@ -517,6 +527,9 @@ def main(argv=None) -> int:
         ap.error("--seconds must be > 0")
     if a.think_ms < 0:
         ap.error("--think-ms must be >= 0")
+    if a.max_connections is not None and a.max_connections < a.clients + 2:
+        ap.error(f"--max-connections must leave room for the {a.clients} clients and the checker's own sessions "
+                 f"(at least {a.clients + 2})")
     if a.clients < 1 or a.window < 1 or a.appends_per_key < 1:
         ap.error("--clients, --window and --appends-per-key must be >= 1")
     if a.mode != "plain" and a.isolation != "serializable" and a.txn == "2pc":
@@ -534,8 +547,9 @@ def main(argv=None) -> int:
     if a.mode != "plain" and not pg_co_installed(a.major):
         ap.error(f"pg_co is not installed into PostgreSQL {a.major} (run scripts/build.sh)")
     label = (f"{a.mode} {a.txn} {a.isolation}, {a.clients} clients, window {a.window}, think {a.think_ms} ms, "
-             f"{'durable commits, ' if a.durable else ''}seed {a.seed}")
-    with PgServer(major=a.major, preload=a.mode != "plain", conf=server_conf(a.mode, a.durable),
+             f"{'durable commits, ' if a.durable else ''}"
+             f"{f'max_connections {a.max_connections}, ' if a.max_connections else ''}seed {a.seed}")
+    with PgServer(major=a.major, preload=a.mode != "plain", conf=server_conf(a.mode, a.durable, a.max_connections, a.txn),
                   fsync=a.durable) as srv:
         res = run(srv, seconds=a.seconds, clients=a.clients, window=a.window, appends_per_key=a.appends_per_key,
                   seed=a.seed, isolation=a.isolation, txn=a.txn, pg_co=a.mode == "pg_co",

@@ -8,6 +8,7 @@ interleaved ABBA runs and reports median throughput, their ratio, and refusals.
   max-wait pg_co.max_wait 0 vs 5 ms (conflict_action abort); serializable 2PC transactions
   rule-c-read-only  pg_co.rule_c_read_only off vs on; a read-mostly mix: 2PC writers and
           four times as many READ ONLY local readers (local_reader_ro.sql)
+  rule-s  pg_co.rule_s off vs on; local serializable writers (local_writer.sql)
 
 usage: python bench/pg_co/pgbench_cost.py [--experiment cost] [--pairs 3] [--seconds 20]
            [--clients 8] [--scale 10] [--rows N] [--quick]
@@ -25,7 +26,7 @@ from cotest import PgServer, reap_orphans
 from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS
 
 HERE = Path(__file__).parent
-ALL_REFUSALS = "refused_rule_a + refused_rule_b + refused_rule_c + refused_summarized"
+ALL_REFUSALS = "refused_rule_a + refused_rule_b + refused_rule_c + refused_summarized + refused_rule_s"
 EXPERIMENTS = {
     "cost": dict(guc="pg_co.enabled", values=("off", "on"), scripts=["serializable_2pc.sql"],
                  refusals=ALL_REFUSALS, title="pg_co single-database cost"),
@@ -39,6 +40,8 @@ EXPERIMENTS = {
     "rule-c-read-only": dict(guc="pg_co.rule_c_read_only", values=("off", "on"),
                              scripts=["serializable_2pc.sql@1", "local_reader_ro.sql@4"],
                              refusals="refused_rule_c", title="rule C for READ ONLY readers (read-mostly mix)"),
+    "rule-s": dict(guc="pg_co.rule_s", values=("off", "on"), scripts=["local_writer.sql"],
+                   refusals="refused_rule_s", title="rule S cost (local serializable writers)"),
 }
 
 

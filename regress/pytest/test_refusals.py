@@ -25,6 +25,7 @@ TABLE = [
      "pg_co rule A (summarized)"),
     ("40001", None, "pg_co refused PREPARE TRANSACTION: commitment ordering rule B", "pg_co rule B"),
     ("40001", None, "pg_co refused COMMIT: commitment ordering rule C", "pg_co rule C"),
+    ("40001", None, "pg_co refused COMMIT: rule S (a reader PostgreSQL summarized)", "pg_co rule S"),
     ("40001", None, "pg_co refused COMMIT of a global decision (co.decide): commitment ordering rule A", "pg_co rule A"),
     ("40001", None, "pg_co refused COMMIT of a global decision (co.decide): commitment ordering rule B", "pg_co rule B"),
     ("40001", None, "pg_co refused co.decide: global transaction 'n1.x-1' is already decided", "pg_co already decided"),

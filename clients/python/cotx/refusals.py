@@ -34,6 +34,7 @@ KINDS = {
     "pg_co rule B": ("postgres", True),
     "pg_co rule B wait timeout": ("postgres", True),
     "pg_co rule C": ("postgres", True),
+    "pg_co rule S": ("postgres", True),
     "pg_co already decided": ("postgres", True),
     "pg_co not serializable": ("postgres", False),
     "pg_co read only": ("postgres", False),
@@ -123,6 +124,8 @@ def _postgres(state: str | None, low: str) -> Refusal | None:
         for rule in ("a", "b", "c"):
             if f"commitment ordering rule {rule}" in low:
                 return _refusal(f"pg_co rule {rule.upper()}")
+        if "rule s (a reader postgresql summarized)" in low:
+            return _refusal("pg_co rule S")
         if "is already decided" in low:
             return _refusal("pg_co already decided")   # co.decide after co.resolve: abort
         if "not serializable" in low:
