@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = requires_pg_co
 
 
-@pytest.mark.parametrize("experiment", ["cost", "rule-c", "wait"])
+@pytest.mark.parametrize("experiment", ["cost", "rule-c", "wait", "rule-s"])
 def test_pgbench_cost_smoke(experiment):
     r = subprocess.run([sys.executable, str(ROOT / "bench/pg_co/pgbench_cost.py"), "--quick", "--experiment", experiment, "--rows", "1000"],
                        capture_output=True, text=True, timeout=300)
