@@ -1,7 +1,7 @@
 """The upsert list-append workload (checker/list_append.py) on a real PostgreSQL server.
 
 PostgreSQL's own SERIALIZABLE lets a G2 cycle through this workload about once or twice
-per 100 000 committed transactions (docs/upsert-g2-measurements.md): far too rare for a
+per 100 000 committed transactions (docs/upsert-workloads.md): far too rare for a
 short sample to show. So this file checks that the harness can fail and that the
 configuration the project vouches for stays clean in a sample:
 - at REPEATABLE READ the same workload must show write-skew cycles (snapshot isolation
