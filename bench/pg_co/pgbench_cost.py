@@ -125,6 +125,13 @@ def main():
     per_k = lambda rs, key: 1000 * sum(r[key] for r in rs) / max(1, sum(r["done"] for r in rs))  # noqa: E731
     print(f"\n### {exp['title']} (pgbench, {server_version})")
     print(f"- median tps {v_a}: {med[v_a]:.1f}, {v_b}: {med[v_b]:.1f}, ratio on/off: **{med[v_b] / med[v_a]:.3f}**")
+    # ABBA: runs 2k and 2k+1 (1-based 1,2 / 3,4 / ...) are one side-by-side pair each.
+    pairs = [(x, y) for x, y in zip(results[0::2], results[1::2])]
+    ratios = sorted((y if y["value"] == v_b else x)["tps"] / (x if x["value"] == v_a else y)["tps"] for x, y in pairs)
+    if ratios:
+        print(f"- per-pair ratio {v_b}/{v_a}: median {statistics.median(ratios):.3f}, range {ratios[0]:.3f}..{ratios[-1]:.3f} "
+              f"({len(ratios)} side-by-side pairs: " + ", ".join(f"{r:.3f}" for r in ratios) + ")")
+    print("- tps per run: " + ", ".join(f"{r['value']} {r['tps']:.0f}" for r in results))
     for v in exp["values"]:
         rs = by[v]
         print(f"- {exp['guc']} = {v}: refusals {per_k(rs, 'refusals'):.2f}, waits {per_k(rs, 'waits'):.2f}, "
