@@ -12,6 +12,7 @@ import time
 
 import pytest
 from cotest import MariaServer, PgServer
+from cotest.certs import make_ca, make_cert
 from cotest.servers import _chown
 from cotx import Coordinator
 from cotx.testing import wait_until
@@ -20,24 +21,14 @@ from cotx.daemon import Daemon
 from test_coordinator_crash import CHILD
 
 
-def _openssl(d, *cmds):
-    for cmd in cmds:
-        subprocess.run(["openssl", *cmd], check=True, capture_output=True, cwd=d)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     """A private CA with a server certificate for 127.0.0.1 and localhost, and a second CA
     that signed nothing the servers present."""
     d = tmp_path_factory.mktemp("dbtls")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(d,
-             ["req", "-x509", *ec, "-days", "2", "-subj", "/CN=cotx db test CA", "-keyout", "ca.key", "-out", "ca.pem"],
-             ["req", "-x509", *ec, "-days", "2", "-subj", "/CN=some other CA", "-keyout", "other.key", "-out", "other.pem"],
-             ["req", *ec, "-subj", "/CN=cotx-db", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-              "-keyout", "server.key", "-out", "server.csr"],
-             ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-              "-days", "2", "-copy_extensions", "copy", "-out", "server.pem"])
+    make_ca(d, "ca", "cotx db test CA")
+    make_ca(d, "other", "some other CA")
+    make_cert(d, "server", "cotx-db")
     return d
 
 

@@ -9,6 +9,7 @@ import pytest
 from cotx import Coordinator, CotxError
 from cotx.daemon import find_binary
 from cotx.testing import make_daemon
+from cotest.certs import make_ca, make_cert
 
 
 @pytest.fixture(scope="module")
@@ -16,19 +17,13 @@ def cert(tmp_path_factory):
     """A private CA and a certificate for 127.0.0.1 and localhost signed by it
     (docs/coordinator.md, "TLS")."""
     d = tmp_path_factory.mktemp("tls")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for cmd in (["openssl", "req", "-x509", *ec, "-days", "2", "-subj", "/CN=cotx test CA",
-                 "-keyout", "ca.key", "-out", "ca.pem"],
-                ["openssl", "req", *ec, "-subj", "/CN=cotx-test", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                 "-keyout", "key.pem", "-out", "cert.csr"],
-                ["openssl", "x509", "-req", "-in", "cert.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-copy_extensions", "copy", "-out", "cert.pem"]):
-        subprocess.run(cmd, check=True, capture_output=True, cwd=d)
+    make_ca(d, "ca", "cotx test CA")
+    make_cert(d, "cert", "cotx-test")
     return d
 
 
 def test_api_over_tls(pg, mariadb, cert):
-    d = make_daemon(pg, mariadb, tls={"cert_file": str(cert / "cert.pem"), "key_file": str(cert / "key.pem"),
+    d = make_daemon(pg, mariadb, tls={"cert_file": str(cert / "cert.pem"), "key_file": str(cert / "cert.key"),
                                       "ca_file": str(cert / "ca.pem")}).start()
     try:
         assert d.url.startswith("https://")
