@@ -130,6 +130,7 @@ struct RawStore {
     max_batch: Option<Spanned<u64>>,
     tls: Option<Spanned<String>>,
     tls_ca_file: Option<Spanned<String>>,
+    witness_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -232,6 +233,10 @@ pub struct Config {
     pub gid_prefix: String,
     pub timeouts: Timeouts,
     pub store: StoreConfig,
+    /// Where this daemon keeps its witness of the store (crate::witness): `store.witness_file`,
+    /// by default `<path>.witness` beside a SQLite store; none for a PostgreSQL store
+    /// unless set.
+    pub witness_file: Option<String>,
     pub resources: Vec<Resource>,
     /// How other daemons and clients reach this one (the store's node table carries it).
     pub advertise_url: String,
@@ -468,6 +473,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     if timeouts.retry_max_ms < timeouts.retry_initial_ms {
         return cx.err(t.retry_max_ms.as_ref().map(|s| s.span()), "timeouts.retry_max_ms", "must be >= retry_initial_ms");
     }
+    let witness_file = match raw.store.as_ref().and_then(|s| s.get_ref().witness_file.as_ref()) {
+        Some(w) if w.get_ref().is_empty() => return cx.err(Some(w.span()), "store.witness_file", "must not be empty"),
+        Some(w) => Some(relative_to(base, w.get_ref()).display().to_string()),
+        None => None,
+    };
     let store = match &raw.store {
         None => StoreConfig::Sqlite { path: "cotx-decisions.db".into(), group_commit: true, max_batch: 1024 },
         Some(s) => {
@@ -646,7 +656,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         let tls = cx.db_tls(base, &field(""), kind, &rr.dsn, &rr.tls, &rr.tls_ca_file)?;
         resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls });
     }
-    Ok(Config { node_id, listen, token, auth, gid_prefix, timeouts, store, resources, advertise_url, lease, limits, tls, log, telemetry })
+    let witness_file = witness_file.or(match &store {
+        StoreConfig::Sqlite { path, .. } => Some(format!("{path}.witness")),
+        StoreConfig::Postgres { .. } => None,
+    });
+    Ok(Config { node_id, listen, token, auth, gid_prefix, timeouts, store, witness_file, resources, advertise_url, lease, limits, tls, log, telemetry })
 }
 
 #[cfg(test)]

@@ -275,7 +275,7 @@ impl Coordinator {
         match self.store.get(gtid).await {
             Ok(Stored::Absent { forgotten: false }) => {}
             Ok(Stored::Absent { forgotten: true }) => {
-                return Refusal::new("outcome_forgotten", format!("{gtid}: its record was purged after the retention (timeouts.outcome_retention_ms); its outcome is no longer known"));
+                return Refusal::new("outcome_forgotten", format!("{gtid}: its record was purged after the retention (timeouts.outcome_retention_ms), or its epoch was sealed when the store was restored from an older copy (mark-restored); its outcome is no longer known"));
             }
             // Callers that answer with a record read it themselves (stored_decision).
             Ok(Stored::Record(_)) => {}
@@ -525,7 +525,7 @@ impl Coordinator {
             // Written under a grant that is gone: nothing was written. Memory is not
             // touched: the daemon that lost its grant reconciles it with the store
             // (lease.rs), and the outcome is whatever the store then says.
-            Decided::Forgotten => refuse("outcome_forgotten", format!("{gtid}: below its epoch's purge watermark; no decision is written for it any more")),
+            Decided::Forgotten => refuse("outcome_forgotten", format!("{gtid}: below its epoch's purge watermark, or of an epoch sealed by a store restore; no decision is written for it any more")),
             Decided::Fenced(why) => {
                 log("warn", "decision not written: this daemon's lease grant for the transaction's node is gone", json!({"gtid": gtid, "why": why}));
                 refuse("lease_lost", format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))

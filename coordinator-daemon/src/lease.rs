@@ -57,6 +57,20 @@ pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
     Ok(())
 }
 
+/// Compares the store with this daemon's witness of it (crate::witness) and, when it may
+/// be acted on, writes down how far it has come. Err: the store went back to an older copy
+/// (or cannot say what it is).
+pub async fn check_witness(c: &Coordinator) -> Result<(), String> {
+    let Some(path) = &c.cfg.witness_file else { return Ok(()) };
+    let now = c.store.identity().await.map_err(|e| format!("cannot read the decision store's identity: {e}"))?;
+    crate::witness::check(crate::witness::read(path)?.as_ref(), &now)?;
+    if let Err(e) = crate::witness::write(path, &now) {
+        // Only the safety net is weaker: say so, keep running.
+        c.warn_once(format!("witness:{e}"), "cannot write the witness file: a restored older store copy would not be noticed", json!({"error": e}));
+    }
+    Ok(())
+}
+
 /// Claims our own node under a new grant, asking a daemon that took it over to give it
 /// back; waits until `deadline` (None: for as long as it takes).
 async fn claim_own(c: &Coordinator, deadline: Option<Instant>) -> Result<(), String> {
@@ -238,6 +252,14 @@ pub fn spawn_renewal(c: Arc<Coordinator>) {
                 regain(&c, why).await;
                 last_renewed = Instant::now();
                 continue;
+            }
+            // The store is the one we saw, not an older copy put in its place.
+            if ok {
+                if let Err(why) = check_witness(&c).await {
+                    ok = false;
+                    c.lease.revoke();
+                    c.warn_once(format!("witness:{why}"), "acting on nothing: the decision store is not the one this daemon saw", json!({"error": why}));
+                }
             }
             if ok {
                 last_renewed = Instant::now();

@@ -21,6 +21,7 @@ mod recovery;
 mod resources;
 mod state;
 mod store;
+mod witness;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,6 +117,10 @@ enum Cmd {
     },
     /// The operator audit log.
     Audit(ApiArg),
+    /// After restoring the decision store from a copy (a backup, a snapshot, PITR), with
+    /// every daemon stopped: seal the copy's epochs, so a commit recorded after the copy
+    /// was taken is never presumed aborted (docs/ops.md, "Backup and restore").
+    MarkRestored(ConfigArg),
     /// Decisions/s of the SQLite store alone.
     BenchStore {
         #[arg(long, value_name = "FILE")]
@@ -197,6 +202,7 @@ fn main() {
             cli::force(&target(&c), &gtid, &outcome, &op, &reason)
         }
         Cmd::Audit(c) => cli::audit(&target(&c)),
+        Cmd::MarkRestored(c) => mark_restored(&load_config(&c)),
         Cmd::BenchStore { path, n, clients, no_group_commit } => bench_store(&path, n, clients, !no_group_commit),
     };
     if let Err(e) = r {
@@ -205,17 +211,33 @@ fn main() {
     }
 }
 
+/// Opens the configured decision log (synchronously: not on an async worker).
+fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, String> {
+    Ok(match cfg {
+        config::StoreConfig::Sqlite { path, .. } => Box::new(store::sqlite::SqliteLog::open(path)?),
+        config::StoreConfig::Postgres { dsn, table, tls, .. } => Box::new(store::postgres::PgLog::open(dsn, table, tls.as_ref())?),
+    })
+}
+
 fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
-    match cfg.clone() {
-        config::StoreConfig::Sqlite { path, group_commit, max_batch } => store::Store::open_in_thread(
-            move || Ok(Box::new(store::sqlite::SqliteLog::open(&path)?) as Box<dyn store::DecisionLog>),
-            if group_commit { max_batch } else { 1 },
-        ),
-        config::StoreConfig::Postgres { dsn, table, group_commit, max_batch, tls } => store::Store::open_in_thread(
-            move || Ok(Box::new(store::postgres::PgLog::open(&dsn, &table, tls.as_ref())?) as Box<dyn store::DecisionLog>),
-            if group_commit { max_batch } else { 1 },
-        ),
-    }
+    let max_batch = match cfg {
+        config::StoreConfig::Sqlite { group_commit, max_batch, .. } | config::StoreConfig::Postgres { group_commit, max_batch, .. } => {
+            if *group_commit { *max_batch } else { 1 }
+        }
+    };
+    let cfg = cfg.clone();
+    store::Store::open_in_thread(move || open_log(&cfg), max_batch)
+}
+
+fn mark_restored(cfg: &config::Config) -> Result<(), String> {
+    let mut log = open_log(&cfg.store).map_err(|e| format!("cannot open the decision store: {e}"))?;
+    let r = log.mark_restored()?;
+    println!(
+        "decision store marked restored (restore #{}): {} epoch(s) sealed. A prepared branch of theirs without a record is now \
+         reported as forgotten, never presumed aborted: decide it with `cotx-coordinator force` after checking its other branches",
+        r.restores, r.sealed
+    );
+    Ok(())
 }
 
 fn serve(cfg: config::Config) -> Result<(), String> {
@@ -238,9 +260,16 @@ fn serve(cfg: config::Config) -> Result<(), String> {
             Ok(c) => c,
             Err(e) => die(&e),
         };
+        // A store that went back to an older copy is not acted on (crate::witness).
+        if let Err(e) = lease::check_witness(&c).await {
+            die(&format!("refusing to start: {e}"));
+        }
         // Own the node id (store lease, then the lock at every resource) before anything else.
         if let Err(e) = lease::claim_at_start(&c).await {
             die(&format!("cannot own node {}: {e}", c.cfg.node_id));
+        }
+        if let Err(e) = lease::check_witness(&c).await {
+            die(&format!("refusing to start: {e}"));
         }
         if let Err(e) = lease::lock_resources_at_start(&c).await {
             die(&format!("cannot own node {}: {e}", c.cfg.node_id));

@@ -287,7 +287,7 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
             None
         }
         Ok(Decided::Forgotten) => {
-            log("error", "recovery: a prepared branch of a gtid whose record was purged after the retention: its outcome is no longer known; an operator decides (cotx-coordinator force)", json!({"gtid": gtid, "branches": branches}));
+            log("error", "recovery: a prepared branch of a gtid whose record was purged after the retention, or of an epoch sealed by a store restore: its outcome is no longer known; an operator decides (cotx-coordinator force)", json!({"gtid": gtid, "branches": branches}));
             None
         }
         Err(e) => {

@@ -66,6 +66,13 @@ pub fn forgotten(seq: u64, watermark: Option<u64>) -> bool {
     watermark.is_some_and(|w| seq <= w)
 }
 
+/// Whether a missing record may have existed: purged (at or below the watermark), or of an
+/// epoch sealed when the store was restored from an older copy (a commit recorded after
+/// the copy was taken is missing from it). Either way "forgotten", never "aborted".
+pub fn unknown_if_absent(seq: u64, watermark: Option<u64>, sealed: bool) -> bool {
+    sealed || forgotten(seq, watermark)
+}
+
 /// What a daemon that lost its node grant and got a new one does with a transaction it
 /// held in memory from before: it trusts only the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +112,12 @@ mod tests {
         assert_eq!(answer(false, None, Some(Stored::Absent { forgotten: false }), false), Answer::AskOwner);
         assert_eq!(answer(false, None, Some(Stored::Record(Commit)), false), Answer::Decided(Commit));
         assert!(forgotten(5, Some(5)) && !forgotten(6, Some(5)) && !forgotten(1, None));
+    }
+
+    #[test]
+    fn a_sealed_epoch_forgets_every_missing_record() {
+        assert!(unknown_if_absent(1, None, true) && unknown_if_absent(u64::MAX, Some(3), true));
+        assert!(!unknown_if_absent(4, Some(3), false) && unknown_if_absent(3, Some(3), false));
     }
 
     #[test]

@@ -18,6 +18,45 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
+/// The decision store's schema version, kept in the store's meta row. 1: releases up to
+/// 0.1.0 (no meta row; brought up to date in place). 2: the meta row (version, store id,
+/// restores, tick) and epochs sealed by a restore. A daemon refuses a store of a newer
+/// version: it would misread what a newer daemon wrote (never run an older daemon on it).
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// The refusal for a store made by a newer daemon.
+pub fn newer_schema(store: &str, found: i64) -> String {
+    format!(
+        "decision store {store} has schema version {found}, written by a newer cotx-coordinator; this one ({}) knows versions up to {SCHEMA_VERSION}: \
+         run the newer daemon (a store is never downgraded)",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Which store this is and how far it has come: what a daemon's witness file compares
+/// (crate::witness) to notice a store that went back to an older copy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Random, made with the store: another id is another store.
+    pub store_id: String,
+    /// How many times `mark-restored` ran on it (each seals every epoch it held).
+    pub restores: i64,
+    /// Bumped by every lease claim and renewal: it only grows while the store is the same.
+    pub tick: i64,
+}
+
+/// What `mark-restored` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// Epochs sealed: a gtid of theirs without a record is no longer presumed aborted.
+    pub sealed: u64,
+    pub restores: i64,
+}
+
+/// Lease generations jump this far at a restore: a copy's grant counter is behind grants
+/// given after it was taken, and generations must never repeat.
+pub const RESTORE_GRANT_JUMP: i64 = 1_000_000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionRecord {
     pub gtid: String,
@@ -157,6 +196,12 @@ pub trait DecisionLog: Send + 'static {
     /// otherwise it is only marked expired, so that anything still in doubt is taken over.
     fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), String>;
     fn nodes(&mut self) -> Result<Vec<NodeLease>, String>;
+    fn identity(&mut self) -> Result<Identity, String>;
+    /// After the store was restored from a copy, before any daemon runs on it: seals every
+    /// epoch it holds (a missing record of theirs may be a commit made after the copy was
+    /// taken: "forgotten", never presumed aborted), moves lease generations past any given
+    /// since, and counts the restore. Refused while a daemon runs on the store.
+    fn mark_restored(&mut self) -> Result<Restored, String>;
 }
 
 /// Parses one stored row; a row that cannot be read becomes a [`CorruptRecord`].
@@ -201,6 +246,7 @@ enum Req {
     Renew { node: String, token: Token, ttl_ms: u64, reply: Reply<Renewal> },
     Release { node: String, holder: String, forget: bool, reply: Reply<()> },
     Nodes(Reply<Vec<NodeLease>>),
+    Identity(Reply<Identity>),
 }
 
 #[derive(Default, Debug)]
@@ -320,6 +366,10 @@ impl Store {
     pub async fn nodes(&self) -> Result<Vec<NodeLease>, String> {
         self.ask(Req::Nodes).await
     }
+
+    pub async fn identity(&self) -> Result<Identity, String> {
+        self.ask(Req::Identity).await
+    }
 }
 
 fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, stats: &StoreStats) {
@@ -355,6 +405,9 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
             }
             Req::Nodes(s) => {
                 let _ = s.send(log.nodes());
+            }
+            Req::Identity(s) => {
+                let _ = s.send(log.identity());
             }
             Req::Write(op, s) => {
                 // Group commit: everything that queued up while we were busy joins this batch.
@@ -459,6 +512,12 @@ mod tests {
         }
         fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
             Ok(vec![])
+        }
+        fn identity(&mut self) -> Result<Identity, String> {
+            Ok(Identity { store_id: "slow".into(), restores: 0, tick: 0 })
+        }
+        fn mark_restored(&mut self) -> Result<Restored, String> {
+            Ok(Restored { sealed: 0, restores: 1 })
         }
     }
 

@@ -9,7 +9,10 @@
 //! (by the store's clock, not the daemons') decides: an expired holder's session is
 //! terminated by whoever takes the node over.
 
-use super::{branches_to_json, existing_outcome, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Renewal, Stored, Token};
+use super::{
+    branches_to_json, existing_outcome, gtid_seq, loaded_from, newer_schema, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Identity, Loaded, NodeLease, Op,
+    OpResult, Renewal, Restored, Stored, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
+};
 use cotx_protocol::lease;
 use crate::naming::{self, XA_FORMAT_ID};
 use postgres::Client;
@@ -44,8 +47,10 @@ impl PgLog {
     fn client(&mut self) -> Result<&mut Client, String> {
         if self.client.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
             let mut c = self.cfg.connect(self.tls.clone()).map_err(e)?;
-            if !schema_is_current(&mut c, &self.table)? {
-                make_schema(&mut c, &self.table)?;
+            match schema_version(&mut c, &self.table)? {
+                Some(v) if v == SCHEMA_VERSION => {}
+                Some(v) if v > SCHEMA_VERSION => return Err(newer_schema(&format!("table {}", self.table), v)),
+                _ => make_schema(&mut c, &self.table)?,
             }
             self.client = Some(c);
         }
@@ -77,7 +82,7 @@ impl PgLog {
                         .query(
                             &format!("INSERT INTO {t}(gtid, outcome, branches, decided_ms, node, source) SELECT $1,$2,$3,$4,$5,$6
                                       WHERE ($10 OR EXISTS (SELECT 1 FROM {t}_nodes WHERE node = $7 AND holder = $8 AND generation = $9 FOR SHARE))
-                                        AND NOT EXISTS (SELECT 1 FROM {t}_epochs WHERE node = $7 AND nonce = $11 AND purged_seq >= $12)
+                                        AND NOT EXISTS (SELECT 1 FROM {t}_epochs WHERE node = $7 AND nonce = $11 AND (purged_seq >= $12 OR sealed_ms IS NOT NULL))
                                       ON CONFLICT (gtid) DO NOTHING RETURNING outcome"),
                             &[&r.gtid, &r.outcome.as_str(), &branches_to_json(&r.branches), &(r.decided_unix_ms as i64), &r.node, &r.source, &owner, &holder, &generation, &fence.is_none(), &nonce, &seq],
                         )
@@ -86,7 +91,7 @@ impl PgLog {
                         match tx.query_opt(&format!("SELECT outcome FROM {t} WHERE gtid = $1"), &[&r.gtid]).map_err(e)? {
                             Some(row) => existing_outcome(row.get::<_, &str>(0)),
                             None if tx
-                                .query_opt(&format!("SELECT 1 FROM {t}_epochs WHERE node = $1 AND nonce = $2 AND purged_seq >= $3"), &[&owner, &nonce, &seq])
+                                .query_opt(&format!("SELECT 1 FROM {t}_epochs WHERE node = $1 AND nonce = $2 AND (purged_seq >= $3 OR sealed_ms IS NOT NULL)"), &[&owner, &nonce, &seq])
                                 .map_err(e)?
                                 .is_some() => OpResult::Forgotten,
                             None => OpResult::Fenced(format!("the lease of node {owner} is no longer grant {generation} of {holder}")),
@@ -176,26 +181,21 @@ impl PgLog {
 
 /// Whether this session holds node's lock: already (a re-lock would stack counts), or
 /// taken now because it was free.
-/// Every relation and later-added column the daemon uses, read from the catalogs only: a
-/// daemon (re)connecting to a current store takes no lock on its tables. The DDL below
+/// The store's schema version from its meta row (None: no meta table, a store made by
+/// release 0.1.0 or nothing yet). Read from the catalogs and the meta table only: a daemon
+/// (re)connecting to a current store takes no lock on the decision tables. The DDL below
 /// takes ACCESS EXCLUSIVE on the decision table; queued behind an open transaction there
 /// (another daemon's decision whose commit waits for a synchronous standby mid-failover),
 /// it would make every later reader and writer queue behind it: the whole store stopped
-/// until that standby returned.
-fn schema_is_current(c: &mut Client, t: &str) -> Result<bool, String> {
-    let rel = |suffix: &str| format!("{t}{suffix}");
-    let row = c
-        .query_one(
-            "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
-                AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL
-                AND (SELECT count(*) FROM pg_attribute WHERE NOT attisdropped AND (
-                        (attrelid = to_regclass($1) AND attname = 'finished_ms')
-                     OR (attrelid = to_regclass($3) AND attname = 'purged_seq')
-                     OR (attrelid = to_regclass($4) AND attname = 'generation'))) = 3",
-            &[&rel(""), &rel("_audit"), &rel("_epochs"), &rel("_nodes"), &rel("_grants"), &rel("_finished")],
-        )
-        .map_err(e)?;
-    Ok(row.get(0))
+/// until that standby returned. The meta row is written in the DDL's transaction, so a
+/// current version means every table and column is there.
+fn schema_version(c: &mut Client, t: &str) -> Result<Option<i64>, String> {
+    let meta = format!("{t}_meta");
+    let exists: bool = c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&meta]).map_err(e)?.get(0);
+    if !exists {
+        return Ok(None);
+    }
+    Ok(c.query_opt(&format!("SELECT schema_version FROM {meta} WHERE id = 1"), &[]).map_err(e)?.map(|r| r.get::<_, i64>(0)))
 }
 
 /// Creates the tables or brings an older store up to date in place (idempotent). The lock
@@ -222,6 +222,14 @@ fn make_schema(c: &mut Client, t: &str) -> Result<(), String> {
          ALTER TABLE {t} ADD COLUMN IF NOT EXISTS finished_ms bigint;
          ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS purged_seq bigint;
          CREATE INDEX IF NOT EXISTS {t}_finished ON {t}(finished_ms) WHERE finished_ms IS NOT NULL;
+         -- Schema version 2: the meta row (store identity, restores), the tick a daemon's
+         -- witness file compares, epochs sealed by a restore.
+         ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS sealed_ms bigint;
+         CREATE SEQUENCE IF NOT EXISTS {t}_ticks;
+         CREATE TABLE IF NOT EXISTS {t}_meta(id int PRIMARY KEY CHECK (id = 1), schema_version bigint NOT NULL,
+            store_id text NOT NULL, restores bigint NOT NULL DEFAULT 0, restored_ms bigint);
+         INSERT INTO {t}_meta(id, schema_version, store_id) VALUES (1, {SCHEMA_VERSION}, md5(random()::text || clock_timestamp()::text))
+            ON CONFLICT (id) DO UPDATE SET schema_version = GREATEST({t}_meta.schema_version, EXCLUDED.schema_version);
          COMMIT;"
     ))
     .map_err(e)
@@ -283,11 +291,12 @@ impl DecisionLog for PgLog {
             let (Some((node, nonce)), Some(seq)) = (naming::gtid_epoch(gtid), gtid_seq(gtid)) else {
                 return Ok(Stored::Absent { forgotten: false });
             };
-            let w = c
-                .query_opt(&format!("SELECT purged_seq FROM {t}_epochs WHERE node = $1 AND nonce = $2"), &[&node, &(nonce as i64)])
+            let (w, sealed) = c
+                .query_opt(&format!("SELECT purged_seq, sealed_ms IS NOT NULL FROM {t}_epochs WHERE node = $1 AND nonce = $2"), &[&node, &(nonce as i64)])
                 .map_err(e)?
-                .and_then(|r| r.get::<_, Option<i64>>(0));
-            Ok(Stored::Absent { forgotten: cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)) })
+                .map(|r| (r.get::<_, Option<i64>>(0), r.get::<_, bool>(1)))
+                .unwrap_or((None, false));
+            Ok(Stored::Absent { forgotten: cotx_protocol::answer::unknown_if_absent(seq, w.map(|w| w as u64), sealed) })
         })
     }
 
@@ -323,7 +332,7 @@ impl DecisionLog for PgLog {
                             &format!(
                                 "INSERT INTO {t}_nodes(node, holder, url, expires_ms, generation) VALUES ($1, $2, $3, {NOW_MS} + $4, nextval('{t}_grants'))
                                  ON CONFLICT (node) DO UPDATE SET holder = EXCLUDED.holder, url = EXCLUDED.url, expires_ms = EXCLUDED.expires_ms,
-                                 generation = EXCLUDED.generation RETURNING generation"
+                                 generation = EXCLUDED.generation RETURNING generation, nextval('{t}_ticks')"
                             ),
                             &[&node, &holder, &url, &(ttl_ms as i64)],
                         )
@@ -370,6 +379,7 @@ impl DecisionLog for PgLog {
             };
             if verdict == Renewal::Renewed {
                 tx.execute(&format!("UPDATE {t}_nodes SET expires_ms = {NOW_MS} + $2 WHERE node = $1"), &[&node, &(ttl_ms as i64)]).map_err(e)?;
+                tx.execute(&format!("SELECT nextval('{t}_ticks')"), &[]).map_err(e)?;
             }
             tx.commit().map_err(e)?;
             Ok(verdict)
@@ -386,6 +396,44 @@ impl DecisionLog for PgLog {
             c.execute(&sql, &[&node, &holder]).map_err(e)?;
             c.execute(&format!("SELECT pg_advisory_unlock({})", lock_args(t)), &[&node]).map_err(e)?;
             Ok(())
+        })
+    }
+
+    fn identity(&mut self) -> Result<Identity, String> {
+        self.with(|c, t| {
+            let r = c.query_one(&format!("SELECT store_id, restores, (SELECT last_value FROM {t}_ticks) FROM {t}_meta WHERE id = 1"), &[]).map_err(e)?;
+            Ok(Identity { store_id: r.get(0), restores: r.get(1), tick: r.get(2) })
+        })
+    }
+
+    fn mark_restored(&mut self) -> Result<Restored, String> {
+        self.with(|c, t| {
+            let mut tx = c.transaction().map_err(e)?;
+            // A daemon running on the store holds its node's lock in a store session.
+            let live: i64 = tx
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM pg_locks l JOIN {t}_nodes n ON l.objid = (hashtext('{t}:' || n.node))::oid
+                          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = ({XA_FORMAT_ID})::oid"
+                    ),
+                    &[],
+                )
+                .map_err(e)?
+                .get(0);
+            if live > 0 {
+                return Err(format!("{live} daemon(s) hold node locks on this store: stop every daemon that uses it first"));
+            }
+            let sealed = tx
+                .execute(&format!("UPDATE {t}_epochs SET sealed_ms = {NOW_MS} WHERE sealed_ms IS NULL"), &[])
+                .map_err(e)?;
+            tx.execute(&format!("SELECT setval('{t}_grants', (SELECT last_value FROM {t}_grants) + $1)"), &[&RESTORE_GRANT_JUMP]).map_err(e)?;
+            tx.execute(&format!("SELECT nextval('{t}_ticks')"), &[]).map_err(e)?;
+            let restores: i64 = tx
+                .query_one(&format!("UPDATE {t}_meta SET restores = restores + 1, restored_ms = {NOW_MS} WHERE id = 1 RETURNING restores"), &[])
+                .map_err(e)?
+                .get(0);
+            tx.commit().map_err(e)?;
+            Ok(Restored { sealed, restores })
         })
     }
 

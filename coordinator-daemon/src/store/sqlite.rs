@@ -8,7 +8,10 @@
 //! the life of the process (the kernel drops it when the process dies, even by kill -9),
 //! so a second daemon pointed at the same file refuses to start instead of sharing it.
 
-use super::{branches_to_json, existing_outcome, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Loaded, NodeLease, Op, OpResult, Renewal, Stored, Token};
+use super::{
+    branches_to_json, existing_outcome, gtid_seq, loaded_from, newer_schema, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Identity, Loaded, NodeLease, Op,
+    OpResult, Renewal, Restored, Stored, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
+};
 use cotx_protocol::lease;
 use crate::state::unix_ms;
 use rusqlite::{params, Connection};
@@ -38,6 +41,16 @@ impl SqliteLog {
             ));
         }
         let conn = Connection::open(path).map_err(|x| format!("cannot open decision store {path}: {x}"))?;
+        // A store of a newer schema is refused before anything touches it.
+        let has_meta: bool = conn
+            .query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0))
+            .map_err(|x| format!("cannot read decision store {path}: {x}"))?;
+        if has_meta {
+            let v: i64 = conn.query_row("SELECT schema_version FROM meta WHERE id = 1", [], |r| r.get(0)).map_err(e)?;
+            if v > SCHEMA_VERSION {
+                return Err(newer_schema(path, v));
+            }
+        }
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(e)?;
         if mode.to_lowercase() != "wal" {
             return Err(format!("decision store {path}: cannot switch to WAL (got {mode})"));
@@ -55,7 +68,9 @@ impl SqliteLog {
                 node TEXT NOT NULL, nonce INTEGER NOT NULL, started_ms INTEGER NOT NULL, PRIMARY KEY(node, nonce));
              CREATE TABLE IF NOT EXISTS nodes(
                 node TEXT PRIMARY KEY, holder TEXT NOT NULL, url TEXT NOT NULL, expires_ms INTEGER NOT NULL);
-             CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS meta(id INTEGER PRIMARY KEY CHECK (id = 1), schema_version INTEGER NOT NULL,
+                store_id TEXT NOT NULL, restores INTEGER NOT NULL DEFAULT 0, restored_ms INTEGER, tick INTEGER NOT NULL DEFAULT 0);",
         )
         .map_err(e)?;
         // Lease generations, finished records kept for the retention, purge watermarks
@@ -64,6 +79,7 @@ impl SqliteLog {
             ("nodes", "generation", "INTEGER NOT NULL DEFAULT 0"),
             ("decisions", "finished_ms", "INTEGER"),
             ("epochs", "purged_seq", "INTEGER"),
+            ("epochs", "sealed_ms", "INTEGER"),
         ] {
             let has: bool = conn
                 .query_row(&format!("SELECT count(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| r.get(0))
@@ -73,6 +89,12 @@ impl SqliteLog {
             }
         }
         conn.execute_batch("CREATE INDEX IF NOT EXISTS decisions_finished ON decisions(finished_ms) WHERE finished_ms IS NOT NULL").map_err(e)?;
+        // A store without a meta row (new, or made by 0.1.0) gets one; then it is current.
+        conn.execute_batch(&format!(
+            "INSERT OR IGNORE INTO meta(id, schema_version, store_id) VALUES (1, {SCHEMA_VERSION}, lower(hex(randomblob(16))));
+             UPDATE meta SET schema_version = {SCHEMA_VERSION} WHERE id = 1;"
+        ))
+        .map_err(e)?;
         Ok(SqliteLog { conn, _lock: lock })
     }
 
@@ -103,15 +125,24 @@ impl SqliteLog {
         }
     }
 
-    /// Whether gtid is at or below its epoch's purge watermark (cotx_protocol::answer::forgotten).
+    /// Whether a missing record of gtid may have existed: at or below its epoch's purge
+    /// watermark, or of an epoch sealed by a restore (cotx_protocol::answer::unknown_if_absent).
     fn purged(conn: &Connection, gtid: &str) -> Result<bool, rusqlite::Error> {
         let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else { return Ok(false) };
-        let w: Option<i64> = match conn.query_row("SELECT purged_seq FROM epochs WHERE node = ?1 AND nonce = ?2", params![node, nonce as i64], |r| r.get(0)) {
-            Ok(w) => w,
-            Err(rusqlite::Error::QueryReturnedNoRows) => None,
+        let (w, sealed): (Option<i64>, bool) = match conn.query_row(
+            "SELECT purged_seq, sealed_ms IS NOT NULL FROM epochs WHERE node = ?1 AND nonce = ?2",
+            params![node, nonce as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        ) {
+            Ok(x) => x,
+            Err(rusqlite::Error::QueryReturnedNoRows) => (None, false),
             Err(x) => return Err(x),
         };
-        Ok(cotx_protocol::answer::forgotten(seq, w.map(|w| w as u64)))
+        Ok(cotx_protocol::answer::unknown_if_absent(seq, w.map(|w| w as u64), sealed))
+    }
+
+    fn tick(conn: &Connection) -> Result<(), rusqlite::Error> {
+        conn.execute("UPDATE meta SET tick = tick + 1 WHERE id = 1", []).map(|_| ())
     }
 
     fn apply(tx: &rusqlite::Transaction, op: &Op) -> Result<OpResult, rusqlite::Error> {
@@ -237,6 +268,7 @@ impl DecisionLog for SqliteLog {
             params![node, holder, url, (unix_ms() + ttl_ms) as i64, g],
         )
         .map_err(e)?;
+        Self::tick(&tx).map_err(e)?;
         tx.commit().map_err(e)?;
         Ok(Claim::Granted(g))
     }
@@ -244,7 +276,10 @@ impl DecisionLog for SqliteLog {
     fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, String> {
         let v = lease::renewal(Self::lease_row(&self.conn, node).map_err(e)?.as_ref(), t);
         if v == Renewal::Renewed {
-            self.conn.execute("UPDATE nodes SET expires_ms = ?2 WHERE node = ?1", params![node, (unix_ms() + ttl_ms) as i64]).map_err(e)?;
+            let tx = self.conn.transaction().map_err(e)?;
+            tx.execute("UPDATE nodes SET expires_ms = ?2 WHERE node = ?1", params![node, (unix_ms() + ttl_ms) as i64]).map_err(e)?;
+            Self::tick(&tx).map_err(e)?;
+            tx.commit().map_err(e)?;
         }
         Ok(v)
     }
@@ -263,6 +298,30 @@ impl DecisionLog for SqliteLog {
             })
             .map_err(e)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
+    }
+
+    fn identity(&mut self) -> Result<Identity, String> {
+        self.conn
+            .query_row("SELECT store_id, restores, tick FROM meta WHERE id = 1", [], |r| Ok(Identity { store_id: r.get(0)?, restores: r.get(1)?, tick: r.get(2)? }))
+            .map_err(e)
+    }
+
+    /// The file lock held since open makes this process the store's only user: no daemon
+    /// runs on it meanwhile.
+    fn mark_restored(&mut self) -> Result<Restored, String> {
+        let tx = self.conn.transaction().map_err(e)?;
+        let now = unix_ms() as i64;
+        let sealed = tx.execute("UPDATE epochs SET sealed_ms = ?1 WHERE sealed_ms IS NULL", [now]).map_err(e)? as u64;
+        tx.execute(
+            "INSERT INTO counters(name, value) VALUES ('grants', ?1) ON CONFLICT(name) DO UPDATE SET value = value + ?1",
+            [RESTORE_GRANT_JUMP],
+        )
+        .map_err(e)?;
+        let restores: i64 = tx
+            .query_row("UPDATE meta SET restores = restores + 1, restored_ms = ?1, tick = tick + 1 WHERE id = 1 RETURNING restores", [now], |r| r.get(0))
+            .map_err(e)?;
+        tx.commit().map_err(e)?;
+        Ok(Restored { sealed, restores })
     }
 
     fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
@@ -325,6 +384,74 @@ mod tests {
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
         assert!(l.load().unwrap().records.is_empty());
         assert_eq!(l.get("g1").unwrap(), Stored::Record(rec("g1", Outcome::Commit)));
+    }
+
+    /// A store made by release 0.1.0 (tests/store-0.1.0) is brought up to date in place:
+    /// its records answer as before, it gets a meta row, and a second open changes nothing.
+    #[test]
+    fn a_store_of_release_0_1_0_is_upgraded_in_place() {
+        let d = tmpdir("v010");
+        let path = d.join("s.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(include_str!("../../tests/store-0.1.0/sqlite.sql")).unwrap();
+            c.execute_batch(
+                "INSERT INTO decisions VALUES ('n.00000000000a-1', 'commit', '[[\"pg\",\"b1\"]]', 1, 'n', 'coordinator');
+                 INSERT INTO epochs VALUES ('n', 10, 1);",
+            )
+            .unwrap();
+        }
+        let mut l = SqliteLog::open(path.to_str().unwrap()).unwrap();
+        assert!(matches!(l.get("n.00000000000a-1").unwrap(), Stored::Record(r) if r.outcome == Outcome::Commit));
+        assert_eq!(l.get("n.00000000000a-2").unwrap(), Stored::Absent { forgotten: false });
+        assert_eq!(l.load().unwrap().epochs, vec![("n".to_string(), 10)]);
+        let id = l.identity().unwrap();
+        assert_eq!(id.store_id.len(), 32);
+        let v: i64 = l.conn.query_row("SELECT schema_version FROM meta", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        drop(l);
+        let mut l = SqliteLog::open(path.to_str().unwrap()).unwrap();
+        assert_eq!(l.identity().unwrap(), id, "a second open keeps the store's identity");
+    }
+
+    /// A store written by a newer daemon is refused before anything is changed in it.
+    #[test]
+    fn a_store_of_a_newer_schema_is_refused_untouched() {
+        let d = tmpdir("newer");
+        let path = d.join("s.db");
+        drop(SqliteLog::open(path.to_str().unwrap()).unwrap());
+        Connection::open(&path).unwrap().execute_batch("UPDATE meta SET schema_version = 99; CREATE TABLE later(x)").unwrap();
+        let err = SqliteLog::open(path.to_str().unwrap()).err().unwrap();
+        assert!(err.contains("schema version 99") && err.contains("newer cotx-coordinator"), "{err}");
+        let v: i64 = Connection::open(&path).unwrap().query_row("SELECT schema_version FROM meta", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 99);
+    }
+
+    /// After a restore, a missing record of an epoch the copy held is "forgotten" (it may be
+    /// a commit made after the copy), never absent = abort; no decision is written for it
+    /// any more; a new epoch is unaffected; lease generations jump; the tick grows.
+    #[test]
+    fn mark_restored_seals_the_copys_epochs() {
+        let d = tmpdir("restored");
+        let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
+        l.write_batch(&[Op::RegisterEpoch { node: "n".into(), nonce: 10 }, Op::Decide(rec("n.00000000000a-1", Outcome::Commit), None)]).unwrap();
+        let Claim::Granted(g1) = l.claim_node("n", "h", "u", 1000, false).unwrap() else { panic!() };
+        let before = l.identity().unwrap();
+        assert_eq!(l.get("n.00000000000a-2").unwrap(), Stored::Absent { forgotten: false });
+        let r = l.mark_restored().unwrap();
+        assert_eq!(r, Restored { sealed: 1, restores: 1 });
+        assert_eq!(l.get("n.00000000000a-2").unwrap(), Stored::Absent { forgotten: true });
+        assert!(matches!(l.get("n.00000000000a-1").unwrap(), Stored::Record(_)), "records of the copy still answer");
+        let w = l.write_batch(&[Op::Decide(rec("n.00000000000a-2", Outcome::Abort), None)]).unwrap();
+        assert_eq!(w, vec![OpResult::Forgotten]);
+        l.write_batch(&[Op::RegisterEpoch { node: "n".into(), nonce: 11 }]).unwrap();
+        assert_eq!(l.get("n.00000000000b-1").unwrap(), Stored::Absent { forgotten: false });
+        let Claim::Granted(g2) = l.claim_node("n", "h", "u", 1000, false).unwrap() else { panic!() };
+        assert!(g2 > g1 + RESTORE_GRANT_JUMP - 1);
+        let after = l.identity().unwrap();
+        assert_eq!((after.store_id, after.restores), (before.store_id, 1));
+        assert!(after.tick > before.tick);
+        assert_eq!(l.mark_restored().unwrap().sealed, 1, "only the epoch registered since is sealed again");
     }
 
     /// A finished commit stays answerable for the retention; once
