@@ -62,6 +62,29 @@ def test_the_python_client_uses_the_documented_header():
     assert TraceContext.resolve("00-xyz").generated
 
 
+def test_opentelemetrys_current_span_is_taken_when_the_api_is_there(monkeypatch):
+    """opentelemetry-api is not installed here (nor a dependency): a stand-in module with
+    the API's shape (trace.get_current_span().get_span_context()) shows the client uses it."""
+    import sys
+    import types
+
+    class SpanContext:
+        trace_id, span_id, trace_flags, is_valid = 0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, 1, True
+    otel_trace = types.ModuleType("opentelemetry.trace")
+    otel_trace.get_current_span = lambda: types.SimpleNamespace(get_span_context=lambda: SpanContext())
+    otel = types.ModuleType("opentelemetry")
+    otel.trace = otel_trace
+    monkeypatch.setitem(sys.modules, "opentelemetry", otel)
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", otel_trace)
+    current = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    coord = Coordinator("http://127.0.0.1:9", "x" * 16)
+    assert coord.transaction().trace.header() == current
+    assert coord.join_from({"Cotx-Gtid": "g1.ab12-7", "traceparent": TP}).trace.header() == current
+    assert coord.transaction(traceparent=TP).trace.header() == TP      # the explicit one wins
+    SpanContext.is_valid = False                                        # no current span
+    assert TraceContext.resolve().generated
+
+
 # --- the Go client, as its test binary ---------------------------------------------------
 
 @pytest.fixture(scope="module")
