@@ -14,8 +14,6 @@ from collections.abc import Mapping, MutableMapping
 from . import trace
 
 HEADER = "Cotx-Gtid"
-# How a WSGI server names it in the environ (PEP 3333: HTTP_ + upper case, - becomes _).
-_WSGI = "HTTP_" + HEADER.upper().replace("-", "_")
 
 
 def set_gtid(headers: MutableMapping, gtid: str) -> MutableMapping:
@@ -36,6 +34,7 @@ def _get(headers, name: str) -> str | None:
     if isinstance(headers, Mapping) or hasattr(headers, "get"):
         v = headers.get(name)
         if v is None:
+            # A WSGI environ (PEP 3333): HTTP_ + upper case, "-" becomes "_".
             wsgi = "HTTP_" + name.upper().replace("-", "_")
             v = headers.get(wsgi)
         if v is None and isinstance(headers, Mapping):
