@@ -6,11 +6,12 @@ it as a list-append key). It speaks plain HTTP/JSON:
 
   POST /withdraw {user, amount, mode, think_ms, tag}
       Root of a global transaction: begin at the coordinator, read our balance in our
-      branch, ask the peer service for its balance (propagating the gtid), and debit our
+      branch, ask the peer service for its balance (propagating the gtid in the
+      Cotx-Gtid header, with the trace context beside it: tx.headers()), and debit our
       balance when savings + checking stays >= 0. Refusals by the engines (PrepareRefused,
       RetryableError) are retried a few times; an overdraft is declined.
-  POST /read {gtid, user, mode}
-      Participant: join the gtid, read our balance in a branch, prepare, return it; a
+  POST /read {user, mode}, header Cotx-Gtid (and traceparent)
+      Participant: join the gtid (coord.join_from(headers)), read our balance in a branch, prepare, return it; a
       background thread waits for the root's decision and finishes the branch on the
       same session (a read-only MariaDB branch is lost if its session closes first).
 
@@ -89,10 +90,10 @@ class Service:
         return f"{'pg' if (name or self.name) == 'savings' else 'my'}:{name or self.name}/{user}"
 
     # --- participant ----------------------------------------------------------------
-    def read(self, req):
+    def read(self, req, headers):
         conn = self.connect()
         try:
-            tx = self.coord.join(req["gtid"], wait=False)
+            tx = self.coord.join_from(headers, wait=False)
             with tx:
                 with self.branch(tx, conn, req["mode"]):
                     bal, log = self.read_row(conn, req["user"])
@@ -113,9 +114,9 @@ class Service:
         threading.Thread(target=finish, daemon=True).start()
         return 200, {"balance": bal, "log": log}
 
-    def call_peer(self, body):
+    def call_peer(self, body, tx_headers):
         req = urllib.request.Request(self.peer_url + "/read", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+                                     headers={"Content-Type": "application/json", **tx_headers}, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
                 return json.loads(r.read())
@@ -141,7 +142,7 @@ class Service:
                     with self.branch(tx, conn, mode):
                         mine, mylog = self.read_row(conn, user)
                         rec.read(self.key(user), mylog)
-                        peer = self.call_peer({"gtid": tx.gtid, "user": user, "mode": mode})
+                        peer = self.call_peer({"user": user, "mode": mode}, tx.headers())
                         rec.read(self.key(user, self.peer_name), peer["log"])
                         time.sleep(think * random.uniform(0.5, 1.5))
                         if mine + peer["balance"] - amount < 0:
@@ -204,7 +205,7 @@ def serve(argv):
             if self.path == "/withdraw":
                 self._send(200, svc.withdraw(body))
             elif self.path == "/read":
-                self._send(*svc.read(body))
+                self._send(*svc.read(body, self.headers))
             else:
                 self._send(404, {})
 

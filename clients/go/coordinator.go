@@ -45,54 +45,102 @@ func New(baseURL, token string) (*Coordinator, error) {
 
 func q(s string) string { return url.PathEscape(s) }
 
-// do sends one JSON request; out (may be nil) receives the answer's body.
+// maxRedirects bounds how many `421 wrong_node` answers one call follows. The owner named
+// in the answer serves the gtid itself, so one hop is the usual case; a second covers an
+// ownership that moved between the two requests (a takeover handed back). More would be a
+// misconfiguration (two daemons naming each other), which must end in an error, not a loop.
+const maxRedirects = 2
+
+// apiError is the body of every refusal, as the daemon writes it (ErrorDetail in
+// coordinator-daemon/src/api.rs): owner_url is set with 421 wrong_node only.
+type apiError struct {
+	Error struct {
+		Code     string `json:"code"`
+		Message  string `json:"message"`
+		OwnerURL string `json:"owner_url"`
+	} `json:"error"`
+}
+
+// do sends one JSON request; out (may be nil) receives the answer's body. A `421
+// wrong_node` (another daemon owns the gtid) is sent again, the same request with the same
+// token, to the owner's advertised URL (error.owner_url), as the Python client does.
 func (c *Coordinator) do(ctx context.Context, method, path string, body, out interface{}, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = c.RequestTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var rd io.Reader
+	var data []byte
 	if body != nil {
-		b, err := json.Marshal(body)
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	// One traceparent for the whole call, redirects included: they are one operation.
+	tp := traceparentFor(ctx)
+	base := c.base
+	for hop := 0; ; hop++ {
+		status, raw, err := c.send(ctx, base, method, path, data, tp)
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
+		if status < 400 {
+			if out != nil && len(raw) > 0 {
+				return json.Unmarshal(raw, out)
+			}
+			return nil
+		}
+		var e apiError
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			e.Error.Code, e.Error.Message = "unknown", string(raw)
+		}
+		if status == http.StatusMisdirectedRequest && e.Error.Code == "wrong_node" && hop < maxRedirects {
+			if owner, ok := ownerBase(e.Error.OwnerURL); ok && owner != base {
+				base = owner
+				continue
+			}
+		}
+		return &CoordinatorError{Status: status, Code: e.Error.Code, Message: e.Error.Message}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+}
+
+// ownerBase checks an owner_url before any request is sent there: http(s) with a host.
+func ownerBase(s string) (string, bool) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", false
+	}
+	return strings.TrimRight(s, "/"), true
+}
+
+// send is one HTTP exchange with the daemon at base: its status and body.
+func (c *Coordinator) send(ctx context.Context, base, method, path string, data []byte, traceparent string) (int, []byte, error) {
+	var rd io.Reader
+	if data != nil {
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	if traceparent != "" {
+		req.Header.Set(TraceparentHeader, traceparent)
+	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %s %s: %v", ErrCoordinatorUnavailable, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: %v", ErrCoordinatorUnavailable, method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("%w: %s %s: reading the answer: %v", ErrCoordinatorUnavailable, method, path, err)
+		return 0, nil, fmt.Errorf("%w: %s %s: reading the answer: %v", ErrCoordinatorUnavailable, method, path, err)
 	}
-	if resp.StatusCode >= 400 {
-		var e struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
-			e.Error.Code, e.Error.Message = "unknown", string(raw)
-		}
-		return &CoordinatorError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
-	}
-	if out != nil && len(raw) > 0 {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
+	return resp.StatusCode, raw, nil
 }
 
 // Begin starts a global transaction and returns its gtid (timeoutMs 0: the daemon's default).

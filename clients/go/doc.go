@@ -8,7 +8,7 @@
 //	conn, _ := db.Conn(ctx)                       // one session per branch, kept until the end
 //	b, err := tx.Branch(ctx, conn, cotx.Postgres, "savings", "")
 //	... conn.QueryContext(...) / conn.ExecContext(...) ...   (b.Fail(err) on an error)
-//	gtid, _ := tx.GTID(ctx)                        // hand it to other services (SetGTID / Middleware)
+//	ctx, _ = tx.Context(ctx)                       // gtid + trace context for other services (Transport / Middleware)
 //	err = tx.Commit(ctx)                           // prepare, durable decision, completion
 //	if cotx.IsRetryable(err) { ... run the whole transaction again ... }
 //
@@ -27,4 +27,9 @@
 // Errors worth retrying the whole global transaction for (a prepare refused by pg_co or
 // mysql_co, a serialization failure, deadlock or lock timeout, a retryable abort such as
 // a timeout) satisfy IsRetryable.
+//
+// Every request of a transaction carries a W3C traceparent: the context's
+// (WithTraceparent, Middleware) or one trace id per transaction (Tx.TraceID). A `421
+// wrong_node` answer (another daemon of the deployment owns the gtid) is followed to the
+// owner's URL, at most twice.
 package cotx

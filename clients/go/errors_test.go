@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 
 	cotx "cotx/client"
@@ -37,6 +39,16 @@ func TestRetryableClassification(t *testing.T) {
 }
 
 func TestGTIDPropagation(t *testing.T) {
+	// The name every client uses is the one the docs give (the Python client is checked
+	// against the same sentence in regress/pytest/test_client_propagation.py).
+	doc, err := os.ReadFile("../../docs/coordinator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := strings.SplitN(string(doc), "## Propagating a transaction between services", 2)
+	if len(section) != 2 || !strings.Contains(strings.SplitN(section[1], "\n## ", 2)[0], "header `"+cotx.Header+"`") {
+		t.Fatalf("docs/coordinator.md does not document the header %q", cotx.Header)
+	}
 	var seen string
 	srv := httptest.NewServer(cotx.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen = cotx.GTIDFromContext(r.Context())

@@ -71,6 +71,7 @@ type Tx struct {
 	root      bool
 	timeoutMs int
 	branches  []*Branch
+	traceID   string // TraceID: drawn once, so one transaction is one trace
 	// Outcome after Commit/Finish/Rollback: "commit" or "abort".
 	Outcome string
 }
@@ -78,6 +79,7 @@ type Tx struct {
 // GTID returns the global id to hand to other services, beginning the transaction at the
 // coordinator if no branch did yet.
 func (t *Tx) GTID(ctx context.Context) (string, error) {
+	ctx = t.traced(ctx)
 	if t.gtid == "" {
 		g, err := t.coord.Begin(ctx, t.timeoutMs)
 		if err != nil {
@@ -104,6 +106,7 @@ type registered struct {
 // MariaDB. Run the branch's statements on conn afterwards, and keep conn open until the
 // transaction is finished (a MariaDB read-only branch dies with its session).
 func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, branchID string, opts ...BranchOption) (*Branch, error) {
+	ctx = t.traced(ctx)
 	if branchID == "" {
 		branchID = shorten(resource, 24) + "-" + randomHex(8)
 	}
@@ -170,7 +173,7 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 func (b *Branch) Fail(err error) error {
 	b.rollbackUnprepared()
 	retry := IsRetryableDBError(err)
-	b.reportFailed(context.Background(), describeDBError(err), retry)
+	b.reportFailed(b.tx.traced(context.Background()), describeDBError(err), retry)
 	b.state = stFailed
 	for _, o := range b.tx.branches {
 		if o != b {
@@ -219,7 +222,7 @@ func (b *Branch) prepare() error {
 		b.rollbackUnprepared()
 		b.state = stFailed
 		retry := IsRetryableDBError(err)
-		b.reportFailed(context.Background(), "prepare refused: "+describeDBError(err), retry)
+		b.reportFailed(b.tx.traced(context.Background()), "prepare refused: "+describeDBError(err), retry)
 		reason := b.Resource + ": prepare failed: " + describeDBError(err)
 		if retry {
 			reason = b.Resource + ": prepare refused: " + describeDBError(err)
@@ -282,7 +285,7 @@ func (b *Branch) rollback() {
 
 func (b *Branch) ack(outcome string) {
 	// Nobody waits on an acknowledgement: if it is lost, recovery confirms the branch.
-	_ = b.tx.coord.do(context.Background(), "POST", b.path("/finished"), map[string]string{"outcome": outcome}, nil, 0)
+	_ = b.tx.coord.do(b.tx.traced(context.Background()), "POST", b.path("/finished"), map[string]string{"outcome": outcome}, nil, 0)
 }
 
 // Commit (root only) decides the transaction: a single branch commits in one phase;
@@ -290,6 +293,7 @@ func (b *Branch) ack(outcome string) {
 // their "prepared" reports, and the branches are committed on their sessions. It returns
 // nil once committed, an *AbortedError (IsRetryable) when aborted.
 func (t *Tx) Commit(ctx context.Context) error {
+	ctx = t.traced(ctx)
 	if !t.root {
 		return errors.New("cotx: Commit is for the root; a participant calls Prepare and Finish")
 	}
@@ -384,6 +388,7 @@ func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
 // Prepare (participant) prepares every local branch and reports it. On any failure all
 // local branches are rolled back, the transaction is aborted and the error returned.
 func (t *Tx) Prepare(ctx context.Context) error {
+	ctx = t.traced(ctx)
 	for _, b := range t.branches {
 		if b.state != stActive {
 			continue
@@ -407,6 +412,7 @@ func (t *Tx) Prepare(ctx context.Context) error {
 // local branches on their sessions: nil when committed, *AbortedError when aborted,
 // *OutcomeUnknownError when the coordinator stayed unreachable for DecisionTimeout.
 func (t *Tx) Finish(ctx context.Context) error {
+	ctx = t.traced(ctx)
 	d, err := t.waitDecision(ctx)
 	if err != nil {
 		return err
@@ -416,6 +422,7 @@ func (t *Tx) Finish(ctx context.Context) error {
 
 // Rollback aborts the global transaction (root or participant) and rolls back the local branches.
 func (t *Tx) Rollback(ctx context.Context, reason string) {
+	ctx = t.traced(ctx)
 	if reason == "" {
 		reason = "rolled back by the application"
 	}

@@ -5,7 +5,8 @@
     with coord.transaction() as tx:               # root: begins, decides at exit
         with tx.branch(pg_conn, "orders"):        # BEGIN ISOLATION LEVEL SERIALIZABLE
             pg_conn.execute("UPDATE ...")
-        call_other_service(gtid=tx.gtid)          # it does coord.join(gtid)
+        requests.post(url, headers=tx.headers())  # Cotx-Gtid + traceparent; it joins with
+                                                  # coord.join_from(request.headers)
     # exit: PREPARE everywhere, durable decision, COMMIT PREPARED / XA COMMIT
 
 A refused prepare raises RetryableError (subclass PrepareRefused). Transactions with a
@@ -14,7 +15,9 @@ single branch and no other participant commit in one phase.
 from .client import Branch, Coordinator, Transaction
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
+from .propagation import HEADER as GTID_HEADER
+from .propagation import gtid_from_headers, set_gtid
 
 __all__ = ["Coordinator", "Transaction", "Branch", "CotxError", "CoordinatorError",
            "CoordinatorUnavailable", "TransactionAborted", "RetryableError", "PrepareRefused",
-           "OutcomeUnknown"]
+           "OutcomeUnknown", "GTID_HEADER", "set_gtid", "gtid_from_headers"]

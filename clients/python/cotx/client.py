@@ -18,7 +18,10 @@ import uuid
 
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
+from .propagation import HEADER as GTID_HEADER
+from .propagation import gtid_from_headers, traceparent_from_headers
 from .refusals import classify
+from .trace import TraceContext
 
 PG_NO_SUCH_PREPARED = "42704"
 MY_XAER_NOTA = 1397
@@ -63,12 +66,16 @@ class _Http:
         c[0].settimeout(timeout)
         return c
 
-    def send_nowait(self, method: str, path: str, body: dict | None = None) -> None:
+    def _head(self, method: str, path: str, data: bytes, traceparent: str | None) -> bytes:
+        trace = f"traceparent: {traceparent}\r\n" if traceparent else ""
+        return f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
+            f"{trace}Content-Length: {len(data)}\r\n\r\n".encode()
+
+    def send_nowait(self, method: str, path: str, body: dict | None = None, traceparent: str | None = None) -> None:
         """Sends a request whose answer nobody waits for (acknowledgements): its response
         is read and dropped before the next request on this thread's connection."""
         data = json.dumps(body).encode() if body is not None else b""
-        head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
-            f"Content-Length: {len(data)}\r\n\r\n".encode()
+        head = self._head(method, path, data, traceparent)
         self._drain()
         try:
             sock, _ = self._conn(self.timeout)
@@ -141,10 +148,11 @@ class _Http:
         return status, body, close
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
-                _followed: bool = False) -> dict:
+                _followed: bool = False, traceparent: str | None = None) -> dict:
+        """traceparent: the W3C trace context header to send (cotx.trace); the same value
+        goes with a followed 421 or a retry at another daemon: one operation, one span parent."""
         data = json.dumps(body).encode() if body is not None else b""
-        head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
-            f"Content-Length: {len(data)}\r\n\r\n".encode()
+        head = self._head(method, path, data, traceparent)
         self._drain()
         for attempt in range(2):
             fresh = True
@@ -169,7 +177,8 @@ class _Http:
                         # from a non-owner says nothing about the outcome.
                         for url in self.alternates:
                             try:
-                                return self._peer(url).request(method, path, body, timeout, _followed=True)
+                                return self._peer(url).request(method, path, body, timeout, _followed=True,
+                                                                  traceparent=traceparent)
                             except CotxError:
                                 continue
                     raise CoordinatorUnavailable(f"{method} {path}: {e}") from e
@@ -181,7 +190,8 @@ class _Http:
             err = payload.get("error", {}) if isinstance(payload, dict) else {}
             if status == 421 and err.get("owner_url") and not _followed:
                 # Another daemon owns this transaction: ask it (same token, same request).
-                return self._peer(err["owner_url"]).request(method, path, body, timeout, _followed=True)
+                return self._peer(err["owner_url"]).request(method, path, body, timeout, _followed=True,
+                                                            traceparent=traceparent)
             raise CoordinatorError(status, err.get("code", "unknown"), err.get("message", str(payload)))
         return payload
 
@@ -207,16 +217,16 @@ class Coordinator:
         self.decision_timeout = decision_timeout
 
     # --- plain API calls -------------------------------------------------------------
-    def begin(self, timeout_ms: int | None = None) -> str:
+    def begin(self, timeout_ms: int | None = None, traceparent: str | None = None) -> str:
         body = {"timeout_ms": timeout_ms} if timeout_ms is not None else {}
-        return self.http.request("POST", "/v1/transactions", body)["gtid"]
+        return self.http.request("POST", "/v1/transactions", body, traceparent=traceparent)["gtid"]
 
     def get(self, gtid: str) -> dict:
         return self.http.request("GET", f"/v1/transactions/{_q(gtid)}")
 
-    def decision(self, gtid: str, wait_ms: int = 0) -> dict:
+    def decision(self, gtid: str, wait_ms: int = 0, traceparent: str | None = None) -> dict:
         return self.http.request("GET", f"/v1/transactions/{_q(gtid)}/decision?wait_ms={int(wait_ms)}",
-                                 timeout=self.http.timeout + wait_ms / 1000.0)
+                                 timeout=self.http.timeout + wait_ms / 1000.0, traceparent=traceparent)
 
     def list(self, state: str | None = None) -> list[dict]:
         path = "/v1/transactions" + (f"?state={_q(state)}" if state else "")
@@ -226,14 +236,18 @@ class Coordinator:
         return self.http.request("GET", "/healthz")
 
     # --- context managers ------------------------------------------------------------
-    def transaction(self, timeout_ms: int | None = None, decide_in_participant: bool = False) -> "Transaction":
+    def transaction(self, timeout_ms: int | None = None, decide_in_participant: bool = False,
+                    traceparent: str | None = None) -> "Transaction":
         """A new global transaction; this process is its root and decides it at exit.
         It is begun at the coordinator together with its first branch (one round trip),
         or when tx.gtid is first read. decide_in_participant=True: the last PostgreSQL
         branch is not prepared but commits in one phase with the global decision written
         inside it (pg_co's co.decide; its resource needs `decisions = true` at the
-        coordinator): one store write and one round trip fewer."""
-        return Transaction(self, None, root=True, timeout_ms=timeout_ms, decide_in_participant=decide_in_participant)
+        coordinator): one store write and one round trip fewer.
+        traceparent: the caller's W3C trace context; without it OpenTelemetry's current
+        span if the API is installed, else a trace id of the transaction's own (cotx.trace)."""
+        return Transaction(self, None, root=True, timeout_ms=timeout_ms, decide_in_participant=decide_in_participant,
+                           trace=TraceContext.resolve(traceparent))
 
     def run(self, fn, retries: int = 5, **kw):
         """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
@@ -241,12 +255,23 @@ class Coordinator:
         from .retry import run
         return run(self, fn, retries, **kw)
 
-    def join(self, gtid: str, wait: bool = True) -> "Transaction":
+    def join(self, gtid: str, wait: bool = True, traceparent: str | None = None) -> "Transaction":
         """Take part in a global transaction begun elsewhere (gtid propagated as a string).
         At exit the branches are prepared and reported; with wait=True the exit then waits
         for the root's decision and finishes the branches, with wait=False a background
-        thread does (call tx.wait() to collect its result)."""
-        return Transaction(self, gtid, root=False, wait=wait)
+        thread does (call tx.wait() to collect its result). traceparent: as transaction()."""
+        return Transaction(self, gtid, root=False, wait=wait, trace=TraceContext.resolve(traceparent))
+
+    def join_from(self, headers, wait: bool = True, traceparent: str | None = None) -> "Transaction":
+        """join() with the gtid of an incoming request's headers (`Cotx-Gtid`, put there by
+        tx.headers() or another client's propagation); its `traceparent`, if any, is the
+        trace context unless one is given or OpenTelemetry has a current span. Raises
+        CotxError when the request carries no gtid."""
+        gtid = gtid_from_headers(headers)
+        if gtid is None:
+            raise CotxError(f"the request carries no {GTID_HEADER} header: not called inside a global transaction")
+        return Transaction(self, gtid, root=False, wait=wait,
+                           trace=TraceContext.resolve(traceparent, traceparent_from_headers(headers)))
 
 
 def _q(s: str) -> str:
@@ -296,11 +321,11 @@ class Branch:
             body = {"branch": reg}
             if self.tx._timeout_ms is not None:
                 body["timeout_ms"] = self.tx._timeout_ms
-            begun = self.tx.coord.http.request("POST", "/v1/transactions", body)
+            begun = self.tx._request("POST", "/v1/transactions", body)
             self.tx._gtid = begun["gtid"]
             r = begun["branch"]
         else:
-            r = self.tx.coord.http.request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
+            r = self.tx._request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
         if r["kind"] != self.kind:
             raise CotxError(f"resource {self.resource!r} is {r['kind']} at the coordinator but the connection is {self.kind}")
         try:
@@ -339,7 +364,7 @@ class Branch:
 
     def _report_failed(self, reason: str, retryable: bool) -> None:
         try:
-            self.tx.coord.http.request(
+            self.tx._request(
                 "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/failed",
                 {"reason": reason[:900], "retryable": bool(retryable)})
         except CotxError:
@@ -399,7 +424,7 @@ class Branch:
         self.state = "finished" if outcome == "commit" else "rolled_back"
         if ack:
             # Recovery confirms the branch if this acknowledgement is lost.
-            self.tx.coord.http.send_nowait(
+            self.tx._send_nowait(
                 "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/finished",
                 {"outcome": outcome})
 
@@ -440,8 +465,11 @@ def _retryable(e) -> bool:
 
 class Transaction:
     def __init__(self, coord: Coordinator, gtid: str | None, root: bool, wait: bool = True,
-                 timeout_ms: int | None = None, decide_in_participant: bool = False):
+                 timeout_ms: int | None = None, decide_in_participant: bool = False,
+                 trace: TraceContext | None = None):
         self.coord, self._gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
+        # One trace per global transaction: every request below sends trace.header().
+        self.trace = trace or TraceContext.resolve()
         self.decide_in_participant = decide_in_participant
         self._timeout_ms = timeout_ms
         self._branches: list[Branch] = []
@@ -456,8 +484,20 @@ class Transaction:
     def gtid(self) -> str:
         """The global id, a plain string to hand to other services (they join with it)."""
         if self._gtid is None:
-            self._gtid = self.coord.begin(self._timeout_ms)
+            self._gtid = self.coord.begin(self._timeout_ms, traceparent=self.trace.header())
         return self._gtid
+
+    def headers(self) -> dict:
+        """Headers for a call to another service inside this transaction: the gtid
+        (`Cotx-Gtid`) and the trace context (`traceparent`); the other side joins with
+        coord.join_from(its request's headers). Begins the transaction if needed."""
+        return {GTID_HEADER: self.gtid, "traceparent": self.trace.header()}
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        return self.coord.http.request(method, path, body, traceparent=self.trace.header())
+
+    def _send_nowait(self, method: str, path: str, body: dict | None = None) -> None:
+        self.coord.http.send_nowait(method, path, body, traceparent=self.trace.header())
 
     def branch(self, conn, resource: str, branch_id: str | None = None,
                isolation: str = "SERIALIZABLE") -> Branch:
@@ -508,7 +548,7 @@ class Transaction:
         deadline = time.monotonic() + 5.0
         while True:
             try:
-                return self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {**body, "prepared": mine})["decision"]
+                return self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {**body, "prepared": mine})["decision"]
             except CoordinatorError as e:
                 if e.code == "branch_not_prepared" and time.monotonic() < deadline:
                     time.sleep(0.01)  # a participant has not reported yet
@@ -554,7 +594,7 @@ class Transaction:
 
     def _one_phase(self, b: Branch) -> bool:
         try:
-            self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"one_phase_branch": b.branch_id})
+            self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"one_phase_branch": b.branch_id})
         except CoordinatorError as e:
             if e.code == "not_single_branch":
                 return False  # other services joined: two-phase
@@ -577,7 +617,7 @@ class Transaction:
 
     def _ack(self, b: Branch, outcome: str) -> None:
         # Nobody waits for an acknowledgement: if it is lost, recovery confirms the branch.
-        self.coord.http.send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
+        self._send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
                                     {"outcome": outcome})
 
     # --- both -------------------------------------------------------------------------
@@ -598,7 +638,7 @@ class Transaction:
             if not report:
                 continue
             try:
-                self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/prepared", {})
+                self._request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/prepared", {})
             except CotxError as e:
                 # Refused (aborted meanwhile, e.g. timeout) or unreachable: never leave a
                 # prepared branch behind for a transaction that may be aborted.
@@ -617,7 +657,7 @@ class Transaction:
             self.outcome = "abort"
             return
         try:
-            self.coord.http.request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
+            self._request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
         except CotxError:
             pass
         self._rollback_local()
@@ -634,7 +674,8 @@ class Transaction:
                 raise OutcomeUnknown(f"no decision for {self.gtid} within {self.coord.decision_timeout}s; "
                                      "branches stay prepared until the coordinator finishes them")
             try:
-                r = self.coord.decision(self.gtid, wait_ms=int(min(remaining, 10.0) * 1000))
+                r = self.coord.decision(self.gtid, wait_ms=int(min(remaining, 10.0) * 1000),
+                                       traceparent=self.trace.header())
                 if r.get("decision"):
                     return r["decision"]
             except CoordinatorError as e:
@@ -668,7 +709,7 @@ class Transaction:
             if done:
                 # One acknowledgement for all of them; if it is lost, recovery confirms
                 # the branches when it finds them no longer prepared.
-                self.coord.http.send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
+                self._send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
                                             {"outcome": "commit", "branches": done})
             return
         self._rollback_local()
@@ -678,7 +719,7 @@ class Transaction:
         self.outcome = "abort"
         retry = False
         try:
-            d = self.coord.decision(self.gtid)
+            d = self.coord.decision(self.gtid, traceparent=self.trace.header())
             retry = bool(d.get("retryable"))
             reason = reason or d.get("abort_reason")
         except CotxError:

@@ -30,18 +30,21 @@ def backoff(attempt: int, base_delay: float, max_delay: float, rand: Callable[[]
 
 
 def run(coord, fn: Callable[..., T], retries: int = 5, *, timeout_ms: int | None = None,
-        decide_in_participant: bool = False, base_delay: float = 0.02, max_delay: float = 1.0,
+        decide_in_participant: bool = False, traceparent: str | None = None,
+        base_delay: float = 0.02, max_delay: float = 1.0,
         on_retry: Callable[[int, RetryableError, float], None] | None = None,
         sleep: Callable[[float], None] = time.sleep, rand: Callable[[], float] = random.random) -> T:
     """fn(tx) in a global transaction of `coord`, retried on RetryableError (see module
     docstring). on_retry(attempt, error, delay) is called before each wait; `sleep` and
-    `rand` are there for tests (and for callers with their own clock)."""
+    `rand` are there for tests (and for callers with their own clock). traceparent: the
+    caller's trace context, shared by every attempt (each attempt is a new transaction)."""
     if retries < 0:
         raise ValueError("retries must be >= 0")
     attempt = 0
     while True:
         try:
-            with coord.transaction(timeout_ms=timeout_ms, decide_in_participant=decide_in_participant) as tx:
+            with coord.transaction(timeout_ms=timeout_ms, decide_in_participant=decide_in_participant,
+                                   traceparent=traceparent) as tx:
                 result = fn(tx)
             return result
         except RetryableError as e:
