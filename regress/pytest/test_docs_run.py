@@ -38,7 +38,8 @@ def test_every_shell_block_is_marked():
     stray = [b.where for b in BLOCKS if b.kind == "run" and not b.shell and b.lang != "sql"]
     assert not stray, f"doc-run on a block that is neither shell nor SQL: {stray}"
     unknown = [f"{b.where}: {b.args}" for b in RUN if set(b.args) - {"with", "sql", "expect"}
-               or b.args.get("with", "") not in SETUPS or b.args.get("sql", "pg") not in ("pg", "mariadb")
+               or b.args.get("with", "") not in (SQL_SETUPS if b.lang == "sql" else SETUPS)
+               or b.args.get("sql", "pg") not in ("pg", "mariadb")
                or (b.lang == "sql") != ("sql" in b.args)]
     assert not unknown, f"doc-run options not understood (with={sorted(SETUPS)}, sql=pg|mariadb, expect=STATUS): {unknown}"
 
@@ -209,8 +210,8 @@ runuser -u cotx -- /usr/local/bin/cotx-coordinator check-config --config /etc/co
 
 @contextmanager
 def fresh_host(block, work, env):
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("needs root and unshare (a private mount namespace)")
+    if os.geteuid() != 0 or subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode:
+        pytest.skip("needs root and unshare --mount (a private mount namespace)")
     (work / "host").mkdir()
     yield {**env, "DOC_HOST": str(work / "host"), "DOC_BLOCK": block.text,
            "DOC_ARGV": "unshare"}
@@ -238,11 +239,32 @@ def test_shell_block_runs(block, tmp_path):
         run(block, work, env, argv)
 
 
+def _pg_co_at_0_1_0(server):
+    """pg_co.md's upgrade: a database that has the extension at an old version."""
+    server.sql("CREATE EXTENSION pg_co VERSION '0.1.0'")
+    yield
+    assert server.sql("SELECT e.extversion = a.default_version FROM pg_extension e "
+                      "JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'pg_co'") == [(True,)]
+
+
+def _nothing(server):
+    yield
+
+
+# SQL blocks' `with=`: the state the doc says the block starts from, and what must hold after.
+SQL_SETUPS = {"": _nothing, "pg_co-0.1.0": _pg_co_at_0_1_0}
+
+
 @pytest.mark.parametrize("block", [b for b in RUN if b.lang == "sql"], ids=lambda b: b.where)
 def test_sql_block_runs(block, tmp_path):
     """On a fresh server."""
     with (PgServer() if block.args["sql"] == "pg" else MariaServer()) as server:
+        if block.args.get("with") and not server.preload:
+            pytest.skip("pg_co is not installed (run scripts/build.sh)")
+        steps = SQL_SETUPS[block.args.get("with", "")](server)
+        next(steps)
         run_sql(block, server, workdir(tmp_path))
+        next(steps, None)
 
 
 # --- the database accounts of ops.md, used -------------------------------------------------
