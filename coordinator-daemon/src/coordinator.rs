@@ -229,7 +229,7 @@ impl Coordinator {
 
     pub fn quarantine(&self, c: &CorruptRecord) {
         if self.quarantined.lock().unwrap().insert(c.gtid.clone(), c.clone()).is_none() {
-            log("error", "decision record cannot be read: transaction quarantined until an operator decides (cotx-coordinator force)",
+            log("error", "transaction quarantined until an operator decides (cotx-coordinator force): its outcome cannot be read from the store",
                 json!({"gtid": c.gtid, "problem": c.problem}));
         }
     }
@@ -245,7 +245,7 @@ impl Coordinator {
         // The store's word over memory: a quarantined gtid is answered "quarantined" by
         // every daemon, the one that decided it included (cotx_protocol::answer).
         if self.is_quarantined(gtid) {
-            return refuse("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
+            return refuse("quarantined", format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
         }
         if self.regaining.load(Relaxed) {
             return refuse("lease_unconfirmed", format!("node {} lost its lease and is taking it back: ask again", self.cfg.node_id));
@@ -266,7 +266,7 @@ impl Coordinator {
     /// node's transaction is sent to its owner, or waits for a takeover.
     pub async fn elsewhere(&self, gtid: &str) -> Refusal {
         if self.is_quarantined(gtid) {
-            return Refusal::new("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
+            return Refusal::new("quarantined", format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
         }
         let unknown = || Refusal::new("unknown_transaction", format!("no transaction {gtid:?} (never begun, or aborted and finished: presumed abort)"));
         let Some((node, _)) = naming::gtid_epoch(gtid) else { return unknown() };
@@ -281,7 +281,7 @@ impl Coordinator {
             Ok(Stored::Record(_)) => {}
             Ok(Stored::Corrupt(c)) => {
                 self.quarantine(&c);
-                return Refusal::new("quarantined", format!("{gtid}: its decision record cannot be read; an operator must decide (cotx-coordinator force)"));
+                return Refusal::new("quarantined", format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
             }
             Err(e) => return Refusal::new("store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
         }

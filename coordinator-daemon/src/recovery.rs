@@ -287,7 +287,16 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
             None
         }
         Ok(Decided::Forgotten) => {
-            log("error", "recovery: a prepared branch of a gtid whose record was purged after the retention, or of an epoch sealed by a store restore: its outcome is no longer known; an operator decides (cotx-coordinator force)", json!({"gtid": gtid, "branches": branches}));
+            // Quarantined: listed for the operator (in-doubt report, console), answered
+            // "quarantined" by this daemon, and `force` records the operator's outcome.
+            c.quarantine(&crate::store::CorruptRecord {
+                gtid: gtid.to_string(),
+                problem: format!(
+                    "a branch is prepared ({}) but the record is gone: purged after the retention, or missing from a store restored from an older copy \
+                     (its epoch was sealed by mark-restored); the outcome is not known: check the transaction's other branches, then force it",
+                    branches.iter().map(|(r, b)| format!("{r}/{b}")).collect::<Vec<_>>().join(", ")
+                ),
+            });
             None
         }
         Err(e) => {
