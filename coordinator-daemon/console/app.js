@@ -104,7 +104,9 @@
     // Without the operator role: the health every caller may read (/healthz).
     const h = await api("GET", "/healthz");
     if (h.status !== 200) { status("resources", refusal(h, "nothing")); fill(tbody, []); return; }
-    status("resources", "Health only (" + refusal(r, "the operator credential for kinds and prepared branches") + ")");
+    $("#node-id").textContent = "· node " + h.body.node_id;
+    status("resources", r.status === 403 ? "Health only: kinds and prepared branches need the operator credential."
+                                         : "Health only. " + refusal(r, "the operator credential"));
     fill(tbody, Object.entries(h.body.resources).map(([name, up]) => el("tr", {className: up ? "" : "bad"},
       el("td", {}, name), el("td", {}, "–"), el("td", {className: "health"}, health(up)), el("td", {}, "–"))));
   }

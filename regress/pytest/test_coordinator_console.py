@@ -279,6 +279,8 @@ def test_read_only_credentials_get_no_force(daemon, pg, mariadb, browser, who):
         # Health is public: shown from /healthz.
         health = wait(drv, lambda: {r[0]: r[2] for r in rows(drv, "#resources")} or None, "resource health")
         assert health == {"pg": "up", "my": "up"}, health
+        assert "need the operator credential" in text(drv, "#resources .status")
+        assert daemon.node_id in text(drv, "#node-id"), "the node id from /healthz"
         if who == "metrics":
             wait(drv, lambda: rate(drv) is not None, "the decision rate (metrics credential)")
         else:
