@@ -150,4 +150,5 @@ fi
 # --- Java (Narayana example) and Go client: toolchains and dependency caches -----------
 bash "$COTX_ROOT/scripts/bootstrap-tm.sh"
 bash "$COTX_ROOT/scripts/bootstrap-ops.sh"   # prometheus/promtool for deploy/ tests
+bash "$COTX_ROOT/scripts/bootstrap-browser.sh"   # chromium for the web console's test
 log "bootstrap complete"

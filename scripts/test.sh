@@ -24,6 +24,8 @@ for script in "$COTX_ROOT"/scripts/test-*.sh; do
   run_suite "$name" bash "$script"
 done
 cd "$COTX_ROOT/regress/pytest"
+# bootstrap.sh installed the browser: its absence here is a failure, not a skip.
+export COTX_REQUIRE_BROWSER=1
 # Per-test limit (pytest-timeout): a test that hangs fails with its stack, and the suites
 # after it still run. The slowest test takes about 3 minutes.
 run_suite pytest "$COTX_VENV/bin/python" -m pytest -q -p no:cacheprovider --timeout="${COTX_TEST_TIMEOUT:-900}" ${PYTEST_ARGS:-}

@@ -3,7 +3,7 @@
 
 use crate::auth::{self, Access, Role};
 use crate::coordinator::Coordinator;
-use crate::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Registered, Transaction, TransactionList};
+use crate::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
 use crate::state::{refuse, Outcome, Refusal, StateFilter};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -40,6 +40,13 @@ pub const ROUTES: &[(&str, &str, Role)] = &[
     ("GET", "/v1/incidents", Role::Operator),
     ("GET", "/v1/audit", Role::Operator),
     ("POST", "/v1/admin/force", Role::Operator),
+    ("GET", "/v1/nodes", Role::Operator),
+    ("GET", "/v1/resources", Role::Operator),
+    // The web console's files hold no data (crate::console): its script calls the routes
+    // above with the credential the user pastes.
+    ("GET", "/console", Role::Public),
+    ("GET", "/console/app.js", Role::Public),
+    ("GET", "/console/app.css", Role::Public),
 ];
 
 /// The outcome a client names in a request.
@@ -174,7 +181,7 @@ fn text_field(what: &str, s: &str, max: usize) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn query(req_query: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, String)>, Refusal> {
+pub(crate) fn query(req_query: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, String)>, Refusal> {
     let mut out = vec![];
     for kv in req_query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -276,7 +283,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     Ok(resp)
 }
 
-type Routed = Result<(u16, Result<Response<Full<Bytes>>, Value>), Refusal>;
+pub(crate) type Routed = Result<(u16, Result<Response<Full<Bytes>>, Value>), Refusal>;
 
 fn ok(v: Value) -> Routed {
     Ok((200, Err(v)))
@@ -310,9 +317,9 @@ fn find_route<'a>(method: &str, path: &'a str) -> Result<(&'static str, &'static
 
 /// What a handler gets: the path parameters, the query string and the body.
 pub(crate) struct Call<'a> {
-    p: Vec<&'a str>,
-    q: Option<&'a str>,
-    body: Bytes,
+    pub(crate) p: Vec<&'a str>,
+    pub(crate) q: Option<&'a str>,
+    pub(crate) body: Bytes,
 }
 
 async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
@@ -368,6 +375,11 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         ("GET", "/v1/incidents") => incidents(c, call),
         ("GET", "/v1/audit") => audit(c, call).await,
         ("POST", "/v1/admin/force") => force(c, call).await,
+        ("GET", "/v1/nodes") => nodes(c, call).await,
+        ("GET", "/v1/resources") => resources(c, call),
+        ("GET", "/console") => crate::console::page(call),
+        ("GET", "/console/app.js") => crate::console::script(call),
+        ("GET", "/console/app.css") => crate::console::style(call),
         _ => refuse("method_not_allowed", format!("method not allowed on {path}")),
     }
 }
@@ -578,6 +590,20 @@ pub(crate) async fn force(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
         return refuse("invalid_field", "operator and reason must not be empty");
     }
     ok(c.force(&b.gtid, b.outcome.into(), &b.operator, &b.reason).await?)
+}
+
+#[utoipa::path(get, path = "/v1/nodes", summary = "node leases in the store (every daemon of the deployment) and the nodes this daemon acts for",
+    responses((status = 200, body = Nodes), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
+pub(crate) async fn nodes(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    ok(c.nodes_report().await?)
+}
+
+#[utoipa::path(get, path = "/v1/resources", summary = "the configured resources: kind, reachable at the last contact, prepared branches held in memory",
+    responses((status = 200, body = Resources), (status = 400, body = Error), (status = 401, body = Error)))]
+pub(crate) fn resources(c: &Coordinator, r: Call<'_>) -> Routed {
+    query(r.q, &[])?;
+    ok(c.resources_report())
 }
 
 /// The TLS acceptor of `[tls]`: certificate chain and key from PEM files.

@@ -631,6 +631,9 @@ impl Coordinator {
             "in_doubt": t.in_doubt(),
             "age_ms": t.created.elapsed().as_millis() as u64,
             "created_unix_ms": t.created_unix_ms,
+            // When the decision was taken (wall clock, derived from the monotonic one): the
+            // console's timeline of the transaction.
+            "decided_unix_ms": t.decided.map(|d| t.created_unix_ms + d.saturating_duration_since(t.created).as_millis() as u64),
             "abort_reason": t.abort_reason,
             "retryable": t.retryable,
             "recovered": t.recovered,
@@ -742,6 +745,29 @@ mod tests {
         let c = Coordinator::new(cfg, store, None).unwrap();
         crate::lease::claim_at_start(&c).await.unwrap();
         c
+    }
+
+    /// The console's reports: the node lease this daemon holds, and prepared branches
+    /// counted on their resource (nothing contacted yet: health unknown, not "down").
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reports_for_the_console() {
+        let c = coord("reports").await;
+        let n = c.nodes_report().await.unwrap();
+        assert_eq!(n["node_id"], "u1");
+        assert_eq!(n["lease_valid"], true);
+        let own: Vec<_> = n["nodes"].as_array().unwrap().iter().filter(|l| l["node"] == "u1").collect();
+        assert_eq!(own.len(), 1, "{n}");
+        assert_eq!(own[0]["mine"], true);
+        assert_eq!(own[0]["holder"], c.holder.as_str());
+        assert!(own[0]["expires_in_ms"].as_i64().unwrap() > 0, "{n}");
+        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.register(&g, "pg", "b1").await.unwrap();
+        c.register(&g, "pg", "b2").await.unwrap();
+        c.prepared(&g, "b1").await.unwrap();
+        let r = c.resources_report();
+        assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1}]));
+        let t = c.get(&g).await.unwrap();
+        assert!(t["created_unix_ms"].as_u64().unwrap() > 0 && t["decided_unix_ms"].is_null(), "{t}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -356,3 +356,18 @@ pub async fn release_adopted(c: &Coordinator, node: &str, forget: bool) {
 pub fn reclaim_key(node: &str) -> String {
     format!("{node}!reclaim")
 }
+
+impl Coordinator {
+    /// Every node lease in the store (all daemons of the deployment, so the console shows
+    /// who holds what and when it runs out) and what this daemon acts for.
+    pub async fn nodes_report(&self) -> crate::coordinator::Res {
+        let leases = self.store.nodes().await.map_err(|e| crate::state::Refusal::new("store_unavailable", e))?;
+        let mut adopted: Vec<String> = self.adopted.lock().unwrap().iter().cloned().collect();
+        adopted.sort();
+        let nodes: Vec<_> = leases
+            .iter()
+            .map(|l| json!({"node": l.node, "holder": l.holder, "url": l.url, "expires_in_ms": l.expires_in_ms, "mine": l.holder == self.holder}))
+            .collect();
+        Ok(json!({"node_id": self.cfg.node_id, "holder": self.holder, "lease_valid": !self.lease.expired(), "adopted": adopted, "nodes": nodes}))
+    }
+}

@@ -7,6 +7,7 @@ mod completion;
 mod dbtls;
 mod auth;
 mod config;
+mod console;
 mod coordinator;
 mod decisions;
 mod housekeeping;

@@ -129,6 +129,9 @@ pub struct Transaction {
     decision: Option<String>,
     in_doubt: Option<bool>,
     age_ms: Option<u64>,
+    created_unix_ms: Option<u64>,
+    /// When the decision was taken (absent until then, and in answers from the store).
+    decided_unix_ms: Option<u64>,
     branches: Vec<Branch>,
 }
 
@@ -150,6 +153,52 @@ pub struct Incidents {
 pub struct Audit {
     #[schema(value_type = Vec<Object>)]
     audit: Vec<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct NodeLease {
+    node: String,
+    /// The daemon holding it (node@host/pid/epoch); empty once released.
+    holder: String,
+    /// Where its holder serves the API.
+    url: String,
+    /// Until the lease runs out by the store's clock (negative: expired).
+    expires_in_ms: i64,
+    /// Held by this daemon (its own node, or one it took over).
+    mine: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct Nodes {
+    /// This daemon's node id and lease holder id.
+    node_id: String,
+    holder: String,
+    /// Its own lease is known valid (false: it acts on nothing until renewed).
+    lease_valid: bool,
+    /// Nodes it took over from daemons whose lease ran out.
+    adopted: Vec<String>,
+    nodes: Vec<NodeLease>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ResourceInfo {
+    name: String,
+    kind: Kind,
+    /// Whether the last contact with it worked (null: not contacted yet).
+    up: Option<bool>,
+    /// Carries global decisions (pg_co's co.decisions).
+    decisions: bool,
+    /// Branches prepared on it, unfinished, of transactions in this daemon's memory.
+    prepared_branches: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct Resources {
+    resources: Vec<ResourceInfo>,
 }
 
 /// What the attributes leave implicit: the bearer scheme, and the meaning of each status.
@@ -197,7 +246,7 @@ fn status_meaning(status: &str) -> &'static str {
     components(schemas(Id, crate::state::StateFilter)),
     paths(api::healthz, api::openapi, api::metrics, api::begin, api::list, api::get, api::register, api::prepared, api::failed,
           api::finished, api::commit, api::finished_many, api::abort, api::decision, api::in_doubt, api::incidents, api::audit,
-          api::force),
+          api::force, api::nodes, api::resources, crate::console::page, crate::console::script, crate::console::style),
 )]
 struct Doc;
 

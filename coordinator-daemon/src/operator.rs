@@ -148,3 +148,26 @@ impl Coordinator {
         Ok(v)
     }
 }
+
+impl Coordinator {
+    /// The configured resources with their health (the last contact) and how many
+    /// prepared, unfinished branches on each the daemon holds in memory.
+    pub fn resources_report(&self) -> Value {
+        let mut prepared: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        let txs = self.txs.lock().unwrap();
+        for e in txs.values() {
+            for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
+                *prepared.entry(b.resource.as_str()).or_default() += 1;
+            }
+        }
+        let up = self.resource_up.lock().unwrap();
+        let list: Vec<Value> = self
+            .cfg
+            .resources
+            .iter()
+            .map(|r| json!({"name": r.name, "kind": r.kind, "up": up.get(&r.name), "decisions": r.decisions,
+                            "prepared_branches": prepared.get(r.name.as_str()).copied().unwrap_or(0)}))
+            .collect();
+        json!({"resources": list})
+    }
+}

@@ -48,7 +48,8 @@ def test_client_credential_runs_transactions_and_nothing_else(daemon, pg, mariad
             mc.cursor().execute("INSERT INTO roles_t VALUES ('c1')")
     assert tx.outcome == "commit"
     assert call(daemon, "GET", f"/v1/transactions/{tx.gtid}", CLIENT)[0] == 200
-    for method, path in (("GET", "/v1/in-doubt"), ("GET", "/metrics"), ("GET", "/v1/audit"), ("GET", "/v1/transactions")):
+    for method, path in (("GET", "/v1/in-doubt"), ("GET", "/metrics"), ("GET", "/v1/audit"), ("GET", "/v1/transactions"),
+                         ("GET", "/v1/nodes"), ("GET", "/v1/resources")):
         st, body = call(daemon, method, path, CLIENT)
         assert st == 403 and b"forbidden" in body and b"auth.client_token" in body, (path, st, body)
     st, body = call(daemon, "POST", "/v1/admin/force", CLIENT,
@@ -60,15 +61,18 @@ def test_client_credential_runs_transactions_and_nothing_else(daemon, pg, mariad
 
 def test_metrics_and_operator_credentials(daemon):
     assert call(daemon, "GET", "/metrics", METRICS)[0] == 200
-    for method, path in (("POST", "/v1/transactions"), ("GET", "/v1/in-doubt"), ("GET", "/v1/transactions/x.1-1")):
+    for method, path in (("POST", "/v1/transactions"), ("GET", "/v1/in-doubt"), ("GET", "/v1/transactions/x.1-1"),
+                         ("GET", "/v1/nodes"), ("GET", "/v1/resources")):
         assert call(daemon, method, path, METRICS, {} if method == "POST" else None)[0] == 403, path
-    assert call(daemon, "GET", "/v1/in-doubt", OPERATOR)[0] == 200
+    for path in ("/v1/in-doubt", "/v1/nodes", "/v1/resources"):
+        assert call(daemon, "GET", path, OPERATOR)[0] == 200, path
     assert call(daemon, "GET", "/metrics", OPERATOR)[0] == 200
     assert call(daemon, "POST", "/v1/transactions", OPERATOR, {})[0] == 403
     # Unknown or missing credential: 401, before anything about the route is said.
     assert call(daemon, "GET", "/v1/in-doubt", "x" * 24)[0] == 401
     assert call(daemon, "GET", "/v1/nope")[0] == 401
     assert call(daemon, "GET", "/healthz")[0] == 200
+    assert call(daemon, "GET", "/console")[0] == 200, "the console's page holds no data"
 
 
 def cli(*args, token=None):
