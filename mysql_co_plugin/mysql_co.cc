@@ -38,6 +38,7 @@
 #include <sql_i_s.h>
 #include <mysql/plugin.h>
 #include <mysql/plugin_audit.h>
+#include "version.h"
 #include <mysqld_error.h>
 
 #include <cstddef>
@@ -846,10 +847,10 @@ maria_declare_plugin(mysql_co)
   PLUGIN_LICENSE_GPL,
   co_hton_init,
   co_hton_deinit,
-  0x0100,
+  MYSQL_CO_VERSION_HEX,
   co_status,
   co_sysvars,
-  "1.0",
+  MYSQL_CO_VERSION,
   MariaDB_PLUGIN_MATURITY_STABLE
 },
 {
@@ -861,10 +862,10 @@ maria_declare_plugin(mysql_co)
   PLUGIN_LICENSE_GPL,
   co_audit_init,
   NULL,
-  0x0100,
+  MYSQL_CO_VERSION_HEX,
   NULL,
   NULL,
-  "1.0",
+  MYSQL_CO_VERSION,
   MariaDB_PLUGIN_MATURITY_STABLE
 },
 {
@@ -876,10 +877,10 @@ maria_declare_plugin(mysql_co)
   PLUGIN_LICENSE_GPL,
   lost_init,
   NULL,
-  0x0100,
+  MYSQL_CO_VERSION_HEX,
   NULL,
   NULL,
-  "1.0",
+  MYSQL_CO_VERSION,
   MariaDB_PLUGIN_MATURITY_STABLE
 },
 {
@@ -891,10 +892,10 @@ maria_declare_plugin(mysql_co)
   PLUGIN_LICENSE_GPL,
   gate_init,
   NULL,
-  0x0100,
+  MYSQL_CO_VERSION_HEX,
   NULL,
   NULL,
-  "1.0",
+  MYSQL_CO_VERSION,
   MariaDB_PLUGIN_MATURITY_STABLE
 }
 maria_declare_plugin_end;

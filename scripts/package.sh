@@ -24,12 +24,10 @@ DIST="${COTX_DIST:-$COTX_ROOT/dist}"
 MAINTAINER="${COTX_DEB_MAINTAINER:-cotx maintainers <maintainers@cotx.invalid>}"
 ARCH=$(dpkg --print-architecture)
 [ "$ARCH" = amd64 ] || die "packages are built for amd64 only (this machine: $ARCH)"
-cargo_version() { sed -n 's/^version = "\(.*\)"$/\1/p' "$COTX_ROOT/$1/Cargo.toml" | head -1; }
-PG_CO_VERSION=$(cargo_version pg_co_ext)
-COORD_VERSION=$(cargo_version coordinator-daemon)
-# mysql_co is released with the project; it has no manifest of its own: pg_co's version.
-MYSQL_CO_VERSION=$PG_CO_VERSION
-[ -n "$PG_CO_VERSION" ] && [ -n "$COORD_VERSION" ] || die "could not read the versions from the Cargo.toml files"
+# One release version for every part: the workspace's (Cargo.toml, [workspace.package]).
+VERSION=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' "$COTX_ROOT/Cargo.toml" | head -1)
+[ -n "$VERSION" ] || die "could not read the release version from Cargo.toml ([workspace.package])"
+PG_CO_VERSION=$VERSION COORD_VERSION=$VERSION MYSQL_CO_VERSION=$VERSION
 # Timestamps in the packages: dpkg-deb's only (not exported: cc-rs rebuilds C dependencies
 # of the daemon when SOURCE_DATE_EPOCH changes).
 epoch="${SOURCE_DATE_EPOCH:-$(git -C "$COTX_ROOT" log -1 --format=%ct 2>/dev/null || date +%s)}"
