@@ -524,7 +524,11 @@ func (t *Tx) abortError(ctx context.Context, reason string) error {
 
 // Ids handed out by the daemon are [A-Za-z0-9._:-]; checking again here means a
 // misbehaving coordinator still cannot make us run its text as SQL.
-var idChars = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
+// GIDMax is PostgreSQL's longest gid (GIDSIZE 200 with its NUL): the daemon's
+// naming::PG_GID_MAX.
+const GIDMax = 199
+
+var idChars = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9._:-]{1,%d}$`, GIDMax))
 
 func literal(s string) (string, error) {
 	if !idChars.MatchString(s) {

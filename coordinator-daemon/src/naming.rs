@@ -1,6 +1,7 @@
 //! The one place that turns (gtid, branch id) into database transaction ids and back.
 //!
-//! PostgreSQL: gid `<prefix>:<gtid>:<bid>` (PostgreSQL caps a gid at 200 bytes).
+//! PostgreSQL: gid `<prefix>:<gtid>:<bid>` (PostgreSQL's GIDSIZE is 200 bytes with the
+//! terminating NUL: 199 bytes of gid at most).
 //! MariaDB: XID with gtrid = gtid, bqual = bid (64 bytes each), and a fixed formatID so
 //! `XA RECOVER` tells our branches from anybody else's.
 //!
@@ -8,7 +9,9 @@
 //! separator) or anything an engine might interpret. Literals are still quoted when SQL
 //! is built, so the restriction is a second fence, not the only one.
 
-pub const PG_GID_MAX: usize = 200;
+/// The longest gid PostgreSQL accepts (GIDSIZE 200, NUL included). The clients check
+/// against the same number (regress/pytest/test_id_limits.py).
+pub const PG_GID_MAX: usize = 199;
 pub const XA_PART_MAX: usize = 64;
 /// "cotx" in ASCII: 0x636f7478. Fits a signed 32-bit int as MariaDB requires.
 pub const XA_FORMAT_ID: i64 = 0x636f_7478;
@@ -50,7 +53,7 @@ pub fn check_token_name(what: &str, s: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// PostgreSQL gid of a branch; checked against the 200-byte limit.
+/// PostgreSQL gid of a branch; checked against PostgreSQL's limit.
 pub fn pg_gid(prefix: &str, gtid: &str, bid: &str) -> Result<String, IdError> {
     check_id("gtid", gtid)?;
     check_id("branch_id", bid)?;
@@ -142,7 +145,7 @@ mod tests {
         assert_eq!(parse_pg_gid("other", &gid), None);
         assert_eq!(parse_pg_gid("cotx", "cotx:x"), None);
         let long = "a".repeat(64);
-        // 64 + 64 + prefix fits 200
+        // 64 + 64 + prefix fits 199
         assert!(pg_gid("cotx", &long, &long).is_ok());
         assert_eq!(check_id("gtid", &"a".repeat(65)).unwrap_err().code, "id_too_long");
         let p = "p".repeat(80);

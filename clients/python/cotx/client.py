@@ -439,7 +439,9 @@ class Branch:
             self.state = "rolled_back"
 
 
-_ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+# PostgreSQL's longest gid (GIDSIZE 200 with its NUL): the daemon's naming::PG_GID_MAX.
+GID_MAX = 199
+_ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,%d}$" % GID_MAX)
 
 
 def _pg_literal(s: str) -> str:
