@@ -448,7 +448,7 @@ pub(crate) async fn get(c: &Coordinator, r: Call<'_>) -> Routed {
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches", summary = "register a branch", params(("gtid" = Id, Path)),
     request_body = RegisterRequest,
     responses((status = 201, body = Registered), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 409, body = Error), (status = 413, body = Error), (status = 421, body = Error)))]
+              (status = 409, body = Error), (status = 413, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn register(c: &Coordinator, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: RegisterRequest = parse_required(&r.body)?;
@@ -458,7 +458,7 @@ pub(crate) async fn register(c: &Coordinator, r: Call<'_>) -> Routed {
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/prepared", summary = "report a branch prepared",
     params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body(content = Option<Empty>),
     responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 409, body = Error), (status = 421, body = Error)))]
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn prepared(c: &Coordinator, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let _: Empty = parse(&r.body)?;
@@ -468,7 +468,7 @@ pub(crate) async fn prepared(c: &Coordinator, r: Call<'_>) -> Routed {
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/failed", summary = "report a failed (refused) prepare; aborts the transaction",
     params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body(content = Option<FailedRequest>),
     responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 409, body = Error), (status = 421, body = Error)))]
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn failed(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: FailedRequest = parse(&r.body)?;
@@ -480,7 +480,7 @@ pub(crate) async fn failed(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/finished", summary = "acknowledge a finished branch",
     params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body = FinishedRequest,
     responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 409, body = Error), (status = 421, body = Error)))]
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn finished(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: FinishedRequest = parse_required(&r.body)?;
@@ -519,7 +519,7 @@ pub(crate) async fn commit(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/finished", summary = "acknowledge several finished branches at once (all or nothing)",
     params(("gtid" = Id, Path)), request_body = FinishedManyRequest,
     responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 409, body = Error), (status = 421, body = Error)))]
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn finished_many(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: FinishedManyRequest = parse_required(&r.body)?;
@@ -529,7 +529,7 @@ pub(crate) async fn finished_many(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/abort", summary = "decide abort",
     params(("gtid" = Id, Path)), request_body(content = Option<AbortRequest>),
     responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 409, body = Error), (status = 421, body = Error)))]
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn abort(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: AbortRequest = parse(&r.body)?;
