@@ -24,7 +24,6 @@ DIST="${COTX_DIST:-$COTX_ROOT/dist}"
 MAINTAINER="${COTX_DEB_MAINTAINER:-cotx maintainers <maintainers@cotx.invalid>}"
 ARCH=$(dpkg --print-architecture)
 [ "$ARCH" = amd64 ] || die "packages are built for amd64 only (this machine: $ARCH)"
-cargo_version() { sed -n 's/^version = "\(.*\)"$/\1/p' "$COTX_ROOT/$1/Cargo.toml" | head -1; }
 PG_CO_VERSION=$(cargo_version pg_co_ext)
 COORD_VERSION=$(cargo_version coordinator-daemon)
 # mysql_co is released with the project; it has no manifest of its own: pg_co's version.
