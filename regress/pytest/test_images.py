@@ -4,8 +4,9 @@ the PostgreSQL image (Debian's postgresql-15 + the pg_co package) and the MariaD
 (Debian's mariadb-server + the mysql_co package) start on empty data volumes, the
 daemon-only image (the cotx-coordinator package) runs with a config and a token mounted at
 the documented paths, and the Python client runs global transactions through it: a 2PC
-commit across both engines, and the overdraft's shape on PostgreSQL, which pg_co refuses at
-PREPARE (rule A) where PostgreSQL alone would let it commit. Every container is removed
+commit across both engines, and a withdrawal whose read another transaction overwrote and
+committed before the withdrawal prepared, which pg_co refuses at PREPARE (rule A) where
+PostgreSQL alone would let it commit. Every container is removed
 afterwards, with its anonymous volumes.
 
 The containers share the host's network (--network host, on free loopback ports): the
