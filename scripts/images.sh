@@ -73,7 +73,9 @@ build "$PG_IMAGE" postgres-pg_co.Containerfile "$DIST/$pg_deb" "$COTX_ROOT/deplo
 build "$MARIADB_IMAGE" mariadb-mysql_co.Containerfile "$DIST/$my_deb" "$COTX_ROOT/deploy/images/mariadb-entrypoint.sh" -- \
   "MARIADB_VERSION=$MARIADB_VERSION" "MYSQL_CO_VERSION=$MYSQL_CO_VERSION"
 # Dangling images left by rebuilds (the tags moved to the new ones): their layers go.
-"${PODMAN[@]}" image prune -f >/dev/null
+# Only ours (the label): the storage also holds docker-demo.sh's build-stage cache,
+# which is untagged too and takes 20 minutes to rebuild.
+"${PODMAN[@]}" image prune -f --filter label=org.cotx.image >/dev/null
 echo "images: $COORD_IMAGE $PG_IMAGE $MARIADB_IMAGE"
 if [ "$what" = save ]; then
   # One docker-archive with the three (shared base layers stored once; about 1.3 GB).

@@ -116,13 +116,16 @@ def stack(images, podman):
     work = Path(tempfile.mkdtemp(prefix="cotx-images-"))
     base = [*podman, "run", "-d", "--network", "host", *limits]
     try:
-        run(*base, "--name", names["pg"], "-e", "POSTGRES_HOST_AUTH_METHOD=trust", "-e", f"PGPORT={ports['pg']}",
+        # Passwords as the README starts them (hex: no quoting needed in the DSNs below).
+        pg_pw, my_pw = secrets.token_hex(8), secrets.token_hex(8)
+        run(*base, "--name", names["pg"], "-e", f"POSTGRES_PASSWORD={pg_pw}", "-e", f"PGPORT={ports['pg']}",
             images["postgres"])
-        run(*base, "--name", names["my"], "-e", "MARIADB_ALLOW_EMPTY_ROOT_PASSWORD=1",
+        run(*base, "--name", names["my"], "-e", f"MARIADB_ROOT_PASSWORD={my_pw}",
             "-e", f"MARIADB_PORT={ports['my']}", images["mariadb"])
-        pg_dsn = f"host=127.0.0.1 port={ports['pg']} user=postgres dbname=postgres"
+        pg_dsn = f"host=127.0.0.1 port={ports['pg']} user=postgres password={pg_pw} dbname=postgres"
         wait_for(lambda: psycopg.connect(pg_dsn, connect_timeout=2).close(), "PostgreSQL", names["pg"], podman)
-        my_kw = dict(host="127.0.0.1", port=ports["my"], user="root", password="", connect_timeout=2, autocommit=True)
+        my_kw = dict(host="127.0.0.1", port=ports["my"], user="root", password=my_pw, connect_timeout=2,
+                     autocommit=True)
         wait_for(lambda: pymysql.connect(**my_kw).close(), "MariaDB", names["my"], podman)
         with pymysql.connect(**my_kw) as c, c.cursor() as cur:
             cur.execute("CREATE DATABASE bank")
@@ -153,7 +156,7 @@ pool_size = 2
 [[resources]]
 name = "checking"
 kind = "mariadb"
-dsn = "mysql://root@127.0.0.1:{ports['my']}/bank"
+dsn = "mysql://root:{my_pw}@127.0.0.1:{ports['my']}/bank"
 pool_size = 2
 """)
         for f in ("token", "coordinator.toml"):
@@ -165,7 +168,7 @@ pool_size = 2
             "-v", f"{work}/token:/etc/cotx/token:ro", images["coordinator"])
         url = f"http://127.0.0.1:{ports['coord']}"
         wait_for(lambda: Coordinator(url, token, timeout=2).health(), "the coordinator", names["coord"], podman)
-        yield {"pg_dsn": pg_dsn, "my_kw": my_kw, "url": url, "token": token, "names": names, "ports": ports}
+        yield {"pg_dsn": pg_dsn, "pg_pw": pg_pw, "my_kw": my_kw, "url": url, "token": token, "names": names, "ports": ports}
     finally:
         for n in names.values():
             # -v: the anonymous volumes (data directories, the decision store) go too.
@@ -199,6 +202,11 @@ def test_engines_load_the_plugins(stack, podman):
     plugins = {r[0]: r[1] for r in my_sql(stack, "SHOW PLUGINS", db=None)}
     assert plugins.get("mysql_co") == "ACTIVE", plugins
     assert my_sql(stack, "SHOW GLOBAL STATUS LIKE 'Mysql_co_health'", db=None) == (("Mysql_co_health", "OK"),)
+    # The passwords given at the first start are required over TCP.
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(stack["pg_dsn"].replace(stack["pg_pw"], "wrong"), connect_timeout=5)
+    with pytest.raises(pymysql.err.OperationalError, match="Access denied"):
+        pymysql.connect(**{**stack["my_kw"], "password": "wrong"})
     # The daemon runs as the package's unprivileged user, not root.
     user = run(*podman, "exec", stack["names"]["coord"], "id", "-un").stdout.strip()
     assert user == "cotx"
