@@ -59,6 +59,9 @@ require_root() {
   [ "$(id -u)" = 0 ] || die "run this as root (it installs Debian packages and a system user); e.g. 'sudo bash $0'"
 }
 
+# The one release version of every part: the workspace's (Cargo.toml, [workspace.package]).
+release_version() { sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' "$COTX_ROOT/Cargo.toml" | head -1; }
+
 # Installed version of a Debian package, empty when absent.
 deb_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '/install ok installed/ {print $4}'; } || true; }
 
@@ -66,3 +69,67 @@ deb_version() { { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | a
 as_user() { runuser -u "$COTX_USER" -- "$@"; }
 
 timed() { local label=$1; shift; local t0=$SECONDS; "$@"; local rc=$?; log "$label took $((SECONDS - t0)) s"; return $rc; }
+
+# --- podman (scripts/docker-demo.sh, scripts/images.sh) ----------------------------------
+# Debian's podman with runc: crun refuses this kernel's hybrid cgroups. Its storage lives
+# under $COTX_CACHE (the local base image and the layer cache survive like the other
+# caches); COTX_PODMAN_ROOT moves it. The runroot (locks, mounts of running containers)
+# is per boot.
+COTX_PODMAN_ROOT="${COTX_PODMAN_ROOT:-$COTX_CACHE/containers}"
+PODMAN=(podman --runtime runc --root "$COTX_PODMAN_ROOT/storage" --runroot /run/cotx-containers)
+# The machine refuses higher limits than these (podman's defaults ask for more).
+PODMAN_LIMITS=(--ulimit nofile=20000:20000 --ulimit nproc=32768:32768)
+# The base of every image: bookworm minbase made here (no registry is reachable).
+PODMAN_BASE=debian:12
+
+# Installs Debian's podman, runc and debootstrap when missing; starts no service.
+podman_install() {
+  local missing=() p
+  for p in podman runc debootstrap; do [ -n "$(deb_version "$p")" ] || missing+=("$p"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || { rm -f /usr/sbin/policy-rc.d; die "apt-get install ${missing[*]} failed"; }
+  rm -f /usr/sbin/policy-rc.d
+}
+
+# Makes $PODMAN_BASE (bookworm minbase with debootstrap, about a minute) unless it exists.
+podman_base_image() {
+  "${PODMAN[@]}" image exists "$PODMAN_BASE" && return 0
+  local mirror="${COTX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+  local dir; dir=$(mktemp -d /var/tmp/cotx-rootfs.XXXXXX)
+  log "making the base image $PODMAN_BASE with debootstrap (bookworm, minbase; about a minute)"
+  if ! debootstrap --variant=minbase bookworm "$dir" "$mirror" >/dev/null; then
+    rm -rf "$dir"; die "debootstrap failed"
+  fi
+  # The same apt sources as Debian's official image (the security suite carries the pinned
+  # PostgreSQL and MariaDB updates).
+  rm -f "$dir/etc/apt/sources.list"
+  cat > "$dir/etc/apt/sources.list.d/debian.sources" <<SRC
+Types: deb
+URIs: $mirror
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: ${mirror%/debian}/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  # A host behind a TLS-inspecting proxy trusts extra CAs: give them to the image, where
+  # the ca-certificates package (when an image installs it) adds them to its bundle.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$dir/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+    log "copied the host's extra CA certificates: $(cd /usr/local/share/ca-certificates && echo *.crt)"
+  fi
+  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/archives/*.deb
+  tar -C "$dir" --numeric-owner -c . | "${PODMAN[@]}" import -q --change 'CMD ["bash"]' - "$PODMAN_BASE" >/dev/null
+  local rc=$?
+  rm -rf "$dir"
+  [ $rc = 0 ] || die "podman import of the base image failed"
+}

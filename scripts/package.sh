@@ -24,8 +24,7 @@ DIST="${COTX_DIST:-$COTX_ROOT/dist}"
 MAINTAINER="${COTX_DEB_MAINTAINER:-cotx maintainers <maintainers@cotx.invalid>}"
 ARCH=$(dpkg --print-architecture)
 [ "$ARCH" = amd64 ] || die "packages are built for amd64 only (this machine: $ARCH)"
-# One release version for every part: the workspace's (Cargo.toml, [workspace.package]).
-VERSION=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' "$COTX_ROOT/Cargo.toml" | head -1)
+VERSION=$(release_version)
 [ -n "$VERSION" ] || die "could not read the release version from Cargo.toml ([workspace.package])"
 PG_CO_VERSION=$VERSION COORD_VERSION=$VERSION MYSQL_CO_VERSION=$VERSION
 # Timestamps in the packages: dpkg-deb's only (not exported: cc-rs rebuilds C dependencies
