@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "mysql_co_layout.h"
+#include "mysql_co_rules.h"
 
 /* ---------------------------------------------------------------------------------------
    Layout check. mysql_co_layout.h holds the offsets the installed mariadbd uses, read from
@@ -86,6 +87,12 @@ static_assert(offsetof(THD, variables) + offsetof(system_variables, option_bits)
               MYSQL_CO_OFF_THD_OPTION_BITS,
               "mysql_co: THD::variables.option_bits offset differs from the installed mariadbd (thd_test_options)");
 #pragma GCC diagnostic pop
+/* The rules (mysql_co_rules.h) use their own copy of the isolation levels. */
+static_assert((int) ISO_READ_UNCOMMITTED == (int) co_rules::READ_UNCOMMITTED &&
+              (int) ISO_READ_COMMITTED == (int) co_rules::READ_COMMITTED &&
+              (int) ISO_REPEATABLE_READ == (int) co_rules::REPEATABLE_READ &&
+              (int) ISO_SERIALIZABLE == (int) co_rules::SERIALIZABLE,
+              "mysql_co: enum_tx_isolation differs from co_rules::Iso");
 
 /* --------------------------------- settings and counters ------------------------------ */
 static my_bool co_enabled= TRUE;
@@ -142,17 +149,6 @@ static MYSQL_THDVAR_BOOL(lock_autocommit_reads, PLUGIN_VAR_OPCMDARG,
 
 /* ----------------------------------------- helpers ------------------------------------ */
 static inline XID_STATE &xid_state_of(THD *thd) { return thd->transaction->xid_state; }
-
-static const char *iso_name(int iso)
-{
-  switch (iso) {
-  case ISO_READ_UNCOMMITTED: return "READ-UNCOMMITTED";
-  case ISO_READ_COMMITTED:   return "READ-COMMITTED";
-  case ISO_REPEATABLE_READ:  return "REPEATABLE-READ";
-  case ISO_SERIALIZABLE:     return "SERIALIZABLE";
-  }
-  return "UNKNOWN";
-}
 
 /* An XID the way XA RECOVER FORMAT='SQL' writes it, usable in XA COMMIT/ROLLBACK. */
 static std::string xid_to_sql(const XID &x)
@@ -221,19 +217,19 @@ struct Co_thd
   int saved_iso= 0;            // level before the upgrade
   int min_iso= ISO_SERIALIZABLE; // lowest level any statement of the branch ran at
   bool one_phase_text= false;  // this packet contains XA COMMIT ... ONE PHASE
-  const char *one_phase_refused= nullptr; // reason when we doomed a ONE PHASE commit
+  bool one_phase_refused= false; // we doomed a ONE PHASE commit (reason in one_phase_msg)
   std::string one_phase_msg;
   void new_trx()
   {
     in_xa= true; registered= false; upgraded= false; min_iso= ISO_SERIALIZABLE;
-    one_phase_refused= nullptr; one_phase_msg.clear();
+    one_phase_refused= false; one_phase_msg.clear();
   }
   void end_trx(THD *thd)
   {
     if (upgraded && thd->tx_isolation == ISO_SERIALIZABLE)
       thd->tx_isolation= (enum_tx_isolation) saved_iso;
     in_xa= false; registered= false; upgraded= false; min_iso= ISO_SERIALIZABLE;
-    one_phase_refused= nullptr; one_phase_msg.clear();
+    one_phase_refused= false; one_phase_msg.clear();
   }
 };
 
@@ -248,63 +244,56 @@ static Co_thd *co_thd(THD *thd, bool create)
   return d;
 }
 
-/* The rules. Returns nullptr when the branch may reach its commit point, else a message
-   (in msg) and a short reason. Called at XA PREPARE and before XA COMMIT ... ONE PHASE. */
-static const char *co_check(THD *thd, Co_thd *d, const char *what, std::string &msg);
-
-/* A would-be refusal under mysql_co_observe_only: counted and logged with the branch's
-   XID; the branch goes on. Returns true when observed (the caller then refuses nothing). */
-static bool observed(THD *thd, const char *why, const std::string &msg)
+/* The facts co_rules::check decides on (mysql_co_rules.h), and the verdict; for a verdict
+   other than ALLOW the message in msg. The gate's count and the XIDs its message names are
+   read under one lock, so that the message tells what the check saw. */
+static co_rules::Verdict co_check(THD *thd, Co_thd *d, co_rules::Point point, std::string &msg)
 {
-  if (!co_observe_only)
-    return false;
-  __atomic_add_fetch(why[0] == 'g' ? &st_observed_gate : &st_observed_isolation, 1,
-                     __ATOMIC_RELAXED);
-  XID xid;
-  thd_get_xid(thd, (MYSQL_XID*) &xid);
-  sql_print_information("mysql_co observe-only, not refused: XA branch %s: %s",
-                        xid_to_sql(xid).c_str(), msg.c_str());
-  return true;
-}
-
-static const char *ROLLED_BACK= " This branch was rolled back.";
-
-static const char *co_check(THD *thd, Co_thd *d, const char *what, std::string &msg)
-{
+  co_rules::Facts f;
+  std::vector<std::string> shown;     // the pending XIDs the gate's message names
+  f.restart_gate= co_restart_gate;
+  f.gate_pending= 0;
   if (co_restart_gate)
   {
     std::lock_guard<std::mutex> g(co_mutex);
-    if (!gate_xids.empty())
+    f.gate_pending= gate_xids.size();
+    for (const XID &x : gate_xids)
     {
-      std::string list;
-      size_t shown= 0;
-      for (const XID &x : gate_xids)
-      {
-        if (shown++ == 5) { list+= ", ..."; break; }
-        if (!list.empty()) list+= ", ";
-        list+= xid_to_sql(x);
-      }
-      msg= std::string("mysql_co: ") + what + " refused by the restart gate: " +
-           std::to_string(gate_xids.size()) +
-           " XA branch(es) recovered at server start are still undecided (" + list +
-           "); their read locks were lost in the restart. Commit or roll back every "
-           "recovered XID (XA RECOVER; XA COMMIT|ROLLBACK <xid>) first, or SET GLOBAL "
-           "mysql_co_restart_gate=OFF.";
-      return "gate";
+      if (shown.size() == co_rules::GATE_XIDS_SHOWN)
+        break;
+      shown.push_back(xid_to_sql(x));
     }
   }
-  int iso= thd_tx_isolation(thd);
-  if (d && d->min_iso < iso)
-    iso= d->min_iso;
-  if (iso != ISO_SERIALIZABLE)
-  {
-    msg= std::string("mysql_co: ") + what + " refused: this XA branch ran at " +
-         iso_name(iso) + ", but commitment ordering needs SERIALIZABLE (its reads must hold "
-         "their locks until XA COMMIT). Run SET TRANSACTION ISOLATION LEVEL SERIALIZABLE "
-         "before XA START, or SET SESSION mysql_co_serializable_xa=ON.";
-    return "isolation";
+  f.tx_isolation= thd_tx_isolation(thd);
+  f.min_iso= d ? d->min_iso : ISO_SERIALIZABLE;
+  f.observe_only= co_observe_only;
+  co_rules::Verdict v= co_rules::check(f);
+  if (v != co_rules::Verdict::ALLOW)
+    msg= co_rules::message(v, point, f, shown);
+  return v;
+}
+
+/* Counts a verdict other than ALLOW: refused or, under mysql_co_observe_only, observed
+   (then also logged with the branch's XID; the branch goes on). */
+static void count_verdict(THD *thd, co_rules::Verdict v, const std::string &msg)
+{
+  using co_rules::Verdict;
+  unsigned long long *counter= nullptr;
+  switch (v) {
+  case Verdict::ALLOW:                return;
+  case Verdict::REFUSE_RESTART_GATE:  counter= &st_refused_gate; break;
+  case Verdict::REFUSE_ISOLATION:     counter= &st_refused_isolation; break;
+  case Verdict::OBSERVE_RESTART_GATE: counter= &st_observed_gate; break;
+  case Verdict::OBSERVE_ISOLATION:    counter= &st_observed_isolation; break;
   }
-  return nullptr;
+  __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+  if (co_rules::is_observed(v))
+  {
+    XID xid;
+    thd_get_xid(thd, (MYSQL_XID*) &xid);
+    sql_print_information("mysql_co observe-only, not refused: XA branch %s: %s",
+                          xid_to_sql(xid).c_str(), msg.c_str());
+  }
 }
 
 /* ----------------------------------------- handlerton --------------------------------- */
@@ -315,17 +304,20 @@ static int co_prepare(handlerton *, THD *thd, bool all)
   Co_thd *d= co_thd(thd, false);
   std::string msg;
   __atomic_add_fetch(&st_prepares_checked, 1, __ATOMIC_RELAXED);
-  if (const char *why= co_check(thd, d, "XA PREPARE", msg))
-  {
-    if (observed(thd, why, msg))
-      return 0;
-    __atomic_add_fetch(why[0] == 'g' ? &st_refused_gate : &st_refused_isolation, 1,
-                       __ATOMIC_RELAXED);
-    msg+= ROLLED_BACK;
-    my_printf_error(ER_XA_RBROLLBACK, "%s", MYF(0), msg.c_str());
-    return HA_ERR_ROLLBACK;
+  co_rules::Verdict v= co_check(thd, d, co_rules::Point::XA_PREPARE, msg);
+  count_verdict(thd, v, msg);
+  switch (v) {
+  case co_rules::Verdict::ALLOW:
+  case co_rules::Verdict::OBSERVE_RESTART_GATE:
+  case co_rules::Verdict::OBSERVE_ISOLATION:
+    return 0;
+  case co_rules::Verdict::REFUSE_RESTART_GATE:
+  case co_rules::Verdict::REFUSE_ISOLATION:
+    break;
   }
-  return 0;
+  msg+= co_rules::ROLLED_BACK;
+  my_printf_error(ER_XA_RBROLLBACK, "%s", MYF(0), msg.c_str());
+  return HA_ERR_ROLLBACK;
 }
 
 static int co_commit(handlerton *, THD *thd, bool all)
@@ -649,19 +641,24 @@ static void co_audit_notify(MYSQL_THD thd, unsigned int event_class, const void 
   if (d->one_phase_text && co_check_one_phase && !d->one_phase_refused)
   {
     __atomic_add_fetch(&st_one_phase_checked, 1, __ATOMIC_RELAXED);
-    const char *why= co_check(thd, d, "XA COMMIT ... ONE PHASE", d->one_phase_msg);
-    if (why && observed(thd, why, d->one_phase_msg))
+    co_rules::Verdict v= co_check(thd, d, co_rules::Point::ONE_PHASE_COMMIT, d->one_phase_msg);
+    count_verdict(thd, v, d->one_phase_msg);
+    switch (v) {
+    case co_rules::Verdict::ALLOW:
+      break;
+    case co_rules::Verdict::OBSERVE_RESTART_GATE:
+    case co_rules::Verdict::OBSERVE_ISOLATION:
       d->one_phase_msg.clear();
-    else if (why)
-    {
+      break;
+    case co_rules::Verdict::REFUSE_RESTART_GATE:
+    case co_rules::Verdict::REFUSE_ISOLATION:
       /* ONE PHASE never calls prepare: doom the branch instead. XA COMMIT then rolls it
          back, and our rollback hook reports the reason as the statement's error. */
-      d->one_phase_msg+= ROLLED_BACK;
-      d->one_phase_refused= why;
-      __atomic_add_fetch(why[0] == 'g' ? &st_refused_gate : &st_refused_isolation, 1,
-                         __ATOMIC_RELAXED);
+      d->one_phase_msg+= co_rules::ROLLED_BACK;
+      d->one_phase_refused= true;
       __atomic_add_fetch(&st_one_phase_refused, 1, __ATOMIC_RELAXED);
       xs.set_rollback_only();
+      break;
     }
   }
 }

@@ -1,7 +1,8 @@
 // Compiles csrc/co_ssi.c, the one file that reads PostgreSQL's SSI internals, against the
 // server headers of the PostgreSQL that pgrx builds for; then compiles and runs
 // csrc/co_layout.c, whose output ($OUT_DIR/co_layout.rs, included by src/ssi_ffi.rs) asserts
-// at compile time that the Rust mirrors match the C structs and SXACT flag values.
+// at compile time that the Rust mirrors match the C structs and SXACT flag values, and that
+// the functions of csrc/co_ssi.h and csrc/co_rust.h have the same signatures on both sides.
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -24,7 +25,7 @@ fn pg_config() -> String {
 }
 
 fn main() {
-    for f in ["csrc/co_ssi.c", "csrc/co_ssi.h", "csrc/co_layout.c", "csrc/co_gid_hook.c"] {
+    for f in ["csrc/co_ssi.c", "csrc/co_ssi.h", "csrc/co_rust.h", "csrc/co_layout.c", "csrc/co_gid_hook.c"] {
         println!("cargo:rerun-if-changed={f}");
     }
     for v in ["PGRX_PG_CONFIG_PATH", "PG_CONFIG", "COTX_CACHE"] {

@@ -19,7 +19,8 @@ COTX_CACHE="${COTX_CACHE:-/var/cache/cotx}"
 COTX_VENV="${COTX_VENV:-$COTX_CACHE/venv}"
 # Separate cargo target dirs per part: builds of the daemon and of the extension do not
 # wait on each other's lock, and pgrx's feature set does not invalidate the daemon's cache.
-COTX_TARGET_PG="$COTX_CACHE/target-pg"
+# COTX_TARGET_PG may be set: a second worktree building pg_co then keeps its own cache.
+COTX_TARGET_PG="${COTX_TARGET_PG:-$COTX_CACHE/target-pg}"
 COTX_TARGET_COORD="$COTX_CACHE/target-coord"
 # Servers refuse to run as root (initdb); tests run them as this system user.
 COTX_USER="${COTX_USER:-cotx}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mysql_co's mysql-test runs against the installed MariaDB with the plugin loaded:
+# mysql_co's tests: the unit test of its rules (g++, no server), then mysql-test against the
+# installed MariaDB with the plugin loaded:
 #   1. our suite (mysql_co_plugin/mysql-test/mysql_co)
 #   2. MariaDB's own XA tests (main.xa*, innodb.*xa*) with mysql_co loaded and disabled
 #      (mysql_co_enabled=OFF): every test must pass, i.e. loading the plugin changes nothing
@@ -47,6 +48,16 @@ results() {  # mtr output -> "name status" lines
     | sed -E 's/ +(w[0-9]+ +)?\[ / /; s/ \]$//' | sort -u
 }
 fail=0
+
+# The rules without a server: mysql_co_rules.h is plain C++ (no server headers), so g++ alone
+# builds its unit test. Every verdict and the exact refusal texts are checked there.
+log "mysql_co rules unit test (mysql_co_plugin/mysql_co_rules_test.cc)"
+if g++ -std=c++17 -Wall -Wextra -Werror -o "$work/mysql_co_rules_test" \
+     "$COTX_ROOT/mysql_co_plugin/mysql_co_rules_test.cc" && "$work/mysql_co_rules_test" >&2; then
+  :
+else
+  log "mysql_co rules unit test FAILED"; fail=1
+fi
 
 log "mysql-test suite mysql_co"
 rec=(); [ "${MYSQL_CO_MTR_RECORD:-0}" = 1 ] && rec=(--record $(cd "$SUITE/t" && ls *.test | sed 's/^/mysql_co./; s/\.test$//'))

@@ -14,10 +14,7 @@
 
 #include "executor/executor.h"
 
-extern void co_gids_on_prepare_stmt(const char *gid);
-extern void co_ro_commit_prepared_start(const char *gid);
-extern void co_ro_commit_prepared_end(void);
-extern void co_ro_executor_start(void);
+#include "co_rust.h"
 
 static ProcessUtility_hook_type prev_utility = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;

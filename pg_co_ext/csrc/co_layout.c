@@ -11,6 +11,7 @@
 #include "storage/predicate_internals.h"
 
 #include "co_ssi.h"
+#include "co_rust.h"
 
 /* port.h maps printf to libpgport's pg_printf; this program links no PostgreSQL library. */
 #undef printf
@@ -21,6 +22,17 @@
 #define FIELD(cty, rty, f) \
 	printf("const _: () = assert!(::core::mem::offset_of!(%s, %s) == %zu, \"offset of %s.%s differs from C (%zu)\");\n", \
 		   #rty, #f, offsetof(cty, f), #rty, #f, offsetof(cty, f))
+/*
+ * A function shared by C and Rust: its C type (checked here against the header's
+ * declaration) and its Rust type (printed as an assertion on the Rust declaration or
+ * definition at `path`). This table is the one place both are written side by side.
+ */
+#define FN(name, cty, rty, path) \
+	do { \
+		_Static_assert(__builtin_types_compatible_p(__typeof__(&name), cty), \
+					   #name ": the header's declaration differs from co_layout.c's table"); \
+		printf("const _: () = { fn check() { let _: %s = %s; } };\n", rty, path); \
+	} while (0)
 #define FLAG(pg, rust) \
 	printf("const _: () = assert!(::pg_co_rules::flags::%s == %#x, \"pg_co_rules::flags::%s differs from %s (%#x)\");\n", \
 		   #rust, (unsigned) (pg), #rust, #pg, (unsigned) (pg))
@@ -59,6 +71,25 @@ main(void)
 	FIELD(co_edge, CoEdge, peer_pid);
 	FIELD(co_edge, CoEdge, peer_flags);
 	FIELD(co_edge, CoEdge, prepared_is_reader);
+
+	/* co_ssi.h, declared in src/ssi_ffi.rs */
+	FN(co_sxact_lock, void *(*)(void), "unsafe extern \"C\" fn() -> *mut ::core::ffi::c_void", "super::co_sxact_lock");
+	FN(co_addin_shmem_init_lock, void *(*)(void), "unsafe extern \"C\" fn() -> *mut ::core::ffi::c_void", "super::co_addin_shmem_init_lock");
+	FN(co_predxact_size, size_t (*)(void), "unsafe extern \"C\" fn() -> usize", "super::co_predxact_size");
+	FN(co_check_layout, const char *(*)(void **, int), "unsafe extern \"C\" fn(*mut *mut ::core::ffi::c_void, i32) -> *const ::core::ffi::c_char", "super::co_check_layout");
+	FN(co_my_procno, int32_t (*)(void), "unsafe extern \"C\" fn() -> i32", "super::co_my_procno");
+	FN(co_read_self, bool (*)(co_self *), "unsafe extern \"C\" fn(*mut CoSelf) -> bool", "super::co_read_self");
+	FN(co_read_edges, int (*)(bool, co_peer *, int), "unsafe extern \"C\" fn(bool, *mut CoPeer, i32) -> i32", "super::co_read_edges");
+	FN(co_read_prepared_edges, int (*)(const void *, co_edge *, int), "unsafe extern \"C\" fn(*const ::core::ffi::c_void, *mut CoEdge, i32) -> i32", "super::co_read_prepared_edges");
+	FN(co_last_commit_seq, uint64_t (*)(const void *), "unsafe extern \"C\" fn(*const ::core::ffi::c_void) -> u64", "super::co_last_commit_seq");
+	FN(co_prepare_seq_of, bool (*)(const void *, uint32_t, uint64_t *), "unsafe extern \"C\" fn(*const ::core::ffi::c_void, u32, *mut u64) -> bool", "super::co_prepare_seq_of");
+	FN(co_summarized_concurrent_reader, bool (*)(const void *), "unsafe extern \"C\" fn(*const ::core::ffi::c_void) -> bool", "super::co_summarized_concurrent_reader");
+	/* co_rust.h: C's hook installer declared in src/gids.rs; Rust's callbacks */
+	FN(co_install_utility_hook, void (*)(void), "unsafe extern \"C\" fn()", "crate::gids::co_install_utility_hook");
+	FN(co_gids_on_prepare_stmt, void (*)(const char *), "extern \"C\" fn(*const ::core::ffi::c_char)", "crate::gids::co_gids_on_prepare_stmt");
+	FN(co_ro_commit_prepared_start, void (*)(const char *), "extern \"C\" fn(*const ::core::ffi::c_char)", "crate::read_only::co_ro_commit_prepared_start");
+	FN(co_ro_commit_prepared_end, void (*)(void), "extern \"C\" fn()", "crate::read_only::co_ro_commit_prepared_end");
+	FN(co_ro_executor_start, void (*)(void), "extern \"C\" fn()", "crate::read_only::co_ro_executor_start");
 
 	FLAG(SXACT_FLAG_COMMITTED, COMMITTED);
 	FLAG(SXACT_FLAG_PREPARED, PREPARED);

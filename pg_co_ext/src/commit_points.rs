@@ -102,7 +102,7 @@ fn check(point: Point) {
         }
         shmem::bump(Counter::ChecksCommit, 1);
     }
-    let settings = Settings { rule_c: gucs::RULE_C.get(), rule_s: gucs::RULE_S.get() };
+    let settings = Settings { rule_c: gucs::RULE_C.get(), rule_s: gucs::RULE_S.get(), rule_c_read_only: gucs::RULE_C_READ_ONLY.get() };
     // Rule S's fact, read before SerializableXactHashLock (PostgreSQL's lock order); it
     // cannot become false while this transaction is open (docs/pg_co.md, "Rule S").
     let summarized_reader = point == Point::LocalCommit
@@ -116,7 +116,7 @@ fn check(point: Point) {
         let Some(mut snap) = ssi_ffi::read_own(&lock, shmem::marker_of) else {
             drop(lock);
             // Nothing read under SSI now; a READ ONLY reader may have been released as safe.
-            check_read_only(point, None);
+            check_read_only(point, None, &settings);
             return;
         };
         snap.me.summarized_concurrent_reader = summarized_reader;
@@ -127,7 +127,7 @@ fn check(point: Point) {
         if verdict == Verdict::Allow {
             mark(point, snap.sxact);
             drop(lock);
-            passed(point, snap.me.last_commit_before_snapshot, t0, wait_started);
+            passed(point, snap.me.last_commit_before_snapshot, &settings, t0, wait_started);
             return;
         }
         drop(lock);
@@ -161,7 +161,7 @@ fn check(point: Point) {
         let lock = SsiLock::exclusive();
         mark(point, snap.sxact);
         drop(lock);
-        check_read_only(point, Some(snap.me.last_commit_before_snapshot));
+        check_read_only(point, Some(snap.me.last_commit_before_snapshot), &settings);
         return;
     }
 }
@@ -177,23 +177,18 @@ fn mark(point: Point, sxact: *const std::ffi::c_void) {
 
 /// After a passed check, without the lock: rule C for READ ONLY readers comes after the
 /// edge check, not before (docs/pg_co.md, "Rule C for READ ONLY readers").
-fn passed(point: Point, snapshot_seq: u64, t0: Instant, wait_started: Option<Instant>) {
-    check_read_only(point, Some(snapshot_seq));
+fn passed(point: Point, snapshot_seq: u64, settings: &Settings, t0: Instant, wait_started: Option<Instant>) {
+    check_read_only(point, Some(snapshot_seq), settings);
     finish_timing(t0, wait_started);
     test_pause();
 }
 
-/// Rule C for a READ ONLY serializable transaction at its local COMMIT (src/read_only.rs).
-fn check_read_only(point: Point, seq_now: Option<u64>) {
-    let applies = point == Point::LocalCommit
-        && unsafe { pg_sys::XactReadOnly }
-        && unsafe { pg_sys::XactIsoLevel } == XACT_SERIALIZABLE
-        && gucs::RULE_C.get()
-        && gucs::RULE_C_READ_ONLY.get();
-    if applies {
-        if let Some(m) = read_only::check(seq_now) {
-            refusal::refuse(Refusal::RuleCReadOnly(m.xid, m.in_flight));
-        }
+/// Rule C for a READ ONLY serializable transaction at its local COMMIT: src/read_only.rs
+/// gathers the facts, pg_co_rules' `decide_read_only` decides whether it applies and what.
+fn check_read_only(point: Point, seq_now: Option<u64>, settings: &Settings) {
+    let verdict = read_only::check(point, seq_now, settings);
+    if verdict != Verdict::Allow {
+        refusal::refuse(Refusal::Rule(Point::LocalCommit, verdict));
     }
 }
 

@@ -45,7 +45,8 @@ pub unsafe fn install_hooks() {
 }
 
 extern "C" {
-    fn co_install_utility_hook();
+    // pub(crate): csrc/co_layout.c's signature check names it from src/ssi_ffi.rs.
+    pub(crate) fn co_install_utility_hook();
 }
 
 /// Called by csrc/co_gid_hook.c for PREPARE TRANSACTION, before the statement runs. Must not

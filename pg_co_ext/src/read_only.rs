@@ -10,11 +10,15 @@
 //! L's first ExecutorStart, before L can be released. At L's COMMIT, after rule C's edge
 //! check: refuse if some Y with prepareSeqNo <= S (prepared before L's snapshot) is in
 //! flight, or done with C > S (committed after L's snapshot, so L missed it), or if the
-//! ring overwrote an entry with C > S. No callback here raises an error.
+//! ring overwrote an entry with C > S. That decision is pg_co_rules' `decide_read_only`;
+//! this module keeps the records and hands them to it. No callback here raises an error.
 
 use crate::gids;
 use crate::ssi_ffi::{self, SsiLock};
+use pg_co_rules::read_only::{CommitRecords, Done as DoneRecord, InFlight as InFlightRecord, Overwritten, Reader};
+use pg_co_rules::{decide_read_only, Point, Settings, Verdict};
 use pgrx::pg_sys;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const RING: usize = 4096;
@@ -159,85 +163,82 @@ pub fn on_xact_end() {
     }
 }
 
-/// A 2PC transaction this READ ONLY reader may have missed: (xid, 0 if unknown).
-pub struct Missed {
-    pub xid: u32,
-    pub in_flight: bool,
+/// Rule C for a READ ONLY reader at its COMMIT: gathers the facts and asks pg_co_rules'
+/// `decide_read_only` (the decision lives there). `seq_now` is the reader's snapshot
+/// position when PostgreSQL still tracks it. Call after the edge check (docs/pg_co.md says why).
+pub fn check(point: Point, seq_now: Option<u64>, settings: &Settings) -> Verdict {
+    let Some(s) = shared() else { return Verdict::Allow };
+    let reader = unsafe {
+        Reader {
+            read_only: pg_sys::XactReadOnly,
+            serializable: pg_sys::XactIsoLevel == pg_sys::XACT_SERIALIZABLE as i32,
+            noted_seq: *std::ptr::addr_of!(SNAPSHOT_SEQ),
+            seq_now,
+            deferrable: pg_sys::XactDeferrable,
+            took_snapshot: pg_sys::FirstSnapshotSet,
+            began_us: pg_sys::GetCurrentTransactionStartTimestamp().max(0) as u64,
+        }
+    };
+    decide_read_only(point, &reader, settings, &Records { s, snapshot: Cell::new(None) })
 }
 
-/// Rule C for a READ ONLY reader at its COMMIT; `seq_now` is its snapshot position when
-/// PostgreSQL still tracks it. Call after the edge check (docs/pg_co.md says why).
-pub fn check(seq_now: Option<u64>) -> Option<Missed> {
-    let s = shared()?;
-    let noted = match unsafe { *std::ptr::addr_of!(SNAPSHOT_SEQ) } {
-        Some(noted) => noted.or(seq_now),
-        None => seq_now,
-    };
-    let Some(snap) = noted else {
-        // No SSI state at the first ExecutorStart: safe from its snapshot on (no Y was in
-        // doubt), except a DEFERRABLE reader, which PostgreSQL releases once its snapshot
-        // turns safe, possibly by Y's commit during the wait.
-        return if unsafe { pg_sys::XactDeferrable } { check_by_visibility(s) } else { None };
-    };
-    for i in 0..s.n_slots as i32 {
-        let Some(f) = slot(s, i) else { continue };
-        if f.active.load(Ordering::Acquire) == 1 && f.prepare_seq.load(Ordering::Relaxed) <= snap {
-            return Some(Missed { xid: f.xid.load(Ordering::Relaxed), in_flight: true });
+/// The shared records as pg_co_rules reads them: lazily, straight from shared memory.
+struct Records {
+    s: &'static Shared,
+    /// The reader's transaction snapshot, taken at the first visibility question only
+    /// (pg_co_rules asks none unless the reader took a snapshot already).
+    snapshot: Cell<Option<pg_sys::Snapshot>>,
+}
+
+impl CommitRecords for Records {
+    fn in_flight(&self) -> impl Iterator<Item = InFlightRecord> {
+        let s = self.s;
+        (0..s.n_slots as i32).filter_map(move |i| {
+            let f = slot(s, i)?;
+            (f.active.load(Ordering::Acquire) == 1)
+                .then(|| InFlightRecord { xid: f.xid.load(Ordering::Relaxed), prepare_seq: f.prepare_seq.load(Ordering::Relaxed) })
+        })
+    }
+
+    fn done(&self) -> impl Iterator<Item = Option<DoneRecord>> {
+        self.s.done.iter().map(read_entry)
+    }
+
+    fn overwritten(&self) -> Overwritten {
+        Overwritten {
+            max_commit_seq: self.s.overwritten_max.load(Ordering::Acquire),
+            max_end_us: self.s.overwritten_max_end.load(Ordering::Acquire),
         }
     }
-    for e in s.done.iter() {
-        let Some((xid, p, c)) = read_entry(e) else {
-            return Some(Missed { xid: 0, in_flight: false }); // kept being rewritten: be careful
+
+    fn invisible(&self, xid: u32) -> bool {
+        let snapshot = match self.snapshot.get() {
+            Some(snap) => snap,
+            None => {
+                let snap = unsafe { pg_sys::GetTransactionSnapshot() };
+                self.snapshot.set(Some(snap));
+                snap
+            }
         };
-        if c != 0 && p <= snap && c > snap {
-            return Some(Missed { xid, in_flight: false });
-        }
+        unsafe { xid == 0 || pg_sys::XidInMVCCSnapshot(pg_sys::TransactionId::from_inner(xid), snapshot) }
     }
-    if s.overwritten_max.load(Ordering::Acquire) > snap {
-        return Some(Missed { xid: 0, in_flight: false });
-    }
-    None
 }
 
-/// A consistent copy of one ring entry (a writer holds it for nanoseconds).
-fn read_entry(e: &Done) -> Option<(u32, u64, u64)> {
+/// A consistent copy of one ring entry (a writer holds it for nanoseconds); None when it
+/// kept being rewritten.
+fn read_entry(e: &Done) -> Option<DoneRecord> {
     for _ in 0..10_000 {
         let s0 = e.seq.load(Ordering::Acquire);
-        let v = (e.xid.load(Ordering::Relaxed), e.prepare_seq.load(Ordering::Relaxed), e.commit_seq.load(Ordering::Relaxed));
+        let v = DoneRecord {
+            xid: e.xid.load(Ordering::Relaxed),
+            prepare_seq: e.prepare_seq.load(Ordering::Relaxed),
+            commit_seq: e.commit_seq.load(Ordering::Relaxed),
+            end_us: e.end_us.load(Ordering::Relaxed),
+        };
         if s0 % 2 == 0 && e.seq.load(Ordering::Acquire) == s0 {
             return Some(v);
         }
         std::hint::spin_loop();
     }
     None
-}
-
-/// A DEFERRABLE READ ONLY reader without a snapshot position: the 2PC transactions its
-/// snapshot does not see whose COMMIT PREPARED is in flight or ended
-/// after the reader began; an overwritten entry that ended after that: be careful.
-fn check_by_visibility(s: &'static Shared) -> Option<Missed> {
-    if !unsafe { pg_sys::FirstSnapshotSet } {
-        return None; // it read nothing
-    }
-    let snapshot = unsafe { pg_sys::GetTransactionSnapshot() };
-    // Invisible to the snapshot. (No "started before it" filter on xmax: a transaction in
-    // progress at the snapshot can have an xid >= xmax, which is latestCompletedXid + 1.)
-    let missed = |xid: u32| unsafe { xid == 0 || pg_sys::XidInMVCCSnapshot(pg_sys::TransactionId::from_inner(xid), snapshot) };
-    let began = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() }.max(0) as u64;
-    for i in 0..s.n_slots as i32 {
-        let Some(f) = slot(s, i) else { continue };
-        let xid = f.xid.load(Ordering::Relaxed);
-        if f.active.load(Ordering::Acquire) == 1 && missed(xid) {
-            return Some(Missed { xid, in_flight: true });
-        }
-    }
-    for e in s.done.iter() {
-        let Some((xid, _, c)) = read_entry(e) else {
-            return Some(Missed { xid: 0, in_flight: false });
-        };
-        if c != 0 && e.end_us.load(Ordering::Relaxed) >= began && missed(xid) {
-            return Some(Missed { xid, in_flight: false });
-        }
-    }
-    (s.overwritten_max_end.load(Ordering::Acquire) >= began).then_some(Missed { xid: 0, in_flight: false })
 }

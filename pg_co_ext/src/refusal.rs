@@ -13,7 +13,7 @@ pub enum Refusal {
     NotSerializable,
     ReadOnly,
     WaitTimeout,
-    #[allow(dead_code)] // kept for callers without a context
+    /// A rule refusal without a context (rule C for READ ONLY readers: no wait, no edge).
     Rule(Point, Verdict),
     /// co.decide outside SERIALIZABLE / in a READ ONLY transaction, or followed by PREPARE.
     DecisionNotSerializable,
@@ -21,9 +21,6 @@ pub enum Refusal {
     DecisionPrepared,
     /// co.decide found the gtid already decided (recovery resolved it as abort).
     AlreadyDecided(String),
-    /// Rule C for a READ ONLY reader: the 2PC transaction it may have missed (xid, 0 when
-    /// unknown) and whether its COMMIT PREPARED is still running.
-    RuleCReadOnly(u32, bool),
     /// A rule refusal with what the check saw besides the blocker.
     RuleWith(Point, Verdict, Context),
 }
@@ -87,6 +84,7 @@ fn blocker_line(point: Point, v: &Verdict, ctx: &Context) -> String {
         Verdict::RuleBInDoubtReader(p, st) => ("B", Some((p, *st))),
         Verdict::RuleCStaleLocalRead(p, st) => ("C", Some((p, *st))),
         Verdict::RuleSSummarizedReader(out) => ("S", out.as_ref().map(|(p, st)| (p, *st))),
+        Verdict::RuleCReadOnly(_) => ("C", None),
         Verdict::Allow => ("-", None),
     };
     let point = match point {
@@ -95,14 +93,21 @@ fn blocker_line(point: Point, v: &Verdict, ctx: &Context) -> String {
         Point::Decision => "DECISION",
     };
     let dash = || "-".to_string();
-    let (xid, gid, pid, state) = match peer {
-        Some((p, st)) => (
+    let (xid, gid, pid, state) = match (peer, v) {
+        // No SSI peer: what pg_co's commit records tell of the transaction it missed.
+        (_, Verdict::RuleCReadOnly(m)) => (
+            if m.xid != 0 { m.xid.to_string() } else { dash() },
+            (if m.xid == 0 { None } else { crate::gids::lookup(m.xid) }).map_or_else(dash, |g| format!("'{}'", g.replace('\'', "''"))),
+            "0".to_string(),
+            (if m.in_flight { "committing" } else { "committed_2pc" }).to_string(),
+        ),
+        (Some((p, st)), _) => (
             if p.xid != 0 { p.xid.to_string() } else { dash() },
             gid_for(p, st).map_or_else(dash, |g| format!("'{}'", g.replace('\'', "''"))),
             p.pid.to_string(),
             state_word(st).to_string(),
         ),
-        None => (dash(), dash(), dash(), dash()),
+        (None, _) => (dash(), dash(), dash(), dash()),
     };
     format!(
         "pg_co blocker: rule={rule} point={point} xid={xid} gid={gid} pid={pid} state={state} summarized={} waited_ms={}",
@@ -136,12 +141,11 @@ fn counters(r: &Refusal) -> Option<(Counter, Counter)> {
     Some(match r {
         Refusal::NotSerializable => (Counter::RefusedNotSerializable, Counter::ObservedNotSerializable),
         Refusal::ReadOnly => (Counter::RefusedReadOnly, Counter::ObservedReadOnly),
-        Refusal::RuleCReadOnly(..) => (Counter::RefusedRuleC, Counter::ObservedRuleC),
         Refusal::Rule(_, v) | Refusal::RuleWith(_, v, _) => match v {
             Verdict::RuleAOutEdge(..) => (Counter::RefusedRuleA, Counter::ObservedRuleA),
             Verdict::RuleASummarized => (Counter::RefusedSummarized, Counter::ObservedSummarized),
             Verdict::RuleBInDoubtReader(..) => (Counter::RefusedRuleB, Counter::ObservedRuleB),
-            Verdict::RuleCStaleLocalRead(..) => (Counter::RefusedRuleC, Counter::ObservedRuleC),
+            Verdict::RuleCStaleLocalRead(..) | Verdict::RuleCReadOnly(_) => (Counter::RefusedRuleC, Counter::ObservedRuleC),
             Verdict::RuleSSummarizedReader(..) => (Counter::RefusedRuleS, Counter::ObservedRuleS),
             Verdict::Allow => return None,
         },
@@ -237,27 +241,6 @@ fn build(r: Refusal) -> ErrorReport {
         )
         .set_detail("Recovery resolved it (co.resolve) before this decision, so it is aborted.")
         .set_hint("Roll back and retry the global transaction under a new id."),
-        Refusal::RuleCReadOnly(xid, in_flight) => {
-            let who = if xid == 0 {
-                "a 2PC transaction pg_co no longer remembers individually".to_string()
-            } else {
-                match crate::gids::lookup(xid) {
-                    Some(g) => format!("transaction {xid} (gid '{}')", g.replace('\'', "''")),
-                    None => format!("transaction {xid}"),
-                }
-            };
-            let state = if in_flight { "committing" } else { "committed_2pc" };
-            let gid = if xid == 0 { None } else { crate::gids::lookup(xid) };
-            let detail = format!(
-                "This READ ONLY transaction's snapshot missed {who}, which was prepared before it and committed through COMMIT PREPARED since; other commits in that snapshot may depend on it, and PostgreSQL does not keep a READ ONLY transaction's rw-conflicts to tell whether it read that transaction's data.\npg_co blocker: rule=C point=COMMIT xid={} gid={} pid=0 state={state} summarized=no waited_ms=0",
-                if xid == 0 { "-".to_string() } else { xid.to_string() },
-                gid.map_or_else(|| "-".to_string(), |g| format!("'{}'", g.replace('\'', "''"))),
-            );
-            let msg = "pg_co refused COMMIT: commitment ordering rule C (READ ONLY reader)";
-            ErrorReport::new(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, msg, "pg_co")
-                .set_detail(detail)
-                .set_hint("Retry the transaction.")
-        }
         Refusal::Rule(point, v) => rule_report(point, v, Context::default()),
         Refusal::RuleWith(point, v, ctx) => rule_report(point, v, ctx),
     }
@@ -283,6 +266,21 @@ fn rule_report(point: Point, v: Verdict, ctx: Context) -> ErrorReport {
             "pg_co refused COMMIT: commitment ordering rule C".to_string(),
             format!("This local transaction missed a write of {}, which was prepared before this transaction's snapshot; other commits in that snapshot may depend on it.", describe(&p, st)),
         ),
+        Verdict::RuleCReadOnly(m) => {
+            let who = if m.xid == 0 {
+                "a 2PC transaction pg_co no longer remembers individually".to_string()
+            } else {
+                match crate::gids::lookup(m.xid) {
+                    Some(g) => format!("transaction {} (gid '{}')", m.xid, g.replace('\'', "''")),
+                    None => format!("transaction {}", m.xid),
+                }
+            };
+            (
+                // Only at a local COMMIT (decide_read_only applies nowhere else).
+                "pg_co refused COMMIT: commitment ordering rule C (READ ONLY reader)".to_string(),
+                format!("This READ ONLY transaction's snapshot missed {who}, which was prepared before it and committed through COMMIT PREPARED since; other commits in that snapshot may depend on it, and PostgreSQL does not keep a READ ONLY transaction's rw-conflicts to tell whether it read that transaction's data."),
+            )
+        }
         Verdict::RuleSSummarizedReader(out) => (
             "pg_co refused COMMIT: rule S (a reader PostgreSQL summarized)".to_string(),
             format!(

@@ -80,7 +80,9 @@ def test_mysql_co_variables_status_and_tables(mariadb):
     plugins = {r[0].lower() for r in mariadb.sql("SELECT PLUGIN_NAME FROM information_schema.PLUGINS")}
     # Lowercase mysql_co_* in the docs: system variables, plugins, or these names of code.
     code = {"mysql_co_plugin": (ROOT / "mysql_co_plugin").is_dir(),           # the folder
-            "mysql_co_layout": "mysql_co_layout.h" in (ROOT / "scripts" / "build-mysql-co.sh").read_text()}  # generated header
+            "mysql_co_layout": "mysql_co_layout.h" in (ROOT / "scripts" / "build-mysql-co.sh").read_text(),  # generated header
+            "mysql_co_rules": (ROOT / "mysql_co_plugin" / "mysql_co_rules.h").is_file(),            # the rules' header
+            "mysql_co_rules_test": (ROOT / "mysql_co_plugin" / "mysql_co_rules_test.cc").is_file()}  # and its unit test
     check(named(r"\b(mysql_co_[a-z_]+)\b"), lambda n: n in variables or n in plugins or code.get(n, False),
           "mysql_co_no_such_variable")
     check(named(r"\b(Mysql_co_[a-z_]+)\b"), lambda n: n.lower() in status, "Mysql_co_no_such_status")

@@ -70,9 +70,11 @@ SOURCES = {
                                  "the transaction is not SERIALIZABLE", "the transaction is READ ONLY",
                                  "pg_co: lock_timeout expired while waiting",
                                  "COMMIT of a global decision (co.decide)", "is already decided"],
-    "mysql_co_plugin/mysql_co.cc": ['"mysql_co: ") + what + " refused by the restart gate',
-                                    '"mysql_co: ") + what + " refused: this XA branch ran at "',
-                                    "ER_XA_RBROLLBACK"],
+    # The refusal texts live beside the rules (co_rules::message); the plugin raises them.
+    "mysql_co_plugin/mysql_co_rules.h": ['"mysql_co: " + what + " refused by the restart gate',
+                                         '"mysql_co: " + what + " refused: this XA branch ran at "',
+                                         '" This branch was rolled back."'],
+    "mysql_co_plugin/mysql_co.cc": ["ER_XA_RBROLLBACK"],
 }
 
 

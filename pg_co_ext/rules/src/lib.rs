@@ -1,7 +1,11 @@
 //! The commitment-ordering (CO) decisions of `pg_co`, free of PostgreSQL so that unit tests
 //! reach them without a server. The extension copies what PostgreSQL's SSI knows about the
 //! deciding transaction and its rw-conflict peers into [`SelfView`] and [`Peer`] values,
-//! and asks [`decide`] what to do. The rules and their derivations: docs/pg_co.md.
+//! and asks [`decide`] what to do; for a READ ONLY reader at its COMMIT it also asks
+//! [`decide_read_only`] (module [`read_only`]). The rules and their derivations: docs/pg_co.md.
+
+pub mod read_only;
+pub use read_only::{decide_read_only, MissedCommit};
 
 /// Bits of `SERIALIZABLEXACT.flags` (storage/predicate_internals.h; the same in 15 to 18).
 /// pg_co's build asserts each against the C macro of the major it builds for (build.rs).
@@ -114,11 +118,13 @@ pub struct Settings {
     pub rule_c: bool,
     /// Rule S: local writers that may have missed an edge from a summarized reader.
     pub rule_s: bool,
+    /// Rule C for READ ONLY readers (also needs `rule_c`): [`decide_read_only`].
+    pub rule_c_read_only: bool,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { rule_c: true, rule_s: true }
+        Settings { rule_c: true, rule_s: true, rule_c_read_only: true }
     }
 }
 
@@ -140,6 +146,9 @@ pub enum Verdict {
     /// R concurrent with T was summarized: R -rw-> T may exist unrecorded, closing the
     /// cycle T -> X -> ... -> R -> T that PostgreSQL's own check cannot see.
     RuleSSummarizedReader(Option<(Peer, PeerState)>),
+    /// Rule C for a READ ONLY reader L (only from [`decide_read_only`]): L's snapshot may
+    /// have missed this 2PC transaction, prepared before that snapshot and committed since.
+    RuleCReadOnly(MissedCommit),
 }
 
 /// The decision at one commit point. Rule A comes first: waiting cannot cure it.
