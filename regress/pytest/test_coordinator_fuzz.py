@@ -10,7 +10,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                status_code_conformance)
 
 from cotx import Coordinator  # noqa: E402
-from cotx.testing import make_daemon  # noqa: E402
+from cotest.coord import make_daemon  # noqa: E402
 
 EXAMPLES_PER_OPERATION = 25
 # The daemon's document is OpenAPI 3.1 (derived from its Rust types); schemathesis 3
