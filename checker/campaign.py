@@ -427,7 +427,7 @@ class Campaign:
         return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:top])
 
     def prepared(self) -> tuple[list, list]:
-        from cotx.testing import my_prepared, pg_prepared
+        from cotest.coord import my_prepared, pg_prepared
         return pg_prepared(self.pg), my_prepared(self.my)
 
     def run(self) -> dict:

@@ -19,7 +19,7 @@ import time
 
 from cotest import MariaServer, PgServer
 from cotx import Coordinator
-from cotx.testing import make_daemon
+from cotest.coord import make_daemon
 
 ROWS = 1000
 

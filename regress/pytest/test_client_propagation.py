@@ -17,7 +17,7 @@ import pytest
 from cotx import GTID_HEADER, Coordinator, CotxError, gtid_from_headers, set_gtid
 from cotx.daemon import Daemon
 from cotx.propagation import traceparent_from_headers
-from cotx.testing import pg_prepared, wait_until
+from cotest.coord import pg_prepared, wait_until
 from cotx.trace import TraceContext, valid
 
 ROOT = Path(__file__).resolve().parents[2]

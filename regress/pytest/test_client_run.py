@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from cotx import Coordinator, RetryableError, TransactionAborted
 from cotx.retry import backoff
-from cotx.testing import make_daemon, nothing_prepared
+from cotest.coord import make_daemon, nothing_prepared
 
 from conftest import requires_mysql_co
 

@@ -4,7 +4,7 @@ still go through SQLAlchemy, the global transaction commits or aborts on both en
 the pooled connection is handed back as SQLAlchemy left it (not in autocommit)."""
 import pytest
 from cotx import Coordinator, CotxError
-from cotx.testing import make_daemon, nothing_prepared
+from cotest.coord import make_daemon, nothing_prepared
 from sqlalchemy import create_engine, text
 
 

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 from cotx import Coordinator
-from cotx.testing import make_daemon, my_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, my_prepared, pg_prepared, wait_until
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 CLIENT, OPERATOR, METRICS = "client-" + "k" * 16, "operator-" + "p" * 16, "metrics-" + "q" * 16

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 from cotx import Coordinator
-from cotx.testing import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
 
 # A client process: one global transaction over both engines; `mode` makes it stop (and
 # wait to be killed) at a chosen point.

@@ -15,7 +15,7 @@ from cotest import MariaServer, PgServer
 from cotest.certs import make_ca, make_cert
 from cotest.servers import _chown
 from cotx import Coordinator
-from cotx.testing import wait_until
+from cotest.coord import wait_until
 from cotx.daemon import Daemon
 
 from test_coordinator_crash import CHILD

@@ -16,7 +16,7 @@ import time
 import pytest
 from cotest import PgReplicaPair
 from cotx import Coordinator, CotxError, TransactionAborted
-from cotx.testing import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from test_coordinator_crash import Child, committed_both  # noqa: F401
 

@@ -6,7 +6,7 @@ import time
 
 import psycopg
 import pytest
-from cotx.testing import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
 
 from cotx import Coordinator, CoordinatorError, PrepareRefused, RetryableError, TransactionAborted
 

@@ -9,7 +9,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                status_code_conformance)
 
 from cotx import Coordinator  # noqa: E402
-from cotx.testing import make_daemon  # noqa: E402
+from cotest.coord import make_daemon  # noqa: E402
 
 EXAMPLES_PER_OPERATION = 25
 # 503 with one of these codes is the daemon saying "not now, retry" (coordinator-daemon/

@@ -8,7 +8,7 @@ import threading
 import urllib.request
 
 import psycopg
-from cotx.testing import make_daemon, pg_prepared, wait_until
+from cotest.coord import make_daemon, pg_prepared, wait_until
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"

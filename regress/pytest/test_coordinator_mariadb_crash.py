@@ -3,7 +3,7 @@ incident, never "finished by its owner" (the coordinator-safety suite's defect 6
 module of its own because it restarts MariaDB)."""
 import pytest
 from cotx import Coordinator
-from cotx.testing import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from test_coordinator_crash import Child
 

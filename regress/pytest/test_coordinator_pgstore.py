@@ -4,7 +4,7 @@ completes every branch; the record is marked finished once all branches are (and
 answerable, for timeouts.outcome_retention_ms)."""
 import pytest
 from cotx import Coordinator
-from cotx.testing import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from test_coordinator_crash import Child, committed_both
 

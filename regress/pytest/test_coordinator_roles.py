@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from cotx import Coordinator
 from cotx.daemon import find_binary
-from cotx.testing import make_daemon
+from cotest.coord import make_daemon
 
 CLIENT, OPERATOR, METRICS = "client-" + "c" * 16, "operator-" + "o" * 16, "metrics-" + "m" * 16
 

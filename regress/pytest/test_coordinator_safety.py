@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from cotx import Coordinator, CotxError, OutcomeUnknown, client as cl
 from cotx.daemon import Daemon
-from cotx.testing import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
 
 from test_coordinator_crash import Child, absent_both, committed_both  # noqa: F401
 

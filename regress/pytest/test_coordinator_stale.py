@@ -16,7 +16,7 @@ import time
 
 import psycopg
 from cotx import Coordinator, CotxError
-from cotx.testing import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from test_coordinator_crash import absent_both, committed_both  # noqa: F401
 from test_coordinator_safety import api, daemons, metric, peers, shared_store, tables  # noqa: F401

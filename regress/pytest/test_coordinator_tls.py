@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from cotx import Coordinator, CotxError
 from cotx.daemon import find_binary
-from cotx.testing import make_daemon
+from cotest.coord import make_daemon
 from cotest.certs import make_ca, make_cert
 
 

@@ -12,7 +12,7 @@ import psycopg
 import pymysql
 from cotx import Coordinator
 from cotx.daemon import Daemon
-from cotx.testing import nothing_prepared, wait_until
+from cotest.coord import nothing_prepared, wait_until
 
 from conftest import requires_mysql_co, requires_pg_co
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 from cotx import Coordinator
-from cotx.testing import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from checker import Txn, check
 from checker import bank

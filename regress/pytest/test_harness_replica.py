@@ -9,7 +9,7 @@ import threading
 import psycopg
 import pytest
 from cotest import PgReplicaPair
-from cotx.testing import wait_until
+from cotest.coord import wait_until
 
 
 @pytest.fixture

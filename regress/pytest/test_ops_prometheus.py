@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cotx.daemon import Daemon, find_binary
-from cotx.testing import wait_until
+from cotest.coord import wait_until
 
 from cotest import free_port
 from cotx import Coordinator

@@ -12,7 +12,9 @@
 A refused prepare raises RetryableError (subclass PrepareRefused). Transactions with a
 single branch and no other participant commit in one phase.
 """
-from .client import Branch, Coordinator, Transaction
+from .branch import Branch
+from .coordinator import Coordinator
+from .transaction import Transaction
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
 from .propagation import HEADER as GTID_HEADER

@@ -1,36 +1,12 @@
-"""Helpers for tests and benches of the coordinator: start a real daemon on a PostgreSQL
-and a MariaDB server (harness objects), and look at what is prepared."""
-from __future__ import annotations
+"""Deprecated: the test helpers moved to the harness, `cotest.coord` (harness/cotest/coord.py),
+since they are no part of the shipped client. This shim re-exports them so old imports
+keep working; it needs the cotest package installed (scripts/install-python-packages.sh).
 
-import time
+Not a cycle: cotest.coord imports cotx.daemon, which imports nothing of cotx.
+"""
+import warnings
 
-from .daemon import Daemon
+from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until  # noqa: F401
 
-
-def make_daemon(pg, mariadb, **kw) -> Daemon:
-    return Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2},
-                   {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2}], **kw)
-
-
-def pg_prepared(pg) -> list[str]:
-    return [r[0] for r in pg.sql("SELECT gid FROM pg_prepared_xacts ORDER BY gid")]
-
-
-def my_prepared(mariadb) -> list[bytes]:
-    return [r[3] for r in mariadb.sql("XA RECOVER")]
-
-
-def wait_until(pred, timeout: float = 30.0, what: str = "condition", step: float = 0.1):
-    """Polls pred until it returns a truthy value; fails with `what` after timeout."""
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what} (last value: {last!r})")
-
-
-def nothing_prepared(pg, mariadb) -> bool:
-    return not pg_prepared(pg) and not my_prepared(mariadb)
+warnings.warn("cotx.testing moved to cotest.coord (the test harness); import it from there",
+              DeprecationWarning, stacklevel=2)

@@ -1,0 +1,144 @@
+"""One database's part of a global transaction (`tx.branch(conn, resource)`): its state
+machine and its conversation with the coordinator about itself (registration, the
+"failed" report, the "finished" acknowledgement).
+
+    new → active → ready → prepared → finished | rolled_back | failed
+
+(and left_to_coordinator, set by the Transaction when the owner's session could not finish
+the branch: the daemon finishes it).
+
+Branches run on the application's own connections: psycopg 3 (PostgreSQL) or PyMySQL
+(MariaDB). The owner keeps its session until the decision and finishes its branch itself
+(a MariaDB read-only branch is lost if its session closes first); the coordinator
+finishes branches whose owner is gone.
+
+The SQL it runs is cotx.dialect's; the requests go through its Transaction
+(`tx._request`, `tx._send_nowait`), so every one carries the transaction's trace context.
+It imports neither cotx.transaction nor cotx.coordinator.
+"""
+from __future__ import annotations
+
+from ._http import _q
+from .dialect import DIALECTS, ISOLATION_LEVELS, _already_finished, _kind_of, _retryable
+from .errors import CotxError, PrepareRefused, RetryableError, TransactionAborted
+
+
+class Branch:
+    """One database's part of a global transaction, on the owner's connection. `tx` is its
+    cotx.transaction.Transaction (not imported here: that module imports this one)."""
+
+    def __init__(self, tx, conn, resource: str, branch_id: str,
+                 isolation: str = "SERIALIZABLE"):
+        if isolation not in ISOLATION_LEVELS:
+            raise CotxError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
+        self.tx, self.conn, self.resource, self.branch_id = tx, conn, resource, branch_id
+        self.isolation = isolation
+        self.kind = _kind_of(conn)
+        self._sql = DIALECTS[self.kind]
+        self.state = "new"          # new → active → ready → prepared → finished | rolled_back | failed
+        self.gid = None             # PostgreSQL
+        self.xid = None             # MariaDB (gtrid, bqual, format_id)
+
+    @property
+    def _engine_id(self):
+        """What the engine knows the branch by: the gid or the xid."""
+        return self.gid if self.kind == "postgres" else self.xid
+
+    def __enter__(self) -> "Branch":
+        reg = {"resource": self.resource, "branch_id": self.branch_id}
+        if self.tx._gtid is None:
+            body = {"branch": reg}
+            if self.tx._timeout_ms is not None:
+                body["timeout_ms"] = self.tx._timeout_ms
+            begun = self.tx._request("POST", "/v1/transactions", body)
+            self.tx._gtid = begun["gtid"]
+            r = begun["branch"]
+        else:
+            r = self.tx._request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
+        if r["kind"] != self.kind:
+            raise CotxError(f"resource {self.resource!r} is {r['kind']} at the coordinator but the connection is {self.kind}")
+        try:
+            if self.kind == "postgres":
+                self.gid = r["gid"]
+            else:
+                x = r["xid"]
+                self.xid = (x["gtrid"], x["bqual"], x["format_id"])
+            self._sql.begin(self.conn, self._engine_id, self.isolation)
+        except Exception as e:
+            self._report_failed(f"begin failed: {e}", False)
+            raise
+        self.state = "active"
+        self.tx._branches.append(self)
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is None:
+            self.state = "ready"
+            return False
+        self._rollback_unprepared()
+        retry = _retryable(ev)
+        self._report_failed(f"{et.__name__}: {ev}", retry)
+        self.state = "failed"
+        if retry:
+            # A serialization failure, deadlock or lock timeout inside the branch: the same
+            # exception class as a refused prepare, so one `except RetryableError` retries.
+            raise RetryableError(self.tx.gtid, f"{self.resource}: {ev}") from ev
+        return False
+
+    def _report_failed(self, reason: str, retryable: bool) -> None:
+        try:
+            self.tx._request(
+                "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/failed",
+                {"reason": reason[:900], "retryable": bool(retryable)})
+        except CotxError:
+            pass  # the coordinator aborts on timeout anyway (presumed abort)
+
+    def _rollback_unprepared(self) -> None:
+        try:
+            self._sql.rollback_unprepared(self.conn, self._engine_id)
+        except Exception:  # noqa: BLE001 - the session may be broken; the engine rolls back
+            pass
+
+    def prepare(self) -> None:
+        """PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and raises."""
+        try:
+            self._sql.prepare(self.conn, self._engine_id)
+        except Exception as e:
+            self._rollback_unprepared()
+            self.state = "failed"
+            retry = _retryable(e)
+            self._report_failed(f"prepare refused: {e}", retry)
+            if retry:
+                raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
+            raise TransactionAborted(self.tx.gtid, f"{self.resource}: prepare failed: {e}") from e
+        self.state = "prepared"
+
+    def commit_one_phase(self) -> None:
+        self._sql.commit_one_phase(self.conn, self._engine_id)
+
+    def finish(self, outcome: str, ack: bool = True) -> None:
+        """Gives a prepared branch the decided outcome on the owner's session."""
+        try:
+            self._sql.finish(self.conn, self._engine_id, outcome)
+        except Exception as e:  # noqa: BLE001
+            # Already finished by the coordinator (its owner grace period ran out).
+            if _already_finished(e):
+                pass
+            else:
+                raise
+        self.state = "finished" if outcome == "commit" else "rolled_back"
+        if ack:
+            # Recovery confirms the branch if this acknowledgement is lost.
+            self.tx._send_nowait(
+                "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/finished",
+                {"outcome": outcome})
+
+    def rollback(self) -> None:
+        if self.state == "prepared":
+            try:
+                self.finish("abort")
+            except Exception:  # noqa: BLE001 - the coordinator's recovery rolls it back
+                pass
+        elif self.state in ("active", "ready"):
+            self._rollback_unprepared()
+            self.state = "rolled_back"

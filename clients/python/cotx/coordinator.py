@@ -1,0 +1,86 @@
+"""The API facade: `Coordinator(url or urls, token)`, a handle on the coordinator daemons
+of one deployment, with the plain API calls (begin, get, decision, list, health) and the
+entry points of a global transaction (transaction, join, join_from, run).
+
+The top of the client: it builds on cotx._http (the transport) and cotx.transaction.
+"""
+from __future__ import annotations
+
+from ._http import _Http, _q
+from .errors import CotxError
+from .propagation import HEADER as GTID_HEADER
+from .propagation import gtid_from_headers, traceparent_from_headers
+from .trace import TraceContext
+from .transaction import Transaction
+
+
+class Coordinator:
+    """Handle on a coordinator daemon: `Coordinator("http://127.0.0.1:7420", token)`, or on
+    several daemons of one deployment (`Coordinator([url1, url2, url3], token)`): requests go
+    to the first, and to the others when it cannot be reached."""
+
+    def __init__(self, url: str | list[str], token: str | None = None, timeout: float = 10.0,
+                 decision_timeout: float = 120.0, cafile: str | None = None):
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("at least one coordinator url is needed")
+        self.http = _Http(urls[0], token, timeout, cafile)
+        self.http.alternates = urls[1:]
+        self.decision_timeout = decision_timeout
+
+    # --- plain API calls -------------------------------------------------------------
+    def begin(self, timeout_ms: int | None = None, traceparent: str | None = None) -> str:
+        body = {"timeout_ms": timeout_ms} if timeout_ms is not None else {}
+        return self.http.request("POST", "/v1/transactions", body, traceparent=traceparent)["gtid"]
+
+    def get(self, gtid: str) -> dict:
+        return self.http.request("GET", f"/v1/transactions/{_q(gtid)}")
+
+    def decision(self, gtid: str, wait_ms: int = 0, traceparent: str | None = None) -> dict:
+        return self.http.request("GET", f"/v1/transactions/{_q(gtid)}/decision?wait_ms={int(wait_ms)}",
+                                 timeout=self.http.timeout + wait_ms / 1000.0, traceparent=traceparent)
+
+    def list(self, state: str | None = None) -> list[dict]:
+        path = "/v1/transactions" + (f"?state={_q(state)}" if state else "")
+        return self.http.request("GET", path)["transactions"]
+
+    def health(self) -> dict:
+        return self.http.request("GET", "/healthz")
+
+    # --- context managers ------------------------------------------------------------
+    def transaction(self, timeout_ms: int | None = None, decide_in_participant: bool = False,
+                    traceparent: str | None = None) -> "Transaction":
+        """A new global transaction; this process is its root and decides it at exit.
+        It is begun at the coordinator together with its first branch (one round trip),
+        or when tx.gtid is first read. decide_in_participant=True: the last PostgreSQL
+        branch is not prepared but commits in one phase with the global decision written
+        inside it (pg_co's co.decide; its resource needs `decisions = true` at the
+        coordinator): one store write and one round trip fewer.
+        traceparent: the caller's W3C trace context; without it OpenTelemetry's current
+        span if the API is installed, else a trace id of the transaction's own (cotx.trace)."""
+        return Transaction(self, None, root=True, timeout_ms=timeout_ms, decide_in_participant=decide_in_participant,
+                           trace=TraceContext.resolve(traceparent))
+
+    def run(self, fn, retries: int = 5, **kw):
+        """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
+        times with jittered exponential backoff; returns fn's result (cotx.retry.run)."""
+        from .retry import run
+        return run(self, fn, retries, **kw)
+
+    def join(self, gtid: str, wait: bool = True, traceparent: str | None = None) -> "Transaction":
+        """Take part in a global transaction begun elsewhere (gtid propagated as a string).
+        At exit the branches are prepared and reported; with wait=True the exit then waits
+        for the root's decision and finishes the branches, with wait=False a background
+        thread does (call tx.wait() to collect its result). traceparent: as transaction()."""
+        return Transaction(self, gtid, root=False, wait=wait, trace=TraceContext.resolve(traceparent))
+
+    def join_from(self, headers, wait: bool = True, traceparent: str | None = None) -> "Transaction":
+        """join() with the gtid of an incoming request's headers (`Cotx-Gtid`, put there by
+        tx.headers() or another client's propagation); its `traceparent`, if any, is the
+        trace context unless one is given or OpenTelemetry has a current span. Raises
+        CotxError when the request carries no gtid."""
+        gtid = gtid_from_headers(headers)
+        if gtid is None:
+            raise CotxError(f"the request carries no {GTID_HEADER} header: not called inside a global transaction")
+        return Transaction(self, gtid, root=False, wait=wait,
+                           trace=TraceContext.resolve(traceparent, traceparent_from_headers(headers)))

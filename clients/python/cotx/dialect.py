@@ -1,0 +1,144 @@
+"""The SQL each engine is driven with, and what its errors mean.
+
+PostgreSQL (psycopg 3): `BEGIN ISOLATION LEVEL …`, `PREPARE TRANSACTION '<gid>'`,
+`COMMIT PREPARED` / `ROLLBACK PREPARED`, and pg_co's `co.decide` for a decision kept in
+the participant. MariaDB (PyMySQL): `XA START / END / PREPARE / COMMIT / ROLLBACK` on an
+xid. Also: which driver a connection belongs to, the gid check before a gid is spelled
+into SQL, and the error codes the client looks at (whether retrying may cure an error is
+cotx.refusals' to say).
+
+Every function takes the owner's connection and the branch's id at the engine (a gid
+string, or an xid triple); none of them knows about the coordinator or the branch's state.
+"""
+from __future__ import annotations
+
+import re
+
+from .errors import CotxError
+from .refusals import classify
+
+PG_NO_SUCH_PREPARED = "42704"
+MY_XAER_NOTA = 1397
+
+# PostgreSQL's longest gid (GIDSIZE 200 with its NUL): the daemon's naming::PG_GID_MAX.
+GID_MAX = 199
+_ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,%d}$" % GID_MAX)
+
+# Spelled into SQL: only these exact strings are accepted.
+ISOLATION_LEVELS = ("SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED")
+
+
+def _kind_of(conn) -> str:
+    mod = type(conn).__module__
+    if mod.startswith("psycopg"):
+        return "postgres"
+    if mod.startswith("pymysql"):
+        return "mariadb"
+    raise CotxError(f"unsupported connection type {type(conn)!r}: use psycopg 3 or PyMySQL")
+
+
+def _pg_literal(s: str) -> str:
+    """A gid as an SQL literal. The daemon only hands out gids of [A-Za-z0-9._:-]; checking
+    again here means a misbehaving coordinator still cannot make us run its text as SQL."""
+    if not _ID_CHARS.match(s):
+        raise CotxError(f"refusing unexpected gid {s!r}")
+    return "'" + s + "'"
+
+
+def _pg_state(e) -> str | None:
+    return getattr(e, "sqlstate", None)
+
+
+def _my_code(e) -> int | None:
+    args = getattr(e, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _retryable(e) -> bool:
+    return classify(e).retryable
+
+
+def _already_finished(e) -> bool:
+    """The prepared branch is not there any more: the coordinator finished it (its owner
+    grace period ran out)."""
+    return _pg_state(e) == PG_NO_SUCH_PREPARED or _my_code(e) == MY_XAER_NOTA
+
+
+class Postgres:
+    """A PostgreSQL branch; `gid` is the daemon's `<prefix>:<gtid>:<branch>`."""
+
+    @staticmethod
+    def _sql(conn, text: str, literal: str | None = None) -> None:
+        conn.execute(text.format(_pg_literal(literal)) if literal is not None else text)
+
+    @classmethod
+    def begin(cls, conn, gid: str, isolation: str) -> None:
+        if not conn.autocommit:
+            # Our explicit BEGIN/PREPARE need a session psycopg does not wrap.
+            conn.autocommit = True
+        cls._sql(conn, f"BEGIN ISOLATION LEVEL {isolation}")
+
+    @classmethod
+    def prepare(cls, conn, gid: str) -> None:
+        cls._sql(conn, "PREPARE TRANSACTION {}", gid)
+
+    @classmethod
+    def commit_one_phase(cls, conn, gid: str) -> None:
+        cls._sql(conn, "COMMIT")
+
+    @classmethod
+    def finish(cls, conn, gid: str, outcome: str) -> None:
+        cls._sql(conn, ("COMMIT PREPARED {}" if outcome == "commit" else "ROLLBACK PREPARED {}"), gid)
+
+    @classmethod
+    def rollback_unprepared(cls, conn, gid: str) -> None:
+        cls._sql(conn, "ROLLBACK")
+
+    @staticmethod
+    def commit_with_decision(conn, gtid: str) -> None:
+        """Commits the (unprepared) branch in one phase with the global decision written
+        inside it (pg_co's co.decide): the decision and the branch commit together."""
+        conn.execute("SELECT co.decide(%s)", (gtid,))
+        conn.execute("COMMIT")
+
+
+class MariaDB:
+    """A MariaDB branch; `xid` is the daemon's (gtrid, bqual, format_id)."""
+
+    @staticmethod
+    def _sql(conn, xid: tuple, text: str) -> None:
+        g, b, f = xid
+        spelled = f"{conn.escape(g)},{conn.escape(b)},{int(f)}"
+        with conn.cursor() as cur:
+            cur.execute(text.replace("{xid}", spelled))
+
+    @classmethod
+    def begin(cls, conn, xid: tuple, isolation: str) -> None:
+        with conn.cursor() as cur:
+            cur.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        cls._sql(conn, xid, "XA START {xid}")
+
+    @classmethod
+    def prepare(cls, conn, xid: tuple) -> None:
+        cls._sql(conn, xid, "XA END {xid}")
+        cls._sql(conn, xid, "XA PREPARE {xid}")
+
+    @classmethod
+    def commit_one_phase(cls, conn, xid: tuple) -> None:
+        cls._sql(conn, xid, "XA END {xid}")
+        cls._sql(conn, xid, "XA COMMIT {xid} ONE PHASE")
+
+    @classmethod
+    def finish(cls, conn, xid: tuple, outcome: str) -> None:
+        cls._sql(conn, xid, "XA COMMIT {xid}" if outcome == "commit" else "XA ROLLBACK {xid}")
+
+    @classmethod
+    def rollback_unprepared(cls, conn, xid: tuple) -> None:
+        try:
+            cls._sql(conn, xid, "XA END {xid}")
+        except Exception:  # noqa: BLE001 - already ended or failed
+            pass
+        cls._sql(conn, xid, "XA ROLLBACK {xid}")
+
+
+DIALECTS = {"postgres": Postgres, "mariadb": MariaDB}

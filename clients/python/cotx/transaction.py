@@ -1,0 +1,312 @@
+"""A global transaction and its commit protocols.
+
+- two-phase through the daemon (`commit` → `_commit_call`): every branch prepared, the
+  "prepared" reports riding on the commit request, the durable decision, then each branch
+  finished on its owner's session (`_finish`) with one acknowledgement;
+- one phase (`_one_phase`): a single branch and no other participant, no prepare, no record;
+- decision in a participant (`_decide_in`, decide_in_participant=True): the last
+  PostgreSQL branch commits in one phase with the decision written inside it (pg_co);
+- a participant (join): prepare and report at exit, then wait for the root's decision.
+
+Branches are cotx.branch's; the HTTP goes through the Coordinator handle it is given
+(`coord.http`, `coord.decision`), which this module does not import: cotx.coordinator
+imports it, not the other way round.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from ._http import _q
+from .branch import Branch
+from .dialect import Postgres, _retryable
+from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
+                     RetryableError, TransactionAborted)
+from .propagation import HEADER as GTID_HEADER
+from .trace import TraceContext
+
+
+class Transaction:
+    """A global transaction as this process sees it: its root (coord.transaction()) or a
+    participant (coord.join()). Holds its local branches; at exit the root decides, a
+    participant prepares, reports and waits for the root's decision. `coord` is the
+    cotx.coordinator.Coordinator that made it (not imported here: that module imports
+    this one)."""
+
+    def __init__(self, coord, gtid: str | None, root: bool, wait: bool = True,
+                 timeout_ms: int | None = None, decide_in_participant: bool = False,
+                 trace: TraceContext | None = None):
+        self.coord, self._gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
+        # One trace per global transaction: every request below sends trace.header().
+        self.trace = trace or TraceContext.resolve()
+        self.decide_in_participant = decide_in_participant
+        self._timeout_ms = timeout_ms
+        self._branches: list[Branch] = []
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+        self.outcome: str | None = None
+        # Branches of a committed transaction that could not be finished on their owner's
+        # session (branch id, error): the coordinator finishes them.
+        self.unfinished: list[tuple[str, str]] = []
+
+    @property
+    def gtid(self) -> str:
+        """The global id, a plain string to hand to other services (they join with it)."""
+        if self._gtid is None:
+            self._gtid = self.coord.begin(self._timeout_ms, traceparent=self.trace.header())
+        return self._gtid
+
+    def headers(self) -> dict:
+        """Headers for a call to another service inside this transaction: the gtid
+        (`Cotx-Gtid`) and the trace context (`traceparent`); the other side joins with
+        coord.join_from(its request's headers). Begins the transaction if needed."""
+        return {GTID_HEADER: self.gtid, "traceparent": self.trace.header()}
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        return self.coord.http.request(method, path, body, traceparent=self.trace.header())
+
+    def _send_nowait(self, method: str, path: str, body: dict | None = None) -> None:
+        self.coord.http.send_nowait(method, path, body, traceparent=self.trace.header())
+
+    def branch(self, conn, resource: str, branch_id: str | None = None,
+               isolation: str = "SERIALIZABLE") -> Branch:
+        """A branch on `conn`. Only SERIALIZABLE branches are protected by pg_co / mysql_co
+        (which refuse the others' prepare by default); lower levels exist for comparisons
+        with plain 2PC."""
+        bid = branch_id or f"{resource[:24]}-{uuid.uuid4().hex[:16]}"
+        return Branch(self, conn, resource, bid, isolation)
+
+    def __enter__(self) -> "Transaction":
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is not None:
+            self.abort(f"{et.__name__}: {ev}")
+            return False
+        if self.root:
+            self.commit()
+        else:
+            self.prepare_all()
+            if self.wait_at_exit:
+                self._finish(self._wait_decision())
+            else:
+                self._thread = threading.Thread(target=self._background, daemon=True)
+                self._thread.start()
+        return False
+
+    # --- root -------------------------------------------------------------------------
+    def commit(self) -> None:
+        if self._gtid is None and not self._branches:
+            self.outcome = "commit"  # never begun, nothing ran: nothing to decide
+            return
+        ready = [b for b in self._branches if b.state == "ready"]
+        if len(ready) == 1 and len(self._branches) == 1 and self._one_phase(ready[0]):
+            return
+        decider = next((b for b in reversed(ready) if b.kind == "postgres"), None) if self.decide_in_participant else None
+        # Our own branches' "prepared" reports ride along with the commit request.
+        mine = self.prepare_all(report=False, skip=decider)
+        if decider is not None:
+            self._finish(self._decide_in(decider, mine))
+            return
+        self._finish(self._commit_call({"prepared": mine}))
+
+    def _commit_call(self, body: dict) -> str:
+        """POST …/commit, waiting for participants' prepared reports; the decision, or
+        "in_participant" when the decision branch now decides."""
+        mine = body.get("prepared", [])
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {**body, "prepared": mine})["decision"]
+            except CoordinatorError as e:
+                if e.code == "branch_not_prepared" and time.monotonic() < deadline:
+                    time.sleep(0.01)  # a participant has not reported yet
+                    continue
+                if e.code == "already_prepared" and mine:
+                    mine = []  # an earlier attempt got through
+                    continue
+                if e.status >= 500 or e.code in ("transaction_committed", "transaction_deciding"):
+                    return self._wait_decision()
+                return "abort"
+            except CoordinatorUnavailable:
+                return self._wait_decision()
+
+    def _decide_in(self, d: Branch, mine: list[str]) -> str:
+        """Every other branch is prepared: commit `d` in one phase with the global decision
+        inside it. Returns the decision for the other branches."""
+        decision = self._commit_call({"prepared": mine, "decide_in": d.branch_id})
+        if decision != "in_participant":
+            return decision  # refused (abort) or already decided: `d` is rolled back by _finish
+        try:
+            Postgres.commit_with_decision(d.conn, self.gtid)
+        except Exception as e:  # noqa: BLE001
+            lost = bool(getattr(d.conn, "broken", False) or getattr(d.conn, "closed", False))
+            if not lost:
+                # The engine refused the decision (40001: CO rule, or already resolved as
+                # abort) or another SQL error: nothing committed there.
+                d._rollback_unprepared()
+                d.state = "rolled_back"
+                d._report_failed(f"decision commit refused: {e}", _retryable(e))
+                self._rollback_local()
+                if _retryable(e):
+                    self.outcome = "abort"
+                    raise RetryableError(self.gtid, f"{d.resource}: decision commit refused: {e}") from e
+                self._raise_abort(f"{d.resource}: decision commit failed: {e}")
+            # Connection lost during COMMIT: whether it committed is the database's to say;
+            # the daemon reads it there (co.resolve) after the owners' grace period.
+            d.state = "left_to_coordinator"
+            return self._wait_decision()
+        d.state = "finished"
+        self._ack(d, "commit")
+        return "commit"
+
+    def _one_phase(self, b: Branch) -> bool:
+        try:
+            self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"one_phase_branch": b.branch_id})
+        except CoordinatorError as e:
+            if e.code == "not_single_branch":
+                return False  # other services joined: two-phase
+            self.abort(f"one-phase commit refused: {e}")
+            self._raise_abort()
+        try:
+            b.commit_one_phase()
+        except Exception as e:
+            b._rollback_unprepared()
+            b.state = "rolled_back"
+            self._ack(b, "abort")
+            self.outcome = "abort"
+            if _retryable(e):
+                raise RetryableError(self.gtid, f"{b.resource}: commit refused: {e}") from e
+            raise TransactionAborted(self.gtid, f"{b.resource}: commit failed: {e}") from e
+        b.state = "finished"
+        self._ack(b, "commit")
+        self.outcome = "commit"
+        return True
+
+    def _ack(self, b: Branch, outcome: str) -> None:
+        # Nobody waits for an acknowledgement: if it is lost, recovery confirms the branch.
+        self._send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
+                                    {"outcome": outcome})
+
+    # --- both -------------------------------------------------------------------------
+    def prepare_all(self, report: bool = True, skip: Branch | None = None) -> list[str]:
+        """Prepares every ready local branch (but `skip`) and (report=True) reports it; on
+        any failure rolls back all local branches (the coordinator aborts the global
+        transaction) and raises. Returns the ids of the branches it prepared."""
+        done = []
+        for b in self._branches:
+            if b.state != "ready" or b is skip:
+                continue
+            try:
+                b.prepare()
+            except TransactionAborted:
+                self._rollback_local()
+                raise
+            done.append(b.branch_id)
+            if not report:
+                continue
+            try:
+                self._request("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/prepared", {})
+            except CotxError as e:
+                # Refused (aborted meanwhile, e.g. timeout) or unreachable: never leave a
+                # prepared branch behind for a transaction that may be aborted.
+                self._rollback_local()
+                self.abort(f"prepared report failed: {e}")
+                self._raise_abort(str(e))
+        return done
+
+    def _rollback_local(self) -> None:
+        for b in self._branches:
+            b.rollback()
+
+    def abort(self, reason: str = "aborted by client") -> None:
+        if self._gtid is None:
+            self._rollback_local()
+            self.outcome = "abort"
+            return
+        try:
+            self._request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
+        except CotxError:
+            pass
+        self._rollback_local()
+        for b in self._branches:
+            if b.state == "rolled_back":
+                self._ack(b, "abort")
+        self.outcome = "abort"
+
+    def _wait_decision(self) -> str:
+        deadline = time.monotonic() + self.coord.decision_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise OutcomeUnknown(f"no decision for {self.gtid} within {self.coord.decision_timeout}s; "
+                                     "branches stay prepared until the coordinator finishes them")
+            try:
+                r = self.coord.decision(self.gtid, wait_ms=int(min(remaining, 10.0) * 1000),
+                                       traceparent=self.trace.header())
+                if r.get("decision"):
+                    return r["decision"]
+            except CoordinatorError as e:
+                if e.code == "unknown_transaction":
+                    return "abort"  # presumed abort: no record, no live transaction
+                if e.code == "outcome_forgotten":
+                    # Its record was purged after the retention: the outcome is not known
+                    # any more (never "abort": it may have committed).
+                    raise OutcomeUnknown(f"{self.gtid}: {e}") from e
+                time.sleep(0.2)
+            except CoordinatorUnavailable:
+                time.sleep(0.2)  # coordinator restarting: its recovery keeps our branches safe
+
+    def _finish(self, decision: str) -> None:
+        self.outcome = decision
+        if decision == "commit":
+            done = []
+            for b in self._branches:
+                if b.state == "prepared":
+                    try:
+                        b.finish("commit", ack=False)
+                    except Exception as e:  # noqa: BLE001
+                        # The decision is commit and durable: a database error while
+                        # finishing our branch (connection lost, server restarting) is not
+                        # the application's failure. The daemon commits the branch after
+                        # its owner grace period; the transaction stays committed.
+                        b.state = "left_to_coordinator"
+                        self.unfinished.append((b.branch_id, f"{type(e).__name__}: {e}"))
+                        continue
+                    done.append(b.branch_id)
+            if done:
+                # One acknowledgement for all of them; if it is lost, recovery confirms
+                # the branches when it finds them no longer prepared.
+                self._send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
+                                            {"outcome": "commit", "branches": done})
+            return
+        self._rollback_local()
+        self._raise_abort()
+
+    def _raise_abort(self, reason: str | None = None) -> None:
+        self.outcome = "abort"
+        retry = False
+        try:
+            d = self.coord.decision(self.gtid, traceparent=self.trace.header())
+            retry = bool(d.get("retryable"))
+            reason = reason or d.get("abort_reason")
+        except CotxError:
+            pass
+        if retry:
+            raise RetryableError(self.gtid, reason)
+        raise TransactionAborted(self.gtid, reason)
+
+    def _background(self) -> None:
+        try:
+            self._finish(self._wait_decision())
+        except BaseException as e:  # noqa: BLE001 - handed to wait()
+            self._thread_error = e
+
+    def wait(self, timeout: float | None = None) -> str | None:
+        """For join(wait=False): waits for the background completion; re-raises its error."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread_error is not None:
+                raise self._thread_error
+        return self.outcome
