@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from cotx import Coordinator, CotxError
-from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, my_prepared, nothing_prepared, wait_until
 
 from test_coordinator_crash import committed_both, tables  # noqa: F401
 from test_coordinator_stale import transfer

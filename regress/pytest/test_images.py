@@ -26,7 +26,7 @@ from pathlib import Path
 import psycopg
 import pymysql
 import pytest
-from cotx.testing import nothing_prepared
+from cotest.coord import nothing_prepared
 
 from cotx import Coordinator, PrepareRefused
 
@@ -177,7 +177,7 @@ pool_size = 2
 
 
 class _Srv:
-    """What cotx.testing.nothing_prepared reads: .sql() of a server."""
+    """What cotest.coord.nothing_prepared reads: .sql() of a server."""
     def __init__(self, sql):
         self.sql = sql
 
