@@ -10,7 +10,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
 cd "$COTX_ROOT/pg_co_ext"
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+version=$(release_version)
+[ -n "$version" ] || die "could not read the release version from Cargo.toml ([workspace.package])"
 inputs=$(cd "$COTX_ROOT" && find pg_co_ext -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' -o -name '*.toml' -o -name '*.control' -o -name '*.sql' \) -print0 \
           | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
 for major in $COTX_PG_MAJORS; do
@@ -22,7 +23,11 @@ for major in $COTX_PG_MAJORS; do
   so="$("$pg_config" --pkglibdir)/pg_co.so"
   # Same sources for the same server: COTX_PG_CONFIG_<major> may point at another minor.
   built_for="$inputs $pg_config $("$pg_config" --version | tr ' ' _)"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$built_for" ] && [ -f "$so" ]; then
+  pkg="$COTX_TARGET_PG/pg$major/release/pg_co-pg$major"
+  # Up to date: same sources, and the installed library is this target dir's build (a
+  # build from another target dir, e.g. another checkout's, may have replaced it; the
+  # packages are made from this tree and must match what is installed).
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$built_for" ] && [ -f "$so" ] && cmp -s "$pkg$so" "$so"; then
     log "pg_co is up to date for PostgreSQL $major ($so)"
     continue
   fi
@@ -31,7 +36,6 @@ for major in $COTX_PG_MAJORS; do
   t0=$SECONDS
   # package, then install each file by rename: servers running the old pg_co.so keep their
   # mapping (an in-place overwrite can crash them).
-  pkg="$COTX_TARGET_PG/pg$major/release/pg_co-pg$major"
   rm -rf "$pkg"   # only this build's files get installed (a tree once built for another pg_config left its paths)
   CARGO_TARGET_DIR="$COTX_TARGET_PG/pg$major" PGRX_PG_CONFIG_PATH="$pg_config" PG_CONFIG="$pg_config" \
     nice -n 10 cargo pgrx package --pg-config "$pg_config" --no-default-features --features "pg$major" >"$buildlog" 2>&1 \

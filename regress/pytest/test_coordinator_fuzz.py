@@ -18,7 +18,7 @@ EXAMPLES_PER_OPERATION = 25
 RETRY_LATER = {"store_unavailable", "owner_unavailable", "quarantined", "lease_unconfirmed", "lease_lost", "too_many_connections"}
 
 
-def no_server_error(response, case):
+def no_server_error(ctx, response, case):
     if response.status_code < 500:
         return
     code = None

@@ -24,8 +24,8 @@ from cotest.servers import PG_MAJORS, _pg_config, mysql_co_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
-PG_CO_VERSION = tomllib.loads((ROOT / "pg_co_ext" / "Cargo.toml").read_text())["package"]["version"]
-COORD_VERSION = tomllib.loads((ROOT / "coordinator-daemon" / "Cargo.toml").read_text())["package"]["version"]
+# One release version for every part (Cargo.toml, [workspace.package]; test_versions.py).
+PG_CO_VERSION = COORD_VERSION = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
 MAJORS = [m for m in PG_MAJORS if not cotest_servers.pg_unavailable(m)]
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-deb") or os.geteuid() != 0,
