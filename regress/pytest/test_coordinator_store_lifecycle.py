@@ -23,18 +23,10 @@ from cotx import Coordinator, CotxError
 from cotest.coord import make_daemon, my_prepared, nothing_prepared, wait_until
 
 from test_coordinator_crash import committed_both, tables  # noqa: F401
+from test_coordinator_safety import metric
 from test_coordinator_stale import transfer
 
 STORE_0_1_0 = Path(__file__).resolve().parents[2] / "coordinator-daemon" / "tests" / "store-0.1.0"
-
-
-def metric(d, name):
-    import urllib.request
-    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-    for line in urllib.request.urlopen(req, timeout=5).read().decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
 
 
 def split_state(pg, mariadb, key):
