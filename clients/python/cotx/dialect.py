@@ -95,6 +95,14 @@ class Postgres:
         cls._sql(conn, "ROLLBACK")
 
     @staticmethod
+    def shim_touch(conn, key: int) -> None:
+        """Client mode (no pg_co): the branch's write of its slot in cotx.shim, which the
+        daemon's prepared helper transaction has read: the edge helper -rw-> branch that
+        makes PostgreSQL's SSI refuse a commitment-ordering violation
+        (sql/client_mode/postgres.sql, docs/client-mode.md)."""
+        conn.execute("SELECT cotx.shim_touch(%s)", (int(key),))
+
+    @staticmethod
     def commit_with_decision(conn, gtid: str) -> None:
         """Commits the (unprepared) branch in one phase with the global decision written
         inside it (pg_co's co.decide): the decision and the branch commit together."""
@@ -117,6 +125,30 @@ class MariaDB:
         with conn.cursor() as cur:
             cur.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
         cls._sql(conn, xid, "XA START {xid}")
+
+    @staticmethod
+    def set_serializable_verified(conn) -> None:
+        """Client mode (no mysql_co): the session runs SERIALIZABLE, checked by reading the
+        level back rather than assumed (a proxy or an init_connect may change it).
+        MariaDB 10.11 spells the variable tx_isolation, MySQL 8 transaction_isolation."""
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            try:
+                cur.execute("SELECT @@session.transaction_isolation")
+            except Exception:  # noqa: BLE001 - MariaDB before 11.1 has only tx_isolation
+                cur.execute("SELECT @@session.tx_isolation")
+            level = cur.fetchone()[0]
+        if level != "SERIALIZABLE":
+            raise CotxError(f"client mode needs SERIALIZABLE branches; the session is {level} after "
+                            "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+
+    @staticmethod
+    def shim_touch(conn, key: int) -> None:
+        """Client mode: a write that really changes a row (its own slot), so InnoDB prepares
+        the branch as read-write and keeps its SERIALIZABLE read locks until the decision
+        (sql/client_mode/mariadb.sql)."""
+        with conn.cursor() as cur:
+            cur.execute("UPDATE cotx_shim SET v = v + 1 WHERE k = %s", (int(key),))
 
     @classmethod
     def prepare(cls, conn, xid: tuple) -> None:

@@ -1,0 +1,35 @@
+-- cotx client mode on a PostgreSQL without pg_co (docs/client-mode.md).
+-- The coordinator daemon runs this itself when it finds the objects missing; an operator
+-- may run it instead (psql -f), as a role with CREATE on the database, when the daemon's
+-- role may not create a schema. Idempotent.
+--
+-- cotx.shim: one row per slot. The daemon gives each client-mode branch a slot k; its
+-- helper transaction (daemon side) reads row k with cotx.shim_hold(k) and is prepared,
+-- and the branch itself writes row k with cotx.shim_touch(k) before PREPARE TRANSACTION.
+-- That read-write pair is the edge helper -rw-> branch that makes PostgreSQL's SSI refuse
+-- whatever would break commitment ordering (docs/client-mode.md, "Why it works").
+--
+-- fillfactor 50: room on each page for HOT updates, so a touch adds no index entry (an
+-- index insert would meet other helpers' page-level SIREAD locks: false conflicts).
+-- Both functions pin an index scan: a sequential scan would take a relation-wide SIREAD
+-- lock and make every client-mode branch conflict with every other.
+CREATE SCHEMA IF NOT EXISTS cotx;
+CREATE TABLE IF NOT EXISTS cotx.shim (
+    k integer PRIMARY KEY,
+    v bigint NOT NULL DEFAULT 0
+) WITH (fillfactor = 50);
+
+CREATE OR REPLACE FUNCTION cotx.shim_hold(key integer) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET enable_bitmapscan = off
+    AS $$ SELECT v FROM cotx.shim WHERE k = key $$;
+
+CREATE OR REPLACE FUNCTION cotx.shim_touch(key integer) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET enable_bitmapscan = off
+    AS $$ UPDATE cotx.shim SET v = v + 1 WHERE k = key $$;
+
+-- Applications' roles call cotx.shim_touch inside their branches: they need the schema,
+-- not the table (the function runs as its owner).
+GRANT USAGE ON SCHEMA cotx TO PUBLIC;
+GRANT EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer) TO PUBLIC;
