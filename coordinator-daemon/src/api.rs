@@ -208,6 +208,7 @@ pub fn http_status(code: &str) -> u16 {
         "unauthorized" => 401,
         "forbidden" => 403,
         "not_found" | "not_in_memory" | "unknown_transaction" | "unknown_branch" | "unknown_resource" => 404,
+        "resource_refused" => 409,
         "outcome_forgotten" => 410,
         "method_not_allowed" => 405,
         "duplicate_branch" | "already_prepared" | "branch_not_prepared" | "no_branches" | "not_single_branch" | "not_decided"
@@ -217,7 +218,8 @@ pub fn http_status(code: &str) -> u16 {
         "payload_too_large" => 413,
         "wrong_node" => 421,
         "too_many_transactions" => 429,
-        "store_unavailable" | "owner_unavailable" | "quarantined" | "lease_unconfirmed" | "lease_lost" | "too_many_connections" => 503,
+        "store_unavailable" | "owner_unavailable" | "quarantined" | "lease_unconfirmed" | "lease_lost" | "too_many_connections"
+        | "resource_unavailable" | "resource_busy" | "restart_gate" => 503,
         _ => 500,
     }
 }
@@ -411,14 +413,16 @@ pub(crate) fn metrics(c: &Coordinator, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let g = c.gauges();
     let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
-    let text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
+    let mut text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
+    let modes: Vec<(String, serde_json::Value)> = c.cfg.resources.iter().map(|r| (r.name.clone(), c.enforcement.report(&r.name))).collect();
+    text.push_str(&crate::metrics::render_enforcement(&modes, c.enforcement.held_count()));
     Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
 }
 
 #[utoipa::path(post, path = "/v1/transactions", summary = "begin a global transaction (optionally registering its first branch)",
     request_body(content = Option<BeginRequest>),
     responses((status = 201, body = Begun), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
-              (status = 413, body = Error), (status = 429, body = Error), (status = 503, body = Error)))]
+              (status = 409, body = Error), (status = 413, body = Error), (status = 429, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn begin(c: &Coordinator, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: BeginRequest = parse(&r.body)?;

@@ -143,6 +143,7 @@ struct RawResource {
     decisions: Option<Spanned<bool>>,
     tls: Option<Spanned<String>>,
     tls_ca_file: Option<Spanned<String>>,
+    enforcement: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +222,8 @@ pub struct Resource {
     pub decisions: bool,
     /// `tls` / `tls_ca_file`: None leaves TLS to the DSN (crate::dbtls).
     pub tls: Option<DbTls>,
+    /// How commitment ordering is enforced there (crate::enforcement): auto by default.
+    pub enforcement: crate::enforcement::Configured,
 }
 
 #[derive(Debug, Clone)]
@@ -654,7 +657,20 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             None => false,
         };
         let tls = cx.db_tls(base, &field(""), kind, &rr.dsn, &rr.tls, &rr.tls_ca_file)?;
-        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls });
+        use crate::enforcement::Configured;
+        let enforcement = match rr.enforcement.as_ref().map(|e| (e, e.get_ref().as_str())) {
+            None | Some((_, "auto")) => Configured::Auto,
+            Some((_, "engine")) => Configured::Engine,
+            Some((_, "client")) => Configured::Client,
+            Some((_, "none")) => Configured::None,
+            Some((e, other)) => {
+                return cx.err(Some(e.span()), &field("enforcement"), format!("must be \"auto\", \"engine\", \"client\" or \"none\", not {other:?}"))
+            }
+        };
+        if decisions && enforcement == Configured::Client {
+            return cx.err(rr.enforcement.as_ref().map(|e| e.span()), &field("enforcement"), "a decision resource (decisions = true) needs pg_co: engine mode, not client");
+        }
+        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls, enforcement });
     }
     let witness_file = witness_file.or(match &store {
         StoreConfig::Sqlite { path, .. } => Some(format!("{path}.witness")),

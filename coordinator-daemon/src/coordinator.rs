@@ -98,6 +98,8 @@ pub struct Coordinator {
     pub regaining: std::sync::atomic::AtomicBool,
     /// The store has stopped answering (logged once per stall).
     pub store_stalled: std::sync::atomic::AtomicBool,
+    /// How each resource enforces commitment ordering, and client mode's live holds.
+    pub enforcement: crate::enforcement::runtime::Enforcement,
 }
 
 pub type Res = Result<Value, Refusal>;
@@ -127,6 +129,7 @@ impl Coordinator {
             resources.insert(r.name.clone(), Arc::new(ResourceClient::new(r, &cfg.gid_prefix, &cfg.node_id)?));
         }
         let n = nonce_value.unwrap_or_else(nonce);
+        let cfg_resources = cfg.resources.clone();
         Ok(Arc::new(Coordinator {
             holder: holder_id(&cfg.node_id, n),
             cfg,
@@ -147,6 +150,7 @@ impl Coordinator {
             grants: Mutex::new(HashMap::new()),
             regaining: std::sync::atomic::AtomicBool::new(false),
             store_stalled: std::sync::atomic::AtomicBool::new(false),
+            enforcement: crate::enforcement::runtime::Enforcement::new(&cfg_resources),
         }))
     }
 
@@ -411,9 +415,20 @@ impl Coordinator {
             },
             ResourceKind::Mariadb => json!({"xid": {"format_id": naming::XA_FORMAT_ID, "gtrid": gtid, "bqual": bid}}),
         };
-        self.on(gtid, |e| e.tx.register(bid, resource, kind)).await?;
-        let mut v = json!({"gtid": gtid, "branch_id": bid, "resource": resource, "kind": kind.as_str()});
+        // Would the registration be taken? (Checked before client mode prepares a helper.)
+        self.on(gtid, |e| e.tx.check_register(bid)).await?;
+        let rc = self.resources[resource].clone();
+        let keep = |g: &str, b: &str, prepared: bool| self.keep_helper(g, b, prepared);
+        let adm = self.enforcement.admit(&rc, gtid, bid, &keep).await?;
+        if let Err(e) = self.on(gtid, |e| e.tx.register(bid, resource, kind)).await {
+            self.release_hold(gtid, bid).await;
+            return Err(e);
+        }
+        let mut v = json!({"gtid": gtid, "branch_id": bid, "resource": resource, "kind": kind.as_str(), "enforcement": adm.mode.as_str()});
         v.as_object_mut().unwrap().extend(ids.as_object().unwrap().clone());
+        if let Some(k) = adm.key {
+            v["shim"] = json!({"key": k});
+        }
         Ok(v)
     }
 
@@ -732,12 +747,18 @@ mod tests {
     use crate::store::sqlite::SqliteLog;
 
     /// A coordinator that owns its node (claimed, epoch registered), as at start.
+    /// Its resource's database is never reached: `enforcement = "none"` (plain 2PC) unless
+    /// `enforcement` says otherwise.
     async fn coord(name: &str) -> Arc<Coordinator> {
+        coord_with(name, "none").await
+    }
+
+    async fn coord_with(name: &str, enforcement: &str) -> Arc<Coordinator> {
         let d = std::env::temp_dir().join(format!("cotx-coord-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let src = format!(
-            "allow_no_auth = true\nnode_id = \"u1\"\n[store]\nkind = \"sqlite\"\npath = \"{}\"\n[[resources]]\nname = \"pg\"\nkind = \"postgres\"\ndsn = \"host=127.0.0.1 port=1 user=x\"\n",
+            "allow_no_auth = true\nnode_id = \"u1\"\n[store]\nkind = \"sqlite\"\npath = \"{}\"\n[[resources]]\nname = \"pg\"\nkind = \"postgres\"\ndsn = \"host=127.0.0.1 port=1 user=x connect_timeout=1\"\nenforcement = \"{enforcement}\"\n",
             d.join("s.db").display()
         );
         let cfg = crate::config::parse(&src, None).unwrap();
@@ -765,9 +786,27 @@ mod tests {
         c.register(&g, "pg", "b2").await.unwrap();
         c.prepared(&g, "b1").await.unwrap();
         let r = c.resources_report();
-        assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1}]));
+        assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1,
+            "enforcement": {"configured": "none", "mode": "none", "reason": null}}]));
         let t = c.get(&g).await.unwrap();
         assert!(t["created_unix_ms"].as_u64().unwrap() > 0 && t["decided_unix_ms"].is_null(), "{t}");
+    }
+
+    /// A resource whose enforcement cannot be told (here: unreachable) gets no branch: it is
+    /// never plain 2PC by default. Nothing is left registered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_resource_of_unknown_enforcement_gets_no_branch() {
+        for mode in ["auto", "engine", "client"] {
+            let c = coord_with(&format!("unknown-{mode}"), mode).await;
+            let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+            let e = c.register(&g, "pg", "b1").await.unwrap_err();
+            assert_eq!(e.code, "resource_unavailable", "{mode}: {e:?}");
+            assert!(e.message.contains("resource pg") && e.message.contains("cannot tell how commitment ordering is enforced"), "{}", e.message);
+            assert_eq!(c.get(&g).await.unwrap()["branches"], json!([]));
+            let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
+            assert_eq!(e.code, "resource_unavailable");
+            assert_eq!(c.resources_report()["resources"][0]["enforcement"]["mode"], "unknown");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

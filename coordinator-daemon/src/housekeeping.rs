@@ -84,6 +84,10 @@ impl Coordinator {
             log("info", "transaction timed out; aborted", json!({"gtid": g}));
             self.spawn_completion(&g);
         }
+        if self.enforcement.held_count() > 0 {
+            let me = self.clone();
+            tokio::spawn(async move { me.release_settled_holds().await });
+        }
     }
 
     pub fn gauges(&self) -> Gauges {

@@ -10,6 +10,8 @@ mod config;
 mod console;
 mod coordinator;
 mod decisions;
+mod enforcement;
+mod holds;
 mod housekeeping;
 mod lease;
 mod log;

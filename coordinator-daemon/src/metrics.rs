@@ -110,6 +110,27 @@ impl Metrics {
     }
 }
 
+/// Enforcement per resource (`cotx_resource_enforcement{resource, mode}` = 1 for its
+/// current mode: engine, client, none, unknown, refused), client mode's live holds, and
+/// MariaDB restart gates closed.
+pub fn render_enforcement(modes: &[(String, serde_json::Value)], held: usize) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "# HELP cotx_resource_enforcement How commitment ordering is enforced at a resource (1 for its current mode).\n# TYPE cotx_resource_enforcement gauge");
+    for (n, v) in modes {
+        let mode = v["mode"].as_str().unwrap_or("unknown");
+        let _ = writeln!(s, "cotx_resource_enforcement{{resource=\"{n}\",mode=\"{mode}\"}} 1");
+    }
+    let _ = writeln!(s, "# HELP cotx_client_mode_holds Live client-mode branches holding a shim slot (and on PostgreSQL a helper transaction).\n# TYPE cotx_client_mode_holds gauge\ncotx_client_mode_holds {held}");
+    let _ = writeln!(s, "# HELP cotx_restart_gate_closed Client-mode MariaDB resources refusing new branches after a restart.\n# TYPE cotx_restart_gate_closed gauge");
+    for (n, v) in modes {
+        if v["mode"] == "client" {
+            let _ = writeln!(s, "cotx_restart_gate_closed{{resource=\"{n}\"}} {}", v["restart_gate"].is_string() as u8);
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

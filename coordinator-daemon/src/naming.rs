@@ -77,6 +77,38 @@ pub fn parse_pg_gid(prefix: &str, gid: &str) -> Option<(String, String)> {
     Some((gtid.to_string(), bid.to_string()))
 }
 
+/// PostgreSQL gid of the client-mode helper transaction of a branch, holding shim slot
+/// `key`: `<prefix>.s<key>:<gtid>:<bid>`. A prefix has no dot, so no branch gid of any
+/// prefix has this form; the slot is in the name so a restarted daemon knows which slots
+/// earlier helpers still hold (crate::enforcement::shim).
+pub fn pg_helper_gid(prefix: &str, key: i32, gtid: &str, bid: &str) -> Result<String, IdError> {
+    check_id("gtid", gtid)?;
+    check_id("branch_id", bid)?;
+    let gid = format!("{prefix}.s{key}:{gtid}:{bid}");
+    if gid.len() > PG_GID_MAX {
+        return Err(IdError {
+            code: "id_too_long",
+            message: format!(
+                "in client mode the branch's helper transaction gid would be {} bytes; PostgreSQL's limit is {PG_GID_MAX}: use a shorter branch id",
+                gid.len()
+            ),
+        });
+    }
+    Ok(gid)
+}
+
+/// Inverse of [`pg_helper_gid`]: (slot, gtid, bid); None for anything else.
+pub fn parse_pg_helper_gid(prefix: &str, gid: &str) -> Option<(i32, String, String)> {
+    let rest = gid.strip_prefix(prefix)?.strip_prefix(".s")?;
+    let (key, rest) = rest.split_once(':')?;
+    let key: i32 = key.parse().ok()?;
+    let (gtid, bid) = rest.split_once(':')?;
+    if key <= 0 || check_id("gtid", gtid).is_err() || check_id("branch_id", bid).is_err() {
+        return None;
+    }
+    Some((key, gtid.to_string(), bid.to_string()))
+}
+
 /// SQL string literal for either engine: single quotes doubled, backslashes doubled
 /// (MariaDB treats backslash as an escape unless NO_BACKSLASH_ESCAPES; PostgreSQL with
 /// standard_conforming_strings does not, so the E'' form keeps both readings identical).
@@ -178,5 +210,20 @@ mod tests {
         assert_eq!(gtid_epoch("n1.zz-1"), None);
         assert!(check_id("gtid", &g).is_ok());
         assert!(check_id("gtid", &new_gtid("abcdefghijklmnop", u64::MAX, u64::MAX)).is_ok());
+    }
+
+    #[test]
+    fn helper_gids_are_never_branch_gids_and_round_trip() {
+        let h = pg_helper_gid("cotx", 17, "n1.abc-1", "pg-1").unwrap();
+        assert_eq!(h, "cotx.s17:n1.abc-1:pg-1");
+        assert_eq!(parse_pg_helper_gid("cotx", &h), Some((17, "n1.abc-1".into(), "pg-1".into())));
+        assert_eq!(parse_pg_gid("cotx", &h), None);
+        assert_eq!(parse_pg_helper_gid("cotx", "cotx:n1.abc-1:pg-1"), None);
+        assert_eq!(parse_pg_helper_gid("cotx", "cotx.s0:n1.abc-1:pg-1"), None);
+        let long = "b".repeat(64);
+        let g = "g".repeat(64);
+        assert!(pg_gid(&"p".repeat(32), &g, &long).is_ok());
+        // The longest prefix, gtid and branch id leave room for the slot number.
+        assert!(pg_helper_gid(&"p".repeat(PREFIX_MAX), i32::MAX, &g, &long).unwrap().len() <= PG_GID_MAX);
     }
 }

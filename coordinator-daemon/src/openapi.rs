@@ -58,6 +58,45 @@ pub struct Registered {
     gid: Option<String>,
     /// MariaDB: the XA id.
     xid: Option<Xid>,
+    /// How commitment ordering is enforced for this branch (docs/client-mode.md).
+    enforcement: EnforcementMode,
+    /// Client mode: the slot the branch writes before it prepares (PostgreSQL
+    /// `SELECT cotx.shim_touch(key)`, MariaDB `UPDATE cotx_shim SET v = v + 1 WHERE k = key`,
+    /// the branch SERIALIZABLE).
+    shim: Option<Shim>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum EnforcementMode {
+    /// pg_co / mysql_co enforces it.
+    Engine,
+    /// The shims: the client writes the slot (and on MariaDB runs SERIALIZABLE).
+    Client,
+    /// Plain 2PC (configured so, for comparisons).
+    None,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct Shim {
+    key: i32,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ResourceEnforcement {
+    /// auto | engine | client | none (the config).
+    configured: String,
+    /// engine | client | none, or unknown (not probed / unreachable) or refused (branches
+    /// are refused: `reason` says why).
+    mode: String,
+    reason: Option<String>,
+    /// Client mode: slots of live branches.
+    slots_in_use: Option<u64>,
+    /// Client mode on MariaDB: why new branches wait (a restart with branches prepared).
+    restart_gate: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -193,6 +232,7 @@ pub struct ResourceInfo {
     decisions: bool,
     /// Branches prepared on it, unfinished, of transactions in this daemon's memory.
     prepared_branches: u64,
+    enforcement: ResourceEnforcement,
 }
 
 #[derive(Serialize, ToSchema)]

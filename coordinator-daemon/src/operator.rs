@@ -166,7 +166,8 @@ impl Coordinator {
             .resources
             .iter()
             .map(|r| json!({"name": r.name, "kind": r.kind, "up": up.get(&r.name), "decisions": r.decisions,
-                            "prepared_branches": prepared.get(r.name.as_str()).copied().unwrap_or(0)}))
+                            "prepared_branches": prepared.get(r.name.as_str()).copied().unwrap_or(0),
+                            "enforcement": self.enforcement.report(&r.name)}))
             .collect();
         json!({"resources": list})
     }

@@ -55,6 +55,7 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     if c.lease.expired() {
         return rep; // our lease is unconfirmed: act on nothing
     }
+    c.enforcement_pass().await;
     let names: Vec<String> = c.resources.keys().cloned().collect();
     let mut nodes = vec![c.cfg.node_id.clone()];
     nodes.extend(c.adopted.lock().unwrap().iter().cloned());

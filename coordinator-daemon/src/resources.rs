@@ -22,7 +22,7 @@ pub fn pg_err(e: &tokio_postgres::Error) -> String {
     }
 }
 
-fn my_err(e: &mysql_async::Error) -> String {
+pub(crate) fn my_err(e: &mysql_async::Error) -> String {
     match e {
         mysql_async::Error::Server(se) => format!("{} (error {}, SQLSTATE {})", se.message, se.code, se.state),
         other => crate::dbtls::chain(other),
@@ -210,6 +210,49 @@ impl ResourceClient {
             *guard = None;
         }
         r
+    }
+
+    /// Several statements in one round trip on one connection (simple query protocol); on
+    /// an error the same connection is rolled back, so a failed explicit transaction block
+    /// is not left open for the next user of that connection.
+    pub(crate) async fn pg_batch(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
+        let Inner::Pg { cfg, tls, conns, next } = &self.inner else { return Err(format!("{}: not a PostgreSQL resource", self.name)) };
+        let slot = &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()];
+        let mut guard = slot.lock().await;
+        if guard.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
+            let (client, conn) = cfg.connect(tls.clone()).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            *guard = Some(client);
+        }
+        let client = guard.as_ref().unwrap();
+        match tokio::time::timeout(QUERY_TIMEOUT, client.simple_query(sql)).await {
+            Ok(Ok(m)) => Ok(m),
+            Ok(Err(e)) => {
+                if client.is_closed() || client.simple_query("ROLLBACK").await.is_err() {
+                    *guard = None;
+                }
+                Err(format!("{}: {}", self.name, pg_err(&e)))
+            }
+            Err(_) => {
+                *guard = None; // a statement may still be running on it: drop the connection
+                Err(format!("{}: timed out", self.name))
+            }
+        }
+    }
+
+    /// A pooled MariaDB connection (client mode's probes and slots).
+    pub(crate) async fn maria_conn(&self) -> Result<mysql_async::Conn, String> {
+        let Inner::Maria { pool, .. } = &self.inner else { return Err(format!("{}: not a MariaDB resource", self.name)) };
+        match tokio::time::timeout(QUERY_TIMEOUT, pool.get_conn()).await {
+            Ok(r) => r.map_err(|e| format!("{}: {}", self.name, my_err(&e))),
+            Err(_) => Err(format!("{}: timed out connecting", self.name)),
+        }
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// Our prepared branches on this resource, as (gtid, branch id).
@@ -419,7 +462,7 @@ impl ResourceClient {
     }
 }
 
-fn simple_first(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Option<String> {
+pub(crate) fn simple_first(msgs: &[tokio_postgres::SimpleQueryMessage]) -> Option<String> {
     msgs.iter().find_map(|m| match m {
         tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
         _ => None,

@@ -204,13 +204,19 @@ impl Tx {
         }
     }
 
-    pub fn register(&mut self, bid: &str, resource: &str, kind: ResourceKind) -> Result<(), Refusal> {
+    /// Would `register` take this branch? (Asked before client mode prepares a helper.)
+    pub fn check_register(&self, bid: &str) -> Result<(), Refusal> {
         if self.state != TxState::Active {
             return self.decided_refusal("register branch");
         }
         if self.branches.iter().any(|b| b.branch_id == bid) {
             return refuse("duplicate_branch", format!("branch {bid:?} is already registered in {}", self.gtid));
         }
+        Ok(())
+    }
+
+    pub fn register(&mut self, bid: &str, resource: &str, kind: ResourceKind) -> Result<(), Refusal> {
+        self.check_register(bid)?;
         self.branches.push(Branch {
             branch_id: bid.to_string(),
             resource: resource.to_string(),

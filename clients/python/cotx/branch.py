@@ -38,6 +38,11 @@ class Branch:
         self.state = "new"          # new → active → ready → prepared → finished | rolled_back | failed
         self.gid = None             # PostgreSQL
         self.xid = None             # MariaDB (gtrid, bqual, format_id)
+        # How the coordinator says commitment ordering is enforced at this resource:
+        # "engine" (pg_co / mysql_co), "client" (the shims below, docs/client-mode.md) or
+        # "none" (plain 2PC, configured so); and client mode's slot.
+        self.enforcement = None
+        self.shim_key = None
 
     @property
     def _engine_id(self):
@@ -63,6 +68,15 @@ class Branch:
             else:
                 x = r["xid"]
                 self.xid = (x["gtrid"], x["bqual"], x["format_id"])
+            self.enforcement = r.get("enforcement", "engine")
+            if self.enforcement == "client":
+                # The shims protect SERIALIZABLE branches only (docs/client-mode.md).
+                if self.isolation != "SERIALIZABLE":
+                    raise CotxError(f"resource {self.resource!r} runs in client mode (no pg_co / mysql_co there): "
+                                    f"its branches must be SERIALIZABLE, not {self.isolation}")
+                self.shim_key = int(r["shim"]["key"])
+                if self.kind == "mariadb":
+                    self._sql.set_serializable_verified(self.conn)
             self._sql.begin(self.conn, self._engine_id, self.isolation)
         except Exception as e:
             self._report_failed(f"begin failed: {e}", False)
@@ -100,8 +114,13 @@ class Branch:
             pass
 
     def prepare(self) -> None:
-        """PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and raises."""
+        """PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and raises.
+        In client mode the branch first writes its shim slot: the write PostgreSQL's SSI
+        (against the daemon's prepared helper) or InnoDB's locking needs to refuse what
+        would break commitment ordering."""
         try:
+            if self.enforcement == "client":
+                self._sql.shim_touch(self.conn, self.shim_key)
             self._sql.prepare(self.conn, self._engine_id)
         except Exception as e:
             self._rollback_unprepared()

@@ -101,9 +101,13 @@ class Transaction:
             self.outcome = "commit"  # never begun, nothing ran: nothing to decide
             return
         ready = [b for b in self._branches if b.state == "ready"]
-        if len(ready) == 1 and len(self._branches) == 1 and self._one_phase(ready[0]):
+        # Client mode keeps two phases: its protection is the helper and the slot written
+        # before PREPARE (docs/client-mode.md).
+        if len(ready) == 1 and len(self._branches) == 1 and ready[0].enforcement != "client" and self._one_phase(ready[0]):
             return
-        decider = next((b for b in reversed(ready) if b.kind == "postgres"), None) if self.decide_in_participant else None
+        # The decision inside a participant needs pg_co there (co.decide).
+        decider = next((b for b in reversed(ready) if b.kind == "postgres" and b.enforcement != "client"), None) \
+            if self.decide_in_participant else None
         # Our own branches' "prepared" reports ride along with the commit request.
         mine = self.prepare_all(report=False, skip=decider)
         if decider is not None:

@@ -1,0 +1,118 @@
+//! The restart gate of a client-mode MariaDB/MySQL resource (pure).
+//!
+//! InnoDB recovers a prepared XA branch after a server restart with its exclusive locks
+//! only: the shared locks its SERIALIZABLE reads held are gone, so a new transaction could
+//! now overwrite what it read and commit before it, breaking commitment ordering. In
+//! engine mode mysql_co's own gate refuses such work; in client mode the daemon does:
+//! when the server's start time changes, every one of our XIDs prepared there is
+//! "recovered", and no new branch is admitted until all of them are decided (gone from
+//! XA RECOVER).
+//!
+//! The first time a daemon sees a server it cannot know whether it restarted while the
+//! daemon was away, so it closes the gate the same way (conservative: prepared branches of
+//! live transactions are decided within their timeout).
+
+use std::collections::HashSet;
+
+/// Start times are computed as now - Uptime, each to the second: a jitter of a second or
+/// two is the same start.
+const SAME_START_S: i64 = 2;
+
+#[derive(Debug, Default, Clone)]
+pub struct Gate {
+    started: Option<i64>,
+    /// The recovered XIDs not decided yet: Some(non-empty) = closed.
+    pending: Option<HashSet<(String, String)>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    Unchanged,
+    /// The server (re)started at `started` with `pending` of our branches prepared.
+    Closed { started: i64, pending: usize },
+    Opened,
+}
+
+impl Gate {
+    /// A fresh look at the server: its start time (unix seconds) and our XIDs prepared
+    /// there now.
+    pub fn observe(&mut self, started: i64, prepared: &HashSet<(String, String)>) -> Change {
+        let restarted = self.is_new_start(started);
+        if restarted {
+            self.started = Some(started);
+            if prepared.is_empty() {
+                let was_closed = self.pending.take().is_some();
+                return if was_closed { Change::Opened } else { Change::Unchanged };
+            }
+            self.pending = Some(prepared.clone());
+            return Change::Closed { started, pending: prepared.len() };
+        }
+        if let Some(p) = &mut self.pending {
+            p.retain(|x| prepared.contains(x));
+            if p.is_empty() {
+                self.pending = None;
+                return Change::Opened;
+            }
+        }
+        Change::Unchanged
+    }
+
+    /// Would this start time be a restart (or the first look)?
+    pub fn is_new_start(&self, started: i64) -> bool {
+        self.started.map(|s| (started - s).abs() > SAME_START_S).unwrap_or(true)
+    }
+
+    /// Why new branches are not admitted, or None when they are.
+    pub fn closed(&self) -> Option<String> {
+        self.pending.as_ref().map(|p| {
+            format!(
+                "the server restarted (at unix time {}) with {} of our branches prepared; recovered branches keep no read locks, \
+                 so no new branch is admitted until they are decided",
+                self.started.unwrap_or(0),
+                p.len()
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(xs: &[&str]) -> HashSet<(String, String)> {
+        xs.iter().map(|x| (x.to_string(), "b".to_string())).collect()
+    }
+
+    #[test]
+    fn a_restart_with_prepared_branches_closes_until_each_is_decided() {
+        let mut g = Gate::default();
+        assert_eq!(g.observe(1000, &set(&[])), Change::Unchanged);
+        assert!(g.closed().is_none());
+        // Same start (jitter of a second): nothing changes even with branches prepared.
+        assert_eq!(g.observe(1001, &set(&["a", "b"])), Change::Unchanged);
+        assert!(g.closed().is_none());
+        // Restarted: the two prepared ones are recovered.
+        assert_eq!(g.observe(2000, &set(&["a", "b"])), Change::Closed { started: 2000, pending: 2 });
+        assert!(g.closed().unwrap().contains("2 of our branches"));
+        // A new branch prepared after the restart does not hold the gate; "a" decided.
+        assert_eq!(g.observe(2000, &set(&["b", "new"])), Change::Unchanged);
+        assert!(g.closed().is_some());
+        assert_eq!(g.observe(2001, &set(&["new"])), Change::Opened);
+        assert!(g.closed().is_none());
+    }
+
+    #[test]
+    fn the_first_look_is_treated_as_a_restart() {
+        let mut g = Gate::default();
+        assert_eq!(g.observe(5, &set(&["x"])), Change::Closed { started: 5, pending: 1 });
+        assert_eq!(g.observe(5, &set(&[])), Change::Opened);
+    }
+
+    #[test]
+    fn a_restart_with_nothing_prepared_reopens_a_closed_gate() {
+        let mut g = Gate::default();
+        g.observe(5, &set(&["x"]));
+        assert_eq!(g.observe(100, &set(&[])), Change::Opened);
+        assert!(g.closed().is_none());
+    }
+}

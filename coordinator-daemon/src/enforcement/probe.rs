@@ -1,0 +1,259 @@
+//! What a resource can do, asked of the database itself: whether its engine enforces
+//! commitment ordering (pg_co / mysql_co loaded, enabled, not observe-only) and whether
+//! client mode can run there (it can prepare transactions; the shim objects of
+//! sql/client_mode/ exist or can be created). Also the SQL of the PostgreSQL helper
+//! transactions and of the MariaDB restart check. Only I/O: the rules are in mod.rs.
+
+use super::{needs, Configured, Probe};
+use crate::config::ResourceKind;
+use crate::naming;
+use crate::resources::{my_err, simple_first, ResourceClient};
+use mysql_async::prelude::Queryable;
+use tokio_postgres::SimpleQueryMessage;
+
+/// Rows the daemon puts in the shim table: at most this many client-mode branches of one
+/// resource are live at once (more wait, refused with a retry-later).
+pub const SHIM_SLOTS: i32 = 4096;
+const PG_SCRIPT: &str = include_str!("../../../sql/client_mode/postgres.sql");
+const MARIA_SCRIPT: &str = include_str!("../../../sql/client_mode/mariadb.sql");
+
+/// The probe's findings; Err when the resource could not be asked at all.
+pub struct Found {
+    pub probe: Probe,
+    /// Rows in the shim table (0 when client mode is not possible or not needed).
+    pub slots: i32,
+}
+
+fn rows(m: &[SimpleQueryMessage]) -> Vec<&tokio_postgres::SimpleQueryRow> {
+    m.iter()
+        .filter_map(|x| match x {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String> {
+    let (engine, client) = needs(cfg);
+    let off = || Err("not asked (the config does not allow it)".to_string());
+    match rc.kind {
+        ResourceKind::Postgres => {
+            let m = rc
+                .pg_batch(
+                    "SELECT (SELECT setting FROM pg_settings WHERE name = 'pg_co.enabled'), \
+                            (SELECT setting FROM pg_settings WHERE name = 'pg_co.observe_only'), \
+                            current_setting('shared_preload_libraries'), current_setting('max_prepared_transactions')",
+                )
+                .await?;
+            let r = rows(&m);
+            let r = r.first().ok_or_else(|| format!("{}: no row", rc.name))?;
+            let (enabled, observe, spl, mpt) = (r.get(0), r.get(1), r.get(2).unwrap_or(""), r.get(3).unwrap_or("0"));
+            let e = if !engine {
+                off()
+            } else {
+                pg_engine(enabled, observe, spl)
+            };
+            let (c, slots) = if !client {
+                (off(), 0)
+            } else if mpt.trim() == "0" {
+                (Err("max_prepared_transactions = 0: the server cannot prepare transactions".to_string()), 0)
+            } else {
+                match pg_shim(rc).await {
+                    Ok(n) => (Ok(()), n),
+                    Err(e) => (Err(e), 0),
+                }
+            };
+            Ok(Found { probe: Probe { engine: e, client: c }, slots })
+        }
+        ResourceKind::Mariadb => {
+            let mut conn = rc.maria_conn().await?;
+            let e = if !engine { off() } else { maria_engine(&mut conn).await.map_err(|e| format!("{}: {e}", rc.name))? };
+            let (c, slots) = if !client {
+                (off(), 0)
+            } else {
+                match maria_shim(&mut conn).await {
+                    Ok(n) => (Ok(()), n),
+                    Err(e) => (Err(e), 0),
+                }
+            };
+            Ok(Found { probe: Probe { engine: e, client: c }, slots })
+        }
+    }
+}
+
+/// pg_co enforces when it was preloaded (its settings exist: a placeholder setting of an
+/// unloaded library is not in pg_settings), is enabled and is not observe-only.
+fn pg_engine(enabled: Option<&str>, observe: Option<&str>, spl: &str) -> Result<(), String> {
+    let preloaded = spl.split(',').any(|l| l.trim().trim_matches('"') == "pg_co");
+    match (enabled, observe) {
+        _ if !preloaded => Err("pg_co is not in shared_preload_libraries".into()),
+        (None, _) => Err("pg_co is not loaded".into()),
+        (Some(e), _) if e != "on" => Err(format!("pg_co.enabled = {e}")),
+        (_, Some("on")) => Err("pg_co.observe_only = on (pg_co refuses nothing)".into()),
+        _ => Ok(()),
+    }
+}
+
+/// The shim objects, created when missing (sql/client_mode/postgres.sql), and their rows.
+async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
+    let have = "SELECT to_regclass('cotx.shim') IS NOT NULL AND to_regprocedure('cotx.shim_hold(integer)') IS NOT NULL \
+                AND to_regprocedure('cotx.shim_touch(integer)') IS NOT NULL";
+    let m = rc.pg_batch(have).await?;
+    if simple_first(&m).as_deref() != Some("t") {
+        // One creator at a time (several daemons may probe together).
+        let script = format!("BEGIN; SELECT pg_advisory_xact_lock({}, 1); {PG_SCRIPT}\nCOMMIT;", naming::XA_FORMAT_ID);
+        rc.pg_batch(&script).await.map_err(|e| {
+            format!("cannot create the client-mode objects of sql/client_mode/postgres.sql ({e}); run that script as the database's owner")
+        })?;
+    }
+    let count = |m: &[SimpleQueryMessage]| simple_first(m).and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
+    let n = count(&rc.pg_batch("SELECT count(*) FROM cotx.shim").await?);
+    if n >= SHIM_SLOTS {
+        return Ok(n);
+    }
+    let fill = format!("INSERT INTO cotx.shim (k) SELECT generate_series(1, {SHIM_SLOTS}) ON CONFLICT DO NOTHING; ANALYZE cotx.shim");
+    match rc.pg_batch(&fill).await {
+        Ok(_) => Ok(SHIM_SLOTS),
+        Err(e) if n > 0 => {
+            crate::log::log("warn", "client mode: cannot add rows to cotx.shim; using those there", serde_json::json!({"resource": rc.name, "rows": n, "error": e}));
+            Ok(n)
+        }
+        Err(e) => Err(format!("cotx.shim has no rows and none can be added: {e}")),
+    }
+}
+
+async fn maria_engine(conn: &mut mysql_async::Conn) -> Result<Result<(), String>, String> {
+    let status: Option<String> = conn
+        .query_first("SELECT PLUGIN_STATUS FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'mysql_co'")
+        .await
+        .map_err(|e| my_err(&e))?;
+    match status.as_deref() {
+        None => return Ok(Err("mysql_co is not installed".into())),
+        Some("ACTIVE") => {}
+        Some(s) => return Ok(Err(format!("mysql_co is {s}"))),
+    }
+    let flags: Option<(i64, i64)> =
+        conn.query_first("SELECT @@global.mysql_co_enabled, @@global.mysql_co_observe_only").await.map_err(|e| my_err(&e))?;
+    let health: Option<(String, String)> = conn.query_first("SHOW GLOBAL STATUS LIKE 'Mysql_co_health'").await.map_err(|e| my_err(&e))?;
+    Ok(match (flags, health) {
+        (Some((0, _)), _) => Err("mysql_co_enabled = OFF".into()),
+        (Some((_, 1)), _) => Err("mysql_co_observe_only = ON (mysql_co refuses nothing)".into()),
+        (_, Some((_, h))) if h != "OK" => Err(format!("Mysql_co_health = {h}")),
+        (Some(_), Some(_)) => Ok(()),
+        _ => Err("mysql_co's variables are missing".into()),
+    })
+}
+
+async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
+    let db: Option<Option<String>> = conn.query_first("SELECT DATABASE()").await.map_err(|e| my_err(&e))?;
+    if db.flatten().is_none() {
+        return Err("its DSN names no database: client mode keeps its table in the database the branches use".into());
+    }
+    let innodb: Option<String> = conn
+        .query_first("SELECT SUPPORT FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'")
+        .await
+        .map_err(|e| my_err(&e))?;
+    if !matches!(innodb.as_deref(), Some("YES" | "DEFAULT")) {
+        return Err("InnoDB is not available (client mode needs its SERIALIZABLE locking and XA)".into());
+    }
+    let have: Option<i64> = conn
+        .query_first("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'cotx_shim'")
+        .await
+        .map_err(|e| my_err(&e))?;
+    if have != Some(1) {
+        let ddl: String = MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+        conn.query_drop(ddl.trim().trim_end_matches(';')).await.map_err(|e| {
+            format!("cannot create the client-mode table of sql/client_mode/mariadb.sql ({}); run that script as the database's owner", my_err(&e))
+        })?;
+    }
+    let n: Option<i64> = conn.query_first("SELECT COUNT(*) FROM cotx_shim").await.map_err(|e| my_err(&e))?;
+    let n = n.unwrap_or(0) as i32;
+    if n >= SHIM_SLOTS {
+        return Ok(n);
+    }
+    let mut err = None;
+    for chunk in (1..=SHIM_SLOTS).collect::<Vec<_>>().chunks(1024) {
+        let values: Vec<String> = chunk.iter().map(|k| format!("({k})")).collect();
+        if let Err(e) = conn.query_drop(format!("INSERT IGNORE INTO cotx_shim (k) VALUES {}", values.join(","))).await {
+            err = Some(my_err(&e));
+            break;
+        }
+    }
+    match err {
+        None => Ok(SHIM_SLOTS),
+        Some(e) if n > 0 => {
+            crate::log::log("warn", "client mode: cannot add rows to cotx_shim; using those there", serde_json::json!({"rows": n, "error": e}));
+            Ok(n)
+        }
+        Some(e) => Err(format!("cotx_shim has no rows and none can be added: {e}")),
+    }
+}
+
+/// The server's start time (unix seconds) and our XIDs prepared there: what the restart
+/// gate looks at (gate.rs).
+pub async fn maria_start_and_prepared(rc: &ResourceClient) -> Result<(i64, std::collections::HashSet<(String, String)>), String> {
+    let started = maria_started(rc).await?;
+    let prepared = rc.list_prepared().await?.into_iter().collect();
+    Ok((started, prepared))
+}
+
+pub async fn maria_started(rc: &ResourceClient) -> Result<i64, String> {
+    let mut conn = rc.maria_conn().await?;
+    let v: Option<i64> = conn
+        .query_first("SELECT UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
+        .await
+        .map_err(|e| format!("{}: {}", rc.name, my_err(&e)))?;
+    v.ok_or_else(|| format!("{}: no Uptime status", rc.name))
+}
+
+/// Prepares the helper transaction of a client-mode PostgreSQL branch: it reads the slot
+/// row the branch will write (docs/client-mode.md). One round trip.
+pub async fn pg_prepare_helper(rc: &ResourceClient, gid: &str, key: i32) -> Result<(), String> {
+    rc.pg_batch(&format!(
+        "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT cotx.shim_hold({key}); PREPARE TRANSACTION {}",
+        naming::quote_pg(gid)
+    ))
+    .await
+    .map(|_| ())
+}
+
+/// Rolls a helper back; Ok(false) when it was not there (rolled back already).
+pub async fn pg_rollback_helper(rc: &ResourceClient, gid: &str) -> Result<bool, String> {
+    match rc.pg_batch(&format!("ROLLBACK PREPARED {}", naming::quote_pg(gid))).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.contains("SQLSTATE 42704") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The helpers prepared at this resource (this database), as (slot, gtid, branch id).
+pub async fn pg_list_helpers(rc: &ResourceClient) -> Result<Vec<(i32, String, String)>, String> {
+    let like = naming::quote_pg(&format!("{}.s%", rc.prefix()));
+    let m = rc
+        .pg_batch(&format!("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE {like}"))
+        .await?;
+    Ok(rows(&m).into_iter().filter_map(|r| r.get(0).and_then(|g| naming::parse_pg_helper_gid(rc.prefix(), g))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_co_counts_only_when_preloaded_enabled_and_enforcing() {
+        assert!(pg_engine(Some("on"), Some("off"), "pg_co").is_ok());
+        assert!(pg_engine(Some("on"), Some("off"), "auto_explain, \"pg_co\"").is_ok());
+        assert_eq!(pg_engine(Some("on"), None, "").unwrap_err(), "pg_co is not in shared_preload_libraries");
+        assert_eq!(pg_engine(None, None, "pg_co").unwrap_err(), "pg_co is not loaded");
+        assert_eq!(pg_engine(Some("off"), Some("off"), "pg_co").unwrap_err(), "pg_co.enabled = off");
+        assert!(pg_engine(Some("on"), Some("on"), "pg_co").unwrap_err().contains("observe_only"));
+        assert!(pg_engine(Some("on"), Some("off"), "pg_co_other").is_err());
+    }
+
+    #[test]
+    fn the_mariadb_script_is_one_statement() {
+        let ddl: Vec<&str> = MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+        assert_eq!(ddl.join("\n").matches(';').count(), 1);
+        assert!(PG_SCRIPT.contains("cotx.shim_hold") && PG_SCRIPT.contains("cotx.shim_touch"));
+    }
+}

@@ -1,0 +1,321 @@
+//! The daemon's view of enforcement at each resource and the client-mode resources it
+//! holds: which mode each resource is in (probed at start, on demand, and by every
+//! recovery pass, so a resource whose extension was loaded, dropped or disabled is seen),
+//! the shim slots and PostgreSQL helper transactions of live branches, and the MariaDB
+//! restart gate. It knows nothing of transactions: the coordinator says which branches
+//! still need protection (closures), this module does the I/O.
+
+use super::gate::{Change, Gate};
+use super::probe::{self, SHIM_SLOTS};
+use super::slots::Slots;
+use super::{decide, Configured, Effective, Mode};
+use crate::config::{Resource, ResourceKind};
+use crate::log::log;
+use crate::naming;
+use crate::resources::ResourceClient;
+use crate::state::{refuse, Refusal};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+struct State {
+    configured: Configured,
+    effective: Effective,
+    slots: Slots,
+    gate: Gate,
+    /// PostgreSQL client mode: helpers left by an earlier run (or a failed rollback) have
+    /// been looked at since the resource went to client mode. New branches wait for it.
+    swept: bool,
+}
+
+/// A live client-mode branch's hold on its resource.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub resource: String,
+    pub key: i32,
+    /// PostgreSQL: the helper transaction's gid.
+    pub helper: Option<String>,
+}
+
+/// What a branch registration gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub mode: Mode,
+    /// Client mode: the slot the branch writes before it prepares.
+    pub key: Option<i32>,
+}
+
+pub struct Enforcement {
+    states: Mutex<HashMap<String, State>>,
+    held: Mutex<HashMap<(String, String), Held>>,
+}
+
+/// Which dangling helper (gtid, branch id, is its branch prepared now) must stay.
+pub type KeepHelper<'a> = &'a (dyn Fn(&str, &str, bool) -> bool + Sync);
+
+fn random_start() -> i32 {
+    let mut b = [0u8; 4];
+    if getrandom_fill(&mut b) {
+        (u32::from_le_bytes(b) % SHIM_SLOTS as u32) as i32 + 1
+    } else {
+        1 + (std::process::id() as i32 % SHIM_SLOTS)
+    }
+}
+
+fn getrandom_fill(b: &mut [u8]) -> bool {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(b)).is_ok()
+}
+
+impl Enforcement {
+    pub fn new(resources: &[Resource]) -> Enforcement {
+        let states = resources
+            .iter()
+            .map(|r| {
+                let effective = match r.enforcement {
+                    Configured::None => Effective::Mode(Mode::None),
+                    _ => Effective::Unknown("not probed yet".into()),
+                };
+                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), swept: false })
+            })
+            .collect();
+        Enforcement { states: Mutex::new(states), held: Mutex::new(HashMap::new()) }
+    }
+
+    /// Asks the resource again; logs a change. Returns where it stands now.
+    pub async fn refresh(&self, rc: &ResourceClient) -> Effective {
+        let configured = match self.states.lock().unwrap().get(&rc.name) {
+            Some(s) => s.configured,
+            None => return Effective::Refused("not in the config".into()),
+        };
+        if configured == Configured::None {
+            return Effective::Mode(Mode::None);
+        }
+        let (now, slots) = match probe::probe(rc, configured).await {
+            Ok(f) => (decide(configured, &f.probe), f.slots),
+            Err(e) => (Effective::Unknown(e), 0),
+        };
+        let mut st = self.states.lock().unwrap();
+        let s = st.get_mut(&rc.name).expect("resource state");
+        // Unreachable keeps the last known mode: a database that is down refuses branches
+        // by itself, and its mode is probed again when it is back.
+        if matches!(now, Effective::Unknown(_)) && matches!(s.effective, Effective::Mode(_)) {
+            return s.effective.clone();
+        }
+        if now != s.effective {
+            let level = match &now {
+                Effective::Mode(Mode::Engine | Mode::Client) => "info",
+                _ => "warn",
+            };
+            let why = match &now {
+                Effective::Unknown(w) | Effective::Refused(w) => Some(w.clone()),
+                _ => None,
+            };
+            log(level, "enforcement at resource", json!({"resource": rc.name, "configured": configured.as_str(),
+                "mode": now.label(), "was": s.effective.label(), "reason": why}));
+            if now == Effective::Mode(Mode::Client) {
+                s.swept = rc.kind != ResourceKind::Postgres;
+            }
+        }
+        if now == Effective::Mode(Mode::Client) && s.slots.size() != slots {
+            s.slots = Slots::new(slots, random_start());
+            for h in self.held.lock().unwrap().values().filter(|h| h.resource == rc.name) {
+                s.slots.reserve(h.key);
+            }
+        }
+        s.effective = now.clone();
+        now
+    }
+
+    pub fn effective(&self, resource: &str) -> Option<(Configured, Effective)> {
+        self.states.lock().unwrap().get(resource).map(|s| (s.configured, s.effective.clone()))
+    }
+
+    /// May a branch be registered at `rc`, and how is it protected? Client mode takes a
+    /// slot and, on PostgreSQL, prepares the branch's helper before answering.
+    pub async fn admit(&self, rc: &ResourceClient, gtid: &str, bid: &str, keep: KeepHelper<'_>) -> Result<Admission, Refusal> {
+        let name = &rc.name;
+        let mut eff = self.effective(name).map(|(_, e)| e).unwrap_or(Effective::Unknown("not in the config".into()));
+        if matches!(eff, Effective::Unknown(_)) {
+            eff = self.refresh(rc).await;
+        }
+        match eff {
+            Effective::Unknown(why) => refuse(
+                "resource_unavailable",
+                format!("resource {name}: cannot tell how commitment ordering is enforced there ({why}); retry later"),
+            ),
+            Effective::Refused(why) => refuse("resource_refused", format!("resource {name} cannot be used: {why}")),
+            Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None }),
+            Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep).await,
+        }
+    }
+
+    async fn admit_client(&self, rc: &ResourceClient, gtid: &str, bid: &str, keep: KeepHelper<'_>) -> Result<Admission, Refusal> {
+        let name = &rc.name;
+        let unavailable = |e: String| Refusal::new("resource_unavailable", format!("resource {name} (client mode): {e}; retry later"));
+        match rc.kind {
+            ResourceKind::Postgres => {
+                let swept = self.states.lock().unwrap().get(name).map(|s| s.swept).unwrap_or(false);
+                if !swept {
+                    self.sweep_helpers(rc, keep).await.map_err(|e| unavailable(format!("helpers of an earlier run not recovered yet: {e}")))?;
+                }
+            }
+            ResourceKind::Mariadb => {
+                // Every registration looks at the server's start time: a restart between
+                // two recovery passes must not let a branch in before the gate closes.
+                let started = probe::maria_started(rc).await.map_err(unavailable)?;
+                let look = self.states.lock().unwrap().get(name).map(|s| s.gate.is_new_start(started) || s.gate.closed().is_some()).unwrap_or(true);
+                if look {
+                    let (started, prepared) = probe::maria_start_and_prepared(rc).await.map_err(unavailable)?;
+                    self.observe_gate(name, started, &prepared);
+                }
+                if let Some(why) = self.states.lock().unwrap().get(name).and_then(|s| s.gate.closed()) {
+                    return refuse("restart_gate", format!("resource {name} (client mode): {why}; retry later"));
+                }
+            }
+        }
+        let key = self.states.lock().unwrap().get_mut(name).and_then(|s| s.slots.take());
+        let Some(key) = key else {
+            return refuse("resource_busy", format!("resource {name} (client mode): all {SHIM_SLOTS} shim slots are held by live branches; retry later"));
+        };
+        let helper = match rc.kind {
+            ResourceKind::Postgres => match naming::pg_helper_gid(rc.prefix(), key, gtid, bid) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    self.give(name, key);
+                    return refuse(e.code, e.message);
+                }
+            },
+            ResourceKind::Mariadb => None,
+        };
+        let id = (gtid.to_string(), bid.to_string());
+        if self.held.lock().unwrap().insert(id.clone(), Held { resource: name.clone(), key, helper: helper.clone() }).is_some() {
+            return refuse("duplicate_branch", format!("branch {bid} of {gtid} is registered already"));
+        }
+        if let Some(h) = &helper {
+            if let Err(e) = probe::pg_prepare_helper(rc, h, key).await {
+                self.held.lock().unwrap().remove(&id);
+                // It may be prepared after all (a timeout): its slot stays taken and the
+                // next sweep rolls it back.
+                if let Some(s) = self.states.lock().unwrap().get_mut(name) {
+                    s.swept = false;
+                }
+                return Err(unavailable(format!("cannot prepare the helper transaction: {e}")));
+            }
+        }
+        Ok(Admission { mode: Mode::Client, key: Some(key) })
+    }
+
+    fn give(&self, resource: &str, key: i32) {
+        if let Some(s) = self.states.lock().unwrap().get_mut(resource) {
+            s.slots.give(key);
+        }
+    }
+
+    fn observe_gate(&self, name: &str, started: i64, prepared: &HashSet<(String, String)>) {
+        let mut st = self.states.lock().unwrap();
+        let Some(s) = st.get_mut(name) else { return };
+        match s.gate.observe(started, prepared) {
+            Change::Closed { started, pending } => log("warn", "restart gate closed: no new branch until the recovered ones are decided",
+                json!({"resource": name, "server_started_unix": started, "recovered_branches": pending})),
+            Change::Opened => log("info", "restart gate open", json!({"resource": name})),
+            Change::Unchanged => {}
+        }
+    }
+
+    /// Lets go of the branches `done` says no longer need protection (decided and
+    /// finished, aborted, failed, forgotten): their helpers are rolled back, their slots
+    /// freed. A helper that cannot be rolled back now is left to the next sweep.
+    pub async fn release(&self, resources: &HashMap<String, std::sync::Arc<ResourceClient>>, done: impl Fn(&str, &str) -> bool) {
+        let gone: Vec<((String, String), Held)> = {
+            let mut held = self.held.lock().unwrap();
+            let ids: Vec<(String, String)> = held.keys().filter(|(g, b)| done(g, b)).cloned().collect();
+            ids.into_iter().filter_map(|id| held.remove(&id).map(|h| (id, h))).collect()
+        };
+        for ((gtid, bid), h) in gone {
+            let rolled_back = match (&h.helper, resources.get(&h.resource)) {
+                (Some(gid), Some(rc)) => match probe::pg_rollback_helper(rc, gid).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        log("warn", "client mode: cannot roll back a helper transaction; the next sweep will", json!({"resource": h.resource, "gtid": gtid, "branch_id": bid, "error": e}));
+                        if let Some(s) = self.states.lock().unwrap().get_mut(&h.resource) {
+                            s.swept = false;
+                        }
+                        false
+                    }
+                },
+                _ => true,
+            };
+            if rolled_back {
+                self.give(&h.resource, h.key);
+            }
+        }
+    }
+
+    /// Helpers prepared at `rc` that no live branch of ours holds (an earlier run's, or
+    /// one whose rollback failed): rolled back unless `keep` says its branch may still
+    /// commit. Run by every recovery pass, and before the first client-mode branch.
+    pub async fn sweep_helpers(&self, rc: &ResourceClient, keep: KeepHelper<'_>) -> Result<usize, String> {
+        let helpers = probe::pg_list_helpers(rc).await?;
+        // Listed after the helpers: a branch prepared meanwhile counts as prepared (kept).
+        let prepared: HashSet<(String, String)> = rc.list_prepared().await?.into_iter().collect();
+        let mut rolled_back = 0;
+        for (key, gtid, bid) in helpers {
+            let id = (gtid.clone(), bid.clone());
+            if self.held.lock().unwrap().contains_key(&id) {
+                continue;
+            }
+            let reserve = |k| {
+                if let Some(s) = self.states.lock().unwrap().get_mut(&rc.name) {
+                    s.slots.reserve(k);
+                }
+            };
+            if keep(&gtid, &bid, prepared.contains(&id)) {
+                reserve(key);
+                continue;
+            }
+            let gid = naming::pg_helper_gid(rc.prefix(), key, &gtid, &bid).map_err(|e| e.message)?;
+            reserve(key);
+            probe::pg_rollback_helper(rc, &gid).await?;
+            self.give(&rc.name, key);
+            rolled_back += 1;
+            log("info", "client mode: helper transaction of a finished branch rolled back", json!({"resource": rc.name, "gtid": gtid, "branch_id": bid}));
+        }
+        if let Some(s) = self.states.lock().unwrap().get_mut(&rc.name) {
+            s.swept = true;
+        }
+        Ok(rolled_back)
+    }
+
+    /// Recovery pass: MariaDB client mode looks at the server's start time (the gate).
+    pub async fn look_at_restarts(&self, rc: &ResourceClient) {
+        let client = matches!(self.effective(&rc.name), Some((_, Effective::Mode(Mode::Client))));
+        if !client || rc.kind != ResourceKind::Mariadb {
+            return;
+        }
+        match probe::maria_start_and_prepared(rc).await {
+            Ok((started, prepared)) => self.observe_gate(&rc.name, started, &prepared),
+            Err(e) => log("warn", "client mode: cannot read the server's start time", json!({"resource": rc.name, "error": e})),
+        }
+    }
+
+    pub fn held_count(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    /// For the resource listing and /metrics.
+    pub fn report(&self, resource: &str) -> Value {
+        let st = self.states.lock().unwrap();
+        let Some(s) = st.get(resource) else { return Value::Null };
+        let reason = match &s.effective {
+            Effective::Unknown(w) | Effective::Refused(w) => Some(w.clone()),
+            _ => None,
+        };
+        let mut v = json!({"configured": s.configured.as_str(), "mode": s.effective.label(), "reason": reason});
+        if s.effective == Effective::Mode(Mode::Client) {
+            v["slots_in_use"] = json!(s.slots.in_use());
+            v["restart_gate"] = json!(s.gate.closed());
+        }
+        v
+    }
+}
