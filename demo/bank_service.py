@@ -15,7 +15,7 @@ it as a list-append key). It speaks plain HTTP/JSON:
       background thread waits for the root's decision and finishes the branch on the
       same session (a read-only MariaDB branch is lost if its session closes first).
 
-mode "co" runs branches SERIALIZABLE (what the project requires); mode "plain" runs the
+mode "co" (and "client") runs branches SERIALIZABLE (what the project requires); mode "plain" runs the
 MariaDB branch at REPEATABLE READ, the usual plain-2PC setup (the demo also turns pg_co
 and mysql_co off for it); mode "observe" runs branches as "plain" does, with pg_co and
 mysql_co on in observe-only mode.

@@ -12,14 +12,19 @@ the transaction), and debits its own account if the total stays >= 0.
   observe:   plain 2PC, with pg_co and mysql_co on in observe-only mode: every check runs,
              nothing is refused; the summary shows what would have been refused and
              whether every cycle the checker finds was among it
+  client:    servers with neither pg_co nor mysql_co loaded (a managed database): plain
+             2PC first, then client mode, where the coordinator and the client enforce
+             commitment ordering with Sonata's shims (docs/client-mode.md)
 
-Both modes run on the same servers, coordinator and services. Every transaction is
-recorded and fed to the history checker (checker/), which explains any cycle it finds.
+The modes of one run share the servers and services; the coordinator is restarted between
+modes with the enforcement each one needs (plain/observe: "none", co: "engine", client:
+"client"). Every transaction is recorded and fed to the history checker (checker/), which
+explains any cycle it finds.
 
-    python demo/overdraft.py [--rounds N] [--mode both|plain|observe|co] [--keep-history DIR]
+    python demo/overdraft.py [--rounds N] [--mode both|plain|observe|co|client] [--keep-history DIR]
 
-Exit status: 0 when cotx held the invariant and the checker found no cycle with it, and
-observe-only flagged a member of every cycle of its rounds.
+Exit status: 0 when cotx (engine or client mode) held the invariant and the checker found
+no cycle with it, and observe-only flagged a member of every cycle of its rounds.
 """
 from __future__ import annotations
 
@@ -66,22 +71,30 @@ def post(url, body, timeout=120):
 class Bank:
     """Servers, coordinator and the two service processes."""
 
-    def __init__(self, workdir: Path, pg_major: int | None = None):
+    def __init__(self, workdir: Path, pg_major: int | None = None, extensions: bool = True):
         self.workdir = workdir
-        self.pg = PgServer(major=pg_major)
-        self.my = MariaServer()
+        # extensions=False: the servers a managed service gives you (no pg_co, no mysql_co).
+        self.extensions = extensions
+        self.pg = PgServer(major=pg_major, preload=None if extensions else False)
+        self.my = MariaServer(plugin=None if extensions else False)
         self.procs = []
+        self.enforcement = "none"
 
     def start(self):
-        say(f"starting {self.pg.version} (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
+        if self.extensions:
+            say(f"starting {self.pg.version} (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
+        else:
+            say(f"starting {self.pg.version} and MariaDB, neither pg_co nor mysql_co loaded (as on a managed service) ...")
         self.pg.start()
         self.my.start()
         self.pg.sql("CREATE TABLE savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')")
         self.my.sql("CREATE TABLE checking(u varchar(64) PRIMARY KEY, bal int NOT NULL, "
                     "log text NOT NULL) ENGINE=InnoDB")
         (self.workdir / "coordinator").mkdir(exist_ok=True)
-        self.daemon = Daemon([{"name": "savings", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2},
-                              {"name": "checking", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
+        self.daemon = Daemon([{"name": "savings", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2,
+                               "enforcement": self.enforcement},
+                              {"name": "checking", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2,
+                               "enforcement": self.enforcement}],
                              timeouts={"transaction_ms": 30000, "owner_grace_ms": 2000},
                              workdir=str(self.workdir / "coordinator"))
         say(f"starting the coordinator on {self.daemon.url} ...")
@@ -108,7 +121,26 @@ class Bank:
         say(f"services: savings {self.urls['savings']} (PostgreSQL :{self.pg.port}), "
             f"checking {self.urls['checking']} (MariaDB :{self.my.port})")
 
+    def set_enforcement(self, enforcement: str):
+        """Restarts the coordinator (same port and store) with every resource's
+        `enforcement` set so; the services reconnect by themselves."""
+        if enforcement == self.enforcement:
+            return
+        self.enforcement = enforcement
+        for r in self.daemon.resources:
+            r["enforcement"] = enforcement
+        self.daemon.write_config()
+        self.daemon.restart()
+        say(f"coordinator restarted with enforcement = \"{enforcement}\"")
+
     def set_mode(self, mode: str):
+        self._set_engines(mode)
+        # After the engines' settings: the coordinator probes them when it starts.
+        self.set_enforcement({"plain": "none", "observe": "none", "co": "engine", "client": "client"}[mode])
+
+    def _set_engines(self, mode: str):
+        if not self.extensions:
+            return
         on, observe = mode in ("co", "observe"), mode == "observe"
         self.pg.sql(f"ALTER SYSTEM SET pg_co.enabled = {'on' if on else 'off'}")
         self.pg.sql(f"ALTER SYSTEM SET pg_co.observe_only = {'on' if observe else 'off'}")
@@ -231,13 +263,13 @@ def observed_count(s: dict, engine: str) -> str:
 def summary(stats: list) -> None:
     say()
     say("=" * 78)
-    names = {"plain": "plain 2PC", "observe": "observe-only", "co": "cotx (CO on)"}
+    names = {"plain": "plain 2PC", "observe": "observe-only", "co": "cotx (CO on)", "client": "cotx client mode"}
     cols = [names[s["mode"]] for s in stats]
     rows = [
         ("rounds (2 concurrent withdrawals of 80 from 50 + 50)", [s["rounds"] for s in stats]),
         ("withdrawals done", [s["withdrawn"] for s in stats]),
         ("withdrawals declined (would overdraw)", [s["declined"] for s in stats]),
-        ("prepares/commits refused by the engines, retried", [s["retries"] for s in stats]),
+        ("prepares/commits refused (engines, shims), retried", [s["retries"] for s in stats]),
         ("withdrawals given up after retries / failed", [s["refused"] + s["failed"] for s in stats]),
         ("rounds ending with savings + checking < 0", [s["negative_rounds"] for s in stats]),
         ("lowest final total", [s["lowest"] for s in stats]),
@@ -250,9 +282,10 @@ def summary(stats: list) -> None:
         ("invariant savings + checking >= 0", ["held" if s["negative_rounds"] == 0 else "BROKEN" for s in stats]),
     ]
     w = max(len(r[0]) for r in rows) + 2
-    say(f"{'':{w}}" + "".join(f"{c:>16}" for c in cols))
+    cw = max(16, *(len(c) + 2 for c in cols))
+    say(f"{'':{w}}" + "".join(f"{c:>{cw}}" for c in cols))
     for label, vals in rows:
-        say(f"{label:{w}}" + "".join(f"{str(v):>16}" for v in vals))
+        say(f"{label:{w}}" + "".join(f"{str(v):>{cw}}" for v in vals))
     say("=" * 78)
     for s in stats:
         cyc = s["report"].cycles()
@@ -265,14 +298,16 @@ def summary(stats: list) -> None:
 
 HEADINGS = {"plain": "plain 2PC: pg_co off, mysql_co off, MariaDB branch REPEATABLE READ",
             "observe": "plain 2PC watched by observe-only: pg_co and mysql_co check, refuse nothing",
-            "co": "cotx: pg_co on, mysql_co on, branches SERIALIZABLE"}
+            "co": "cotx: pg_co on, mysql_co on, branches SERIALIZABLE",
+            "client": "cotx client mode: no extension, no plugin; helper transactions and slot writes, branches SERIALIZABLE"}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("DEMO_ROUNDS", 8)))
-    ap.add_argument("--mode", choices=["both", "plain", "observe", "co"], default="both",
-                    help="both: plain then co; observe: plain 2PC with observe-only on")
+    ap.add_argument("--mode", choices=["both", "plain", "observe", "co", "client"], default="both",
+                    help="both: plain then co; observe: plain 2PC with observe-only on; client: plain then "
+                         "client mode, on servers without pg_co and mysql_co")
     ap.add_argument("--think-ms", type=int, default=200,
                     help="time a withdrawal spends between reading and writing (widens the race)")
     ap.add_argument("--keep-history", metavar="DIR", help="write each mode's history (JSON lines) there")
@@ -284,8 +319,8 @@ def main(argv=None) -> int:
         return 2
     reap_orphans()
     workdir = Path(tempfile.mkdtemp(prefix="cotx-demo-"))
-    bank = Bank(workdir, args.pg)
-    modes = ["plain", "co"] if args.mode == "both" else [args.mode]
+    bank = Bank(workdir, args.pg, extensions=args.mode != "client")
+    modes = {"both": ["plain", "co"], "client": ["plain", "client"]}.get(args.mode, [args.mode])
     stats = []
     try:
         bank.start()
@@ -303,7 +338,7 @@ def main(argv=None) -> int:
         say("\nFAILED: observe-only did not flag a member of every cycle the checker found")
         say(f"service, coordinator and server logs: {workdir}")
         return 1
-    co = [s for s in stats if s["mode"] == "co"]
+    co = [s for s in stats if s["mode"] in ("co", "client")]
     if co and (co[0]["negative_rounds"] or co[0]["report"].cycles() or not co[0]["withdrawn"]):
         say("\nFAILED: with cotx the invariant broke, the checker found a cycle, or nothing was withdrawn")
         say(f"service and coordinator logs: {workdir}")

@@ -171,6 +171,41 @@ pub fn in_doubt(cfg: &Target, json: bool) -> Result<(), String> {
     Ok(())
 }
 
+pub fn resources(cfg: &Target, json: bool) -> Result<(), String> {
+    let v = check(http(cfg, "GET", "/v1/resources", None))?;
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    for r in v["resources"].as_array().into_iter().flatten() {
+        let e = &r["enforcement"];
+        let up = match r["up"].as_bool() {
+            Some(true) => "up",
+            Some(false) => "down",
+            None => "not contacted yet",
+        };
+        let mut line = format!(
+            "{} ({}): {up}, {} prepared branch(es); enforcement {} (configured {})",
+            r["name"].as_str().unwrap_or("?"),
+            r["kind"].as_str().unwrap_or("?"),
+            r["prepared_branches"],
+            e["mode"].as_str().unwrap_or("?"),
+            e["configured"].as_str().unwrap_or("?")
+        );
+        if let Some(why) = e["reason"].as_str() {
+            line += &format!(": {why}");
+        }
+        if let Some(n) = e["slots_in_use"].as_u64() {
+            line += &format!("; {n} client-mode branch(es) live");
+        }
+        if let Some(g) = e["restart_gate"].as_str() {
+            line += &format!("; restart gate closed: {g}");
+        }
+        println!("{line}");
+    }
+    Ok(())
+}
+
 pub fn show(cfg: &Target, gtid: &str, json: bool) -> Result<(), String> {
     let v = check(http(cfg, "GET", &format!("/v1/transactions/{gtid}"), None))?;
     if json {

@@ -120,6 +120,14 @@ enum Cmd {
     },
     /// The operator audit log.
     Audit(ApiArg),
+    /// The resources: health, prepared branches, and how commitment ordering is enforced
+    /// at each (engine, client, none; refused or unknown with the reason).
+    Resources {
+        #[command(flatten)]
+        c: ApiArg,
+        #[arg(long)]
+        json: bool,
+    },
     /// After restoring the decision store from a copy (a backup, a snapshot, PITR), with
     /// every daemon stopped: seal the copy's epochs, so a commit recorded after the copy
     /// was taken is never presumed aborted (docs/ops.md, "Backup and restore").
@@ -197,6 +205,7 @@ fn main() {
         }
         Cmd::InDoubt { c, json } => cli::in_doubt(&target(&c), json),
         Cmd::Show { c, gtid, json } => cli::show(&target(&c), &gtid, json),
+        Cmd::Resources { c, json } => cli::resources(&target(&c), json),
         Cmd::Force { c, gtid, outcome, yes_i_know, operator, reason } => {
             if !yes_i_know {
                 die("forcing an outcome overrides the protocol: add --yes-i-know (an audit record is written)");

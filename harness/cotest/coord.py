@@ -12,9 +12,11 @@ import time
 from cotx.daemon import Daemon
 
 
-def make_daemon(pg, mariadb, **kw) -> Daemon:
-    return Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2},
-                   {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2}], **kw)
+def make_daemon(pg, mariadb, enforcement: str | None = None, **kw) -> Daemon:
+    """A daemon with resources "pg" and "my"; `enforcement` (auto by default) for both."""
+    extra = {"enforcement": enforcement} if enforcement else {}
+    return Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2, **extra},
+                   {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2, **extra}], **kw)
 
 
 def pg_prepared(pg) -> list[str]:

@@ -4,6 +4,8 @@ the checker explains the cycle; with cotx the total never goes below 0, refusals
 retried, and the checker finds no cycle."""
 import importlib.util
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -73,3 +75,38 @@ def test_cotx_never_overdraws(bank):
         user = f"co-u{r[1:]}"
         final = {k: v for k, v in st["final"].items() if k.endswith("/" + user)}
         assert serial_order(h, final) is not None, (r, [x.to_json() for x in h])
+
+
+@pytest.fixture(scope="module")
+def bare_bank():
+    """The demo's bank on servers with neither pg_co nor mysql_co loaded."""
+    b = overdraft.Bank(Path(tempfile.mkdtemp(prefix="cotx-demo-client-")), extensions=False)
+    try:
+        b.start()
+        yield b
+    finally:
+        b.stop()
+        shutil.rmtree(b.workdir, ignore_errors=True)
+
+
+def test_without_extensions_plain_2pc_overdraws_and_client_mode_does_not(bare_bank):
+    """`--mode client`, shown twice on the same plugin-less servers: plain 2PC overdraws
+    (the checker finds the cycles), client mode never does and its history is serializable."""
+    plain = overdraft.run_mode(bare_bank, "plain", rounds=3, think_ms=600)
+    assert plain["negative_rounds"] == len(plain["report"].cycles()) >= 1, "the race did not happen"
+    st = overdraft.run_mode(bare_bank, "client", rounds=3, think_ms=200)
+    assert st["negative_rounds"] == 0 and st["lowest"] >= 0
+    assert st["report"].ok, st["report"].summary()
+    assert st["withdrawn"] >= 3 and st["failed"] == 0
+    assert st["withdrawn"] + st["declined"] + st["refused"] == 6
+
+
+def test_demo_mode_client_prints_its_summary():
+    """The command the docs give (`demo/overdraft.py --mode client`): exit 0 and a summary
+    that says the invariant broke under plain 2PC and held in client mode."""
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "demo" / "overdraft.py"),
+                        "--mode", "client", "--rounds", "3"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "neither pg_co nor mysql_co loaded" in p.stdout
+    line = next(x for x in p.stdout.splitlines() if x.startswith("invariant savings + checking >= 0"))
+    assert line.split()[-2:] == ["BROKEN", "held"], line

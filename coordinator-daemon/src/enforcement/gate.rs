@@ -18,9 +18,20 @@ use std::collections::HashSet;
 /// two is the same start.
 const SAME_START_S: i64 = 2;
 
+/// What the server says of its start: `started` = now - Uptime (unix seconds, to the
+/// second) and `uptime` itself. A restart shows as the start moving by more than the
+/// rounding, or as an uptime smaller than the last one seen (a quick restart, within the
+/// rounding of the start time).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    pub started: i64,
+    pub uptime: i64,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct Gate {
     started: Option<i64>,
+    uptime: i64,
     /// The recovered XIDs not decided yet: Some(non-empty) = closed.
     pending: Option<HashSet<(String, String)>>,
 }
@@ -36,10 +47,13 @@ pub enum Change {
 impl Gate {
     /// A fresh look at the server: its start time (unix seconds) and our XIDs prepared
     /// there now.
-    pub fn observe(&mut self, started: i64, prepared: &HashSet<(String, String)>) -> Change {
-        let restarted = self.is_new_start(started);
+    pub fn observe(&mut self, now: Start, prepared: &HashSet<(String, String)>) -> Change {
+        let restarted = self.is_new_start(now);
+        self.uptime = self.uptime.max(now.uptime);
         if restarted {
+            let started = now.started;
             self.started = Some(started);
+            self.uptime = now.uptime;
             if prepared.is_empty() {
                 let was_closed = self.pending.take().is_some();
                 return if was_closed { Change::Opened } else { Change::Unchanged };
@@ -58,8 +72,11 @@ impl Gate {
     }
 
     /// Would this start time be a restart (or the first look)?
-    pub fn is_new_start(&self, started: i64) -> bool {
-        self.started.map(|s| (started - s).abs() > SAME_START_S).unwrap_or(true)
+    pub fn is_new_start(&self, now: Start) -> bool {
+        match self.started {
+            None => true,
+            Some(s) => (now.started - s).abs() > SAME_START_S || now.uptime < self.uptime,
+        }
     }
 
     /// Why new branches are not admitted, or None when they are.
@@ -79,6 +96,11 @@ impl Gate {
 mod tests {
     use super::*;
 
+    /// A server started at `started` and looked at `uptime` seconds later.
+    fn at(started: i64, uptime: i64) -> Start {
+        Start { started, uptime }
+    }
+
     fn set(xs: &[&str]) -> HashSet<(String, String)> {
         xs.iter().map(|x| (x.to_string(), "b".to_string())).collect()
     }
@@ -86,33 +108,43 @@ mod tests {
     #[test]
     fn a_restart_with_prepared_branches_closes_until_each_is_decided() {
         let mut g = Gate::default();
-        assert_eq!(g.observe(1000, &set(&[])), Change::Unchanged);
+        assert_eq!(g.observe(at(1000, 5), &set(&[])), Change::Unchanged);
         assert!(g.closed().is_none());
         // Same start (jitter of a second): nothing changes even with branches prepared.
-        assert_eq!(g.observe(1001, &set(&["a", "b"])), Change::Unchanged);
+        assert_eq!(g.observe(at(1001, 9), &set(&["a", "b"])), Change::Unchanged);
         assert!(g.closed().is_none());
         // Restarted: the two prepared ones are recovered.
-        assert_eq!(g.observe(2000, &set(&["a", "b"])), Change::Closed { started: 2000, pending: 2 });
+        assert_eq!(g.observe(at(2000, 1), &set(&["a", "b"])), Change::Closed { started: 2000, pending: 2 });
         assert!(g.closed().unwrap().contains("2 of our branches"));
         // A new branch prepared after the restart does not hold the gate; "a" decided.
-        assert_eq!(g.observe(2000, &set(&["b", "new"])), Change::Unchanged);
+        assert_eq!(g.observe(at(2000, 3), &set(&["b", "new"])), Change::Unchanged);
         assert!(g.closed().is_some());
-        assert_eq!(g.observe(2001, &set(&["new"])), Change::Opened);
+        assert_eq!(g.observe(at(2001, 4), &set(&["new"])), Change::Opened);
         assert!(g.closed().is_none());
     }
 
     #[test]
     fn the_first_look_is_treated_as_a_restart() {
         let mut g = Gate::default();
-        assert_eq!(g.observe(5, &set(&["x"])), Change::Closed { started: 5, pending: 1 });
-        assert_eq!(g.observe(5, &set(&[])), Change::Opened);
+        assert_eq!(g.observe(at(5, 1), &set(&["x"])), Change::Closed { started: 5, pending: 1 });
+        assert_eq!(g.observe(at(5, 2), &set(&[])), Change::Opened);
     }
 
     #[test]
     fn a_restart_with_nothing_prepared_reopens_a_closed_gate() {
         let mut g = Gate::default();
-        g.observe(5, &set(&["x"]));
-        assert_eq!(g.observe(100, &set(&[])), Change::Opened);
+        g.observe(at(5, 1), &set(&["x"]));
+        assert_eq!(g.observe(at(100, 1), &set(&[])), Change::Opened);
         assert!(g.closed().is_none());
+    }
+
+    #[test]
+    fn a_restart_within_the_rounding_of_the_start_time_is_seen_by_the_uptime() {
+        let mut g = Gate::default();
+        g.observe(at(1000, 1), &set(&[]));
+        assert_eq!(g.observe(at(1001, 2), &set(&["a"])), Change::Unchanged);
+        // Restarted a second later: the start time barely moves, the uptime falls.
+        assert_eq!(g.observe(at(1001, 0), &set(&["a"])), Change::Closed { started: 1001, pending: 1 });
+        assert_eq!(g.observe(at(1001, 1), &set(&["a"])), Change::Unchanged);
     }
 }

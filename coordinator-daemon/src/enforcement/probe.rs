@@ -191,19 +191,22 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
 
 /// The server's start time (unix seconds) and our XIDs prepared there: what the restart
 /// gate looks at (gate.rs).
-pub async fn maria_start_and_prepared(rc: &ResourceClient) -> Result<(i64, std::collections::HashSet<(String, String)>), String> {
+pub async fn maria_start_and_prepared(rc: &ResourceClient) -> Result<(super::gate::Start, std::collections::HashSet<(String, String)>), String> {
     let started = maria_started(rc).await?;
     let prepared = rc.list_prepared().await?.into_iter().collect();
     Ok((started, prepared))
 }
 
-pub async fn maria_started(rc: &ResourceClient) -> Result<i64, String> {
+pub async fn maria_started(rc: &ResourceClient) -> Result<super::gate::Start, String> {
     let mut conn = rc.maria_conn().await?;
-    let v: Option<i64> = conn
-        .query_first("SELECT UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
+    let v: Option<(i64, i64)> = conn
+        .query_first(
+            "SELECT UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED), CAST(VARIABLE_VALUE AS SIGNED) \
+             FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
+        )
         .await
         .map_err(|e| format!("{}: {}", rc.name, my_err(&e)))?;
-    v.ok_or_else(|| format!("{}: no Uptime status", rc.name))
+    v.map(|(started, uptime)| super::gate::Start { started, uptime }).ok_or_else(|| format!("{}: no Uptime status", rc.name))
 }
 
 /// Prepares the helper transaction of a client-mode PostgreSQL branch: it reads the slot

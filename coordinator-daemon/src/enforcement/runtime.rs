@@ -17,6 +17,7 @@ use crate::state::{refuse, Refusal};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 struct State {
     configured: Configured,
@@ -26,7 +27,12 @@ struct State {
     /// PostgreSQL client mode: helpers left by an earlier run (or a failed rollback) have
     /// been looked at since the resource went to client mode. New branches wait for it.
     swept: bool,
+    probed_at: Option<Instant>,
 }
+
+/// A refused resource is asked again by a registration at most this often (an operator
+/// who loads the extension or fixes the setting need not wait for a recovery pass).
+const REPROBE_REFUSED: Duration = Duration::from_secs(1);
 
 /// A live client-mode branch's hold on its resource.
 #[derive(Debug, Clone)]
@@ -76,7 +82,7 @@ impl Enforcement {
                     Configured::None => Effective::Mode(Mode::None),
                     _ => Effective::Unknown("not probed yet".into()),
                 };
-                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), swept: false })
+                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), swept: false, probed_at: None })
             })
             .collect();
         Enforcement { states: Mutex::new(states), held: Mutex::new(HashMap::new()) }
@@ -97,6 +103,7 @@ impl Enforcement {
         };
         let mut st = self.states.lock().unwrap();
         let s = st.get_mut(&rc.name).expect("resource state");
+        s.probed_at = Some(Instant::now());
         // Unreachable keeps the last known mode: a database that is down refuses branches
         // by itself, and its mode is probed again when it is back.
         if matches!(now, Effective::Unknown(_)) && matches!(s.effective, Effective::Mode(_)) {
@@ -135,8 +142,12 @@ impl Enforcement {
     /// slot and, on PostgreSQL, prepares the branch's helper before answering.
     pub async fn admit(&self, rc: &ResourceClient, gtid: &str, bid: &str, keep: KeepHelper<'_>) -> Result<Admission, Refusal> {
         let name = &rc.name;
-        let mut eff = self.effective(name).map(|(_, e)| e).unwrap_or(Effective::Unknown("not in the config".into()));
-        if matches!(eff, Effective::Unknown(_)) {
+        let (mut eff, probed_at) = match self.states.lock().unwrap().get(name) {
+            Some(s) => (s.effective.clone(), s.probed_at),
+            None => (Effective::Unknown("not in the config".into()), None),
+        };
+        let stale_refusal = matches!(eff, Effective::Refused(_)) && probed_at.map(|t| t.elapsed() >= REPROBE_REFUSED).unwrap_or(true);
+        if matches!(eff, Effective::Unknown(_)) || stale_refusal {
             eff = self.refresh(rc).await;
         }
         match eff {
@@ -212,7 +223,7 @@ impl Enforcement {
         }
     }
 
-    fn observe_gate(&self, name: &str, started: i64, prepared: &HashSet<(String, String)>) {
+    fn observe_gate(&self, name: &str, started: super::gate::Start, prepared: &HashSet<(String, String)>) {
         let mut st = self.states.lock().unwrap();
         let Some(s) = st.get_mut(name) else { return };
         match s.gate.observe(started, prepared) {

@@ -1,0 +1,318 @@
+"""Client mode (docs/client-mode.md): commitment ordering on servers where neither pg_co
+nor mysql_co can be loaded, by Sonata's shims run by the daemon and the client.
+
+- the daemon tells each resource's mode (engine, client, none) and shows it; a resource
+  that can do neither is refused by name, never run as plain 2PC;
+- helper transactions and slots are let go once their branches settle, whatever the
+  outcome;
+- kill -9 of the client process or of the daemon at every step of a shimmed branch
+  leaves nothing prepared, no transaction split, no helper behind;
+- a MariaDB restart between prepare and decision: recovered branches have lost their read
+  locks, so the daemon admits no new branch there until they are decided (shown first
+  without the gate: the lost lock lets a conflicting writer commit).
+
+The exhaustive schedules in client mode are test_schedules_client_mode.py's; the demo's
+`--mode client` is test_e2e_demo.py's.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+
+import pytest
+from cotest import MariaServer, PgServer
+from cotest.coord import make_daemon, my_prepared, pg_prepared, wait_until
+from cotx import Coordinator
+from cotx.errors import CoordinatorError, CoordinatorUnavailable, CotxError
+
+from test_coordinator_safety import metric
+
+
+@pytest.fixture(scope="module")
+def bare_pg():
+    """PostgreSQL without pg_co (what a managed service gives you)."""
+    with PgServer(preload=False) as s:
+        s.sql("CREATE TABLE cm(k text PRIMARY KEY, v int NOT NULL)")
+        yield s
+
+
+@pytest.fixture(scope="module")
+def bare_my():
+    """MariaDB without mysql_co."""
+    with MariaServer(plugin=False) as s:
+        s.sql("CREATE TABLE cm(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
+        yield s
+
+
+def resources(d):
+    req = urllib.request.Request(d.url + "/v1/resources", headers={"Authorization": f"Bearer {d.token}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return {x["name"]: x for x in json.loads(r.read())["resources"]}
+
+
+def settled(pg, my):
+    """Nothing prepared on either server: no branch, no helper."""
+    return not pg_prepared(pg) and not my_prepared(my)
+
+
+def rows(pg, my, key):
+    return (pg.sql("SELECT count(*) FROM cm WHERE k = %s", (key,))[0][0],
+            my.sql("SELECT count(*) FROM cm WHERE k = %s", (key,))[0][0])
+
+
+def transfer(d, pg, my, key):
+    tx = Coordinator(d.url, d.token).transaction()
+    pc, mc = pg.connect(), my.connect()
+    with tx.branch(pc, "pg") as bp:
+        pc.execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+    with tx.branch(mc, "my") as bm:
+        mc.cursor().execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+    return tx, bp, bm
+
+
+def test_each_resource_gets_the_mode_it_can_do_and_shows_it(pg, mariadb, bare_pg, bare_my):
+    """auto: engine where pg_co / mysql_co enforce, client where they are absent; in the
+    registration's answer, the branch, the listing, the CLI and /metrics."""
+    from cotx.daemon import Daemon
+    d = Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn}, {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn},
+                {"name": "bare-pg", "kind": "postgres", "dsn": bare_pg.dsn},
+                {"name": "bare-my", "kind": "mariadb", "dsn": bare_my.dsn}])
+    with d:
+        tx = Coordinator(d.url, d.token).transaction()
+        modes = {}
+        for name, srv in (("pg", pg), ("my", mariadb), ("bare-pg", bare_pg), ("bare-my", bare_my)):
+            conn = srv.connect()
+            with tx.branch(conn, name) as b:
+                pass
+            modes[name] = (b.enforcement, b.shim_key is not None)
+        tx.abort("test")
+        assert modes == {"pg": ("engine", False), "my": ("engine", False), "bare-pg": ("client", True), "bare-my": ("client", True)}
+        res = resources(d)
+        assert {n: r["enforcement"]["mode"] for n, r in res.items()} == {"pg": "engine", "my": "engine", "bare-pg": "client", "bare-my": "client"}
+        assert all(r["enforcement"]["configured"] == "auto" for r in res.values())
+        assert metric(d, 'cotx_resource_enforcement{resource="bare-pg",mode="client"}') == 1
+        assert metric(d, 'cotx_resource_enforcement{resource="pg",mode="engine"}') == 1
+        cli = d.cli("resources")
+        assert cli.returncode == 0, cli.stderr
+        assert "bare-pg (postgres): up" in cli.stdout and "enforcement client (configured auto)" in cli.stdout, cli.stdout
+        assert "pg (postgres): up, 0 prepared branch(es); enforcement engine" in cli.stdout
+        # The daemon's log says which mode each resource is in.
+        assert '"mode":"client"' in d.log_tail(200).replace("\\", "").replace(" ", "")
+
+
+def test_a_resource_that_can_do_neither_is_refused_by_name(bare_pg):
+    """Never plain 2PC by accident: no prepared transactions (client mode impossible) and
+    no pg_co (engine impossible) → every registration is refused with the resource's name
+    and the reasons; `engine` on a server without pg_co likewise. Nothing is left behind."""
+    from cotx.daemon import Daemon
+    with PgServer(preload=False, conf={"max_prepared_transactions": 0}) as no2pc:
+        d = Daemon([{"name": "no2pc", "kind": "postgres", "dsn": no2pc.dsn},
+                    {"name": "forced", "kind": "postgres", "dsn": bare_pg.dsn, "enforcement": "engine"}])
+        with d:
+            c = Coordinator(d.url, d.token)
+            for name, srv, words in (("no2pc", no2pc, ["max_prepared_transactions = 0", "pg_co is not in shared_preload_libraries"]),
+                                     ("forced", bare_pg, ['enforcement = "engine"', "pg_co is not in shared_preload_libraries"])):
+                tx = c.transaction()
+                with pytest.raises(CoordinatorError) as e:
+                    with tx.branch(srv.connect(), name):
+                        pass
+                assert e.value.status == 409 and e.value.code == "resource_refused", e.value
+                assert f"resource {name} cannot be used" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+                assert resources(d)[name]["enforcement"]["mode"] == "refused"
+            assert not pg_prepared(no2pc) and not pg_prepared(bare_pg)
+
+
+def test_helpers_and_slots_are_let_go_whatever_the_outcome(bare_pg, bare_my):
+    """Commit, abort, a refused prepare and a failed branch: afterwards no helper is
+    prepared and no slot held; the rows are there exactly for the committed one."""
+    with make_daemon(bare_pg, bare_my) as d:
+        tx, _, _ = transfer(d, bare_pg, bare_my, "ok")
+        tx.commit()
+        tx, _, _ = transfer(d, bare_pg, bare_my, "aborted")
+        tx.abort("test")
+        tx = Coordinator(d.url, d.token).transaction()
+        with pytest.raises(Exception):
+            with tx:
+                with tx.branch(bare_pg.connect(), "pg") as b:
+                    b.conn.execute("SELECT 1/0")
+        # A REPEATABLE READ branch on a client-mode resource is refused before it runs.
+        tx = Coordinator(d.url, d.token).transaction()
+        with pytest.raises(CotxError, match="client mode.*must be SERIALIZABLE"):
+            with tx.branch(bare_my.connect(), "my", isolation="REPEATABLE READ"):
+                pass
+        tx.abort("test")
+        wait_until(lambda: settled(bare_pg, bare_my), 15, "no helper or branch left prepared")
+        wait_until(lambda: all(r["enforcement"]["slots_in_use"] == 0 for r in resources(d).values()), 15, "slots freed")
+        assert rows(bare_pg, bare_my, "ok") == (1, 1) and rows(bare_pg, bare_my, "aborted") == (0, 0)
+
+
+CLIENT = textwrap.dedent('''
+    import os, signal, sys
+    import psycopg, pymysql
+    from cotx import Coordinator
+    url, token, pg_port, my_port, key, step = sys.argv[1:]
+    def die(at):
+        if at == step:
+            print("killed at", at, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+    pc = psycopg.connect(host="127.0.0.1", port=int(pg_port), user="postgres", dbname="postgres", autocommit=True)
+    mc = pymysql.connect(host="127.0.0.1", port=int(my_port), user="root", database="test", autocommit=True)
+    tx = Coordinator(url, token).transaction()
+    with tx.branch(pc, "pg") as bp:
+        pc.execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+    with tx.branch(mc, "my") as bm:
+        mc.cursor().execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+    die("registered")                  # helper prepared, branches active
+    bp._sql.shim_touch(pc, bp.shim_key)
+    bm._sql.shim_touch(mc, bm.shim_key)
+    die("touched")                     # slots written, nothing prepared
+    mine = tx.prepare_all(report=False)
+    die("prepared")                    # both prepared, not decided
+    decision = tx._commit_call({"prepared": mine})
+    die("decided")                     # commit recorded, helpers still prepared
+    bp.finish(decision)
+    die("one_finished")                # PostgreSQL committed, MariaDB prepared
+    bm.finish(decision)
+    print("done", decision, flush=True)
+''')
+
+STEPS = ["registered", "touched", "prepared", "decided", "one_finished", "none"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill9_of_the_client_at_every_step_leaves_nothing_prepared_or_split(bare_pg, bare_my, step):
+    with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 1500, "owner_grace_ms": 300}) as d:
+        key = f"client-{step}"
+        p = subprocess.run([sys.executable, "-c", CLIENT, d.url, d.token, str(bare_pg.port), str(bare_my.port), key, step],
+                           capture_output=True, text=True, timeout=60)
+        if step == "none":
+            assert p.returncode == 0 and "done commit" in p.stdout, p.stderr
+        else:
+            assert p.returncode == -signal.SIGKILL and f"killed at {step}" in p.stdout, (p.stdout, p.stderr)
+        wait_until(lambda: settled(bare_pg, bare_my), 30, f"nothing prepared after the client died at {step!r}")
+        committed = step in ("decided", "one_finished", "none")
+        assert rows(bare_pg, bare_my, key) == ((1, 1) if committed else (0, 0)), step
+        wait_until(lambda: all(r["enforcement"]["slots_in_use"] == 0 for r in resources(d).values()), 15, "slots freed")
+
+
+@pytest.mark.parametrize("step", ["registered", "prepared", "decided", "one_finished"])
+def test_kill9_of_the_daemon_at_every_step_leaves_nothing_prepared_or_split(bare_pg, bare_my, step):
+    """The daemon dies with helpers prepared; its restart recovers them (after deciding
+    the branches) before it admits a new client-mode branch."""
+    with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 3000, "owner_grace_ms": 300}) as d:
+        key = f"daemon-{step}"
+        tx, bp, bm = transfer(d, bare_pg, bare_my, key)
+        decision = None
+        if step != "registered":
+            mine = tx.prepare_all(report=False)
+        if step in ("decided", "one_finished"):
+            decision = tx._commit_call({"prepared": mine})
+            assert decision == "commit"
+        if step == "one_finished":
+            bp.finish(decision, ack=False)
+        d.kill9()
+        assert any(".s" in g for g in pg_prepared(bare_pg)), "a helper should be prepared when the daemon dies"
+        # The application finishes what it can without the daemon: an undecided branch is
+        # rolled back by its owner, a decided one committed (its acknowledgement is lost).
+        if step == "registered":
+            bp.rollback()
+            bm.rollback()
+        elif decision:
+            for b in (bp, bm):
+                if b.state == "prepared":
+                    try:
+                        b.finish(decision, ack=False)
+                    except Exception:  # noqa: BLE001
+                        pass
+        for b in (bp, bm):
+            b.conn.close()
+        d.start()
+        # A new client-mode branch is admitted only once the old helpers are recovered.
+        tx2, _, _ = transfer(d, bare_pg, bare_my, key + "-after")
+        tx2.commit()
+        wait_until(lambda: settled(bare_pg, bare_my), 30, f"nothing prepared after the daemon died at {step!r}")
+        assert rows(bare_pg, bare_my, key) == ((1, 1) if decision else (0, 0)), step
+        assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
+
+
+def test_mariadb_restart_gate(bare_pg):
+    """A branch prepared, MariaDB restarted before the decision: InnoDB recovers the branch
+    with its exclusive locks only. Without protection a writer overwrites the row the
+    branch read and commits first (shown with plain 2PC); in client mode the daemon admits
+    no new branch there until the recovered one is decided."""
+    with MariaServer(plugin=False) as my:
+        my.sql("CREATE TABLE acct(id int PRIMARY KEY, bal int NOT NULL) ENGINE=InnoDB")
+        my.sql("INSERT INTO acct VALUES (1, 100), (2, 100)")
+
+        def read_one_prepare(d):
+            """A branch that reads row 1 (SERIALIZABLE: a shared lock), writes row 2, and is
+            prepared; the decision is left pending."""
+            tx = Coordinator(d.url, d.token).transaction()
+            mc = my.connect()
+            with tx.branch(mc, "my") as b:
+                with mc.cursor() as cur:
+                    cur.execute("SELECT bal FROM acct WHERE id = 1")
+                    cur.execute("UPDATE acct SET bal = bal - 1 WHERE id = 2")
+            tx.prepare_all(report=True)
+            return tx, b
+
+        def overwrite_row_1(timeout_s):
+            """A plain autocommit write of the row the prepared branch read."""
+            c = my.connect()
+            with c.cursor() as cur:
+                cur.execute(f"SET SESSION innodb_lock_wait_timeout = {timeout_s}")
+                try:
+                    cur.execute("UPDATE acct SET bal = bal + 1 WHERE id = 1")
+                    return "committed"
+                except Exception as e:  # noqa: BLE001
+                    return f"refused: {e}"
+
+        # Without the gate (plain 2PC): the read lock protects the branch before the
+        # restart, not after it.
+        with make_daemon(bare_pg, my, enforcement="none") as d:
+            tx, b = read_one_prepare(d)
+            assert overwrite_row_1(1).startswith("refused"), "SERIALIZABLE read lock should block the writer"
+            b.conn.close()
+            my.kill9()
+            my.start()
+            assert my_prepared(my), "the prepared branch survives the restart"
+            assert overwrite_row_1(1) == "committed", "after the restart the read lock is gone"
+            tx.abort("test")
+            wait_until(lambda: not my_prepared(my), 30, "branch rolled back")
+
+        # Client mode: the daemon sees the restart and holds new branches back.
+        with make_daemon(bare_pg, my, enforcement="client", timeouts={"transaction_ms": 60000}) as d:
+            tx, b = read_one_prepare(d)
+            b.conn.close()
+            my.kill9()
+            my.start()
+            blocked = Coordinator(d.url, d.token).transaction()
+            with pytest.raises(CoordinatorError) as e:
+                with blocked.branch(my.connect(), "my"):
+                    pass
+            assert e.value.status == 503 and e.value.code == "restart_gate", e.value
+            assert "restarted" in str(e.value) and "1 of our branches" in str(e.value)
+            assert resources(d)["my"]["enforcement"]["restart_gate"]
+            assert metric(d, 'cotx_restart_gate_closed{resource="my"}') == 1
+            blocked.abort("test")
+            # Decided (commit): the daemon completes the recovered branch; the gate opens.
+            assert tx._commit_call({"prepared": []}) == "commit"
+            wait_until(lambda: not my_prepared(my), 30, "recovered branch completed by the daemon")
+            ok = Coordinator(d.url, d.token).transaction()
+            mc = my.connect()
+
+            def admitted():
+                try:
+                    with ok.branch(mc, "my"):
+                        mc.cursor().execute("UPDATE acct SET bal = bal + 1 WHERE id = 1")
+                    return True
+                except CoordinatorError as err:
+                    assert err.code == "restart_gate", err
+                    return False
+            wait_until(admitted, 30, "the gate to open once the recovered branch is decided")
+            ok.commit()
+            assert metric(d, 'cotx_restart_gate_closed{resource="my"}') == 0
