@@ -316,3 +316,89 @@ def test_mariadb_restart_gate(bare_pg):
             wait_until(admitted, 30, "the gate to open once the recovered branch is decided")
             ok.commit()
             assert metric(d, 'cotx_restart_gate_closed{resource="my"}') == 0
+
+
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory):
+    """What a managed service gives: TLS only (the CA's certificate), an ordinary role that
+    owns its database (no superuser), no extension, no plugin. Yields (pg, my, certs, dsns)."""
+    import shutil
+    from cotest.certs import make_ca, make_cert
+    from cotest.servers import _chown
+    certs = tmp_path_factory.mktemp("managed-tls")
+    make_ca(certs, "ca", "cotx managed test CA")
+    make_cert(certs, "server", "cotx-db")
+
+    def install(server_dir):
+        out = {}
+        for name in ("ca.pem", "server.pem", "server.key"):
+            p = server_dir / name
+            shutil.copy(certs / name, p)
+            p.chmod(0o600 if name.endswith(".key") else 0o644)
+            _chown(p)
+            out[name] = str(p)
+        return out
+
+    pg = PgServer(preload=False, conf={"ssl": "on"})
+    f = install(pg.dir)
+    with open(pg.data / "postgresql.auto.conf", "a") as c:
+        c.write(f"ssl_cert_file = '{f['server.pem']}'\nssl_key_file = '{f['server.key']}'\n")
+    # The harness's own superuser over TLS; everybody else with a password.
+    (pg.data / "pg_hba.conf").write_text("local all all trust\nhostssl all postgres 127.0.0.1/32 trust\n"
+                                         "hostssl all all 127.0.0.1/32 scram-sha-256\n"
+                                         "hostnossl all all 127.0.0.1/32 reject\n")
+    my = MariaServer(plugin=False)
+    f = install(my.dir)
+    my.options = list(getattr(my, "options", []) or []) + [
+        f"--ssl-ca={f['ca.pem']}", f"--ssl-cert={f['server.pem']}", f"--ssl-key={f['server.key']}",
+        "--require-secure-transport=ON"]
+    with pg, my:
+        import psycopg
+        with psycopg.connect(host=str(pg.dir), port=pg.port, user="postgres", dbname="postgres", autocommit=True) as c:
+            c.execute("CREATE ROLE app LOGIN PASSWORD 'app-secret'")
+            c.execute("CREATE DATABASE appdb OWNER app")
+        ssl = {"ca": str(certs / "ca.pem")}
+        root = my.connect("mysql", ssl=ssl)
+        with root.cursor() as cur:
+            cur.execute("CREATE DATABASE app")
+            cur.execute("CREATE USER 'app'@'%' IDENTIFIED BY 'app-secret'")
+            cur.execute("GRANT ALL ON app.* TO 'app'@'%'")
+        root.close()
+        dsns = {"pg": f"host=127.0.0.1 port={pg.port} user=app password=app-secret dbname=appdb",
+                "my": f"mysql://app:app-secret@127.0.0.1:{my.port}/app"}
+        yield pg, my, certs, dsns
+
+
+def test_managed_service_tls_and_an_ordinary_owner_role(managed):
+    """Client mode with what a managed service allows: every connection TLS (verify-full
+    against the service's CA), the daemon and the application as an ordinary role that owns
+    its database (PostgreSQL) or has ALL on its database (MariaDB). The daemon creates the
+    shim objects itself; a transfer commits and its helper is gone afterwards."""
+    import psycopg
+    import pymysql
+    from cotx.daemon import Daemon
+    pg, my, certs, dsns = managed
+    tls = {"tls": "verify-full", "tls_ca_file": str(certs / "ca.pem")}
+    d = Daemon([{"name": "pg", "kind": "postgres", "dsn": dsns["pg"], **tls},
+                {"name": "my", "kind": "mariadb", "dsn": dsns["my"], **tls}])
+    with d:
+        pc = psycopg.connect(dsns["pg"] + f" sslmode=verify-full sslrootcert={certs / 'ca.pem'}", autocommit=True)
+        mc = pymysql.connect(host="127.0.0.1", port=my.port, user="app", password="app-secret", database="app",
+                             autocommit=True, ssl={"ca": str(certs / "ca.pem")})
+        pc.execute("CREATE TABLE acct(id int PRIMARY KEY, bal int NOT NULL)")
+        pc.execute("INSERT INTO acct VALUES (1, 100)")
+        with mc.cursor() as cur:
+            cur.execute("CREATE TABLE acct(id int PRIMARY KEY, bal int NOT NULL) ENGINE=InnoDB")
+            cur.execute("INSERT INTO acct VALUES (1, 100)")
+        tx = Coordinator(d.url, d.token).transaction()
+        with tx:
+            with tx.branch(pc, "pg") as bp:
+                pc.execute("UPDATE acct SET bal = bal - 10 WHERE id = 1")
+            with tx.branch(mc, "my") as bm:
+                mc.cursor().execute("UPDATE acct SET bal = bal + 10 WHERE id = 1")
+        assert tx.outcome == "commit" and (bp.enforcement, bm.enforcement) == ("client", "client")
+        assert pc.execute("SELECT bal FROM acct").fetchone()[0] == 90
+        # Created by the daemon as the ordinary role: owned by it.
+        assert pc.execute("SELECT tableowner FROM pg_tables WHERE schemaname = 'cotx' AND tablename = 'shim'").fetchone()[0] == "app"
+        wait_until(lambda: not pc.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0], 15, "helper rolled back")
+        assert {n: r["enforcement"]["mode"] for n, r in resources(d).items()} == {"pg": "client", "my": "client"}, resources(d)

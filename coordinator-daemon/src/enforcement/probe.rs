@@ -42,12 +42,14 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
                 .pg_batch(
                     "SELECT (SELECT setting FROM pg_settings WHERE name = 'pg_co.enabled'), \
                             (SELECT setting FROM pg_settings WHERE name = 'pg_co.observe_only'), \
-                            current_setting('shared_preload_libraries'), current_setting('max_prepared_transactions')",
+                            CASE WHEN pg_has_role('pg_read_all_settings', 'USAGE') \
+                                 THEN current_setting('shared_preload_libraries') END, \
+                            current_setting('max_prepared_transactions')",
                 )
                 .await?;
             let r = rows(&m);
             let r = r.first().ok_or_else(|| format!("{}: no row", rc.name))?;
-            let (enabled, observe, spl, mpt) = (r.get(0), r.get(1), r.get(2).unwrap_or(""), r.get(3).unwrap_or("0"));
+            let (enabled, observe, spl, mpt) = (r.get(0), r.get(1), r.get(2), r.get(3).unwrap_or("0"));
             let e = if !engine {
                 off()
             } else {
@@ -83,8 +85,10 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
 
 /// pg_co enforces when it was preloaded (its settings exist: a placeholder setting of an
 /// unloaded library is not in pg_settings), is enabled and is not observe-only.
-fn pg_engine(enabled: Option<&str>, observe: Option<&str>, spl: &str) -> Result<(), String> {
-    let preloaded = spl.split(',').any(|l| l.trim().trim_matches('"') == "pg_co");
+/// `spl`: shared_preload_libraries, None when this role may not read it (an ordinary role
+/// on a managed service: then the settings' presence is the evidence).
+fn pg_engine(enabled: Option<&str>, observe: Option<&str>, spl: Option<&str>) -> Result<(), String> {
+    let preloaded = spl.map(|spl| spl.split(',').any(|l| l.trim().trim_matches('"') == "pg_co")).unwrap_or(true);
     match (enabled, observe) {
         _ if !preloaded => Err("pg_co is not in shared_preload_libraries".into()),
         (None, _) => Err("pg_co is not loaded".into()),
@@ -244,13 +248,16 @@ mod tests {
 
     #[test]
     fn pg_co_counts_only_when_preloaded_enabled_and_enforcing() {
-        assert!(pg_engine(Some("on"), Some("off"), "pg_co").is_ok());
-        assert!(pg_engine(Some("on"), Some("off"), "auto_explain, \"pg_co\"").is_ok());
-        assert_eq!(pg_engine(Some("on"), None, "").unwrap_err(), "pg_co is not in shared_preload_libraries");
-        assert_eq!(pg_engine(None, None, "pg_co").unwrap_err(), "pg_co is not loaded");
-        assert_eq!(pg_engine(Some("off"), Some("off"), "pg_co").unwrap_err(), "pg_co.enabled = off");
-        assert!(pg_engine(Some("on"), Some("on"), "pg_co").unwrap_err().contains("observe_only"));
-        assert!(pg_engine(Some("on"), Some("off"), "pg_co_other").is_err());
+        assert!(pg_engine(Some("on"), Some("off"), Some("pg_co")).is_ok());
+        assert!(pg_engine(Some("on"), Some("off"), Some("auto_explain, \"pg_co\"")).is_ok());
+        assert_eq!(pg_engine(Some("on"), None, Some("")).unwrap_err(), "pg_co is not in shared_preload_libraries");
+        assert_eq!(pg_engine(None, None, Some("pg_co")).unwrap_err(), "pg_co is not loaded");
+        assert_eq!(pg_engine(Some("off"), Some("off"), Some("pg_co")).unwrap_err(), "pg_co.enabled = off");
+        assert!(pg_engine(Some("on"), Some("on"), Some("pg_co")).unwrap_err().contains("observe_only"));
+        assert!(pg_engine(Some("on"), Some("off"), Some("pg_co_other")).is_err());
+        // A role that may not read shared_preload_libraries: pg_co's settings decide.
+        assert!(pg_engine(Some("on"), Some("off"), None).is_ok());
+        assert_eq!(pg_engine(None, None, None).unwrap_err(), "pg_co is not loaded");
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct Admission {
 
 pub struct Enforcement {
     states: Mutex<HashMap<String, State>>,
+    /// One probe at a time per resource: two at once (the start's recovery pass and a
+    /// first registration) would create and fill the shim table together, and InnoDB may
+    /// pick one of the two fills as a deadlock victim.
+    probing: HashMap<String, tokio::sync::Mutex<()>>,
     held: Mutex<HashMap<(String, String), Held>>,
 }
 
@@ -85,7 +89,8 @@ impl Enforcement {
                 (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), swept: false, probed_at: None })
             })
             .collect();
-        Enforcement { states: Mutex::new(states), held: Mutex::new(HashMap::new()) }
+        let probing = resources.iter().map(|r| (r.name.clone(), tokio::sync::Mutex::new(()))).collect();
+        Enforcement { states: Mutex::new(states), probing, held: Mutex::new(HashMap::new()) }
     }
 
     /// Asks the resource again; logs a change. Returns where it stands now.
@@ -97,6 +102,10 @@ impl Enforcement {
         if configured == Configured::None {
             return Effective::Mode(Mode::None);
         }
+        let _one = match self.probing.get(&rc.name) {
+            Some(m) => m.lock().await,
+            None => return Effective::Refused("not in the config".into()),
+        };
         let (now, slots) = match probe::probe(rc, configured).await {
             Ok(f) => (decide(configured, &f.probe), f.slots),
             Err(e) => (Effective::Unknown(e), 0),
