@@ -203,13 +203,27 @@ pub async fn maria_start_and_prepared(rc: &ResourceClient) -> Result<(super::gat
 
 pub async fn maria_started(rc: &ResourceClient) -> Result<super::gate::Start, String> {
     let mut conn = rc.maria_conn().await?;
-    let v: Option<(i64, i64)> = conn
+    let err = |e: mysql_async::Error| format!("{}: {}", rc.name, my_err(&e));
+    // MariaDB keeps the status in information_schema; MySQL 8 moved it to
+    // performance_schema (docs/mysql8-client-mode.md): there, the portable SHOW form.
+    let v: Option<(i64, i64)> = match conn
         .query_first(
             "SELECT UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED), CAST(VARIABLE_VALUE AS SIGNED) \
              FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
         )
         .await
-        .map_err(|e| format!("{}: {}", rc.name, my_err(&e)))?;
+    {
+        Ok(v) => v,
+        Err(mysql_async::Error::Server(se)) if se.code == 1109 => {
+            let up: Option<(String, String)> = conn.query_first("SHOW GLOBAL STATUS LIKE 'Uptime'").await.map_err(err)?;
+            let now: Option<i64> = conn.query_first("SELECT UNIX_TIMESTAMP()").await.map_err(err)?;
+            match (up.and_then(|(_, u)| u.parse::<i64>().ok()), now) {
+                (Some(u), Some(n)) => Some((n - u, u)),
+                _ => None,
+            }
+        }
+        Err(e) => return Err(err(e)),
+    };
     v.map(|(started, uptime)| super::gate::Start { started, uptime }).ok_or_else(|| format!("{}: no Uptime status", rc.name))
 }
 
