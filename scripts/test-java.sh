@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring-your-own-TM, Java: the overdraft through Narayana (JTA) over pgjdbc's PGXADataSource
 # and MariaDB Connector/J's XA data source, on throwaway servers with pg_co / mysql_co
-# (clients/java, docs/transaction-managers.md). Offline: bootstrap-tm.sh fetched the jars.
+# (clients/java, docs/transaction-managers.md), and the refusal at start on a second pair
+# without them (-Dcotx.bare.pg.port / -Dcotx.bare.my.port). Offline: bootstrap-tm.sh fetched the jars.
 #   JAVA_TEST_ARGS="-Dpgjdbc.version=42.7.4" bash scripts/test-java.sh   # another driver (must be in the cache)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -11,8 +12,9 @@ command -v mvn >/dev/null && command -v java >/dev/null || die "maven/java missi
 work=$(mktemp -d /tmp/cotx-java-XXXXXX)
 chmod 755 "$work"
 trap 'stop_tm_servers; rm -rf "$work"' EXIT
-start_tm_servers "$work"
+start_tm_servers "$work" --bare
 cd "$COTX_ROOT/clients/java"
 # shellcheck disable=SC2086
 nice -n 5 mvn -o -B -ntp -Dmaven.repo.local="$COTX_M2" -Dcotx.pg.port="$PG_PORT" -Dcotx.my.port="$MY_PORT" \
+  -Dcotx.bare.pg.port="$BARE_PG_PORT" -Dcotx.bare.my.port="$BARE_MY_PORT" \
   ${JAVA_TEST_ARGS:-} test

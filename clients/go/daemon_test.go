@@ -3,6 +3,7 @@ package cotx_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -48,8 +49,10 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startDaemon: resources are [name, kind, dsn] triples.
-func startDaemon(resources [][3]string) (*daemon, error) {
+// resource is one [[resources]] entry; enforcement "" leaves the daemon's default (auto).
+type resource struct{ name, kind, dsn, enforcement string }
+
+func startDaemon(resources []resource) (*daemon, error) {
 	bin, err := daemonBinary()
 	if err != nil {
 		return nil, err
@@ -70,7 +73,10 @@ func startDaemon(resources [][3]string) (*daemon, error) {
 	cfg.WriteString("transaction_ms = 30000\nowner_grace_ms = 2000\nrecovery_interval_ms = 500\nretry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
 	fmt.Fprintf(&cfg, "\n[store]\nkind = \"sqlite\"\npath = %q\n", filepath.Join(dir, "decisions.db"))
 	for _, r := range resources {
-		fmt.Fprintf(&cfg, "\n[[resources]]\nname = %q\nkind = %q\ndsn = %q\npool_size = 2\n", r[0], r[1], r[2])
+		fmt.Fprintf(&cfg, "\n[[resources]]\nname = %q\nkind = %q\ndsn = %q\npool_size = 2\n", r.name, r.kind, r.dsn)
+		if r.enforcement != "" {
+			fmt.Fprintf(&cfg, "enforcement = %q\n", r.enforcement)
+		}
 	}
 	conf := filepath.Join(dir, "coordinator.toml")
 	if err := os.WriteFile(conf, []byte(cfg.String()), 0o600); err != nil {
@@ -106,6 +112,38 @@ func startDaemon(resources [][3]string) (*daemon, error) {
 	}
 	d.stop()
 	return nil, fmt.Errorf("coordinator did not answer on %s", d.url)
+}
+
+// modes: each resource's enforcement mode as the daemon reports it (GET /v1/resources):
+// engine, client, none, or unknown / refused.
+func (d *daemon) modes() (map[string]string, error) {
+	req, _ := http.NewRequest("GET", d.url+"/v1/resources", nil)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Resources []struct {
+			Name        string `json:"name"`
+			Enforcement struct {
+				Mode   string `json:"mode"`
+				Reason string `json:"reason"`
+			} `json:"enforcement"`
+		} `json:"resources"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("GET /v1/resources (%s): %v", resp.Status, err)
+	}
+	m := map[string]string{}
+	for _, x := range r.Resources {
+		m[x.Name] = x.Enforcement.Mode
+		if x.Enforcement.Reason != "" {
+			m[x.Name] += " (" + x.Enforcement.Reason + ")"
+		}
+	}
+	return m, nil
 }
 
 func (d *daemon) stop() {

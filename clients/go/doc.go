@@ -24,6 +24,16 @@
 // Branches are SERIALIZABLE (BEGIN ISOLATION LEVEL SERIALIZABLE; SET TRANSACTION
 // ISOLATION LEVEL SERIALIZABLE + XA START): pg_co and mysql_co only protect serializable
 // READ WRITE branches. A branch alone in its global transaction commits in one phase.
+//
+// Where pg_co / mysql_co are not installed (managed databases) the daemon may run a
+// resource in client mode: the registration's answer says so (Branch.Enforcement ==
+// EnforcementClient, Branch.ShimKey its slot). The branch then must be SERIALIZABLE
+// (anything else is refused before it runs: ErrClientModeIsolation); on MariaDB the
+// session is set SERIALIZABLE and read back before XA START; just before its prepare the
+// branch writes its slot (PostgreSQL: SELECT cotx.shim_touch(key), MariaDB: UPDATE
+// cotx_shim SET v = v + 1 WHERE k = key), and it is always prepared, never committed in
+// one phase. Refusals then come from PostgreSQL's SSI (40001) or InnoDB's locks
+// (deadlock, lock wait) and are retryable like the engines' own.
 // Errors worth retrying the whole global transaction for (a prepare refused by pg_co or
 // mysql_co, a serialization failure, deadlock or lock timeout, a retryable abort such as
 // a timeout) satisfy IsRetryable.

@@ -29,7 +29,8 @@ import (
 // mysql_co_enabled = OFF, MariaDB branches REPEATABLE READ): the total goes negative.
 // Checks on: never; refused prepares are retried and the second withdrawal is declined.
 // Both modes: nothing stays prepared, and what the client told the application
-// ("committed" / aborted) is what the databases did.
+// ("committed" / aborted) is what the databases did. clientmode_test.go runs the same
+// overdraft on servers without pg_co and mysql_co: plain 2PC, then client mode.
 
 const (
 	start  = 50
@@ -54,26 +55,38 @@ func TestMain(m *testing.M) {
 		env.my, env.err = sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%s)/test", myPort))
 	}
 	if env.err == nil {
-		env.d, env.err = startDaemon([][3]string{
-			{"savings", "postgres", fmt.Sprintf("host=127.0.0.1 port=%s user=postgres dbname=postgres", pgPort)},
-			{"checking", "mariadb", fmt.Sprintf("mysql://root@127.0.0.1:%s/test", myPort)},
-		})
+		env.d, env.err = startDaemon(bankResources(pgPort, myPort, ""))
 	}
 	if env.err == nil {
 		env.coord, env.err = cotx.New(env.d.url, env.d.token)
 	}
 	if env.err == nil {
 		env.coord.DecisionTimeout = 60 * time.Second
-		_, env.err = env.pg.Exec("CREATE TABLE IF NOT EXISTS savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')")
+		env.err = createTables(env.pg, env.my)
 	}
-	if env.err == nil {
-		_, env.err = env.my.Exec("CREATE TABLE IF NOT EXISTS checking(u varchar(64) PRIMARY KEY, bal int NOT NULL, log text NOT NULL) ENGINE=InnoDB")
-	}
+	setUpBare()
 	code := m.Run()
 	if env.d != nil {
 		env.d.stop()
 	}
 	os.Exit(code)
+}
+
+// bankResources: the daemon's savings (PostgreSQL) and checking (MariaDB) on those ports;
+// enforcement "" is the daemon's default (auto).
+func bankResources(pgPort, myPort, enforcement string) []resource {
+	return []resource{
+		{"savings", "postgres", fmt.Sprintf("host=127.0.0.1 port=%s user=postgres dbname=postgres", pgPort), enforcement},
+		{"checking", "mariadb", fmt.Sprintf("mysql://root@127.0.0.1:%s/test", myPort), enforcement},
+	}
+}
+
+func createTables(pg, my *sql.DB) error {
+	if _, err := pg.Exec("CREATE TABLE IF NOT EXISTS savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')"); err != nil {
+		return err
+	}
+	_, err := my.Exec("CREATE TABLE IF NOT EXISTS checking(u varchar(64) PRIMARY KEY, bal int NOT NULL, log text NOT NULL) ENGINE=InnoDB")
+	return err
 }
 
 func needServers(t *testing.T) {
@@ -88,14 +101,15 @@ type service struct {
 	name, peer string
 	kind       cotx.Kind
 	db         *sql.DB
+	coord      *cotx.Coordinator
 	peerURL    string
 	client     *http.Client
 }
 
 func (s *service) table() string { return s.name }
 
-func (s *service) branch(ctx context.Context, tx *cotx.Tx, conn *sql.Conn, checksOn bool) (*cotx.Branch, error) {
-	if s.kind == cotx.MariaDB && !checksOn {
+func (s *service) branch(ctx context.Context, tx *cotx.Tx, conn *sql.Conn, mariaRR bool) (*cotx.Branch, error) {
+	if s.kind == cotx.MariaDB && mariaRR {
 		// Plain 2PC as usually deployed: MariaDB branches at REPEATABLE READ.
 		return tx.Branch(ctx, conn, s.kind, s.name, "", cotx.WithIsolation(cotx.RepeatableRead))
 	}
@@ -120,13 +134,13 @@ func (s *service) handleRead(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	gtid := cotx.GTIDFromContext(ctx)
 	user := r.URL.Query().Get("user")
-	checksOn := r.URL.Query().Get("checks") == "on"
+	mariaRR := r.URL.Query().Get("rr") == "1"
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		http.Error(w, err.Error(), 500)
 		return
 	}
-	tx := env.coord.Join(gtid)
+	tx := s.coord.Join(gtid)
 	fail := func(err error) {
 		conn.Close()
 		code := 500
@@ -135,7 +149,7 @@ func (s *service) handleRead(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, err.Error(), code)
 	}
-	b, err := s.branch(ctx, tx, conn, checksOn)
+	b, err := s.branch(ctx, tx, conn, mariaRR)
 	if err != nil {
 		fail(err)
 		return
@@ -197,12 +211,12 @@ type result struct {
 var errDeclined = errors.New("declined")
 
 // withdraw is the root: up to 5 attempts, retrying when cotx.IsRetryable.
-func (s *service) withdraw(user, tag string, checksOn bool, lu *lineup) result {
+func (s *service) withdraw(user, tag string, mariaRR bool, lu *lineup) result {
 	var res result
 	wait, leave := lu.side()
 	defer leave()
 	for i := 1; i <= 5; i++ {
-		a := s.once(user, fmt.Sprintf("%s.%d", tag, i), checksOn, wait)
+		a := s.once(user, fmt.Sprintf("%s.%d", tag, i), mariaRR, wait)
 		wait = nil
 		leave()
 		res.attempts = append(res.attempts, a)
@@ -222,7 +236,7 @@ func (s *service) withdraw(user, tag string, checksOn bool, lu *lineup) result {
 	return res
 }
 
-func (s *service) once(user, tid string, checksOn bool, afterReads func()) attempt {
+func (s *service) once(user, tid string, mariaRR bool, afterReads func()) attempt {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	conn, err := s.db.Conn(ctx)
@@ -230,8 +244,8 @@ func (s *service) once(user, tid string, checksOn bool, afterReads func()) attem
 		return attempt{tid: tid, told: "error", err: err}
 	}
 	defer conn.Close() // only after Commit returned
-	tx := env.coord.Transaction(0)
-	b, err := s.branch(ctx, tx, conn, checksOn)
+	tx := s.coord.Transaction(0)
+	b, err := s.branch(ctx, tx, conn, mariaRR)
 	if err != nil {
 		return attempt{tid: tid, told: "error", err: err}
 	}
@@ -244,7 +258,7 @@ func (s *service) once(user, tid string, checksOn bool, afterReads func()) attem
 		tx.Rollback(ctx, "")
 		return attempt{tid: tid, told: "error", err: err}
 	}
-	peer, err := s.askPeer(cotx.WithGTID(ctx, gtid), user, checksOn)
+	peer, err := s.askPeer(cotx.WithGTID(ctx, gtid), user, mariaRR)
 	if err != nil {
 		tx.Rollback(ctx, "peer: "+err.Error())
 		return attempt{tid: tid, told: "aborted", err: err}
@@ -277,12 +291,12 @@ type retryableHTTP struct{ msg string }
 
 func (e *retryableHTTP) Error() string { return e.msg }
 
-func (s *service) askPeer(ctx context.Context, user string, checksOn bool) (int, error) {
-	checks := "off"
-	if checksOn {
-		checks = "on"
+func (s *service) askPeer(ctx context.Context, user string, mariaRR bool) (int, error) {
+	rr := "0"
+	if mariaRR {
+		rr = "1"
 	}
-	req, _ := http.NewRequestWithContext(ctx, "POST", s.peerURL+"/read?user="+user+"&checks="+checks, nil)
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.peerURL+"/read?user="+user+"&rr="+rr, nil)
 	resp, err := s.client.Do(req) // cotx.Transport adds the gtid header from ctx
 	if err != nil {
 		return 0, err
@@ -337,10 +351,17 @@ func mustExec(t *testing.T, db *sql.DB, q string, args ...interface{}) {
 
 func preparedLeft(t *testing.T) (pg, my int) {
 	t.Helper()
-	if err := env.pg.QueryRow("SELECT count(*) FROM pg_prepared_xacts").Scan(&pg); err != nil {
+	return preparedOn(t, env.pg, env.my)
+}
+
+// preparedOn: transactions prepared on the two servers (pg_prepared_xacts, XA RECOVER):
+// branches, and in client mode the daemon's helpers too.
+func preparedOn(t *testing.T, pgDB, myDB *sql.DB) (pg, my int) {
+	t.Helper()
+	if err := pgDB.QueryRow("SELECT count(*) FROM pg_prepared_xacts").Scan(&pg); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := env.my.Query("XA RECOVER")
+	rows, err := myDB.Query("XA RECOVER")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,19 +379,40 @@ type stats struct {
 	notes                                                   []string
 }
 
+// overdraftRun: where and how the overdraft runs.
+type overdraftRun struct {
+	mode    string // off, on (pg_co / mysql_co), none, client (servers without them): in logs and user names
+	pg, my  *sql.DB
+	coord   *cotx.Coordinator
+	mariaRR bool // MariaDB branches REPEATABLE READ (plain 2PC as usually deployed)
+}
+
+// label: "checks on" (pg_co / mysql_co), "enforcement client" (the daemon's, no extension).
+func (r overdraftRun) label() string {
+	if r.mode == "off" || r.mode == "on" {
+		return "checks " + r.mode
+	}
+	return "enforcement " + r.mode
+}
+
 func runOverdraft(t *testing.T, checksOn bool) stats {
 	setChecks(t, checksOn)
 	mode := "off"
 	if checksOn {
 		mode = "on"
 	}
+	return overdraft(t, overdraftRun{mode: mode, pg: env.pg, my: env.my, coord: env.coord, mariaRR: !checksOn})
+}
+
+func overdraft(t *testing.T, run overdraftRun) stats {
+	mode, label := run.mode, run.label()
 	rounds := 6
 	if v, err := strconv.Atoi(os.Getenv("GO_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	savings := &service{name: "savings", peer: "checking", kind: cotx.Postgres, db: env.pg,
+	savings := &service{name: "savings", peer: "checking", kind: cotx.Postgres, db: run.pg, coord: run.coord,
 		client: &http.Client{Transport: &cotx.Transport{}}}
-	checking := &service{name: "checking", peer: "savings", kind: cotx.MariaDB, db: env.my,
+	checking := &service{name: "checking", peer: "savings", kind: cotx.MariaDB, db: run.my, coord: run.coord,
 		client: &http.Client{Transport: &cotx.Transport{}}}
 	for _, s := range []*service{savings, checking} {
 		mux := http.NewServeMux()
@@ -386,8 +428,8 @@ func runOverdraft(t *testing.T, checksOn bool) stats {
 	var st stats
 	for r := 1; r <= rounds; r++ {
 		user := fmt.Sprintf("go-%s-u%d", mode, r)
-		mustExec(t, env.pg, "INSERT INTO savings VALUES ($1, $2, '')", user, start)
-		mustExec(t, env.my, "INSERT INTO checking VALUES (?, ?, '')", user, start)
+		mustExec(t, run.pg, "INSERT INTO savings VALUES ($1, $2, '')", user, start)
+		mustExec(t, run.my, "INSERT INTO checking VALUES (?, ?, '')", user, start)
 		// Both withdrawals read both balances before either writes: the race the overdraft
 		// needs, made certain instead of left to timing. An attempt that ends before its
 		// reads are done (a refused peer) leaves the line-up; a side stuck in a lock wait
@@ -400,14 +442,14 @@ func runOverdraft(t *testing.T, checksOn bool) stats {
 			wg.Add(1)
 			go func(i int, s *service) {
 				defer wg.Done()
-				results[i] = s.withdraw(user, fmt.Sprintf("%s-r%d-%s", mode, r, s.name[:1]), checksOn, lu)
+				results[i] = s.withdraw(user, fmt.Sprintf("%s-r%d-%s", mode, r, s.name[:1]), run.mariaRR, lu)
 			}(i, s)
 		}
 		wg.Wait()
 		// Participants finish in the background: wait until nothing is prepared any more.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			pg, my := preparedLeft(t)
+			pg, my := preparedOn(t, run.pg, run.my)
 			if (pg == 0 && my == 0) || time.Now().After(deadline) {
 				break
 			}
@@ -415,10 +457,10 @@ func runOverdraft(t *testing.T, checksOn bool) stats {
 		}
 		var sb, cb int
 		var slog, clog string
-		if err := env.pg.QueryRow("SELECT bal, log FROM savings WHERE u = $1", user).Scan(&sb, &slog); err != nil {
+		if err := run.pg.QueryRow("SELECT bal, log FROM savings WHERE u = $1", user).Scan(&sb, &slog); err != nil {
 			t.Fatal(err)
 		}
-		if err := env.my.QueryRow("SELECT bal, log FROM checking WHERE u = ?", user).Scan(&cb, &clog); err != nil {
+		if err := run.my.QueryRow("SELECT bal, log FROM checking WHERE u = ?", user).Scan(&cb, &clog); err != nil {
 			t.Fatal(err)
 		}
 		inDB := map[string]bool{}
@@ -454,15 +496,15 @@ func runOverdraft(t *testing.T, checksOn bool) stats {
 					st.notes = append(st.notes, fmt.Sprintf("%s: %v", a.tid, a.err))
 				}
 				if r == 1 && a.refused {
-					t.Logf("[checks %s] refusal told to the application: %v", mode, a.err)
+					t.Logf("[%s] refusal told to the application: %v", label, a.err)
 				}
 			}
 			line += fmt.Sprintf(" %s=%s(%d attempt(s))", []string{"savings", "checking"}[i], res.outcome, len(res.attempts))
 		}
-		t.Logf("[checks %s] round %d: savings %d + checking %d = %d;%s [%.1f s]", mode, r, sb, cb, sb+cb, line, time.Since(t0).Seconds())
+		t.Logf("[%s] round %d: savings %d + checking %d = %d;%s [%.1f s]", label, r, sb, cb, sb+cb, line, time.Since(t0).Seconds())
 	}
-	st.preparedPG, st.preparedMy = preparedLeft(t)
-	t.Logf("[checks %s] %+v", mode, st)
+	st.preparedPG, st.preparedMy = preparedOn(t, run.pg, run.my)
+	t.Logf("[%s] %+v", label, st)
 	if st.toldCommittedRolledBack != 0 || st.toldAbortedCommitted != 0 {
 		t.Errorf("the client's answer differs from the databases: %+v", st)
 	}
@@ -506,8 +548,12 @@ func TestOnePhase(t *testing.T) {
 	}
 	defer conn.Close()
 	tx := env.coord.Transaction(0)
-	if _, err := tx.Branch(ctx, conn, cotx.Postgres, "savings", ""); err != nil {
+	b, err := tx.Branch(ctx, conn, cotx.Postgres, "savings", "")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if b.Enforcement != cotx.EnforcementEngine || b.ShimKey != 0 {
+		t.Errorf("enforcement %q, slot %d: want engine (pg_co) and no slot", b.Enforcement, b.ShimKey)
 	}
 	if _, err := conn.ExecContext(ctx, "UPDATE savings SET bal = bal + 1 WHERE u = 'go-1pc'"); err != nil {
 		t.Fatal(err)

@@ -44,6 +44,25 @@ const (
 // completed (the coordinator would finish it, but later).
 const protocolTimeout = 30 * time.Second
 
+// How the coordinator says commitment ordering is enforced at a branch's resource
+// (Branch.Enforcement, from the registration's answer).
+const (
+	// EnforcementEngine: pg_co / mysql_co refuse what would break commitment ordering.
+	EnforcementEngine = "engine"
+	// EnforcementClient: neither is installed there (a managed database): Sonata's shims.
+	// On PostgreSQL the daemon has prepared a helper transaction that read the branch's
+	// slot; on MariaDB the session is SERIALIZABLE, set and read back. The branch writes
+	// its slot just before it prepares, always prepares (no one-phase commit), and must be
+	// SERIALIZABLE.
+	EnforcementClient = "client"
+	// EnforcementNone: plain 2PC, configured so (comparisons).
+	EnforcementNone = "none"
+)
+
+// ErrClientModeIsolation: a branch that is not SERIALIZABLE on a resource in client mode,
+// refused before it runs (the shims protect SERIALIZABLE branches only).
+var ErrClientModeIsolation = errors.New("client mode needs SERIALIZABLE branches")
+
 // Branch is one database's part of a global transaction, on the owner's session.
 type Branch struct {
 	tx        *Tx
@@ -55,6 +74,11 @@ type Branch struct {
 	GID       string // PostgreSQL
 	xid       string // MariaDB, as SQL: 'gtrid','bqual',formatID
 	state     branchState
+	// Enforcement is EnforcementEngine, EnforcementClient or EnforcementNone, as the
+	// coordinator answered the registration ("engine" from a daemon that does not say).
+	Enforcement string
+	// ShimKey is client mode's slot (1 and up; 0 in the other modes).
+	ShimKey int
 }
 
 // BranchOption changes a branch (WithIsolation).
@@ -98,6 +122,10 @@ type registered struct {
 		Bqual    string `json:"bqual"`
 		FormatID int64  `json:"format_id"`
 	} `json:"xid"`
+	Enforcement string `json:"enforcement"`
+	Shim        *struct {
+		Key int `json:"key"`
+	} `json:"shim"`
 }
 
 // Branch registers a branch of kind on conn (resource: its name in the daemon's
@@ -105,6 +133,10 @@ type registered struct {
 // SERIALIZABLE on PostgreSQL, SET TRANSACTION ISOLATION LEVEL SERIALIZABLE + XA START on
 // MariaDB. Run the branch's statements on conn afterwards, and keep conn open until the
 // transaction is finished (a MariaDB read-only branch dies with its session).
+//
+// On a resource in client mode (Enforcement == EnforcementClient) a branch that is not
+// SERIALIZABLE is refused here (ErrClientModeIsolation), before it runs, and a MariaDB
+// session is set to SERIALIZABLE and read back before XA START.
 func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, branchID string, opts ...BranchOption) (*Branch, error) {
 	ctx = t.traced(ctx)
 	if branchID == "" {
@@ -139,32 +171,102 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 		b.reportFailed(ctx, "resource kind mismatch", false)
 		return nil, fmt.Errorf("cotx: resource %q is %s at the coordinator but the branch is %s", resource, r.Kind, kind)
 	}
-	var err error
-	if kind == Postgres {
-		if b.GID, err = literal(r.GID); err == nil {
-			_, err = conn.ExecContext(ctx, "BEGIN ISOLATION LEVEL "+b.Isolation)
-		}
-	} else {
-		if r.XID == nil {
-			err = errors.New("coordinator answered no xid")
-		} else {
-			var g, bq string
-			if g, err = literal(r.XID.Gtrid); err == nil {
-				if bq, err = literal(r.XID.Bqual); err == nil {
-					b.xid = fmt.Sprintf("%s,%s,%d", g, bq, r.XID.FormatID)
-					if _, err = conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL "+b.Isolation); err == nil {
-						_, err = conn.ExecContext(ctx, "XA START "+b.xid)
-					}
-				}
-			}
-		}
-	}
-	if err != nil {
+	if err := b.open(ctx, r); err != nil {
 		b.reportFailed(ctx, "begin failed: "+err.Error(), false)
 		return nil, fmt.Errorf("cotx: opening branch %s: %w", branchID, err)
 	}
 	t.branches = append(t.branches, b)
 	return b, nil
+}
+
+// open: the enforcement from the registration's answer r, then BEGIN / XA START.
+func (b *Branch) open(ctx context.Context, r registered) error {
+	if err := b.enforcementOf(ctx, r); err != nil {
+		return err
+	}
+	if b.Kind == Postgres {
+		gid, err := literal(r.GID)
+		if err != nil {
+			return err
+		}
+		b.GID = gid
+		_, err = b.Conn.ExecContext(ctx, "BEGIN ISOLATION LEVEL "+b.Isolation)
+		return err
+	}
+	if r.XID == nil {
+		return errors.New("coordinator answered no xid")
+	}
+	g, err := literal(r.XID.Gtrid)
+	if err != nil {
+		return err
+	}
+	bq, err := literal(r.XID.Bqual)
+	if err != nil {
+		return err
+	}
+	b.xid = fmt.Sprintf("%s,%s,%d", g, bq, r.XID.FormatID)
+	if _, err := b.Conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL "+b.Isolation); err != nil {
+		return err
+	}
+	_, err = b.Conn.ExecContext(ctx, "XA START "+b.xid)
+	return err
+}
+
+// enforcementOf takes the enforcement and client mode's slot from the registration's
+// answer; in client mode it refuses a branch that is not SERIALIZABLE and makes a MariaDB
+// session SERIALIZABLE, verified.
+func (b *Branch) enforcementOf(ctx context.Context, r registered) error {
+	b.Enforcement = r.Enforcement
+	if b.Enforcement == "" {
+		b.Enforcement = EnforcementEngine
+	}
+	if b.Enforcement != EnforcementClient {
+		return nil
+	}
+	if b.Isolation != Serializable {
+		return fmt.Errorf("%w: resource %q runs in client mode (no pg_co / mysql_co there): its branches must be SERIALIZABLE, not %s",
+			ErrClientModeIsolation, b.Resource, b.Isolation)
+	}
+	if r.Shim == nil || r.Shim.Key < 1 {
+		return errors.New("the coordinator answered client mode without a shim slot")
+	}
+	b.ShimKey = r.Shim.Key
+	if b.Kind == MariaDB {
+		return setSerializableVerified(ctx, b.Conn)
+	}
+	return nil
+}
+
+// setSerializableVerified (client mode, MariaDB): the session runs SERIALIZABLE, checked by
+// reading the level back rather than assumed (a proxy or an init_connect may change it).
+// MariaDB before 11.1 spells the variable only tx_isolation.
+func setSerializableVerified(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
+		return err
+	}
+	var level string
+	if err := conn.QueryRowContext(ctx, "SELECT @@session.transaction_isolation").Scan(&level); err != nil {
+		if err := conn.QueryRowContext(ctx, "SELECT @@session.tx_isolation").Scan(&level); err != nil {
+			return err
+		}
+	}
+	if level != "SERIALIZABLE" {
+		return fmt.Errorf("%w; the session is %s after SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE", ErrClientModeIsolation, level)
+	}
+	return nil
+}
+
+// shimTouch (client mode): the branch's write of its slot, just before it prepares. On
+// PostgreSQL the slot the daemon's prepared helper transaction read: the edge helper -rw->
+// branch that makes SSI refuse a commitment-ordering violation
+// (sql/client_mode/postgres.sql); on MariaDB a write that really changes a row, so InnoDB
+// prepares the branch as read-write and keeps its read locks until the decision
+// (sql/client_mode/mariadb.sql).
+func (b *Branch) shimTouch() error {
+	if b.Kind == Postgres {
+		return b.exec(fmt.Sprintf("SELECT cotx.shim_touch(%d)", b.ShimKey))
+	}
+	return b.exec(fmt.Sprintf("UPDATE cotx_shim SET v = v + 1 WHERE k = %d", b.ShimKey))
 }
 
 // Fail is for an error inside the branch: it rolls the branch back, tells the
@@ -209,16 +311,12 @@ func (b *Branch) rollbackUnprepared() {
 	_ = b.exec("XA ROLLBACK " + b.xid)
 }
 
-// prepare: PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and returns an
-// *AbortedError (Refused and Retryable for the engines' CO refusals).
+// prepare: PREPARE TRANSACTION / XA END + XA PREPARE, in client mode after the slot's
+// write. A refusal rolls back and returns an *AbortedError (Refused and Retryable for the
+// engines' CO refusals, and in client mode for PostgreSQL's serialization failures and
+// InnoDB's deadlocks and lock timeouts).
 func (b *Branch) prepare() error {
-	var err error
-	if b.Kind == Postgres {
-		err = b.exec("PREPARE TRANSACTION " + b.GID)
-	} else if err = b.exec("XA END " + b.xid); err == nil {
-		err = b.exec("XA PREPARE " + b.xid)
-	}
-	if err != nil {
+	if err := b.prepareStatements(); err != nil {
 		b.rollbackUnprepared()
 		b.state = stFailed
 		retry := IsRetryableDBError(err)
@@ -231,6 +329,21 @@ func (b *Branch) prepare() error {
 	}
 	b.state = stPrepared
 	return nil
+}
+
+func (b *Branch) prepareStatements() error {
+	if b.Enforcement == EnforcementClient {
+		if err := b.shimTouch(); err != nil {
+			return err
+		}
+	}
+	if b.Kind == Postgres {
+		return b.exec("PREPARE TRANSACTION " + b.GID)
+	}
+	if err := b.exec("XA END " + b.xid); err != nil {
+		return err
+	}
+	return b.exec("XA PREPARE " + b.xid)
 }
 
 func (b *Branch) commitOnePhase() error {
@@ -288,10 +401,11 @@ func (b *Branch) ack(outcome string) {
 	_ = b.tx.coord.do(b.tx.traced(context.Background()), "POST", b.path("/finished"), map[string]string{"outcome": outcome}, nil, 0)
 }
 
-// Commit (root only) decides the transaction: a single branch commits in one phase;
-// otherwise every local branch is prepared, the decision is made durable together with
-// their "prepared" reports, and the branches are committed on their sessions. It returns
-// nil once committed, an *AbortedError (IsRetryable) when aborted.
+// Commit (root only) decides the transaction: a single branch commits in one phase (not
+// in client mode, whose protection is the slot written before the prepare); otherwise
+// every local branch is prepared, the decision is made durable together with their
+// "prepared" reports, and the branches are committed on their sessions. It returns nil
+// once committed, an *AbortedError (IsRetryable) when aborted.
 func (t *Tx) Commit(ctx context.Context) error {
 	ctx = t.traced(ctx)
 	if !t.root {
@@ -301,7 +415,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		t.Outcome = "commit"
 		return nil
 	}
-	if len(t.branches) == 1 && t.branches[0].state == stActive {
+	if len(t.branches) == 1 && t.branches[0].state == stActive && t.branches[0].Enforcement != EnforcementClient {
 		done, err := t.onePhase(ctx, t.branches[0])
 		if done {
 			return err

@@ -15,6 +15,7 @@ import java.nio.file.Path;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import javax.sql.XAConnection;
 import javax.sql.XADataSource;
 import javax.transaction.xa.XAResource;
@@ -23,7 +24,8 @@ import javax.transaction.xa.XAResource;
  * Standalone Narayana set up the way an application using pg_co / mysql_co must set it up
  * (docs/transaction-managers.md): a unique node identifier that recovery filters on, a
  * durable object store of its own, and a recovery manager that can reach every data source
- * (so a branch left prepared by a crash or a refused rollback is finished).
+ * (so a branch left prepared by a crash or a refused rollback is finished). Engine mode only:
+ * {@link #startRecovery} refuses a data source where pg_co / mysql_co does not enforce.
  */
 public final class Narayana {
     private static RecoveryManager recovery;
@@ -68,8 +70,17 @@ public final class Narayana {
         return com.arjuna.ats.jta.TransactionManager.transactionManager();
     }
 
-    /** Starts periodic recovery over the given data sources (XA RECOVER / pg_prepared_xacts). */
-    public static synchronized RecoveryManager startRecovery(XADataSource... sources) {
+    /**
+     * Refuses data sources without engine-side enforcement (pg_co / mysql_co: {@link
+     * EngineEnforcement#require}, naming the resource), then starts periodic recovery over
+     * them (XA RECOVER / pg_prepared_xacts). Call it at start, before the first transaction.
+     *
+     * @param resources name (as the application calls the resource) -> data source
+     * @throws EngineEnforcement.Missing a resource's engine does not enforce commitment ordering
+     * @throws SQLException a data source could not be asked
+     */
+    public static synchronized RecoveryManager startRecovery(Map<String, XADataSource> resources) throws SQLException {
+        EngineEnforcement.require(resources);
         if (recovery == null) {
             recovery = RecoveryManager.manager(RecoveryManager.INDIRECT_MANAGEMENT);
         }
@@ -82,7 +93,7 @@ public final class Narayana {
         if (xrm == null) {
             throw new IllegalStateException("Narayana has no XARecoveryModule (RecoveryEnvironmentBean.recoveryModuleClassNames)");
         }
-        for (XADataSource ds : sources) {
+        for (XADataSource ds : resources.values()) {
             xrm.addXAResourceRecoveryHelper(new Helper(ds));
         }
         return recovery;

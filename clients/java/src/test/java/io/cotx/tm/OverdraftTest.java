@@ -70,7 +70,8 @@ class OverdraftTest {
         // (default 20 s, which protects in-flight transactions on a loaded machine).
         com.arjuna.common.internal.util.propertyservice.BeanPopulator
                 .getDefaultInstance(com.arjuna.ats.jta.common.JTAEnvironmentBean.class).setOrphanSafetyInterval(3000);
-        recovery = Narayana.startRecovery(pgxa, myxa);
+        // At start: refused unless pg_co and mysql_co enforce (EngineEnforcementTest shows the refusal).
+        recovery = Narayana.startRecovery(Map.of("savings", pgxa, "checking", myxa));
         try (Connection c = pgAdmin(); Statement s = c.createStatement()) {
             s.execute("CREATE TABLE IF NOT EXISTS savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')");
         }
