@@ -402,3 +402,41 @@ def test_managed_service_tls_and_an_ordinary_owner_role(managed):
         assert pc.execute("SELECT tableowner FROM pg_tables WHERE schemaname = 'cotx' AND tablename = 'shim'").fetchone()[0] == "app"
         wait_until(lambda: not pc.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0], 15, "helper rolled back")
         assert {n: r["enforcement"]["mode"] for n, r in resources(d).items()} == {"pg": "client", "my": "client"}, resources(d)
+
+
+@pytest.mark.parametrize("first", ["successor", "predecessor"])
+def test_the_postgresql_shim_refuses_what_breaks_commitment_ordering_on_every_major(pg_major, first):
+    """The SSI shim itself, on each PostgreSQL major without pg_co: T1 reads a row T2
+    writes (T1 -rw-> T2). Commitment ordering wants T1 committed before T2 prepares. Plain
+    2PC prepares both in either order; client mode refuses the second prepare — T1's when
+    T2 prepared first, T2's when T1 did (its helper makes T1 a prepared pivot)."""
+    from cotx.errors import PrepareRefused
+    with PgServer(preload=False) as pg:
+        pg.sql("CREATE TABLE t(k int PRIMARY KEY, v int NOT NULL)")
+        pg.sql("INSERT INTO t VALUES (1, 0), (2, 0)")
+        outcome = {}
+        for mode in ("none", "client"):
+            from cotx.daemon import Daemon
+            with Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "enforcement": mode}]) as d:
+                c = Coordinator(d.url, d.token)
+                t1, t2 = c.transaction(), c.transaction()
+                c1, c2 = pg.connect(), pg.connect()
+                with t1.branch(c1, "pg") as b1:
+                    c1.execute("SELECT v FROM t WHERE k = 1")
+                    c1.execute("UPDATE t SET v = v + 1 WHERE k = 2")
+                with t2.branch(c2, "pg") as b2:
+                    c2.execute("UPDATE t SET v = v + 1 WHERE k = 1")
+                assert (b1.enforcement, b2.enforcement) == (mode, mode)
+                order = [t2, t1] if first == "successor" else [t1, t2]
+                refused = []
+                for t in order:
+                    try:
+                        t.prepare_all(report=True)
+                    except PrepareRefused:
+                        refused.append("T1" if t is t1 else "T2")
+                outcome[mode] = refused
+                for t in (t1, t2):
+                    t.abort("test")
+                wait_until(lambda: not pg_prepared(pg), 15, "nothing prepared")
+        assert outcome["none"] == [], outcome
+        assert outcome["client"] == (["T1"] if first == "successor" else ["T2"]), outcome

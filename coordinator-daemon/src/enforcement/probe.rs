@@ -62,6 +62,7 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
             } else {
                 match pg_shim(rc).await {
                     Ok(n) => (Ok(()), n),
+                    Err(e) if transient(&e) => return Err(format!("{}: {e}", rc.name)),
                     Err(e) => (Err(e), 0),
                 }
             };
@@ -75,12 +76,22 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
             } else {
                 match maria_shim(&mut conn).await {
                     Ok(n) => (Ok(()), n),
+                    Err(e) if transient(&e) => return Err(format!("{}: {e}", rc.name)),
                     Err(e) => (Err(e), 0),
                 }
             };
             Ok(Found { probe: Probe { engine: e, client: c }, slots })
         }
     }
+}
+
+/// An error that says nothing about what the resource can do (another daemon creating
+/// or filling the shim table at the same moment, a lost connection): the probe counts as
+/// "could not ask", and the resource keeps its last known mode.
+fn transient(e: &str) -> bool {
+    ["SQLSTATE 40001", "SQLSTATE 40P01", "error 1213", "error 1205", "timed out", "connection"]
+        .iter()
+        .any(|m| e.contains(m))
 }
 
 /// pg_co enforces when it was preloaded (its settings exist: a placeholder setting of an
@@ -262,6 +273,9 @@ mod tests {
 
     #[test]
     fn pg_co_counts_only_when_preloaded_enabled_and_enforcing() {
+        assert!(transient("cotx.shim has no rows and none can be added: ERROR: could not serialize access (SQLSTATE 40001)"));
+        assert!(transient("Deadlock found when trying to get lock (error 1213, SQLSTATE 40001)"));
+        assert!(!transient("permission denied for database appdb (SQLSTATE 42501)"));
         assert!(pg_engine(Some("on"), Some("off"), Some("pg_co")).is_ok());
         assert!(pg_engine(Some("on"), Some("off"), Some("auto_explain, \"pg_co\"")).is_ok());
         assert_eq!(pg_engine(Some("on"), None, Some("")).unwrap_err(), "pg_co is not in shared_preload_libraries");
