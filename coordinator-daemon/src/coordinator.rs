@@ -577,6 +577,9 @@ impl Coordinator {
     }
 
     pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res {
+        if self.enforcement.holds(gtid, bid) {
+            return refuse("wrong_state", format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
+        }
         self.on(gtid, |e| {
             e.tx.check_one_phase(bid)?;
             e.tx.state = TxState::OnePhase;

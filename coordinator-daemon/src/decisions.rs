@@ -110,6 +110,9 @@ impl Coordinator {
             return refuse("lease_unconfirmed", format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
         }
         let allowed = self.decision_resources();
+        if self.enforcement.holds(gtid, bid) {
+            return refuse("not_a_decision_resource", format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"));
+        }
         self.on_tx(gtid, |e| {
             let mut next = e.tx.clone();
             for p in prepared {

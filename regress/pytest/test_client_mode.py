@@ -440,3 +440,31 @@ def test_the_postgresql_shim_refuses_what_breaks_commitment_ordering_on_every_ma
                 wait_until(lambda: not pg_prepared(pg), 15, "nothing prepared")
         assert outcome["none"] == [], outcome
         assert outcome["client"] == (["T1"] if first == "successor" else ["T2"]), outcome
+
+
+def test_a_change_of_mode_is_seen_and_logged(pg, bare_my):
+    """auto on a PostgreSQL with pg_co: engine. pg_co switched off at run time: the next
+    recovery pass moves the resource to client mode and logs the change; switched back on:
+    engine again. A client-mode branch cannot be committed in one phase."""
+    def set_pg_co(on):
+        pg.sql(f"ALTER SYSTEM SET pg_co.enabled = {'on' if on else 'off'}")
+        pg.sql("SELECT pg_reload_conf()")
+    with make_daemon(pg, bare_my, timeouts={"recovery_interval_ms": 200}) as d:
+        try:
+            wait_until(lambda: resources(d)["pg"]["enforcement"]["mode"] == "engine", 15, "engine mode")
+            set_pg_co(False)
+            wait_until(lambda: resources(d)["pg"]["enforcement"]["mode"] == "client", 15, "client mode after pg_co.enabled = off")
+            changes = [json.loads(x) for x in d.log_tail(400).splitlines() if "enforcement at resource" in x]
+            extra = [json.loads(c["extra"]) if isinstance(c.get("extra"), str) else c for c in changes if c.get("resource") == "pg"]
+            assert [(e["was"], e["mode"]) for e in extra][-1] == ("engine", "client"), changes
+            tx = Coordinator(d.url, d.token).transaction()
+            with tx.branch(pg.connect(), "pg") as b:
+                pass
+            assert b.enforcement == "client"
+            with pytest.raises(CoordinatorError, match="client mode"):
+                tx._request("POST", f"/v1/transactions/{tx.gtid}/commit", {"one_phase_branch": b.branch_id})
+            tx.abort("test")
+        finally:
+            set_pg_co(True)
+        wait_until(lambda: resources(d)["pg"]["enforcement"]["mode"] == "engine", 15, "engine mode again")
+        wait_until(lambda: not pg_prepared(pg), 15, "helper rolled back")

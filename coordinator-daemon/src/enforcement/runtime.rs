@@ -319,6 +319,11 @@ impl Enforcement {
         }
     }
 
+    /// Is this branch in client mode (holding a slot)?
+    pub fn holds(&self, gtid: &str, bid: &str) -> bool {
+        self.held.lock().unwrap().contains_key(&(gtid.to_string(), bid.to_string()))
+    }
+
     pub fn held_count(&self) -> usize {
         self.held.lock().unwrap().len()
     }
