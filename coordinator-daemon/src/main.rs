@@ -326,6 +326,9 @@ fn serve(cfg: config::Config) -> Result<(), String> {
         // Every acknowledged decision is already durable: stopping needs no flush. The lease
         // is marked expired: a restart owns the node at once, and whatever is still in
         // doubt is taken over by another daemon meanwhile.
+        // Client mode: helpers of branches that no longer need them go now (the others
+        // stay for recovery: their branches may still commit).
+        let _ = tokio::time::timeout(Duration::from_secs(5), c.release_settled_holds()).await;
         let _ = c.store.release_node(&c.cfg.node_id, &c.holder, false).await;
         tracing::info!("stopping");
     });

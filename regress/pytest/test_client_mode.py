@@ -30,13 +30,14 @@ from cotx import Coordinator
 from cotx.errors import CoordinatorError, CoordinatorUnavailable, CotxError
 
 from test_coordinator_safety import metric
+from test_coordinator_stale import transfer as stale_transfer
 
 
 @pytest.fixture(scope="module")
 def bare_pg():
     """PostgreSQL without pg_co (what a managed service gives you)."""
     with PgServer(preload=False) as s:
-        s.sql("CREATE TABLE cm(k text PRIMARY KEY, v int NOT NULL)")
+        s.sql("CREATE TABLE crash(k text PRIMARY KEY, v int NOT NULL)")
         yield s
 
 
@@ -44,7 +45,7 @@ def bare_pg():
 def bare_my():
     """MariaDB without mysql_co."""
     with MariaServer(plugin=False) as s:
-        s.sql("CREATE TABLE cm(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
+        s.sql("CREATE TABLE crash(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
         yield s
 
 
@@ -60,17 +61,14 @@ def settled(pg, my):
 
 
 def rows(pg, my, key):
-    return (pg.sql("SELECT count(*) FROM cm WHERE k = %s", (key,))[0][0],
-            my.sql("SELECT count(*) FROM cm WHERE k = %s", (key,))[0][0])
+    return (pg.sql("SELECT count(*) FROM crash WHERE k = %s", (key,))[0][0],
+            my.sql("SELECT count(*) FROM crash WHERE k = %s", (key,))[0][0])
 
 
 def transfer(d, pg, my, key):
-    tx = Coordinator(d.url, d.token).transaction()
-    pc, mc = pg.connect(), my.connect()
-    with tx.branch(pc, "pg") as bp:
-        pc.execute("INSERT INTO cm VALUES (%s, 1)", (key,))
-    with tx.branch(mc, "my") as bm:
-        mc.cursor().execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+    """test_coordinator_stale's transfer, with its two branches."""
+    tx, _ = stale_transfer(d, pg, my, key)
+    bp, bm = tx._branches
     return tx, bp, bm
 
 
@@ -102,6 +100,7 @@ def test_each_resource_gets_the_mode_it_can_do_and_shows_it(pg, mariadb, bare_pg
         assert "pg (postgres): up, 0 prepared branch(es); enforcement engine" in cli.stdout
         # The daemon's log says which mode each resource is in.
         assert '"mode":"client"' in d.log_tail(200).replace("\\", "").replace(" ", "")
+        wait_until(lambda: not pg_prepared(bare_pg), 10, "the aborted branch's helper rolled back\n" + d.log_tail(60))
 
 
 def test_a_resource_that_can_do_neither_is_refused_by_name(bare_pg):
@@ -163,9 +162,9 @@ CLIENT = textwrap.dedent('''
     mc = pymysql.connect(host="127.0.0.1", port=int(my_port), user="root", database="test", autocommit=True)
     tx = Coordinator(url, token).transaction()
     with tx.branch(pc, "pg") as bp:
-        pc.execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+        pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
     with tx.branch(mc, "my") as bm:
-        mc.cursor().execute("INSERT INTO cm VALUES (%s, 1)", (key,))
+        mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
     die("registered")                  # helper prepared, branches active
     bp._sql.shim_touch(pc, bp.shim_key)
     bm._sql.shim_touch(mc, bm.shim_key)
@@ -291,11 +290,14 @@ def test_mariadb_restart_gate(bare_pg):
             my.kill9()
             my.start()
             blocked = Coordinator(d.url, d.token).transaction()
-            with pytest.raises(CoordinatorError) as e:
+            try:
                 with blocked.branch(my.connect(), "my"):
                     pass
-            assert e.value.status == 503 and e.value.code == "restart_gate", e.value
-            assert "restarted" in str(e.value) and "1 of our branches" in str(e.value)
+                refused = None
+            except CoordinatorError as e:
+                refused = e
+            assert refused is not None and refused.status == 503 and refused.code == "restart_gate", (refused, d.log_tail(80))
+            assert "restarted" in str(refused) and "1 of our branches" in str(refused)
             assert resources(d)["my"]["enforcement"]["restart_gate"]
             assert metric(d, 'cotx_restart_gate_closed{resource="my"}') == 1
             blocked.abort("test")

@@ -19,19 +19,22 @@ use std::collections::HashSet;
 const SAME_START_S: i64 = 2;
 
 /// What the server says of its start: `started` = now - Uptime (unix seconds, to the
-/// second) and `uptime` itself. A restart shows as the start moving by more than the
-/// rounding, or as an uptime smaller than the last one seen (a quick restart, within the
-/// rounding of the start time).
+/// second), `uptime` itself and `connections` (connection attempts since the start). A
+/// restart shows as the start moving by more than the rounding, or as an uptime or a
+/// connection count smaller than the last one seen: both only grow while the server runs,
+/// and a quick restart (within the rounding of the start time) sets both back.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Start {
     pub started: i64,
     pub uptime: i64,
+    pub connections: i64,
 }
 
 #[derive(Debug, Default, Clone)]
 pub struct Gate {
     started: Option<i64>,
     uptime: i64,
+    connections: i64,
     /// The recovered XIDs not decided yet: Some(non-empty) = closed.
     pending: Option<HashSet<(String, String)>>,
 }
@@ -50,10 +53,12 @@ impl Gate {
     pub fn observe(&mut self, now: Start, prepared: &HashSet<(String, String)>) -> Change {
         let restarted = self.is_new_start(now);
         self.uptime = self.uptime.max(now.uptime);
+        self.connections = self.connections.max(now.connections);
         if restarted {
             let started = now.started;
             self.started = Some(started);
             self.uptime = now.uptime;
+            self.connections = now.connections;
             if prepared.is_empty() {
                 let was_closed = self.pending.take().is_some();
                 return if was_closed { Change::Opened } else { Change::Unchanged };
@@ -75,7 +80,7 @@ impl Gate {
     pub fn is_new_start(&self, now: Start) -> bool {
         match self.started {
             None => true,
-            Some(s) => (now.started - s).abs() > SAME_START_S || now.uptime < self.uptime,
+            Some(s) => (now.started - s).abs() > SAME_START_S || now.uptime < self.uptime || now.connections < self.connections,
         }
     }
 
@@ -98,7 +103,7 @@ mod tests {
 
     /// A server started at `started` and looked at `uptime` seconds later.
     fn at(started: i64, uptime: i64) -> Start {
-        Start { started, uptime }
+        Start { started, uptime, connections: uptime * 10 }
     }
 
     fn set(xs: &[&str]) -> HashSet<(String, String)> {
@@ -146,5 +151,8 @@ mod tests {
         // Restarted a second later: the start time barely moves, the uptime falls.
         assert_eq!(g.observe(at(1001, 0), &set(&["a"])), Change::Closed { started: 1001, pending: 1 });
         assert_eq!(g.observe(at(1001, 1), &set(&["a"])), Change::Unchanged);
+        // Restarted again within the same second of uptime: fewer connections than seen.
+        let quick = Start { started: 1001, uptime: 1, connections: 2 };
+        assert_eq!(g.observe(quick, &set(&["a"])), Change::Closed { started: 1001, pending: 1 });
     }
 }

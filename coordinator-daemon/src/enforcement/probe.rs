@@ -217,25 +217,27 @@ pub async fn maria_started(rc: &ResourceClient) -> Result<super::gate::Start, St
     let err = |e: mysql_async::Error| format!("{}: {}", rc.name, my_err(&e));
     // MariaDB keeps the status in information_schema; MySQL 8 moved it to
     // performance_schema (docs/mysql8-client-mode.md): there, the portable SHOW form.
-    let v: Option<(i64, i64)> = match conn
-        .query_first(
-            "SELECT UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED), CAST(VARIABLE_VALUE AS SIGNED) \
-             FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
+    let (now, status): (Option<i64>, Vec<(String, String)>) = match conn
+        .query::<(String, String), _>(
+            "SELECT UPPER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME IN ('UPTIME', 'CONNECTIONS') UNION ALL SELECT 'NOW', CAST(UNIX_TIMESTAMP() AS CHAR)",
         )
         .await
     {
-        Ok(v) => v,
+        // One round trip: this runs at every client-mode registration on MariaDB.
+        Ok(rows) => (rows.iter().find(|(k, _)| k == "NOW").and_then(|(_, v)| v.parse().ok()), rows),
         Err(mysql_async::Error::Server(se)) if se.code == 1109 => {
-            let up: Option<(String, String)> = conn.query_first("SHOW GLOBAL STATUS LIKE 'Uptime'").await.map_err(err)?;
-            let now: Option<i64> = conn.query_first("SELECT UNIX_TIMESTAMP()").await.map_err(err)?;
-            match (up.and_then(|(_, u)| u.parse::<i64>().ok()), now) {
-                (Some(u), Some(n)) => Some((n - u, u)),
-                _ => None,
-            }
+            let rows: Vec<(String, String)> = conn.query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Connections')").await.map_err(err)?;
+            let rows = rows.into_iter().map(|(k, v)| (k.to_uppercase(), v)).collect();
+            (conn.query_first("SELECT UNIX_TIMESTAMP()").await.map_err(err)?, rows)
         }
         Err(e) => return Err(err(e)),
     };
-    v.map(|(started, uptime)| super::gate::Start { started, uptime }).ok_or_else(|| format!("{}: no Uptime status", rc.name))
+    let get = |k: &str| status.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.parse::<i64>().ok());
+    match (now, get("UPTIME"), get("CONNECTIONS")) {
+        (Some(now), Some(uptime), Some(connections)) => Ok(super::gate::Start { started: now - uptime, uptime, connections }),
+        _ => Err(format!("{}: no Uptime / Connections status", rc.name)),
+    }
 }
 
 /// Prepares the helper transaction of a client-mode PostgreSQL branch: it reads the slot
