@@ -27,7 +27,7 @@ from bench.harness.core import Env, log, machine, read_csv, summarize, write_sum
 from bench.micro import micro
 from bench.tpcc import tpcc
 
-HEADER = "## Side by side: local / 2pc / co / shim (the earlier Python driver)"
+HEADER = "## Side by side: local / 2pc / co / client (the earlier Python driver)"
 
 
 def python_driver_main(argv=None) -> int:
