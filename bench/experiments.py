@@ -3,7 +3,7 @@ default of bench/run_all.py; run it through that script).
 
 Experiments (--experiments, comma-separated):
   micro     microbenchmark default point: 2pc, 2pc:ser (MariaDB SERIALIZABLE), co, dip (when
-            the installed pg_co and daemon support it), shim, local; then the same point
+            the installed pg_co and daemon support it), client, local; then the same point
             settled (after its load and a plain VACUUM): 2pc, co, dip
   levers    the default point with one lever at a time, in 2pc and co alike:
             pg_co.conflict_action = wait (max_wait 0: wait until lock_timeout); pg_co.max_wait = 0
@@ -12,12 +12,19 @@ Experiments (--experiments, comma-separated):
             2pc:par and co:par beside their sequential 2pc and co). Each lever starts from
             the tables rewritten (VACUUM FULL at its fillfactor).
             Every point records the settings in effect and the share of HOT updates.
-  ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, shim
-  tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, shim;
-            plus W=4 with the classic schema to compare
+  ro        read-only MariaDB branches (S=2, P=0, R=12, W=0): 2pc, co, client, local
+  tpcc      TPC-C W = --warehouses with the split YTD rows (--ytd-split), 2pc, co, client,
+            local; plus W=4 with the classic schema to compare
   autocommit MariaDB autocommit reads beside XA writers: 2pc, and co with
             mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
 Every experiment starts with the quiet-machine check (refuses unless --force).
+
+Modes: local and 2pc run the daemon with enforcement = "none", co and dip with "engine",
+client (the product's client mode; `shim` is accepted for it in --modes) with "client"
+and pg_co / mysql_co switched off; the daemon is restarted when a slice needs another
+enforcement than the one before (bench/harness/core.py, Env.set_mode).
+--modes (e.g. 2pc,co,client) narrows every point to those of its modes (2pc is the
+baseline of the ratios: keep it).
 """
 from __future__ import annotations
 
@@ -32,13 +39,17 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import loadgen, refusal_breakdown, slices, slices_report
+from bench.harness import canonical, loadgen, refusal_breakdown, slices, slices_report
 from bench.harness.core import Env, log, machine, read_csv
 from bench.micro import micro
 from bench.tpcc import tpcc
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = "micro,levers,ro,tpcc,autocommit"
+MICRO_MODES = ["2pc", "2pc:ser", "co", "dip", "client", "local"]
+RO_MODES = ["2pc", "co", "client", "local"]
+TPCC_MODES = ["2pc", "co", "client", "local"]
+SETTLED_MODES = ["2pc", "co", "dip"]
 SETTLED = slices_report.SETTLED
 
 
@@ -129,26 +140,41 @@ def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
         return {mode: f"(refusal_breakdown failed: {e!r:.300})" for mode in modes}
 
 
+def only(modes, wanted: str) -> list[str]:
+    """A point's modes narrowed to those whose base is in `wanted` (--modes, comma-separated;
+    empty: all), in the point's order; shim is spelled client."""
+    keep = {canonical(m) for m in wanted.split(",") if m}
+    return [m for m in map(canonical, modes) if not keep or m.partition(":")[0] in keep]
+
+
 def estimate(a, exps) -> float:
+    # A slice: its warm-up and window, about 1.5 s of setup, and a daemon restart (about
+    # 1 s) when its enforcement differs from the slice's before (ABBA: most slices of a
+    # point with modes of two enforcements or more).
     per = a.warmup + a.seconds + 1.5
     n = 0
+
+    def count(modes):
+        return len(only(modes, a.modes))
     if "micro" in exps:
-        n += (6 + 3) * (a.slices + 0.5)
+        n += (count(MICRO_MODES) + count(SETTLED_MODES)) * (a.slices + 0.5)
     if "levers" in exps:
-        n += (5 * 2 + 4) * (a.slices + 0.5)
+        n += (5 * count(["2pc", "co"]) + count(["2pc", "co", "2pc:par", "co:par"])) * (a.slices + 0.5)
     if "ro" in exps:
-        n += 3 * (a.slices + 0.5)
+        n += count(RO_MODES) * (a.slices + 0.5)
     if "tpcc" in exps:
-        n += (len(a.warehouses.split(",")) + 1) * 3 * (a.slices + 0.5)
+        n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
     if "autocommit" in exps:
-        n += 3 * (a.slices + 0.5)
+        n += count(["2pc", "co:acr=OFF", "co:acr=ON"]) * (a.slices + 0.5)
     rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
-    return n * per / 60 + 1.5 + rewrites * 5 / 60
+    return n * (per + 1.0) / 60 + 1.5 + rewrites * 5 / 60
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="side-by-side experiments, Rust driver, interleaved slices")
     ap.add_argument("--experiments", default=ALL)
+    ap.add_argument("--modes", default="", help="only these modes (bases, comma-separated, e.g. 2pc,co,client; "
+                    "a variant such as co:par runs when its base is listed); default every mode of each point")
     ap.add_argument("--slices", type=int, default=10, help="rounds per point (one slice per mode each)")
     ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per slice")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per slice")
@@ -198,6 +224,10 @@ def main(argv=None) -> int:
 
             def point(exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False,
                       switch=None):
+                modes = only(modes, a.modes)
+                if not modes:
+                    log(f"[{exp} {name}] none of its modes is in --modes {a.modes}: skipped")
+                    return []
                 q = meta["quiet"][f"{exp} {name}"] = slices.quiet_check(sample_s=1.0, use_load=False)
                 if not q["quiet"]:
                     log(f"quiet check before {exp} {name}: NOT QUIET ({q['why']})")
@@ -229,12 +259,12 @@ def main(argv=None) -> int:
                 set_fillfactor(env, 80)
                 # 2pc:ser: plain 2PC with MariaDB at SERIALIZABLE as co runs it (2pc's branches
                 # run REPEATABLE READ), to tell CO's rules from MariaDB's isolation in co's cost.
-                point("micro", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:ser", "co", "dip", "shim", "local"],
-                      a.clients, log_attempts=True, extra={"2pc:ser": ["--my-isolation", "serializable"]})
+                point("micro", "default", dflt, loadgen.micro_args(dflt), MICRO_MODES, a.clients,
+                      log_attempts=True, extra={"2pc:ser": ["--my-isolation", "serializable"]})
                 # The same tables after those minutes of load and a plain VACUUM (run_point's,
                 # what autovacuum does): the steady state of a service that has been running,
                 # where pruning has made room for HOT updates again (docs/benchmarks.md).
-                point("micro", SETTLED, dflt, loadgen.micro_args(dflt), ["2pc", "co", "dip"], a.clients,
+                point("micro", SETTLED, dflt, loadgen.micro_args(dflt), SETTLED_MODES, a.clients,
                       log_attempts=True)
             if "levers" in exps:
                 def lever(name, ff=80, modes=("2pc", "co"), extra=None):
@@ -268,7 +298,7 @@ def main(argv=None) -> int:
                 set_fillfactor(env, 80)
             if "ro" in exps:
                 p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
-                point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), ["2pc", "co", "shim"], a.clients)
+                point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), RO_MODES, a.clients)
             if "autocommit" in exps:
                 # One point, the two settings as variants of mode co, interleaved like modes.
                 p = dict(dflt, A=0.8)
@@ -293,7 +323,7 @@ def main(argv=None) -> int:
                     params = {"W": W, "ytd_split": split, "clients": a.tpcc_clients_per_warehouse * W,
                               "items": items, "customers_per_district": customers}
                     point("tpcc", name, params, loadgen.tpcc_args(W, items, customers, ytd_split=split),
-                          ["2pc", "co", "shim"], a.tpcc_clients_per_warehouse * W, check=wl.check)
+                          TPCC_MODES, a.tpcc_clients_per_warehouse * W, check=wl.check)
         meta["quiet"]["end"] = slices.quiet_check(sample_s=1.0, use_load=False)
         meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
         meta["breakdowns"] = breakdowns

@@ -5,6 +5,9 @@ microbenchmark modes and levers, read-only MariaDB branches, TPC-C W=2,4,8; CSVs
 bench/results/ and the generated block of bench/RESULTS.md.
 
   /var/cache/cotx/venv/bin/python bench/run_all.py [--slices 10] [--seconds 5] [--warmup 1] ...
+  --experiments micro,ro,tpcc --modes local,2pc,co,client
+                  some experiments, each point narrowed to those modes (client: the
+                  product's client mode; the daemon runs each mode's enforcement)
   --report-only   redo RESULTS.md from the CSVs in --out
   --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
   --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),
@@ -27,7 +30,7 @@ from bench.harness.core import Env, log, machine, read_csv, summarize, write_sum
 from bench.micro import micro
 from bench.tpcc import tpcc
 
-HEADER = "## Side by side: local / 2pc / co / shim (the earlier Python driver)"
+HEADER = "## Side by side: local / 2pc / co / client (the earlier Python driver)"
 
 
 def python_driver_main(argv=None) -> int:

@@ -1,9 +1,18 @@
 """Environment and runner shared by the experiments (see package docstring).
 
 Env starts PostgreSQL 15 (pg_co preloaded), MariaDB 10.11 (mysql_co loaded at startup) and
-the coordinator daemon once; every mode runs on the same servers and data, switched by
+the coordinator daemon; every mode runs on the same servers and data, switched by
   pg_co.enabled         ALTER SYSTEM + pg_reload_conf() (checked from a new session)
   mysql_co_enabled      SET GLOBAL
+  the daemon's `[[resources]] enforcement` (ENFORCEMENT: none, engine or client, both
+                        resources alike): a daemon only reads its config at start, so
+                        it is restarted (same port, token, node id and decision store)
+                        whenever the mode needs another enforcement, after the servers
+                        were switched, and the switch waits until its /metrics say
+                        cotx_resource_enforcement{resource, mode} = 1 for both resources.
+                        (`auto`, the daemon's default, would move a daemon whose servers
+                        run with pg_co off to client mode at its next recovery pass: the
+                        plain-2PC baseline would silently get shims.)
 run_point() runs the modes interleaved (order rotated each repetition), each run being
 CLIENTS worker processes that open their sessions, then warm up, then measure for a fixed
 duration (only transactions that end inside the window count).
@@ -20,10 +29,11 @@ import subprocess
 import tempfile
 import time
 import traceback
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from . import MODES
+from . import MODES, canonical
 from cotest import MariaServer, PgServer, reap_orphans
 
 from .driver import Abort, Driver, LocalRetry, attempt_line
@@ -47,13 +57,22 @@ COORD_TIMEOUTS = {"transaction_ms": 30000, "owner_grace_ms": 2000, "recovery_int
                   "retry_initial_ms": 100, "retry_max_ms": 10000, "retention_ms": 60000}
 
 
+# How the daemon enforces commitment ordering at both resources in each mode (a variant
+# "base:label" runs its base), and the modes whose servers run pg_co and mysql_co.
+ENFORCEMENT = {"local": "none", "2pc": "none", "co": "engine", "dip": "engine", "client": "client"}
+ENGINES_ON = ("co", "dip")
+
+
+def base_mode(mode: str) -> str:
+    return canonical(mode).partition(":")[0]
+
+
 def log(msg: str) -> None:
     print(time.strftime("%H:%M:%S ") + msg, flush=True)
 
 
 class Env:
     def __init__(self, fsync: bool = True):
-        from cotx.daemon import Daemon
         reap_orphans()
         self.fsync = fsync
         self.pg = PgServer(conf=PG_CONF, fsync=fsync, preload=True)
@@ -64,14 +83,41 @@ class Env:
         log(f"servers: {self.pg.version} (pg_co), MariaDB (mysql_co)")
         self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
         self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
-        # PostgreSQL is declared a decision resource (mode dip) when the daemon knows the
-        # setting; an older daemon refuses the key, and then runs without it.
-        for decisions in (True, False):
-            pg_res = {"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2}
+        self.daemon = None
+        self.decisions = True
+        self.enforcement = None      # what the running daemon was configured with
+        self.mode = None
+        self.start_daemon("none")    # servers as loaded: pg_co / mysql_co on, but nothing runs yet
+
+    def close(self) -> None:
+        for f in ((self.daemon.stop if self.daemon else None), self.my.destroy, self.pg.destroy):
+            try:
+                if f:
+                    f()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # --- the coordinator daemon -----------------------------------------------------------
+    def start_daemon(self, enforcement: str) -> None:
+        """(Re)starts the daemon with `enforcement` at both resources, on the same port,
+        token, node id and decision store. PostgreSQL is also declared a decision resource
+        (mode dip) unless in client mode (the daemon refuses that pair: a decision resource
+        needs pg_co) or the daemon does not know the setting (an older daemon: then it runs
+        without it)."""
+        from cotx.daemon import Daemon
+        if self.daemon is not None:
+            self.daemon.stop()
+        for decisions in ((True, False) if self.decisions and enforcement != "client" else (False,)):
+            pg_res = {"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2, "enforcement": enforcement}
             if decisions:
                 pg_res["decisions"] = True
-            self.daemon = Daemon([pg_res, {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2}],
-                                 timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
+            resources = [pg_res, {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2,
+                                  "enforcement": enforcement}]
+            if self.daemon is None:
+                self.daemon = Daemon(resources, timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
+            else:
+                self.daemon.resources = resources
+                self.daemon.write_config()
             try:
                 self.daemon.start()
                 break
@@ -79,15 +125,40 @@ class Env:
                 if not decisions:
                     raise
                 self.daemon.stop()
-        self.decisions = decisions
-        self.mode = None
+                self.decisions = False
+        self.enforcement = enforcement
+        want = {"pg": enforcement, "my": enforcement}
+        deadline = time.time() + 30
+        while (got := self.daemon_enforcement()) != want:
+            if time.time() > deadline:
+                raise RuntimeError(f"the daemon configured with enforcement = {enforcement!r} reports {got}:\n"
+                                   + self.daemon.log_tail())
+            time.sleep(0.1)
 
-    def close(self) -> None:
-        for f in (self.daemon.stop, self.my.destroy, self.pg.destroy):
-            try:
-                f()
-            except Exception:  # noqa: BLE001
-                pass
+    def daemon_enforcement(self) -> dict[str, str]:
+        """What the daemon's /metrics say of each resource: cotx_resource_enforcement
+        {resource, mode} = 1 (engine, client, none, unknown, refused)."""
+        req = urllib.request.Request(self.daemon.url + "/metrics",
+                                     headers={"Authorization": f"Bearer {self.daemon.token}"})
+        out = {}
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("cotx_resource_enforcement{") and line.rsplit(" ", 1)[1] == "1":
+                        labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
+                        out[labels["resource"].strip('"')] = labels["mode"].strip('"')
+        except OSError as e:
+            return {"error": str(e)}
+        return out
+
+    def enforcement_seen(self, mode: str) -> tuple[str, str]:
+        """What the daemon says now ("pg=client my=client"), and "" when that is what
+        `mode` needs at both resources, else the failed check (a slice measured under
+        another enforcement is no result; a recovery pass may have changed it)."""
+        want = ENFORCEMENT[base_mode(mode)]
+        got = self.daemon_enforcement()
+        seen = " ".join(f"{k}={v}" for k, v in sorted(got.items()))
+        return seen, ("" if got == {"pg": want, "my": want} else f"enforcement {seen} (want {want})")
 
     def __enter__(self):
         return self
@@ -97,9 +168,11 @@ class Env:
 
     # --- modes ----------------------------------------------------------------------------
     def set_mode(self, mode: str) -> None:
-        assert mode in MODES, mode
-        want_pg = "on" if mode == "co" else "off"
-        want_my = "ON" if mode == "co" else "OFF"
+        """The servers' switches, then the daemon's enforcement (restarted when it changes)."""
+        mode = base_mode(mode)
+        assert mode in ENFORCEMENT, mode
+        want_pg = "on" if mode in ENGINES_ON else "off"
+        want_my = "ON" if mode in ENGINES_ON else "OFF"
         self.pg.sql(f"ALTER SYSTEM SET pg_co.enabled = {want_pg}")
         self.pg.sql("SELECT pg_reload_conf()")
         deadline = time.time() + 10
@@ -108,6 +181,11 @@ class Env:
                 raise RuntimeError("pg_co.enabled did not switch")
             time.sleep(0.05)
         self.my.sql(f"SET GLOBAL mysql_co_enabled = {want_my}")
+        if ENFORCEMENT[mode] != self.enforcement:
+            # What the last slice left prepared is decided by this daemon before it goes
+            # (a client-mode daemon also rolls back its helpers then).
+            self.leftovers()
+            self.start_daemon(ENFORCEMENT[mode])
         self.mode = mode
 
     def settings(self) -> dict:
@@ -125,10 +203,9 @@ class Env:
             return {}
 
     def leftovers(self) -> tuple[int, int]:
-        """Rolls back shim helpers left by a killed worker; returns what else is prepared
-        (waits a little: owners finish their branches, the daemon the rest)."""
-        for (gid,) in self.pg.sql("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'shimh-%'"):
-            self.pg.sql(f"ROLLBACK PREPARED '{gid}'")
+        """What is still prepared (PostgreSQL, MariaDB), after waiting a little: owners
+        finish their branches, the daemon the rest, and in client mode the daemon rolls
+        back its helper transactions once their branches are finished."""
         deadline = time.time() + 10
         while True:
             n_pg = self.pg.sql("SELECT count(*) FROM pg_prepared_xacts")[0][0]
@@ -147,7 +224,7 @@ def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q, 
     lines = [] if attempt_log else None
     n_attempt = 0
     res = {"wid": wid, "commits": 0, "lat": [], "aborts": Counter(), "attempts": 0, "error": None,
-           "helpers": 0}
+           "client_branches": 0}
     drv = None
     try:
         rng = random.Random(seed)
@@ -202,8 +279,7 @@ def _worker(env_ports, mode, wid, workload, seed, t_start, t_measure, t_end, q, 
                 res["commits"] += 1
                 res["attempts"] += 1
                 res["lat"].append((t1 - t0) * 1000.0)
-        if drv.helpers is not None:
-            res["helpers"] = drv.helpers.helpers
+        res["client_branches"] = drv.client_branches
     except BaseException:  # noqa: BLE001 - reported by the parent
         res["error"] = traceback.format_exc()[-3000:]
     finally:
@@ -309,7 +385,7 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
             "attempts": attempts, "aborts": n_aborts,
             "abort_rate": (n_aborts / attempts) if attempts else 0.0,
             "reasons": ";".join(f"{k}={v}" for k, v in aborts.most_common()),
-            "helpers": sum(r["helpers"] for r in results),
+            "client_branches": sum(r["client_branches"] for r in results),
             "leftover_prepared": f"{left_pg}/{left_my}",
             "cpu_ms_pg": cpu["pg"], "cpu_ms_my": cpu["my"], "cpu_ms_coord": cpu["coord"],
             "cpu_ms_clients": cpu["clients"],
@@ -319,8 +395,8 @@ def run_once(env: Env, mode: str, workload, clients: int, warmup: float, duratio
 
 RUN_FIELDS = ["experiment", "point", "params", "rep", "order", "mode", "clients", "duration_s",
               "commits", "tps", "p50_ms", "p99_ms", "attempts", "aborts", "abort_rate", "reasons",
-              "helpers", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_clients", "leftover_prepared",
-              "check", "errors", "started_utc"]
+              "client_branches", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_clients", "leftover_prepared",
+              "enforcement", "check", "errors", "started_utc"]
 
 
 def run_point(env: Env, experiment: str, point: str, params: dict, workload, *, clients: int,
@@ -336,6 +412,10 @@ def run_point(env: Env, experiment: str, point: str, params: dict, workload, *, 
             r = run_once(env, mode, workload, clients, warmup, duration, seed=rep * 7919 + pos + 1,
                          attempt_log=attempt_log)
             r["check"] = check(env) if check else ""
+            # The daemon still enforced as the mode needs (a recovery pass re-probes).
+            r["enforcement"], bad = env.enforcement_seen(mode)
+            if bad:
+                r["check"] = (r["check"] + "; " if r["check"] and r["check"] != "ok" else "") + bad
             r.update({"experiment": experiment, "point": point, "rep": rep + 1, "order": pos + 1,
                       "params": " ".join(f"{k}={v}" for k, v in params.items()), "started_utc": started})
             if r["_errors_full"]:

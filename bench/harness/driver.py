@@ -3,34 +3,38 @@
 A sub-transaction is `Sub(key, db, fn)`: `db` is "pg" or "my", `key` names the session it
 runs on (two sub-transactions of one global transaction on the same database need two
 sessions), `fn(ex)` runs its statements through `ex.q(sql, params)` and returns how many
-rows it wrote (the shim needs to know whether a MariaDB branch was read-only).
+rows it wrote.
 
-Modes (the servers are switched by core.Env.set_mode before the workers start):
+Modes (the servers and the daemon's enforcement are switched by core.Env.set_mode before
+the workers start):
   local  every sub-transaction is an independent local SERIALIZABLE transaction, retried
          on its own until it commits; no 2PC, no coordinator (upper bound).
   2pc    the product's client and coordinator (cotx), pg_co.enabled = off, mysql_co off,
-         MariaDB branches at REPEATABLE READ (what plain XA users run).
+         the daemon at enforcement = "none", MariaDB branches at REPEATABLE READ (what
+         plain XA users run).
   co     the product as users run it: cotx client + coordinator, pg_co on (default
-         conflict_action = abort), mysql_co on, MariaDB branches SERIALIZABLE.
-  shim   Sonata's application-level method on the same client and coordinator, pg_co and
-         mysql_co off: on PostgreSQL a helper transaction reads this worker's ten dummy
-         rows and PREPAREs; each PostgreSQL sub-transaction then writes one of those rows
-         before it prepares (helper shared by 10 sub-transactions, rolled back after their
-         decisions); MariaDB branches SERIALIZABLE, a read-only one writes a dummy row.
+         conflict_action = abort), mysql_co on, enforcement = "engine", MariaDB branches
+         SERIALIZABLE.
+  client the product's client mode (Sonata's shims, run by the daemon and the cotx
+         client): pg_co and mysql_co off, enforcement = "client". The daemon prepares a
+         helper transaction per PostgreSQL branch at its registration; the client writes
+         the slot the registration answer names just before PREPARE / XA END, never
+         commits in one phase; MariaDB branches SERIALIZABLE (checked by the client).
 All three 2PC modes go through the same coordinator and client code, so ratios between
-them measure the engines' rules and the shim's extra work, nothing else.
+them measure the engines' rules and client mode's extra work, nothing else. This driver
+only checks that every branch was registered under the mode's enforcement.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 from cotx import refusals
 
-HELPER_BATCH = 10          # sub-transactions per shim helper (Sonata shares helpers by 10)
-DUMMY_ROWS_PER_WORKER = 16  # dummy keys per worker: helper slots (PG) / branch slots (MariaDB)
 LOCK_TIMEOUT_S = 2
+# The enforcement the coordinator answers each branch registration with, per 2PC mode
+# (core.ENFORCEMENT: the daemon's config in that mode).
+ENFORCEMENT = {"2pc": "none", "co": "engine", "client": "client"}
 
 
 @dataclass
@@ -125,65 +129,6 @@ def classify(e: BaseException) -> str:
     return type(e).__name__ + ": " + str(e)[:60].replace(",", ";").replace("\n", " ")
 
 
-class ShimHelpers:
-    """Sonata's PostgreSQL helper transactions for one worker."""
-
-    def __init__(self, conn, wid: int):
-        self.conn, self.wid = conn, wid
-        self.base = wid * DUMMY_ROWS_PER_WORKER
-        self.current: str | None = None
-        self.used = 0
-        self.retired: list[str] = []
-        self.n = 0
-        self.helpers = 0
-        self.rollback_errors = 0
-
-    def slot(self) -> int:
-        """The dummy key the next PostgreSQL sub-transaction writes; a new helper (reading
-        all ten keys, then PREPARE TRANSACTION) when the current one has served ten."""
-        if self.current is None or self.used >= HELPER_BATCH:
-            if self.current is not None:
-                self.retired.append(self.current)
-                self.current = None
-            self.n += 1
-            gid = f"shimh-{os.getpid()}-{self.n}"
-            c = self.conn
-            try:
-                c.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
-                c.execute("SELECT k, v FROM shim_dummy WHERE k >= %s AND k < %s",
-                          (self.base, self.base + HELPER_BATCH)).fetchall()
-                c.execute(f"PREPARE TRANSACTION '{gid}'")
-            except Exception:
-                try:
-                    c.execute("ROLLBACK")        # leave the helper session usable
-                except Exception:  # noqa: BLE001
-                    pass
-                raise
-            self.current, self.used = gid, 0
-            self.helpers += 1
-        k = self.base + self.used
-        self.used += 1
-        return k
-
-    def after_decision(self) -> None:
-        done = list(self.retired)
-        self.retired = []
-        if self.current is not None and self.used >= HELPER_BATCH:
-            done.append(self.current)
-            self.current = None
-        for gid in done:
-            try:
-                self.conn.execute(f"ROLLBACK PREPARED '{gid}'")
-            except Exception:  # noqa: BLE001 - counted; Env.leftovers() rolls back what is left
-                self.rollback_errors += 1
-
-    def close(self) -> None:
-        if self.current is not None:
-            self.retired.append(self.current)
-            self.current = None
-        self.after_decision()
-
-
 class Driver:
     def __init__(self, mode: str, wid: int, pg_port: int, my_port: int,
                  coord_url: str | None = None, coord_token: str | None = None,
@@ -196,8 +141,9 @@ class Driver:
         if mode != "local":
             from cotx import Coordinator
             self.coord = Coordinator(coord_url, coord_token, timeout=30.0, decision_timeout=60.0)
-        self.helpers = ShimHelpers(self._pg_connect(), wid) if mode == "shim" else None
-        self.my_dummy_slot = 0
+        # Branches the coordinator registered in client mode (each wrote its shim slot
+        # before it prepared, unless it failed first; on PostgreSQL each had a helper).
+        self.client_branches = 0
         # The last attempt's gtid and its branches' gids / xids (attempt log).
         self.last_gtid: str | None = None
         self.last_ids: list = []
@@ -236,11 +182,6 @@ class Driver:
             self.session(s)
 
     def close(self) -> None:
-        if self.helpers is not None:
-            try:
-                self.helpers.close()
-            except Exception:  # noqa: BLE001 - the parent rolls leftovers back
-                pass
         for c in self.conns.values():
             try:
                 c.close()
@@ -285,29 +226,33 @@ class Driver:
 
     def _run_2pc(self, subs: list[Sub]) -> int:
         from cotx import CotxError
-        shim = self.mode == "shim"
+        want = ENFORCEMENT[self.mode]
         tx = self.coord.transaction()
         self.last_gtid, self.last_ids = None, []
         try:
             with tx:
                 for i, s in enumerate(subs):
                     conn, ex = self.session(s)
-                    with tx.branch(conn, s.db, f"b{i}"):
-                        wrote = s.fn(ex)
-                        if shim:
-                            if s.db == "pg":
-                                ex.q("UPDATE shim_dummy SET v = v + 1 WHERE k = %s", (self.helpers.slot(),))
-                            elif not wrote:
-                                ex.q("UPDATE shim_dummy SET v = v + 1 WHERE k = %s",
-                                     (self.wid * DUMMY_ROWS_PER_WORKER + i % DUMMY_ROWS_PER_WORKER,))
+                    with tx.branch(conn, s.db, f"b{i}") as b:
+                        if b.enforcement != want:
+                            # Not a conflict: the daemon is configured for another mode.
+                            raise WrongEnforcement(f"mode {self.mode} needs enforcement {want}, the coordinator "
+                                                   f"answered {b.enforcement} for resource {s.db}")
+                        self.client_branches += b.enforcement == "client"
+                        s.fn(ex)
+        except WrongEnforcement:
+            raise
         except (CotxError, Exception) as e:  # noqa: BLE001 - any failure aborts the attempt
             raise Abort(classify(e), str(e)[:200]) from e
         finally:
             self.last_gtid = tx._gtid
             self.last_ids = [b.gid if b.kind == "postgres" else ",".join(map(str, b.xid or ())) for b in tx._branches]
-            if shim:
-                self.helpers.after_decision()
         return 1
+
+
+class WrongEnforcement(RuntimeError):
+    """The coordinator registered a branch under another enforcement than the mode's: the
+    run measures something else, so the worker stops (reported as its error)."""
 
 
 class LocalRetry(Exception):

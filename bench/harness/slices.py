@@ -18,6 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
+from . import canonical
 from .core import log
 from .loadgen import run_slice
 from .reasons import pool as pool_reasons
@@ -101,7 +102,7 @@ def require_quiet(force: bool, label: str) -> dict:
 SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clients", "seconds", "commits",
                 "tps", "attempts", "aborts", "abort_rate", "reasons", "p50_ms", "p99_ms", "cpu_ms_pg",
                 "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver", "driver_cpu_share",
-                "server_cpu_util", "helpers", "check", "errors", "started_utc"]
+                "server_cpu_util", "client_branches", "enforcement", "check", "errors", "started_utc"]
 
 
 def variant_log(attempt_log: Path | None, mode: str) -> Path | None:
@@ -119,19 +120,25 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
               quiet: dict | None = None, switch: dict | None = None) -> list[dict]:
     """Warm-up slice per mode, then `slices` rounds over the modes, ABBA order. extra[mode]:
     extra driver arguments (levers that are client-side). A mode may be a variant
-    "base:label" (e.g. "co:acr=ON"): the servers and the driver run `base`, and
+    "base:label" (e.g. "co:acr=ON"): the servers, the daemon and the driver run `base`, and
     switch[mode](env) applies the variant's server settings after the mode switch. Modes
-    whose driver says `skipped` (dip without support) are dropped with a log line."""
+    whose driver says `skipped` (dip without support) are dropped with a log line. The
+    mode switch (env.set_mode) restarts the daemon when the enforcement changes (none for
+    2pc and local, engine for co and dip, client for client); after each slice the daemon
+    must still say so (else the slice's check says what it said)."""
     extra = extra or {}
     switch = switch or {}
+    modes = [canonical(m) for m in modes]
+    extra = {canonical(k): v for k, v in extra.items()}
+    switch = {canonical(k): v for k, v in switch.items()}
 
     def enter(mode):
         base = mode.split(":")[0]
-        env.set_mode("co" if base == "dip" else base)
+        env.set_mode(base)
         if mode in switch:
             switch[mode](env)
         return base
-    modes = list(modes)
+
     env.vacuum()
     for mode in list(modes):
         base = enter(mode)
@@ -157,6 +164,9 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
             chk = check(env) if check else ""
             if left != (0, 0):
                 chk = (chk + "; " if chk else "") + f"left prepared {left[0]}/{left[1]}"
+            seen, bad = env.enforcement_seen(base)
+            if bad:
+                chk = (chk + "; " if chk and chk != "ok" else "") + bad
             att = int(r.get("attempts") or 0)
             row = {"experiment": experiment, "point": point,
                    "params": " ".join(f"{k}={v}" for k, v in params.items()), "round": rnd + 1,
@@ -164,7 +174,8 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
                    "commits": r.get("commits", 0), "tps": r.get("tps", 0.0), "attempts": att,
                    "aborts": r.get("aborts", 0), "abort_rate": (int(r.get("aborts") or 0) / att) if att else 0.0,
                    "reasons": ";".join(f"{k}={v}" for k, v in sorted((r.get("reasons") or {}).items(), key=lambda kv: -kv[1])),
-                   "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms"), "helpers": r.get("helpers", 0),
+                   "p50_ms": r.get("p50_ms"), "p99_ms": r.get("p99_ms"),
+                   "client_branches": r.get("client_branches", 0), "enforcement": seen,
                    "check": chk, "errors": " | ".join(r.get("errors") or ([r["error"]] if r.get("error") else []))[:500],
                    "started_utc": started}
             for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver",

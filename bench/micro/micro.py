@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sonata's microbenchmark in the four modes (local, 2pc, co, shim).
+"""Sonata's microbenchmark in the four modes (local, 2pc, co, client).
 
 A global transaction has S sub-transactions; sub-transaction i runs on its own two-column
 table mt<i>(k, v) of N rows: R point reads, then W point updates (v = v + 1), keys drawn
@@ -22,9 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import MODES
+from bench.harness import MODES, canonical
 from bench.harness.core import Env, log, machine, run_point, summarize, write_summary
-from bench.harness.driver import DUMMY_ROWS_PER_WORKER, Sub
+from bench.harness.driver import Sub
 
 DEFAULTS = {"S": 2, "R": 6, "W": 6, "P": 0.5, "N": 100000, "K": 0.0}
 MAX_TABLES = 4
@@ -86,27 +86,21 @@ class Micro:
         return subs
 
 
-def load(env: Env, rows: int, workers: int = 64) -> None:
+def load(env: Env, rows: int) -> None:
     """MAX_TABLES tables of `rows` rows on both databases (a point with N < rows draws keys
-    from the first N), and the shim's dummy rows."""
+    from the first N). Client mode's slot tables (cotx.shim, cotx_shim) are the daemon's:
+    it creates them when it goes to client mode."""
     t0 = time.time()
-    dummy = workers * DUMMY_ROWS_PER_WORKER
     with env.pg.connect() as c:
         for i in range(MAX_TABLES):
             c.execute(f"DROP TABLE IF EXISTS mt{i}")
             c.execute(f"CREATE TABLE mt{i} (k int PRIMARY KEY, v int NOT NULL) WITH (fillfactor = 80)")
             c.execute(f"INSERT INTO mt{i} SELECT g, 0 FROM generate_series(0, {rows - 1}) g")
-        c.execute("DROP TABLE IF EXISTS shim_dummy")
-        c.execute("CREATE TABLE shim_dummy (k int PRIMARY KEY, v int NOT NULL) WITH (fillfactor = 50)")
-        c.execute(f"INSERT INTO shim_dummy SELECT g, 0 FROM generate_series(0, {dummy - 1}) g")
         c.execute("VACUUM ANALYZE")
     for i in range(MAX_TABLES):
         env.my.sql(f"DROP TABLE IF EXISTS mt{i}")
         env.my.sql(f"CREATE TABLE mt{i} (k int PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
         env.my.sql(f"INSERT INTO mt{i} SELECT seq, 0 FROM seq_0_to_{rows - 1}")
-    env.my.sql("DROP TABLE IF EXISTS shim_dummy")
-    env.my.sql("CREATE TABLE shim_dummy (k int PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
-    env.my.sql(f"INSERT INTO shim_dummy SELECT seq, 0 FROM seq_0_to_{dummy - 1}")
     log(f"loaded {MAX_TABLES} x {rows} rows on each database in {time.time() - t0:.1f} s")
 
 
@@ -132,7 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--modes", default=",".join(MODES), help="subset of the modes (2pc first for ratios)")
+    ap.add_argument("--modes", default=",".join(MODES), help="subset of the modes (2pc first for ratios; shim: alias of client)")
     ap.add_argument("--rows", type=int, default=None, help="override N of every point (and the load)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     ap.add_argument("--attempt-log", type=Path, help="JSONL, one line per attempt (the format of bench/loadgen's)")
@@ -148,13 +142,13 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     for f in ("micro_runs.csv", "micro_summary.csv"):
         (a.out / f).unlink(missing_ok=True)
+    modes = tuple(canonical(m) for m in a.modes.split(","))
     log(f"machine: {machine()}")
     with Env(fsync=not a.no_fsync) as env:
         rows = run(env, points, seconds=a.seconds, warmup=a.warmup, reps=a.reps, clients=a.clients, out=a.out,
-                   attempt_log=a.attempt_log,
-                   modes=tuple(a.modes.split(",")))
+                   attempt_log=a.attempt_log, modes=modes)
     bad = [r for r in rows if r["errors"] or (r["check"] not in ("", "ok"))]
-    for s in summarize(rows, tuple(a.modes.split(","))):
+    for s in summarize(rows, modes):
         log(f"summary {s['point']:14s} {s['mode']:5s} {s['tps_median']:8.1f} tx/s  ratio to 2pc "
             f"{s['ratio_to_2pc']:.3f}  aborts {s['abort_rate']:.2%}")
     if bad:

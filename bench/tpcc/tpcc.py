@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A TPC-C subset (new-order + payment) with warehouses split between PostgreSQL and
-MariaDB, in the four modes (local, 2pc, co, shim), with consistency checks after every run.
+MariaDB, in the four modes (local, 2pc, co, client), with consistency checks after every run.
 
 Scaled down for a 2-core machine (RESULTS.md says so): ITEMS items (replicated, read-only,
 on both databases), 10 districts per warehouse, CUSTOMERS customers per district, a stock
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from bench.harness import MODES
 from bench.harness.core import Env, log, machine, run_point, summarize, write_summary
-from bench.harness.driver import DUMMY_ROWS_PER_WORKER, Sub
+from bench.harness.driver import Sub
 
 DISTRICTS = 10
 W_YTD0 = 30000000        # cents
@@ -63,7 +63,6 @@ SCHEMA = [
     "PRIMARY KEY (ol_w_id, ol_d_id, ol_o_id, ol_number))",
     "CREATE TABLE history (h_c_id int NOT NULL, h_c_d_id int NOT NULL, h_c_w_id int NOT NULL, "
     "h_d_id int NOT NULL, h_w_id int NOT NULL, h_amount int NOT NULL)",
-    "CREATE TABLE shim_dummy (k int PRIMARY KEY, v int NOT NULL)",
 ]
 # The split schema (ytd_split = k > 0): payment's year-to-date sums live in their own rows,
 # k per warehouse / district (payment adds to a random one; readers sum them), as TPC-C
@@ -77,10 +76,10 @@ SPLIT_SCHEMA = [
 # Room for HOT updates on PostgreSQL (the same in every mode): a non-HOT update of a hot
 # warehouse/district row inserts an index entry, which is an rw-conflict with every
 # transaction that looked up any row on that index page.
-PG_FILLFACTOR = {"warehouse": 10, "district": 10, "customer": 80, "stock": 80, "shim_dummy": 50,
+PG_FILLFACTOR = {"warehouse": 10, "district": 10, "customer": 80, "stock": 80,
                  "warehouse_ytd": 10, "district_ytd": 10}
 TABLES = ["warehouse", "district", "customer", "item", "stock", "orders", "new_order", "order_line",
-          "history", "shim_dummy", "warehouse_ytd", "district_ytd"]
+          "history", "warehouse_ytd", "district_ytd"]
 
 
 class TpcC:
@@ -189,9 +188,8 @@ class TpcC:
         return [Sub(hdb, hdb, home), Sub(cdb, cdb, customer)]
 
     # --- load and checks -----------------------------------------------------------------
-    def load(self, env: Env, workers: int = 64) -> None:
+    def load(self, env: Env) -> None:
         t0 = time.time()
-        dummy = workers * DUMMY_ROWS_PER_WORKER
         for db in ("pg", "my"):
             ws = [w for w in range(1, self.W + 1) if self.db_of(w) == db]
             lo, hi = ws[0], ws[-1]
@@ -224,7 +222,6 @@ class TpcC:
                     for d in range(1, DISTRICTS + 1):
                         run(f"INSERT INTO district_ytd SELECT {w}, {d}, {col}, CASE WHEN {col} = 0 THEN {D_YTD0} ELSE 0 END "
                             f"FROM {gen(0, self.ytd_split - 1)}{al}")
-            run(f"INSERT INTO shim_dummy SELECT {col}, 0 FROM {gen(0, dummy - 1)}{al}")
         env.pg.sql("VACUUM ANALYZE")
         log(f"TPC-C: loaded {self.W} warehouses ({self.n_pg} on PostgreSQL) in {time.time() - t0:.1f} s")
 

@@ -62,3 +62,14 @@ def test_reasons_pooled_and_shortened():
     assert reasons.cell(pooled, 100) == "a=8, b=5"
     assert reasons.cell("", 100) == "-"
     assert reasons.cell("kind=1;" * 30, 20) == "kind=1, kind=1, k..." and len(reasons.cell("kind=1;" * 30, 20)) == 20
+
+
+def test_modes_narrowed_and_shim_spelled_client():
+    from bench import experiments
+    from bench.harness import canonical
+    assert canonical("shim") == "client" and canonical("shim:x") == "client:x" and canonical("co:par") == "co:par"
+    point = ["2pc", "2pc:ser", "co", "dip", "shim", "local"]
+    assert experiments.only(point, "") == ["2pc", "2pc:ser", "co", "dip", "client", "local"]
+    # A variant runs with its base; the old name selects client mode.
+    assert experiments.only(point, "local,2pc,co,shim") == ["2pc", "2pc:ser", "co", "client", "local"]
+    assert experiments.only(["2pc", "co:acr=ON"], "client") == []

@@ -1,7 +1,7 @@
 //! One client: its sessions, and one global transaction attempt in a mode, with the 2PC
 //! protocol exactly as the Python client (clients/python/cotx/client.py) runs it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures_util::future::join_all;
@@ -11,28 +11,50 @@ use crate::db::{DbError, MySession, PgSession};
 use crate::http::{CoordError, Http};
 use crate::workload::{Db, Op, Sub, P};
 
-pub const HELPER_BATCH: i64 = 10; // sub-transactions per shim helper (Sonata shares helpers by 10)
-pub const DUMMY_ROWS_PER_WORKER: i64 = 16; // as bench/harness/driver.py
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Local,
     TwoPc,
     Co,
-    Shim,
+    /// The product's client mode (the daemon in `enforcement = "client"`, pg_co and
+    /// mysql_co off): the branch writes the shim slot the registration answer names.
+    Client,
     Dip,
 }
 
 impl Mode {
+    /// `shim` is the earlier name of `client` (Sonata's shims, now the product's).
     pub fn parse(s: &str) -> Option<Mode> {
         Some(match s {
             "local" => Mode::Local,
             "2pc" => Mode::TwoPc,
             "co" => Mode::Co,
-            "shim" => Mode::Shim,
+            "client" | "shim" => Mode::Client,
             "dip" => Mode::Dip,
             _ => return None,
         })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Local => "local",
+            Mode::TwoPc => "2pc",
+            Mode::Co => "co",
+            Mode::Client => "client",
+            Mode::Dip => "dip",
+        }
+    }
+
+    /// The enforcement the coordinator must answer with at every branch registration in
+    /// this mode (the daemon's `[[resources]] enforcement`): a mode measured with another
+    /// one would be measuring something else, so the driver stops on a mismatch.
+    pub fn enforcement(self) -> Option<&'static str> {
+        match self {
+            Mode::Local => None,
+            Mode::TwoPc => Some("none"),
+            Mode::Co | Mode::Dip => Some("engine"),
+            Mode::Client => Some("client"),
+        }
     }
 }
 
@@ -113,17 +135,6 @@ impl From<CoordError> for Failure {
     }
 }
 
-/// Sonata's PostgreSQL helper transactions for one client (port of driver.ShimHelpers).
-struct Shim {
-    base: i64,
-    current: Option<String>,
-    used: i64,
-    retired: Vec<String>,
-    n: u64,
-    helpers: u64,
-    tag: String,
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum BState {
     Active,
@@ -138,6 +149,10 @@ struct Branch {
     gid: String, // PostgreSQL: the literal, quoted
     xid: String, // MariaDB: 'gtrid','bqual',format
     state: BState,
+    /// Client mode: the shim slot the branch writes just before it prepares (PostgreSQL:
+    /// the row the daemon's prepared helper read; MariaDB: a write that keeps the
+    /// branch's SERIALIZABLE read locks until the decision).
+    shim: Option<i64>,
 }
 
 fn safe_id(s: &str) -> Result<&str, Failure> {
@@ -153,9 +168,8 @@ pub struct Client {
     cfg: Arc<Cfg>,
     sess: HashMap<String, Sess>,
     http: Option<Http>,
-    shim: Option<Shim>,
-    shim_sess: Option<PgSession>,
-    pub helpers_rollback_errors: u64,
+    /// Branch registrations by "resource:enforcement" as the coordinator answered them.
+    pub enforcement: BTreeMap<String, u64>,
     /// Branches of committed transactions that could not be finished on their session.
     pub unfinished: u64,
     /// The last attempt's gtid and its branches' PostgreSQL gids / MariaDB xids (attempt log).
@@ -178,28 +192,7 @@ impl Client {
             sess.insert(name.clone(), s);
         }
         let http = if cfg.mode == Mode::Local { None } else { Some(Http::new(&cfg.coord_url, cfg.token.clone())?) };
-        let (shim, shim_sess) = if cfg.mode == Mode::Shim {
-            let s = PgSession::connect(&cfg.pg_dsn, cfg.lock_timeout_ms).await.map_err(|e| e.to_string())?;
-            (
-                Some(Shim {
-                    base: wid as i64 * DUMMY_ROWS_PER_WORKER,
-                    current: None,
-                    used: 0,
-                    retired: vec![],
-                    n: 0,
-                    helpers: 0,
-                    tag: format!("shimh-{}-{wid}", std::process::id()),
-                }),
-                Some(s),
-            )
-        } else {
-            (None, None)
-        };
-        Ok(Client { wid, cfg, sess, http, shim, shim_sess, helpers_rollback_errors: 0, unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None })
-    }
-
-    pub fn helpers(&self) -> u64 {
-        self.shim.as_ref().map(|s| s.helpers).unwrap_or(0)
+        Ok(Client { wid, cfg, sess, http, enforcement: BTreeMap::new(), unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None })
     }
 
     pub async fn has_decide(&self) -> Result<bool, String> {
@@ -237,29 +230,7 @@ impl Client {
         sess.run_ops(&sub.ops).await.map_err(Failure::from)
     }
 
-    // --- shim helpers ---------------------------------------------------------------------
-    async fn shim_after_decision(&mut self) {
-        let Some(sh) = self.shim.as_mut() else { return };
-        let mut done = std::mem::take(&mut sh.retired);
-        if sh.current.is_some() && sh.used >= HELPER_BATCH {
-            done.push(sh.current.take().unwrap());
-        }
-        let ss = self.shim_sess.as_mut().unwrap();
-        for gid in done {
-            if ss.simple(&format!("ROLLBACK PREPARED '{gid}'")).await.is_err() {
-                self.helpers_rollback_errors += 1; // the harness rolls back what is left
-            }
-        }
-    }
-
     pub async fn close(&mut self) {
-        if let Some(sh) = self.shim.as_mut() {
-            if let Some(c) = sh.current.take() {
-                sh.retired.push(c);
-                sh.used = HELPER_BATCH;
-            }
-        }
-        self.shim_after_decision().await;
         if let Some(h) = self.http.as_mut() {
             // Read the answers of pipelined acknowledgements before the process exits.
             let _ = h.request("GET", "/healthz", &Value::Null).await;
@@ -268,11 +239,7 @@ impl Client {
 
     // --- one global transaction through the coordinator ------------------------------------
     pub async fn run_global(&mut self, subs: &[Sub]) -> Result<(), Failure> {
-        let r = self.global(subs).await;
-        if self.cfg.mode == Mode::Shim {
-            self.shim_after_decision().await;
-        }
-        r
+        self.global(subs).await
     }
 
     async fn global(&mut self, subs: &[Sub]) -> Result<(), Failure> {
@@ -321,33 +288,40 @@ impl Client {
                     (String::new(), xid)
                 }
             };
-            let mut b = Branch { bid: bid.clone(), session: sub.session.clone(), db: sub.db, gid, xid, state: BState::Active };
-            // Begin, the statements, and the shim's extra write (after the statements, as
-            // driver.py: a PostgreSQL branch takes its helper slot then).
+            // How commitment ordering is enforced at this resource, as the coordinator says
+            // (the Python client's Branch.__enter__): client mode names the shim slot.
+            let enforcement = r["enforcement"].as_str().unwrap_or("engine").to_string();
+            *self.enforcement.entry(format!("{}:{enforcement}", sub.db.name())).or_default() += 1;
+            let shim = if enforcement == "client" { r["shim"]["key"].as_i64() } else { None };
+            let expected = mode.enforcement().unwrap_or("none");
+            if enforcement != expected || (enforcement == "client" && shim.is_none()) {
+                // Not a conflict: the daemon is configured for another mode (the client
+                // loop stops on a kind with "other" in it and reports the message).
+                let why = format!("other: mode {} needs enforcement {expected} but the coordinator answered {enforcement} (shim {}) for resource {}",
+                                  mode.name(), r["shim"], sub.db.name());
+                self.abort(&g, &mut br, &why).await;
+                return Err(Failure { kind: why, err: None });
+            }
+            let mut b = Branch { bid: bid.clone(), session: sub.session.clone(), db: sub.db, gid, xid, state: BState::Active, shim };
+            // Begin and the statements; client mode's slot is written at prepare (prepare_one).
             let my_iso = self.cfg.my_isolation;
-            let my_dummy = (sub.db == Db::My && sub.writes == 0)
-                .then(|| self.wid as i64 * DUMMY_ROWS_PER_WORKER + (i as i64) % DUMMY_ROWS_PER_WORKER);
             let sess = self.sess.get_mut(&sub.session).expect("session opened");
-            let shim = self.shim.as_mut();
-            let shim_sess = self.shim_sess.as_mut();
             let run = async {
                 match sub.db {
                     Db::Pg => sess.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?,
                     Db::My => {
+                        if shim.is_some() {
+                            // Client mode: the session runs SERIALIZABLE, read back rather than
+                            // assumed (cotx.dialect.MariaDB.set_serializable_verified).
+                            if let Sess::My(m) = &mut *sess {
+                                m.set_serializable_verified().await?;
+                            }
+                        }
                         sess.simple(&format!("SET TRANSACTION ISOLATION LEVEL {my_iso}")).await?;
                         sess.simple(&format!("XA START {}", b.xid)).await?;
                     }
                 }
                 sess.run_ops(&sub.ops).await?;
-                if let (Some(sh), Some(ss)) = (shim, shim_sess) {
-                    let k = match sub.db {
-                        Db::Pg => Some(shim_slot(sh, ss).await?),
-                        Db::My => my_dummy,
-                    };
-                    if let Some(k) = k {
-                        sess.run_ops(&[Op::new("UPDATE shim_dummy SET v = v + 1 WHERE k = ?", vec![P::I(k)])]).await?;
-                    }
-                }
                 Ok::<(), DbError>(())
             }
             .await;
@@ -364,10 +338,13 @@ impl Client {
             br.push(b);
         }
         let g = gtid.unwrap();
-        if br.len() == 1 {
+        // Client mode keeps two phases: its protection is the helper and the slot written
+        // before PREPARE (as cotx.transaction.Transaction.commit).
+        if br.len() == 1 && br[0].shim.is_none() {
             return self.one_phase(&g, &mut br).await;
         }
-        let decider = if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg) } else { None };
+        // The decision inside a participant needs pg_co there (co.decide).
+        let decider = if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg && b.shim.is_none()) } else { None };
         // Prepare every branch but the decider (in dip mode it commits in one phase).
         let to_prepare: Vec<usize> = (0..br.len()).filter(|&i| Some(i) != decider).collect();
         if let Err(f) = self.prepare(&g, &mut br, &to_prepare).await {
@@ -577,38 +554,23 @@ impl Client {
     }
 }
 
-/// The dummy key the next PostgreSQL sub-transaction writes; a new helper (reading all ten
-/// keys, then PREPARE TRANSACTION) when the current one has served ten.
-async fn shim_slot(sh: &mut Shim, ss: &mut PgSession) -> Result<i64, DbError> {
-    if sh.current.is_none() || sh.used >= HELPER_BATCH {
-        if let Some(c) = sh.current.take() {
-            sh.retired.push(c);
-        }
-        sh.n += 1;
-        let gid = format!("{}-{}", sh.tag, sh.n);
-        let r = async {
-            ss.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?;
-            ss.exec("SELECT count(v) FROM shim_dummy WHERE k >= ? AND k < ?", &[sh.base, sh.base + HELPER_BATCH]).await?;
-            ss.simple(&format!("PREPARE TRANSACTION '{gid}'")).await
-        }
-        .await;
-        if let Err(e) = r {
-            let _ = ss.simple("ROLLBACK").await; // leave the helper session usable
-            return Err(e);
-        }
-        sh.current = Some(gid);
-        sh.used = 0;
-        sh.helpers += 1;
-    }
-    let k = sh.base + sh.used;
-    sh.used += 1;
-    Ok(k)
-}
-
+/// PREPARE TRANSACTION / XA END + XA PREPARE; in client mode the branch's shim slot is
+/// written just before (cotx.branch.Branch.prepare, cotx.dialect's shim_touch):
+/// PostgreSQL `SELECT cotx.shim_touch(k)` (the edge helper -rw-> branch that lets SSI
+/// refuse what would break commitment ordering), MariaDB a write of row k of cotx_shim
+/// (InnoDB then prepares the branch read-write and keeps its read locks).
 async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<(), DbError> {
     match b.db {
-        Db::Pg => sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await,
+        Db::Pg => {
+            if let Some(k) = b.shim {
+                sess.simple(&format!("SELECT cotx.shim_touch({k})")).await?;
+            }
+            sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await
+        }
         Db::My => {
+            if let Some(k) = b.shim {
+                sess.simple(&format!("UPDATE cotx_shim SET v = v + 1 WHERE k = {k}")).await?;
+            }
             sess.simple(&format!("XA END {}", b.xid)).await?;
             sess.simple(&format!("XA PREPARE {}", b.xid)).await
         }

@@ -249,6 +249,24 @@ impl MySession {
         self.conn.query_drop(sql).await.map_err(DbError::from_my)
     }
 
+    /// Client mode: `SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE`, then the level
+    /// read back (MariaDB 10.11 spells the variable tx_isolation): a proxy or an
+    /// init_connect may have changed it, and client mode protects SERIALIZABLE branches only.
+    pub async fn set_serializable_verified(&mut self) -> Result<(), DbError> {
+        self.simple("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE").await?;
+        let level: Option<String> = self.conn.query_first("SELECT @@session.tx_isolation").await.map_err(DbError::from_my)?;
+        match level.as_deref() {
+            Some("SERIALIZABLE") => Ok(()),
+            other => Err(DbError {
+                db: "my",
+                sqlstate: None,
+                errno: None,
+                message: format!("client mode needs SERIALIZABLE branches; the session is {other:?} after SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+                detail: None,
+            }),
+        }
+    }
+
     /// Runs a statement; returns the last column of the first row, if any (the same
     /// convention as PgSession::exec, so a workload reads one value per query).
     pub async fn exec(&mut self, sql: &str, params: &[i64]) -> Result<Option<i64>, DbError> {

@@ -60,7 +60,6 @@ pub struct Sub {
     pub session: String, // e.g. "pg0": two sub-transactions on one database need two sessions
     pub db: Db,
     pub ops: Vec<Op>,
-    pub writes: usize, // rows written (the shim needs to know whether a MariaDB branch is read-only)
     /// Plain autocommit statements, no transaction (the autocommit-read mix).
     pub autocommit: bool,
 }
@@ -170,7 +169,7 @@ impl Workload for Micro {
                         Op::new(format!("SELECT v FROM {t} WHERE k = ?"), vec![P::I(k)]).reads(&t, json!(k))
                     })
                     .collect();
-                return vec![Sub { session: format!("my{i}"), db: Db::My, ops, writes: 0, autocommit: true }];
+                return vec![Sub { session: format!("my{i}"), db: Db::My, ops, autocommit: true }];
             }
         }
         self.dbs
@@ -188,7 +187,7 @@ impl Workload for Micro {
                 for k in ws {
                     ops.push(Op::new(format!("UPDATE {t} SET v = v + 1 WHERE k = ?"), vec![P::I(k)]).writes(&t, json!(k)));
                 }
-                Sub { session: format!("{}{i}", db.name()), db, ops, writes: self.w, autocommit: false }
+                Sub { session: format!("{}{i}", db.name()), db, ops, autocommit: false }
             })
             .collect()
     }
@@ -285,10 +284,10 @@ impl Tpcc {
             ));
         }
         ops.extend(self.stock_ops(w, &home_stock));
-        let mut subs = vec![Sub { session: home_db.name().into(), db: home_db, ops, writes: 1, autocommit: false }];
+        let mut subs = vec![Sub { session: home_db.name().into(), db: home_db, ops, autocommit: false }];
         if !remote_stock.is_empty() {
             let rdb = self.db_of(remote_stock[0].0);
-            subs.push(Sub { session: rdb.name().into(), db: rdb, ops: self.stock_ops(w, &remote_stock), writes: remote_stock.len(), autocommit: false });
+            subs.push(Sub { session: rdb.name().into(), db: rdb, ops: self.stock_ops(w, &remote_stock), autocommit: false });
         }
         subs
     }
@@ -332,11 +331,11 @@ impl Tpcc {
         let (hdb, cdb) = (self.db_of(w), self.db_of(cw));
         if hdb == cdb {
             home.extend(customer);
-            return vec![Sub { session: hdb.name().into(), db: hdb, ops: home, writes: 4, autocommit: false }];
+            return vec![Sub { session: hdb.name().into(), db: hdb, ops: home, autocommit: false }];
         }
         vec![
-            Sub { session: hdb.name().into(), db: hdb, ops: home, writes: 3, autocommit: false },
-            Sub { session: cdb.name().into(), db: cdb, ops: customer, writes: 1, autocommit: false },
+            Sub { session: hdb.name().into(), db: hdb, ops: home, autocommit: false },
+            Sub { session: cdb.name().into(), db: cdb, ops: customer, autocommit: false },
         ]
     }
 }
