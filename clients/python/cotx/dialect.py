@@ -130,13 +130,14 @@ class MariaDB:
     def set_serializable_verified(conn) -> None:
         """Client mode (no mysql_co): the session runs SERIALIZABLE, checked by reading the
         level back rather than assumed (a proxy or an init_connect may change it).
-        MariaDB 10.11 spells the variable tx_isolation, MySQL 8 transaction_isolation."""
+        MariaDB spells the variable tx_isolation (and from 11.1 also transaction_isolation),
+        MySQL 8 only transaction_isolation: the MariaDB spelling first, one round trip there."""
         with conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
             try:
-                cur.execute("SELECT @@session.transaction_isolation")
-            except Exception:  # noqa: BLE001 - MariaDB before 11.1 has only tx_isolation
                 cur.execute("SELECT @@session.tx_isolation")
+            except Exception:  # noqa: BLE001 - MySQL 8 has only transaction_isolation
+                cur.execute("SELECT @@session.transaction_isolation")
             level = cur.fetchone()[0]
         if level != "SERIALIZABLE":
             raise CotxError(f"client mode needs SERIALIZABLE branches; the session is {level} after "

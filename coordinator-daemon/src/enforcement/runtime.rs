@@ -83,7 +83,11 @@ impl Enforcement {
             .iter()
             .map(|r| {
                 let effective = match r.enforcement {
-                    Configured::None => Effective::Mode(Mode::None),
+                    Configured::None => {
+                        log("warn", "enforcement = \"none\": plain 2PC at this resource, commitment ordering is not enforced there",
+                            json!({"resource": r.name}));
+                        Effective::Mode(Mode::None)
+                    }
                     _ => Effective::Unknown("not probed yet".into()),
                 };
                 (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), swept: false, probed_at: None })
