@@ -24,15 +24,19 @@ _spec.loader.exec_module(overdraft)
 pytestmark = [requires_pg_co, requires_mysql_co]
 
 
-@pytest.fixture(scope="module")
-def bank():
-    b = overdraft.Bank(Path(tempfile.mkdtemp(prefix="cotx-demo-test-")))
+def started_bank(extensions: bool):
+    b = overdraft.Bank(Path(tempfile.mkdtemp(prefix="cotx-demo-test-")), extensions=extensions)
     try:
         b.start()
         yield b
     finally:
         b.stop()
         shutil.rmtree(b.workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def bank():
+    yield from started_bank(extensions=True)
 
 
 def test_plain_2pc_overdraws_and_checker_explains(bank):
@@ -80,13 +84,7 @@ def test_cotx_never_overdraws(bank):
 @pytest.fixture(scope="module")
 def bare_bank():
     """The demo's bank on servers with neither pg_co nor mysql_co loaded."""
-    b = overdraft.Bank(Path(tempfile.mkdtemp(prefix="cotx-demo-client-")), extensions=False)
-    try:
-        b.start()
-        yield b
-    finally:
-        b.stop()
-        shutil.rmtree(b.workdir, ignore_errors=True)
+    yield from started_bank(extensions=False)
 
 
 def test_without_extensions_plain_2pc_overdraws_and_client_mode_does_not(bare_bank):
