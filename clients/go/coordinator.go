@@ -52,7 +52,7 @@ func q(s string) string { return url.PathEscape(s) }
 const maxRedirects = 2
 
 // apiError is the body of every refusal, as the daemon writes it (ErrorDetail in
-// coordinator-daemon/src/api.rs): owner_url is set with 421 wrong_node only.
+// coordinator-daemon/src/api/mod.rs): owner_url is set with 421 wrong_node only.
 type apiError struct {
 	Error struct {
 		Code     string `json:"code"`

@@ -57,9 +57,9 @@ func (s *stub) requests() []*http.Request {
 }
 
 // wrongNode answers as a daemon that does not own the gtid. The body is what the daemon
-// writes for the refusal built in coordinator-daemon/src/coordinator.rs (code "wrong_node",
+// writes for the refusal built in coordinator-daemon/src/coordinator/mod.rs (code "wrong_node",
 // its message, owner_url: the owner's advertised URL), serialized by error_reply in
-// coordinator-daemon/src/api.rs ({"error": {code, message, owner_url}}, status 421).
+// coordinator-daemon/src/api/mod.rs ({"error": {code, message, owner_url}}, status 421).
 func wrongNode(owner string) func(w http.ResponseWriter, r *http.Request) {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -54,7 +54,7 @@ struct RawConfig {
     auth: RawAuth,
 }
 
-/// One credential per role (crate::auth): each inline or from a file.
+/// One credential per role (crate::api::auth): each inline or from a file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAuth {
@@ -194,7 +194,7 @@ pub struct Limits {
 /// `[log]`: the log format and the least severe level written.
 #[derive(Debug, Clone)]
 pub struct Log {
-    pub format: crate::log::Format,
+    pub format: crate::telemetry::log::Format,
     pub level: tracing::Level,
 }
 
@@ -222,8 +222,8 @@ pub struct Resource {
     pub decisions: bool,
     /// `tls` / `tls_ca_file`: None leaves TLS to the DSN (crate::dbtls).
     pub tls: Option<DbTls>,
-    /// How commitment ordering is enforced there (crate::enforcement): auto by default.
-    pub enforcement: crate::enforcement::Configured,
+    /// How commitment ordering is enforced there (crate::participants::enforcement): auto by default.
+    pub enforcement: crate::participants::enforcement::Configured,
 }
 
 #[derive(Debug, Clone)]
@@ -236,7 +236,7 @@ pub struct Config {
     pub gid_prefix: String,
     pub timeouts: Timeouts,
     pub store: StoreConfig,
-    /// Where this daemon keeps its witness of the store (crate::witness): `store.witness_file`,
+    /// Where this daemon keeps its witness of the store (crate::ha::witness): `store.witness_file`,
     /// by default `<path>.witness` beside a SQLite store; none for a PostgreSQL store
     /// unless set.
     pub witness_file: Option<String>,
@@ -250,7 +250,7 @@ pub struct Config {
     pub telemetry: Telemetry,
 }
 
-/// One credential per role (crate::auth says what each may call).
+/// One credential per role (crate::api::auth says what each may call).
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
     pub client: Option<String>,
@@ -569,8 +569,8 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     }
     let log = Log {
         format: match &raw.log.format {
-            None => crate::log::Format::Text,
-            Some(f) => match crate::log::Format::parse(f.get_ref()) {
+            None => crate::telemetry::log::Format::Text,
+            Some(f) => match crate::telemetry::log::Format::parse(f.get_ref()) {
                 Some(x) => x,
                 None => return cx.err(Some(f.span()), "log.format", "must be \"text\" or \"json\""),
             },
@@ -589,7 +589,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     let telemetry = Telemetry {
         otlp_endpoint: match &raw.telemetry.otlp_endpoint {
             None => None,
-            Some(e) => match crate::otlp::parse_endpoint(e.get_ref()) {
+            Some(e) => match crate::telemetry::otlp::parse_endpoint(e.get_ref()) {
                 Ok(_) => Some(e.get_ref().trim_end_matches('/').to_string()),
                 Err(m) => return cx.err(Some(e.span()), "telemetry.otlp_endpoint", m),
             },
@@ -657,7 +657,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             None => false,
         };
         let tls = cx.db_tls(base, &field(""), kind, &rr.dsn, &rr.tls, &rr.tls_ca_file)?;
-        use crate::enforcement::Configured;
+        use crate::participants::enforcement::Configured;
         let enforcement = match rr.enforcement.as_ref().map(|e| (e, e.get_ref().as_str())) {
             None | Some((_, "auto")) => Configured::Auto,
             Some((_, "engine")) => Configured::Engine,

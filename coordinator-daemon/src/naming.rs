@@ -9,6 +9,8 @@
 //! separator) or anything an engine might interpret. Literals are still quoted when SQL
 //! is built, so the restriction is a second fence, not the only one.
 
+use crate::refusal::RefusalCode;
+
 /// The longest gid PostgreSQL accepts (GIDSIZE 200, NUL included). The clients check
 /// against the same number (regress/pytest/test_id_limits.py).
 pub const PG_GID_MAX: usize = 199;
@@ -20,7 +22,7 @@ pub const PREFIX_MAX: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdError {
-    pub code: &'static str,
+    pub code: RefusalCode,
     pub message: String,
 }
 
@@ -31,16 +33,16 @@ fn id_chars_ok(s: &str, allow_dot: bool) -> bool {
 /// A gtid or branch id: 1..=64 bytes of `[A-Za-z0-9._-]` (the MariaDB gtrid/bqual limit).
 pub fn check_id(what: &str, s: &str) -> Result<(), IdError> {
     if s.is_empty() {
-        return Err(IdError { code: "invalid_id", message: format!("{what} must not be empty") });
+        return Err(IdError { code: RefusalCode::InvalidId, message: format!("{what} must not be empty") });
     }
     if s.len() > XA_PART_MAX {
         return Err(IdError {
-            code: "id_too_long",
+            code: RefusalCode::IdTooLong,
             message: format!("{what} is {} bytes; MariaDB allows at most {XA_PART_MAX}", s.len()),
         });
     }
     if !id_chars_ok(s, true) {
-        return Err(IdError { code: "invalid_id", message: format!("{what} may contain only A-Z a-z 0-9 . _ -") });
+        return Err(IdError { code: RefusalCode::InvalidId, message: format!("{what} may contain only A-Z a-z 0-9 . _ -") });
     }
     Ok(())
 }
@@ -60,7 +62,7 @@ pub fn pg_gid(prefix: &str, gtid: &str, bid: &str) -> Result<String, IdError> {
     let gid = format!("{prefix}:{gtid}:{bid}");
     if gid.len() > PG_GID_MAX {
         return Err(IdError {
-            code: "id_too_long",
+            code: RefusalCode::IdTooLong,
             message: format!("PostgreSQL gid would be {} bytes; the limit is {PG_GID_MAX}", gid.len()),
         });
     }
@@ -80,14 +82,14 @@ pub fn parse_pg_gid(prefix: &str, gid: &str) -> Option<(String, String)> {
 /// PostgreSQL gid of the client-mode helper transaction of a branch, holding shim slot
 /// `key`: `<prefix>.s<key>:<gtid>:<bid>`. A prefix has no dot, so no branch gid of any
 /// prefix has this form; the slot is in the name so a restarted daemon knows which slots
-/// earlier helpers still hold (crate::enforcement::shim).
+/// earlier helpers still hold (crate::participants::enforcement::shim).
 pub fn pg_helper_gid(prefix: &str, key: i32, gtid: &str, bid: &str) -> Result<String, IdError> {
     check_id("gtid", gtid)?;
     check_id("branch_id", bid)?;
     let gid = format!("{prefix}.s{key}:{gtid}:{bid}");
     if gid.len() > PG_GID_MAX {
         return Err(IdError {
-            code: "id_too_long",
+            code: RefusalCode::IdTooLong,
             message: format!(
                 "in client mode the branch's helper transaction gid would be {} bytes; PostgreSQL's limit is {PG_GID_MAX}: use a shorter branch id",
                 gid.len()
@@ -179,9 +181,9 @@ mod tests {
         let long = "a".repeat(64);
         // 64 + 64 + prefix fits 199
         assert!(pg_gid("cotx", &long, &long).is_ok());
-        assert_eq!(check_id("gtid", &"a".repeat(65)).unwrap_err().code, "id_too_long");
+        assert_eq!(check_id("gtid", &"a".repeat(65)).unwrap_err().code, RefusalCode::IdTooLong);
         let p = "p".repeat(80);
-        assert_eq!(pg_gid(&p, &long, &long).unwrap_err().code, "id_too_long");
+        assert_eq!(pg_gid(&p, &long, &long).unwrap_err().code, RefusalCode::IdTooLong);
     }
 
     #[test]

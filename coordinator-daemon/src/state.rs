@@ -45,7 +45,7 @@ impl StateFilter {
     /// Parses the query value; the error names every accepted value (serde lists them).
     pub fn parse(s: &str) -> Result<StateFilter, Refusal> {
         serde_json::from_value(serde_json::Value::String(s.to_string()))
-            .or_else(|e| refuse("invalid_field", format!("state: {e}")))
+            .or_else(|e| refuse(RefusalCode::InvalidField, format!("state: {e}")))
     }
 
     /// Exhaustive on purpose: a new state cannot be added without its filter.
@@ -119,25 +119,7 @@ pub struct Tx {
     pub decide_in: Option<String>,
 }
 
-/// A refused request: a machine-readable code and a message; `owner_url` when another
-/// daemon owns the transaction (the client asks it instead). The HTTP status of each code
-/// is the API's business (api.rs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: &'static str,
-    pub message: String,
-    pub owner_url: Option<String>,
-}
-
-impl Refusal {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Refusal {
-        Refusal { code, message: message.into(), owner_url: None }
-    }
-}
-
-pub fn refuse<T>(code: &'static str, message: impl Into<String>) -> Result<T, Refusal> {
-    Err(Refusal::new(code, message))
-}
+pub use crate::refusal::{refuse, Refusal, RefusalCode};
 
 pub fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
@@ -185,22 +167,22 @@ impl Tx {
     fn branch_idx(&self, bid: &str) -> Result<usize, Refusal> {
         match self.branches.iter().position(|b| b.branch_id == bid) {
             Some(i) => Ok(i),
-            None => refuse("unknown_branch", format!("transaction {} has no branch {bid:?}", self.gtid)),
+            None => refuse(RefusalCode::UnknownBranch, format!("transaction {} has no branch {bid:?}", self.gtid)),
         }
     }
 
     fn decided_refusal<T>(&self, what: &str) -> Result<T, Refusal> {
         match self.state {
-            TxState::Aborted => refuse("transaction_aborted",
+            TxState::Aborted => refuse(RefusalCode::TransactionAborted,
                 format!("{what}: transaction {} was aborted ({})", self.gtid, self.abort_reason.as_deref().unwrap_or("no reason"))),
             TxState::Committed | TxState::Committing => {
-                refuse("transaction_committed", format!("{what}: transaction {} is already decided commit", self.gtid))
+                refuse(RefusalCode::TransactionCommitted, format!("{what}: transaction {} is already decided commit", self.gtid))
             }
-            TxState::OnePhase => refuse("transaction_one_phase", format!("{what}: transaction {} is committing in one phase", self.gtid)),
+            TxState::OnePhase => refuse(RefusalCode::TransactionOnePhase, format!("{what}: transaction {} is committing in one phase", self.gtid)),
             TxState::Deciding => {
-                refuse("transaction_deciding", format!("{what}: transaction {} is being decided in its decision branch", self.gtid))
+                refuse(RefusalCode::TransactionDeciding, format!("{what}: transaction {} is being decided in its decision branch", self.gtid))
             }
-            TxState::Active => refuse("wrong_state", format!("{what}: transaction {} is active", self.gtid)),
+            TxState::Active => refuse(RefusalCode::WrongState, format!("{what}: transaction {} is active", self.gtid)),
         }
     }
 
@@ -210,7 +192,7 @@ impl Tx {
             return self.decided_refusal("register branch");
         }
         if self.branches.iter().any(|b| b.branch_id == bid) {
-            return refuse("duplicate_branch", format!("branch {bid:?} is already registered in {}", self.gtid));
+            return refuse(RefusalCode::DuplicateBranch, format!("branch {bid:?} is already registered in {}", self.gtid));
         }
         Ok(())
     }
@@ -242,8 +224,8 @@ impl Tx {
                 self.branches[i].state = BranchState::Prepared;
                 Ok(())
             }
-            BranchState::Prepared => refuse("already_prepared", format!("branch {bid:?} is already prepared")),
-            s => refuse("wrong_state", format!("branch {bid:?} is {s:?}, cannot become prepared")),
+            BranchState::Prepared => refuse(RefusalCode::AlreadyPrepared, format!("branch {bid:?} is already prepared")),
+            s => refuse(RefusalCode::WrongState, format!("branch {bid:?} is {s:?}, cannot become prepared")),
         }
     }
 
@@ -266,7 +248,7 @@ impl Tx {
         }
         match self.branches[i].state {
             BranchState::Registered | BranchState::Prepared => {}
-            s => return refuse("wrong_state", format!("branch {bid:?} is {s:?}")),
+            s => return refuse(RefusalCode::WrongState, format!("branch {bid:?} is {s:?}")),
         }
         self.branches[i].state = BranchState::Failed;
         self.branches[i].note = Some(reason.to_string());
@@ -282,10 +264,10 @@ impl Tx {
             return self.decided_refusal("commit");
         }
         if self.branches.is_empty() {
-            return refuse("no_branches", format!("transaction {} has no branches", self.gtid));
+            return refuse(RefusalCode::NoBranches, format!("transaction {} has no branches", self.gtid));
         }
         if let Some(b) = self.branches.iter().find(|b| b.state != BranchState::Prepared) {
-            return refuse("branch_not_prepared", format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+            return refuse(RefusalCode::BranchNotPrepared, format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
         }
         Ok(())
     }
@@ -297,10 +279,10 @@ impl Tx {
         }
         let i = self.branch_idx(bid)?;
         if self.branches.len() != 1 {
-            return refuse("not_single_branch", format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()));
+            return refuse(RefusalCode::NotSingleBranch, format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()));
         }
         if self.branches[i].state != BranchState::Registered {
-            return refuse("wrong_state", format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state));
+            return refuse(RefusalCode::WrongState, format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state));
         }
         Ok(())
     }
@@ -313,10 +295,10 @@ impl Tx {
         }
         let i = self.branch_idx(bid)?;
         if self.branches[i].state != BranchState::Registered {
-            return refuse("wrong_state", format!("branch {bid:?} is {:?}; the decision branch must not be prepared", self.branches[i].state));
+            return refuse(RefusalCode::WrongState, format!("branch {bid:?} is {:?}; the decision branch must not be prepared", self.branches[i].state));
         }
         if let Some(b) = self.branches.iter().find(|b| b.branch_id != bid && b.state != BranchState::Prepared) {
-            return refuse("branch_not_prepared", format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+            return refuse(RefusalCode::BranchNotPrepared, format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
         }
         Ok(())
     }
@@ -365,10 +347,10 @@ impl Tx {
         match (self.state, outcome) {
             (TxState::Committed, Outcome::Commit) | (TxState::Aborted, Outcome::Abort) | (TxState::OnePhase, _) => {}
             (TxState::Active | TxState::Committing | TxState::Deciding, _) => {
-                return refuse("not_decided", format!("transaction {} is not decided yet", self.gtid))
+                return refuse(RefusalCode::NotDecided, format!("transaction {} is not decided yet", self.gtid))
             }
             _ => {
-                return refuse("outcome_mismatch",
+                return refuse(RefusalCode::OutcomeMismatch,
                     format!("branch finished with {} but the decision is {}", outcome.as_str(), self.decision().map(|o| o.as_str()).unwrap_or("none")))
             }
         }
@@ -406,7 +388,7 @@ mod tests {
         let mut t = tx();
         t.register("b1", "pg", ResourceKind::Postgres).unwrap();
         t.register("b2", "m", ResourceKind::Mariadb).unwrap();
-        assert_eq!(t.check_commit().unwrap_err().code, "branch_not_prepared");
+        assert_eq!(t.check_commit().unwrap_err().code, RefusalCode::BranchNotPrepared);
         t.prepared("b1").unwrap();
         t.prepared("b2").unwrap();
         t.check_commit().unwrap();
@@ -424,13 +406,13 @@ mod tests {
         let mut t = tx();
         t.register("b1", "pg", ResourceKind::Postgres).unwrap();
         let before = format!("{:?}", t.branches);
-        assert_eq!(t.register("b1", "pg", ResourceKind::Postgres).unwrap_err().code, "duplicate_branch");
-        assert_eq!(t.prepared("zz").unwrap_err().code, "unknown_branch");
-        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, "not_decided");
+        assert_eq!(t.register("b1", "pg", ResourceKind::Postgres).unwrap_err().code, RefusalCode::DuplicateBranch);
+        assert_eq!(t.prepared("zz").unwrap_err().code, RefusalCode::UnknownBranch);
+        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, RefusalCode::NotDecided);
         assert_eq!(format!("{:?}", t.branches), before);
         assert_eq!(t.state, TxState::Active);
         t.prepared("b1").unwrap();
-        assert_eq!(t.prepared("b1").unwrap_err().code, "already_prepared");
+        assert_eq!(t.prepared("b1").unwrap_err().code, RefusalCode::AlreadyPrepared);
     }
 
     #[test]
@@ -438,11 +420,11 @@ mod tests {
         let mut t = tx();
         t.register("b1", "pg", ResourceKind::Postgres).unwrap();
         t.abort("timeout".into(), false);
-        assert_eq!(t.check_commit().unwrap_err().code, "transaction_aborted");
+        assert_eq!(t.check_commit().unwrap_err().code, RefusalCode::TransactionAborted);
         // The late prepare of an aborted transaction is refused: the owner rolls back.
-        assert_eq!(t.prepared("b1").unwrap_err().code, "transaction_aborted");
-        assert_eq!(t.register("b2", "pg", ResourceKind::Postgres).unwrap_err().code, "transaction_aborted");
-        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, "outcome_mismatch");
+        assert_eq!(t.prepared("b1").unwrap_err().code, RefusalCode::TransactionAborted);
+        assert_eq!(t.register("b2", "pg", ResourceKind::Postgres).unwrap_err().code, RefusalCode::TransactionAborted);
+        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, RefusalCode::OutcomeMismatch);
         t.check_abort().unwrap();
     }
 
@@ -452,9 +434,9 @@ mod tests {
         t.register("b1", "pg", ResourceKind::Postgres).unwrap();
         t.prepared("b1").unwrap();
         t.state = TxState::Committed;
-        assert_eq!(t.prepared("b1").unwrap_err().code, "transaction_committed");
-        assert_eq!(t.check_abort().unwrap_err().code, "transaction_committed");
-        assert_eq!(t.register("b2", "pg", ResourceKind::Postgres).unwrap_err().code, "transaction_committed");
+        assert_eq!(t.prepared("b1").unwrap_err().code, RefusalCode::TransactionCommitted);
+        assert_eq!(t.check_abort().unwrap_err().code, RefusalCode::TransactionCommitted);
+        assert_eq!(t.register("b2", "pg", ResourceKind::Postgres).unwrap_err().code, RefusalCode::TransactionCommitted);
     }
 
     #[test]
@@ -474,17 +456,17 @@ mod tests {
         let mut t = tx();
         t.register("b1", "m", ResourceKind::Mariadb).unwrap();
         t.register("d", "pg", ResourceKind::Postgres).unwrap();
-        assert_eq!(t.check_decide_in("d").unwrap_err().code, "branch_not_prepared");
+        assert_eq!(t.check_decide_in("d").unwrap_err().code, RefusalCode::BranchNotPrepared);
         t.prepared("b1").unwrap();
         t.check_decide_in("d").unwrap();
-        assert_eq!(t.check_decide_in("b1").unwrap_err().code, "wrong_state");
+        assert_eq!(t.check_decide_in("b1").unwrap_err().code, RefusalCode::WrongState);
         t.state = TxState::Deciding;
         t.decide_in = Some("d".into());
         // Undecided: never presumed abort, no client abort, other branches wait.
         assert!(t.is_undecided() && t.decision().is_none());
-        assert_eq!(t.check_abort().unwrap_err().code, "transaction_deciding");
-        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, "not_decided");
-        assert_eq!(t.failed("b1", "x", false).unwrap_err().code, "transaction_deciding");
+        assert_eq!(t.check_abort().unwrap_err().code, RefusalCode::TransactionDeciding);
+        assert_eq!(t.finish("b1", Outcome::Commit, FinishedBy::Owner).unwrap_err().code, RefusalCode::NotDecided);
+        assert_eq!(t.failed("b1", "x", false).unwrap_err().code, RefusalCode::TransactionDeciding);
         t.finish("d", Outcome::Commit, FinishedBy::Owner).unwrap();
         assert_eq!(t.decision(), Some(Outcome::Commit));
         assert!(t.in_doubt(), "b1 is still prepared and gets the commit");
@@ -505,11 +487,11 @@ mod tests {
     #[test]
     fn one_phase() {
         let mut t = tx();
-        assert_eq!(t.check_one_phase("b1").unwrap_err().code, "unknown_branch");
+        assert_eq!(t.check_one_phase("b1").unwrap_err().code, RefusalCode::UnknownBranch);
         t.register("b1", "pg", ResourceKind::Postgres).unwrap();
         t.check_one_phase("b1").unwrap();
         t.register("b2", "pg", ResourceKind::Postgres).unwrap();
-        assert_eq!(t.check_one_phase("b1").unwrap_err().code, "not_single_branch");
+        assert_eq!(t.check_one_phase("b1").unwrap_err().code, RefusalCode::NotSingleBranch);
         let mut t = tx();
         t.register("b1", "pg", ResourceKind::Postgres).unwrap();
         t.state = TxState::OnePhase;

@@ -70,6 +70,11 @@ $f$;
     requires = [sql_api::require_preload, sql_api::stat_counters, sql_api::stats_view_sql, sql_api::blocking_edges]
 );
 
+/// pg_co's shared-memory areas: shmem.rs's markers and counters, gids.rs's ring of gids,
+/// read_only.rs's commit records. Listed here, above all three, so that shmem.rs (which
+/// requests and attaches them) imports neither of the modules that use its `Area`.
+static SHMEM_AREAS: [shmem::Area; 3] = [shmem::AREA, gids::AREA, read_only::AREA];
+
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::register();
@@ -81,7 +86,7 @@ pub extern "C-unwind" fn _PG_init() {
     }
     gucs::register_postmaster();
     unsafe {
-        shmem::install_hooks();
+        shmem::install_hooks(&SHMEM_AREAS);
         gids::install_hooks();
         commit_points::register();
     }

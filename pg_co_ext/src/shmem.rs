@@ -102,6 +102,9 @@ struct Shared {
 static mut SHARED: *mut Shared = std::ptr::null_mut();
 static mut PREV_REQUEST: pg_sys::shmem_request_hook_type = None;
 static mut PREV_STARTUP: pg_sys::shmem_startup_hook_type = None;
+/// Every area of pg_co, handed over by _PG_init (lib.rs lists them: this module stays
+/// below gids.rs and read_only.rs, which use its `Area`).
+static mut AREAS: &[Area] = &[];
 
 fn n_slots() -> usize {
     // Regular backends (clients, autovacuum, background workers, walsenders) have
@@ -113,8 +116,9 @@ fn size() -> usize {
     std::mem::size_of::<Shared>() + n_slots() * std::mem::size_of::<MarkerSlot>()
 }
 
-/// Called from _PG_init while shared_preload_libraries is processed.
-pub unsafe fn install_hooks() {
+/// Called from _PG_init while shared_preload_libraries is processed, with every area.
+pub unsafe fn install_hooks(areas: &'static [Area]) {
+    AREAS = areas;
     PREV_REQUEST = pg_sys::shmem_request_hook;
     pg_sys::shmem_request_hook = Some(request);
     PREV_STARTUP = pg_sys::shmem_startup_hook;
@@ -130,12 +134,8 @@ pub struct Area {
     pub attach: unsafe fn(*mut u8, bool),
 }
 
-/// This module's markers and counters, gids.rs's ring of gids, read_only.rs's commit records.
-const AREAS: [Area; 3] = [
-    Area { name: c"pg_co", size, attach: attach_markers },
-    crate::gids::AREA,
-    crate::read_only::AREA,
-];
+/// This module's area: the markers and counters.
+pub const AREA: Area = Area { name: c"pg_co", size, attach: attach_markers };
 
 unsafe fn attach_markers(p: *mut u8, found: bool) {
     let p = p as *mut Shared;
@@ -150,7 +150,8 @@ unsafe extern "C-unwind" fn request() {
     if let Some(prev) = PREV_REQUEST {
         prev();
     }
-    for a in &AREAS {
+    let areas = AREAS; // a copy of the slice reference, not a reference to the static
+    for a in areas {
         pg_sys::RequestAddinShmemSpace((a.size)());
     }
 }
@@ -161,7 +162,8 @@ unsafe extern "C-unwind" fn startup() {
         prev();
     }
     pg_sys::LWLockAcquire(crate::ssi_ffi::addin_shmem_init_lock(), pg_sys::LWLockMode::LW_EXCLUSIVE);
-    for a in &AREAS {
+    let areas = AREAS; // a copy of the slice reference, not a reference to the static
+    for a in areas {
         let mut found = false;
         let p = pg_sys::ShmemInitStruct(a.name.as_ptr(), (a.size)(), &mut found) as *mut u8;
         if !found {

@@ -13,7 +13,7 @@ from cotest.coord import make_daemon  # noqa: E402
 
 EXAMPLES_PER_OPERATION = 25
 # 503 with one of these codes is the daemon saying "not now, retry" (coordinator-daemon/
-# src/api.rs maps them to 503 with Retry-After): e.g. a well-formed gtid of a node no
+# src/api/mod.rs maps them to 503 with Retry-After): e.g. a well-formed gtid of a node no
 # daemon of this store holds. Any other 5xx is a server error.
 RETRY_LATER = {"store_unavailable", "owner_unavailable", "quarantined", "lease_unconfirmed", "lease_lost", "too_many_connections"}
 

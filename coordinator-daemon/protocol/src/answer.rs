@@ -13,7 +13,7 @@
 //!   a gtid at or below its epoch's purge watermark is "forgotten", never "aborted"
 //!   (defect 4).
 
-use crate::Outcome;
+use crate::outcome::Outcome;
 
 /// What the store holds for a gtid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,30 +10,7 @@
 
 pub mod answer;
 pub mod lease;
+pub mod outcome;
 pub mod recovery;
 
-use serde::{Deserialize, Serialize};
-
-/// A global transaction's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Commit,
-    Abort,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Commit => "commit",
-            Outcome::Abort => "abort",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Outcome> {
-        match s {
-            "commit" => Some(Outcome::Commit),
-            "abort" => Some(Outcome::Abort),
-            _ => None,
-        }
-    }
-}
+pub use outcome::Outcome;

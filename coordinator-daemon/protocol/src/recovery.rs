@@ -1,7 +1,7 @@
 //! What recovery does with one prepared branch it found (the daemon's recovery pass reads
 //! the resources, the active set and the store in Citus' order, then asks this).
 
-use crate::Outcome;
+use crate::outcome::Outcome;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {

@@ -34,7 +34,7 @@ pub fn newer_schema(store: &str, found: i64) -> String {
 }
 
 /// Which store this is and how far it has come: what a daemon's witness file compares
-/// (crate::witness) to notice a store that went back to an older copy.
+/// (crate::ha::witness) to notice a store that went back to an older copy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     /// Random, made with the store: another id is another store.

@@ -9,7 +9,8 @@
 //! missed such a Y. Reading the records is the shell's job ([`CommitRecords`]): they live in
 //! shared memory and are read lazily, in the order this module asks for them.
 
-use crate::{Point, Settings, Verdict};
+use crate::verdict::{MissedCommit, Verdict};
+use crate::view::{Point, Settings};
 
 /// What the extension knows about the committing transaction L.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,15 +74,6 @@ pub trait CommitRecords {
     /// Whether L's snapshot does not see `xid` (0: unknown, counted as not seen). Asked
     /// only for a DEFERRABLE reader without a snapshot position that took a snapshot.
     fn invisible(&self, xid: u32) -> bool;
-}
-
-/// The 2PC transaction a READ ONLY reader may have missed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MissedCommit {
-    /// 0 when unknown (an overwritten or unreadable record, or an unknown xid).
-    pub xid: u32,
-    /// Its COMMIT PREPARED was still running.
-    pub in_flight: bool,
 }
 
 impl MissedCommit {

@@ -18,7 +18,7 @@
 //! wins), then the recorded outcome. A record that cannot be read stops its gtid.
 
 use crate::coordinator::Coordinator;
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::naming;
 use crate::state::{self, FinishedBy, Outcome};
 use crate::store::{Decided, DecisionRecord};
@@ -200,7 +200,7 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         let ago = decided_ms_ago(c, g);
         for (n, b) in branches {
             let res = c.complete_branch(g, n, b, o, ago).await;
-            let done = matches!(res, crate::resources::Completion::Done);
+            let done = matches!(res, crate::participants::resources::Completion::Done);
             if c.note_completion(g, n, b, o, res, FinishedBy::Recovery) && done {
                 match o {
                     Outcome::Commit => rep.committed += 1,
@@ -221,7 +221,7 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
                         // A MariaDB branch of a commit that vanished unreported may have been
                         // lost (read-only, session or server gone): the resource checks.
                         (Some(crate::config::ResourceKind::Mariadb), Outcome::Commit) => c.complete_branch(&g, n, &b, o, decided_ms_ago(c, &g)).await,
-                        _ => crate::resources::Completion::Gone,
+                        _ => crate::participants::resources::Completion::Gone,
                     };
                     if c.note_completion(&g, n, &b, o, res, FinishedBy::Recovery) {
                         rep.confirmed += 1;
@@ -240,11 +240,11 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
     // Adopted now, acted on from the next pass (which holds their resource locks first).
-    nodes_with_branches.extend(crate::lease::adopt_released_with_branches(c, other_nodes).await);
+    nodes_with_branches.extend(crate::ha::lease::adopt_released_with_branches(c, other_nodes).await);
     let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
     for node in adopted {
         if !nodes_with_branches.contains(&node) && !c.has_unfinished_of(&node) {
-            crate::lease::release_adopted(c, &node, rep.unreachable.is_empty()).await;
+            crate::ha::lease::release_adopted(c, &node, rep.unreachable.is_empty()).await;
         }
     }
     if rep.committed + rep.rolled_back > 0 {

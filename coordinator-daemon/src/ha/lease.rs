@@ -12,7 +12,7 @@
 //! loses), and releases them.
 
 use crate::coordinator::Coordinator;
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::store::{Claim, Op, Renewal, Token};
 use cotx_protocol::answer::{after_regrant, Reconcile};
 use serde_json::json;
@@ -20,6 +20,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use crate::refusal::RefusalCode;
 
 fn mono_ms() -> u64 {
     static T0: OnceLock<Instant> = OnceLock::new();
@@ -57,14 +58,14 @@ pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
     Ok(())
 }
 
-/// Compares the store with this daemon's witness of it (crate::witness) and, when it may
+/// Compares the store with this daemon's witness of it (crate::ha::witness) and, when it may
 /// be acted on, writes down how far it has come. Err: the store went back to an older copy
 /// (or cannot say what it is).
 pub async fn check_witness(c: &Coordinator) -> Result<(), String> {
     let Some(path) = &c.cfg.witness_file else { return Ok(()) };
     let now = c.store.identity().await.map_err(|e| format!("cannot read the decision store's identity: {e}"))?;
-    crate::witness::check(crate::witness::read(path)?.as_ref(), &now)?;
-    if let Err(e) = crate::witness::write(path, &now) {
+    crate::ha::witness::check(crate::ha::witness::read(path)?.as_ref(), &now)?;
+    if let Err(e) = crate::ha::witness::write(path, &now) {
         // Only the safety net is weaker: say so, keep running.
         c.warn_once(format!("witness:{e}"), "cannot write the witness file: a restored older store copy would not be noticed", json!({"error": e}));
     }
@@ -361,7 +362,7 @@ impl Coordinator {
     /// Every node lease in the store (all daemons of the deployment, so the console shows
     /// who holds what and when it runs out) and what this daemon acts for.
     pub async fn nodes_report(&self) -> crate::coordinator::Res {
-        let leases = self.store.nodes().await.map_err(|e| crate::state::Refusal::new("store_unavailable", e))?;
+        let leases = self.store.nodes().await.map_err(|e| crate::state::Refusal::new(RefusalCode::StoreUnavailable, e))?;
         let mut adopted: Vec<String> = self.adopted.lock().unwrap().iter().cloned().collect();
         adopted.sort();
         let nodes: Vec<_> = leases

@@ -286,7 +286,7 @@ fn status_meaning(status: &str) -> &'static str {
     components(schemas(Id, crate::state::StateFilter)),
     paths(api::healthz, api::openapi, api::metrics, api::begin, api::list, api::get, api::register, api::prepared, api::failed,
           api::finished, api::commit, api::finished_many, api::abort, api::decision, api::in_doubt, api::incidents, api::audit,
-          api::force, api::nodes, api::resources, crate::console::page, crate::console::script, crate::console::style),
+          api::force, api::nodes, api::resources, crate::api::console::page, crate::api::console::script, crate::api::console::style),
 )]
 struct Doc;
 
@@ -317,7 +317,7 @@ mod tests {
     /// Every route has its arm in the router (a route without one would be answered 405).
     #[test]
     fn router_dispatches_every_route() {
-        let src = include_str!("api.rs");
+        let src = include_str!("mod.rs");
         let body = &src[src.find("match (m, tpl) {").unwrap()..];
         for (m, p, _) in crate::api::ROUTES {
             assert!(body.contains(&format!("(\"{m}\", \"{p}\") =>")), "{m} {p} has no handler");

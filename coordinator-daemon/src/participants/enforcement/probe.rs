@@ -4,18 +4,18 @@
 //! sql/client_mode/ exist or can be created). Also the SQL of the PostgreSQL helper
 //! transactions and of the MariaDB restart check. Only I/O: the rules are in mod.rs.
 
-use super::{needs, Configured, Probe};
+use super::rules::{needs, Configured, Probe};
 use crate::config::ResourceKind;
 use crate::naming;
-use crate::resources::{my_err, simple_first, ResourceClient};
+use crate::participants::resources::{my_err, simple_first, ResourceClient};
 use mysql_async::prelude::Queryable;
 use tokio_postgres::SimpleQueryMessage;
 
 /// Rows the daemon puts in the shim table: at most this many client-mode branches of one
 /// resource are live at once (more wait, refused with a retry-later).
 pub const SHIM_SLOTS: i32 = 4096;
-const PG_SCRIPT: &str = include_str!("../../../sql/client_mode/postgres.sql");
-const MARIA_SCRIPT: &str = include_str!("../../../sql/client_mode/mariadb.sql");
+const PG_SCRIPT: &str = include_str!("../../../../sql/client_mode/postgres.sql");
+const MARIA_SCRIPT: &str = include_str!("../../../../sql/client_mode/mariadb.sql");
 
 /// The probe's findings; Err when the resource could not be asked at all.
 pub struct Found {
@@ -130,7 +130,7 @@ async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
     match rc.pg_batch(&fill).await {
         Ok(_) => Ok(SHIM_SLOTS),
         Err(e) if n > 0 => {
-            crate::log::log("warn", "client mode: cannot add rows to cotx.shim; using those there", serde_json::json!({"resource": rc.name, "rows": n, "error": e}));
+            crate::telemetry::log::log("warn", "client mode: cannot add rows to cotx.shim; using those there", serde_json::json!({"resource": rc.name, "rows": n, "error": e}));
             Ok(n)
         }
         Err(e) => Err(format!("cotx.shim has no rows and none can be added: {e}")),
@@ -197,7 +197,7 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
     match err {
         None => Ok(SHIM_SLOTS),
         Some(e) if n > 0 => {
-            crate::log::log("warn", "client mode: cannot add rows to cotx_shim; using those there", serde_json::json!({"rows": n, "error": e}));
+            crate::telemetry::log::log("warn", "client mode: cannot add rows to cotx_shim; using those there", serde_json::json!({"rows": n, "error": e}));
             Ok(n)
         }
         Some(e) => Err(format!("cotx_shim has no rows and none can be added: {e}")),

@@ -1,23 +1,5 @@
-//! How commitment ordering is enforced at each resource, and the pure rules behind it.
-//!
-//! - `engine`: pg_co / mysql_co is loaded and enforcing: the engine refuses what would
-//!   break commitment ordering (docs/pg_co.md, docs/mysql_co.md).
-//! - `client`: neither can be installed (managed services, MySQL 8): Sonata's shims, run by
-//!   the daemon and the clients (docs/client-mode.md): on PostgreSQL a prepared helper
-//!   transaction per branch (shim.rs), on MariaDB/MySQL SERIALIZABLE branches that write a
-//!   slot row, plus the restart gate (gate.rs).
-//! - `none`: plain 2PC, only when configured so (baselines, comparisons): logged at start.
-//!
-//! `auto` (the default) is engine when the engine can, else client when the resource can,
-//! else the resource is refused with the reason: never plain 2PC by accident.
-//!
-//! This file and gate.rs are pure (unit tests below and there); probe.rs asks the
-//! databases, runtime.rs keeps the per-resource state the daemon acts on.
-
-pub mod gate;
-pub mod probe;
-pub mod runtime;
-pub mod slots;
+//! The enforcement modes and the rule that chooses one per resource (pure; the module
+//! documentation of `enforcement` says what each mode means).
 
 use serde::Deserialize;
 

@@ -4,9 +4,9 @@
 //! done, gone, incident, or retry.
 
 use crate::coordinator::{Coordinator, Incident};
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::naming;
-use crate::resources::Completion;
+use crate::participants::resources::Completion;
 use crate::state::{self, BranchState, FinishedBy, Outcome};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;

@@ -14,15 +14,16 @@
 
 use crate::config::ResourceKind;
 use crate::coordinator::{Coordinator, Res};
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::naming;
-use crate::resources::{pg_err, ResourceClient};
+use crate::participants::resources::{pg_err, ResourceClient};
 use crate::state::{refuse, FinishedBy, Outcome, TxState};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
+use crate::refusal::RefusalCode;
 
 /// How long co.resolve waits for an open co.decide of the same gtid before this attempt
 /// gives up (the next attempt asks again).
@@ -107,11 +108,11 @@ impl Coordinator {
     /// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
     pub async fn commit_decide_in(self: &Arc<Self>, gtid: &str, prepared: &[String], bid: &str) -> Res {
         if self.lease.expired() {
-            return refuse("lease_unconfirmed", format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
+            return refuse(RefusalCode::LeaseUnconfirmed, format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
         }
         let allowed = self.decision_resources();
         if self.enforcement.holds(gtid, bid) {
-            return refuse("not_a_decision_resource", format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"));
+            return refuse(RefusalCode::NotADecisionResource, format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"));
         }
         self.on_tx(gtid, |e| {
             let mut next = e.tx.clone();
@@ -121,7 +122,7 @@ impl Coordinator {
             next.check_decide_in(bid)?;
             let res = &next.branches.iter().find(|b| b.branch_id == bid).expect("checked").resource;
             if !allowed.contains(res) {
-                return refuse("not_a_decision_resource",
+                return refuse(RefusalCode::NotADecisionResource,
                     format!("branch {bid:?} is on resource {res:?}, which is not configured with decisions = true (PostgreSQL with pg_co)"));
             }
             next.state = TxState::Deciding;

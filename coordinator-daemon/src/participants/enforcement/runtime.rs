@@ -8,16 +8,17 @@
 use super::gate::{Change, Gate};
 use super::probe::{self, SHIM_SLOTS};
 use super::slots::Slots;
-use super::{decide, Configured, Effective, Mode};
+use super::rules::{decide, Configured, Effective, Mode};
 use crate::config::{Resource, ResourceKind};
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::naming;
-use crate::resources::ResourceClient;
+use crate::participants::resources::ResourceClient;
 use crate::state::{refuse, Refusal};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use crate::refusal::RefusalCode;
 
 struct State {
     configured: Configured,
@@ -165,10 +166,10 @@ impl Enforcement {
         }
         match eff {
             Effective::Unknown(why) => refuse(
-                "resource_unavailable",
+                RefusalCode::ResourceUnavailable,
                 format!("resource {name}: cannot tell how commitment ordering is enforced there ({why}); retry later"),
             ),
-            Effective::Refused(why) => refuse("resource_refused", format!("resource {name} cannot be used: {why}")),
+            Effective::Refused(why) => refuse(RefusalCode::ResourceRefused, format!("resource {name} cannot be used: {why}")),
             Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None }),
             Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep).await,
         }
@@ -176,7 +177,7 @@ impl Enforcement {
 
     async fn admit_client(&self, rc: &ResourceClient, gtid: &str, bid: &str, keep: KeepHelper<'_>) -> Result<Admission, Refusal> {
         let name = &rc.name;
-        let unavailable = |e: String| Refusal::new("resource_unavailable", format!("resource {name} (client mode): {e}; retry later"));
+        let unavailable = |e: String| Refusal::new(RefusalCode::ResourceUnavailable, format!("resource {name} (client mode): {e}; retry later"));
         match rc.kind {
             ResourceKind::Postgres => {
                 let swept = self.states.lock().unwrap().get(name).map(|s| s.swept).unwrap_or(false);
@@ -194,13 +195,13 @@ impl Enforcement {
                     self.observe_gate(name, started, &prepared);
                 }
                 if let Some(why) = self.states.lock().unwrap().get(name).and_then(|s| s.gate.closed()) {
-                    return refuse("restart_gate", format!("resource {name} (client mode): {why}; retry later"));
+                    return refuse(RefusalCode::RestartGate, format!("resource {name} (client mode): {why}; retry later"));
                 }
             }
         }
         let key = self.states.lock().unwrap().get_mut(name).and_then(|s| s.slots.take());
         let Some(key) = key else {
-            return refuse("resource_busy", format!("resource {name} (client mode): all {SHIM_SLOTS} shim slots are held by live branches; retry later"));
+            return refuse(RefusalCode::ResourceBusy, format!("resource {name} (client mode): all {SHIM_SLOTS} shim slots are held by live branches; retry later"));
         };
         let helper = match rc.kind {
             ResourceKind::Postgres => match naming::pg_helper_gid(rc.prefix(), key, gtid, bid) {
@@ -214,7 +215,7 @@ impl Enforcement {
         };
         let id = (gtid.to_string(), bid.to_string());
         if self.held.lock().unwrap().insert(id.clone(), Held { resource: name.clone(), key, helper: helper.clone() }).is_some() {
-            return refuse("duplicate_branch", format!("branch {bid} of {gtid} is registered already"));
+            return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
         }
         if let Some(h) = &helper {
             if let Err(e) = probe::pg_prepare_helper(rc, h, key).await {

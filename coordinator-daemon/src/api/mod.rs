@@ -1,9 +1,13 @@
 //! HTTP/JSON API. Every request is checked in full (auth, route, body, ids, state) before
 //! anything changes; refusals are 4xx with `{"error": {"code", "message"}}`.
 
-use crate::auth::{self, Access, Role};
+pub mod auth;
+pub mod console;
+pub mod openapi;
+
+use self::auth::{Access, Role};
 use crate::coordinator::Coordinator;
-use crate::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
+use crate::api::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Id, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
 use crate::state::{refuse, Outcome, Refusal, StateFilter};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -15,10 +19,11 @@ use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use utoipa::ToSchema;
+use crate::refusal::RefusalCode;
 
 const MAX_BODY: usize = 64 * 1024;
 
-/// Every route the daemon serves and the role it needs (crate::auth): the router matches
+/// Every route the daemon serves and the role it needs (crate::api::auth): the router matches
 /// these (`{x}` is one path segment) and a unit test checks that the OpenAPI document lists
 /// exactly these.
 pub const ROUTES: &[(&str, &str, Role)] = &[
@@ -42,7 +47,7 @@ pub const ROUTES: &[(&str, &str, Role)] = &[
     ("POST", "/v1/admin/force", Role::Operator),
     ("GET", "/v1/nodes", Role::Operator),
     ("GET", "/v1/resources", Role::Operator),
-    // The web console's files hold no data (crate::console): its script calls the routes
+    // The web console's files hold no data (crate::api::console): its script calls the routes
     // above with the credential the user pastes.
     ("GET", "/console", Role::Public),
     ("GET", "/console/app.js", Role::Public),
@@ -152,7 +157,7 @@ pub struct Error {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, machine-readable (docs/coordinator.md, "Error codes").
-    code: &'static str,
+    code: RefusalCode,
     message: String,
     /// wrong_node: the daemon that owns the gtid.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -167,16 +172,16 @@ fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Refusal> {
 }
 
 fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::new("invalid_json", format!("body is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::new(RefusalCode::InvalidJson, format!("body is not valid JSON: {e}")))?;
     if !v.is_object() {
-        return refuse("invalid_body", "body must be a JSON object");
+        return refuse(RefusalCode::InvalidBody, "body must be a JSON object");
     }
-    serde_json::from_value(v).map_err(|e| Refusal::new("invalid_field", format!("{e}")))
+    serde_json::from_value(v).map_err(|e| Refusal::new(RefusalCode::InvalidField, format!("{e}")))
 }
 
 fn text_field(what: &str, s: &str, max: usize) -> Result<(), Refusal> {
     if s.len() > max {
-        return refuse("invalid_field", format!("{what} is longer than {max} bytes"));
+        return refuse(RefusalCode::InvalidField, format!("{what} is longer than {max} bytes"));
     }
     Ok(())
 }
@@ -186,7 +191,7 @@ pub(crate) fn query(req_query: Option<&str>, allowed: &[&str]) -> Result<Vec<(St
     for kv in req_query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         if !allowed.contains(&k) {
-            return refuse("invalid_field", format!("unknown query parameter {k:?}"));
+            return refuse(RefusalCode::InvalidField, format!("unknown query parameter {k:?}"));
         }
         out.push((k.to_string(), v.to_string()));
     }
@@ -202,31 +207,10 @@ fn reply(status: u16, v: &Value) -> Response<Full<Bytes>> {
 }
 
 /// The HTTP status of each refusal code (docs/coordinator.md, "Error codes").
-pub fn http_status(code: &str) -> u16 {
-    match code {
-        "invalid_json" | "invalid_body" | "invalid_field" | "invalid_id" | "id_too_long" | "confirmation_required" => 400,
-        "unauthorized" => 401,
-        "forbidden" => 403,
-        "not_found" | "not_in_memory" | "unknown_transaction" | "unknown_branch" | "unknown_resource" => 404,
-        "resource_refused" => 409,
-        "outcome_forgotten" => 410,
-        "method_not_allowed" => 405,
-        "duplicate_branch" | "already_prepared" | "branch_not_prepared" | "no_branches" | "not_single_branch" | "not_decided"
-        | "outcome_mismatch" | "transaction_aborted" | "transaction_committed" | "transaction_one_phase" | "wrong_state"
-        | "transaction_deciding" | "not_a_decision_resource"
-        | "contradicts_decision" => 409,
-        "payload_too_large" => 413,
-        "wrong_node" => 421,
-        "too_many_transactions" => 429,
-        "store_unavailable" | "owner_unavailable" | "quarantined" | "lease_unconfirmed" | "lease_lost" | "too_many_connections"
-        | "resource_unavailable" | "resource_busy" | "restart_gate" => 503,
-        _ => 500,
-    }
-}
 
 fn error_reply(r: &Refusal) -> Response<Full<Bytes>> {
     let body = Error { error: ErrorDetail { code: r.code, message: r.message.clone(), owner_url: r.owner_url.clone() } };
-    let status = http_status(r.code);
+    let status = r.code.http_status();
     let mut resp = reply(status, &json!(body));
     if status == 429 || status == 503 {
         resp.headers_mut().insert("retry-after", hyper::header::HeaderValue::from_static("1"));
@@ -255,7 +239,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     // With a trace context, the request runs in a span that carries its trace id: any line
     // logged while serving it (a store retry, a completion) can be found from the trace.
     let span = trace.as_deref().map(|t| tracing::info_span!("request", trace_id = %&t[3..35]));
-    let start = (trace.is_some() && crate::otlp::enabled()).then(std::time::SystemTime::now);
+    let start = (trace.is_some() && crate::telemetry::otlp::enabled()).then(std::time::SystemTime::now);
     let r = match &span {
         None => route(&c, req).await,
         Some(sp) => tracing::Instrument::instrument(route(&c, req), sp.clone()).await,
@@ -263,10 +247,10 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
     let (status, resp) = match r {
         Ok((status, resp)) => (status, resp.unwrap_or_else(|v| reply(status, &v))),
         Err(e) => {
-            if http_status(e.code) < 500 {
+            if e.code.http_status() < 500 {
                 c.metrics.refused_requests.fetch_add(1, Relaxed);
             }
-            (http_status(e.code), error_reply(&e))
+            (e.code.http_status(), error_reply(&e))
         }
     };
     if let Some(t) = trace {
@@ -278,7 +262,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
                 Ok((m, tpl, _, _)) => format!("{m} {tpl}"),
                 Err(_) => method.clone(),
             };
-            crate::otlp::record(crate::otlp::Span { trace_id: t[3..35].into(), parent_span_id: t[36..52].into(), name, gtid: gtid.map(str::to_string),
+            crate::telemetry::otlp::record(crate::telemetry::otlp::Span { trace_id: t[3..35].into(), parent_span_id: t[36..52].into(), name, gtid: gtid.map(str::to_string),
                 method, path: path.clone(), status, start, end: std::time::SystemTime::now() });
         }
     }
@@ -337,23 +321,23 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
     };
     match auth::check(&c.cfg, bearer(&req), need) {
         Access::Granted => {}
-        Access::Unauthorized => return refuse("unauthorized", "missing or wrong bearer token"),
+        Access::Unauthorized => return refuse(RefusalCode::Unauthorized, "missing or wrong bearer token"),
         Access::Forbidden(name) => {
-            return refuse("forbidden", format!("the credential {name} may not call {} {path}: it needs the {need:?} role", req.method()))
+            return refuse(RefusalCode::Forbidden, format!("the credential {name} may not call {} {path}: it needs the {need:?} role", req.method()))
         }
     }
     let public = need == Role::Public;
     let (m, tpl, _, p) = match found {
         Ok(f) => f,
-        Err(false) => return refuse("not_found", format!("no route {path}")),
-        Err(true) => return refuse("method_not_allowed", format!("method not allowed on {path}")),
+        Err(false) => return refuse(RefusalCode::NotFound, format!("no route {path}")),
+        Err(true) => return refuse(RefusalCode::MethodNotAllowed, format!("method not allowed on {path}")),
     };
     let body = if public {
         Bytes::new()
     } else {
         match Limited::new(req.into_body(), MAX_BODY).collect().await {
             Ok(b) => b.to_bytes(),
-            Err(_) => return refuse("payload_too_large", format!("body larger than {MAX_BODY} bytes")),
+            Err(_) => return refuse(RefusalCode::PayloadTooLarge, format!("body larger than {MAX_BODY} bytes")),
         }
     };
     let call = Call { p, q: q.as_deref(), body };
@@ -379,10 +363,10 @@ async fn route(c: &Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         ("POST", "/v1/admin/force") => force(c, call).await,
         ("GET", "/v1/nodes") => nodes(c, call).await,
         ("GET", "/v1/resources") => resources(c, call),
-        ("GET", "/console") => crate::console::page(call),
-        ("GET", "/console/app.js") => crate::console::script(call),
-        ("GET", "/console/app.css") => crate::console::style(call),
-        _ => refuse("method_not_allowed", format!("method not allowed on {path}")),
+        ("GET", "/console") => crate::api::console::page(call),
+        ("GET", "/console/app.js") => crate::api::console::script(call),
+        ("GET", "/console/app.css") => crate::api::console::style(call),
+        _ => refuse(RefusalCode::MethodNotAllowed, format!("method not allowed on {path}")),
     }
 }
 
@@ -403,7 +387,7 @@ pub(crate) fn healthz(c: &Coordinator, r: Call<'_>) -> Routed {
     responses((status = 200, body = Object), (status = 400, body = Error)))]
 pub(crate) fn openapi(r: Call<'_>) -> Routed {
     query(r.q, &[])?;
-    ok(crate::openapi::document())
+    ok(crate::api::openapi::document())
 }
 
 #[utoipa::path(get, path = "/metrics", summary = "Prometheus metrics",
@@ -415,7 +399,7 @@ pub(crate) fn metrics(c: &Coordinator, r: Call<'_>) -> Routed {
     let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
     let mut text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
     let modes: Vec<(String, serde_json::Value)> = c.cfg.resources.iter().map(|r| (r.name.clone(), c.enforcement.report(&r.name))).collect();
-    text.push_str(&crate::metrics::render_enforcement(&modes, c.enforcement.held_count()));
+    text.push_str(&crate::telemetry::metrics::render_enforcement(&modes, c.enforcement.held_count()));
     Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
 }
 
@@ -500,20 +484,20 @@ pub(crate) async fn commit(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: CommitRequest = parse(&r.body)?;
     match (b.one_phase_branch, b.prepared) {
-        (Some(_), _) if b.decide_in.is_some() => refuse("invalid_field", "one_phase_branch and decide_in exclude each other"),
+        (Some(_), _) if b.decide_in.is_some() => refuse(RefusalCode::InvalidField, "one_phase_branch and decide_in exclude each other"),
         (None, p) if b.decide_in.is_some() => {
             let p = p.unwrap_or_default();
             if p.len() > 1000 {
-                return refuse("invalid_field", "prepared lists at most 1000 branch ids");
+                return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
             }
             ok(c.commit_decide_in(r.p[0], &p, b.decide_in.as_deref().unwrap_or_default()).await?)
         }
-        (Some(_), Some(_)) => refuse("invalid_field", "one_phase_branch and prepared exclude each other"),
+        (Some(_), Some(_)) => refuse(RefusalCode::InvalidField, "one_phase_branch and prepared exclude each other"),
         (Some(bid), None) => ok(c.one_phase(r.p[0], &bid).await?),
         (None, p) => {
             let p = p.unwrap_or_default();
             if p.len() > 1000 {
-                return refuse("invalid_field", "prepared lists at most 1000 branch ids");
+                return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
             }
             ok(c.commit_with(r.p[0], "coordinator", &p).await?)
         }
@@ -550,7 +534,7 @@ pub(crate) async fn decision(c: &Coordinator, r: Call<'_>) -> Routed {
     let qs = query(r.q, &["wait_ms"])?;
     let wait = match qs.iter().find(|(k, _)| k == "wait_ms") {
         None => 0,
-        Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new("invalid_field", "wait_ms must be a non-negative integer"))?,
+        Some((_, v)) => v.parse::<u64>().map_err(|_| Refusal::new(RefusalCode::InvalidField, "wait_ms must be a non-negative integer"))?,
     };
     ok(c.wait_decision(r.p[0], wait).await?)
 }
@@ -574,7 +558,7 @@ pub(crate) fn incidents(c: &Coordinator, r: Call<'_>) -> Routed {
     responses((status = 200, body = Audit), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
 pub(crate) async fn audit(c: &Coordinator, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
-    let v = c.store.audit_log().await.map_err(|e| Refusal::new("store_unavailable", e))?;
+    let v = c.store.audit_log().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
     ok(json!({"audit": v}))
 }
 
@@ -586,12 +570,12 @@ pub(crate) async fn force(c: &Arc<Coordinator>, r: Call<'_>) -> Routed {
     query(r.q, &[])?;
     let b: ForceRequest = parse_required(&r.body)?;
     if !b.confirm {
-        return refuse("confirmation_required", "forcing an outcome requires \"confirm\": true");
+        return refuse(RefusalCode::ConfirmationRequired, "forcing an outcome requires \"confirm\": true");
     }
     text_field("operator", &b.operator, 200)?;
     text_field("reason", &b.reason, 1000)?;
     if b.operator.trim().is_empty() || b.reason.trim().is_empty() {
-        return refuse("invalid_field", "operator and reason must not be empty");
+        return refuse(RefusalCode::InvalidField, "operator and reason must not be empty");
     }
     ok(c.force(&b.gtid, b.outcome.into(), &b.operator, &b.reason).await?)
 }
@@ -726,36 +710,11 @@ mod tests {
     fn routes_are_matched_by_template() {
         use super::find_route;
         assert_eq!(find_route("POST", "/v1/transactions/n.1/branches/b1/prepared"),
-            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", crate::auth::Role::Client, vec!["n.1", "b1"])));
-        assert_eq!(find_route("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", crate::auth::Role::Operator, vec![])));
-        assert_eq!(find_route("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", crate::auth::Role::Client, vec![])));
+            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", crate::api::auth::Role::Client, vec!["n.1", "b1"])));
+        assert_eq!(find_route("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", crate::api::auth::Role::Operator, vec![])));
+        assert_eq!(find_route("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", crate::api::auth::Role::Client, vec![])));
         assert_eq!(find_route("DELETE", "/v1/transactions/n.1"), Err(true), "known path, other method");
         assert_eq!(find_route("GET", "/v1/transactions/n.1/nope"), Err(false));
         assert_eq!(find_route("GET", "/"), Err(false));
-    }
-
-    /// Every refusal code written anywhere in the daemon has its HTTP status here.
-    #[test]
-    fn every_refusal_code_has_a_status() {
-        let sources = [
-            include_str!("api.rs"),
-            include_str!("coordinator.rs"),
-            include_str!("operator.rs"),
-            include_str!("state.rs"),
-            include_str!("naming.rs"),
-        ];
-        let mut n = 0;
-        for src in sources {
-            for pat in ["refuse(\"", "Refusal::new(\"", "code: \""] {
-                for part in src.split(pat).skip(1) {
-                    let code = part.split('"').next().unwrap();
-                    if code.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !code.is_empty() {
-                        n += 1;
-                        assert_ne!(super::http_status(code), 500, "refusal code {code:?} has no HTTP status");
-                    }
-                }
-            }
-        }
-        assert!(n > 20, "found only {n} codes");
     }
 }

@@ -2,7 +2,7 @@
 //! what recovery reads from the live state.
 
 use crate::coordinator::Coordinator;
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::state::{BranchState, Outcome, TxState};
 use crate::store::Op;
 use serde_json::json;

@@ -5,13 +5,20 @@
 //!
 //! The same type is extended by completion.rs (finishing branches), operator.rs (force,
 //! audit, in-doubt report), housekeeping.rs (timeouts, retention, what recovery reads),
-//! lease.rs (owning node ids) and recovery.rs.
+//! ha/lease.rs (owning node ids) and recovery.rs.
+
+pub mod completion;
+pub mod decisions;
+pub mod holds;
+pub mod housekeeping;
+pub mod operator;
+pub mod recovery;
 
 use crate::config::{Config, ResourceKind};
-use crate::log::log;
-use crate::metrics::Metrics;
+use crate::telemetry::log::log;
+use crate::telemetry::metrics::Metrics;
 use crate::naming;
-use crate::resources::ResourceClient;
+use crate::participants::resources::ResourceClient;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, StateFilter, Tx, TxState};
 use crate::store::{CorruptRecord, Decided, DecisionRecord, Store, Stored, Token};
 use serde_json::{json, Value};
@@ -20,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use crate::refusal::RefusalCode;
 
 pub struct Entry {
     pub tx: Tx,
@@ -85,7 +93,7 @@ pub struct Coordinator {
     /// Epochs the store knows (refreshed by every recovery pass).
     pub epochs: Mutex<HashSet<(String, u64)>>,
     /// Until when our lease is known valid: past it, act on nothing until it is renewed.
-    pub lease: crate::lease::LeaseClock,
+    pub lease: crate::ha::lease::LeaseClock,
     /// Keys of conditions already logged once (foreign branches, unknown resources).
     pub warned: Mutex<HashSet<String>>,
     /// Committed decision rows (decision in a participant) whose transactions are
@@ -99,10 +107,18 @@ pub struct Coordinator {
     /// The store has stopped answering (logged once per stall).
     pub store_stalled: std::sync::atomic::AtomicBool,
     /// How each resource enforces commitment ordering, and client mode's live holds.
-    pub enforcement: crate::enforcement::runtime::Enforcement,
+    pub enforcement: crate::participants::enforcement::runtime::Enforcement,
 }
 
 pub type Res = Result<Value, Refusal>;
+
+// The API's connection tasks and the background loops hold an Arc<Coordinator> across
+// awaits on tokio's multi-thread runtime: it must be Send and Sync (a compile error here,
+// not a puzzling one at a `tokio::spawn` far away).
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Coordinator>()
+};
 
 fn nonce() -> u64 {
     // A per-start random value; /dev/urandom is always there on Linux, the clock is a fallback.
@@ -144,13 +160,13 @@ impl Coordinator {
             quarantined: Mutex::new(HashMap::new()),
             adopted: Mutex::new(HashSet::new()),
             epochs: Mutex::new(HashSet::new()),
-            lease: crate::lease::LeaseClock::new(),
+            lease: crate::ha::lease::LeaseClock::new(),
             warned: Mutex::new(HashSet::new()),
             decisions_to_forget: Mutex::new(Vec::new()),
             grants: Mutex::new(HashMap::new()),
             regaining: std::sync::atomic::AtomicBool::new(false),
             store_stalled: std::sync::atomic::AtomicBool::new(false),
-            enforcement: crate::enforcement::runtime::Enforcement::new(&cfg_resources),
+            enforcement: crate::participants::enforcement::runtime::Enforcement::new(&cfg_resources),
         }))
     }
 
@@ -249,10 +265,10 @@ impl Coordinator {
         // The store's word over memory: a quarantined gtid is answered "quarantined" by
         // every daemon, the one that decided it included (cotx_protocol::answer).
         if self.is_quarantined(gtid) {
-            return refuse("quarantined", format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
+            return refuse(RefusalCode::Quarantined, format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
         }
         if self.regaining.load(Relaxed) {
-            return refuse("lease_unconfirmed", format!("node {} lost its lease and is taking it back: ask again", self.cfg.node_id));
+            return refuse(RefusalCode::LeaseUnconfirmed, format!("node {} lost its lease and is taking it back: ask again", self.cfg.node_id));
         }
         let mut txs = self.txs.lock().unwrap();
         match txs.get_mut(gtid) {
@@ -261,7 +277,7 @@ impl Coordinator {
                 e.publish();
                 r
             }
-            None => Err(Refusal::new("not_in_memory", gtid)),
+            None => Err(Refusal::new(RefusalCode::NotInMemory, gtid)),
         }
     }
 
@@ -270,24 +286,24 @@ impl Coordinator {
     /// node's transaction is sent to its owner, or waits for a takeover.
     pub async fn elsewhere(&self, gtid: &str) -> Refusal {
         if self.is_quarantined(gtid) {
-            return Refusal::new("quarantined", format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
+            return Refusal::new(RefusalCode::Quarantined, format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
         }
-        let unknown = || Refusal::new("unknown_transaction", format!("no transaction {gtid:?} (never begun, or aborted and finished: presumed abort)"));
+        let unknown = || Refusal::new(RefusalCode::UnknownTransaction, format!("no transaction {gtid:?} (never begun, or aborted and finished: presumed abort)"));
         let Some((node, _)) = naming::gtid_epoch(gtid) else { return unknown() };
         // No record may mean abort only while a record could still be there: past its
         // epoch's purge watermark the outcome is forgotten, never "aborted".
         match self.store.get(gtid).await {
             Ok(Stored::Absent { forgotten: false }) => {}
             Ok(Stored::Absent { forgotten: true }) => {
-                return Refusal::new("outcome_forgotten", format!("{gtid}: its record was purged after the retention (timeouts.outcome_retention_ms), or its epoch was sealed when the store was restored from an older copy (mark-restored); its outcome is no longer known"));
+                return Refusal::new(RefusalCode::OutcomeForgotten, format!("{gtid}: its record was purged after the retention (timeouts.outcome_retention_ms), or its epoch was sealed when the store was restored from an older copy (mark-restored); its outcome is no longer known"));
             }
             // Callers that answer with a record read it themselves (stored_decision).
             Ok(Stored::Record(_)) => {}
             Ok(Stored::Corrupt(c)) => {
                 self.quarantine(&c);
-                return Refusal::new("quarantined", format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
+                return Refusal::new(RefusalCode::Quarantined, format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"));
             }
-            Err(e) => return Refusal::new("store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
+            Err(e) => return Refusal::new(RefusalCode::StoreUnavailable, format!("cannot read the decision of {gtid}: {e}")),
         }
         // Presumed abort only by the node's owner under its grant (cotx_protocol::answer):
         // a daemon that took the node over, or any other, answers from the store only —
@@ -296,22 +312,22 @@ impl Coordinator {
             return unknown();
         }
         if self.acts_for(node) {
-            return Refusal::new("owner_unavailable",
+            return Refusal::new(RefusalCode::OwnerUnavailable,
                 format!("{gtid} belongs to node {node}, taken over by this daemon: its recovery records the outcome; ask again"));
         }
         match self.store.nodes().await {
-            Ok(ls) if !ls.iter().any(|l| l.node == node) => Refusal::new("owner_unavailable",
+            Ok(ls) if !ls.iter().any(|l| l.node == node) => Refusal::new(RefusalCode::OwnerUnavailable,
                 format!("{gtid} belongs to node {node}, which no daemon of this store holds and which has no recorded outcome for it; ask its daemon")),
             Ok(ls) => match ls.into_iter().find(|l| l.node == node) {
                 Some(l) if l.expires_in_ms > 0 && !l.url.is_empty() => Refusal {
-                    code: "wrong_node",
+                    code: RefusalCode::WrongNode,
                     message: format!("{gtid} belongs to node {node}, served at {}", l.url),
                     owner_url: Some(l.url),
                 },
-                _ => Refusal::new("owner_unavailable",
+                _ => Refusal::new(RefusalCode::OwnerUnavailable,
                     format!("{gtid} belongs to node {node}, which holds no live lease: a takeover will decide it; ask again")),
             },
-            Err(e) => Refusal::new("store_unavailable", format!("cannot look up the owner of {gtid}: {e}")),
+            Err(e) => Refusal::new(RefusalCode::StoreUnavailable, format!("cannot look up the owner of {gtid}: {e}")),
         }
     }
 
@@ -327,14 +343,14 @@ impl Coordinator {
                 Err(self.elsewhere(gtid).await)
             }
             Ok(Stored::Absent { .. }) => Ok(None),
-            Err(e) => refuse("store_unavailable", format!("cannot read the decision of {gtid}: {e}")),
+            Err(e) => refuse(RefusalCode::StoreUnavailable, format!("cannot read the decision of {gtid}: {e}")),
         }
     }
 
     /// Runs a synchronous operation on a gtid; when it is not in memory, says why.
     async fn on<T>(&self, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T, Refusal>) -> Result<T, Refusal> {
         match self.with_tx(gtid, f) {
-            Err(r) if r.code == "not_in_memory" => Err(self.elsewhere(gtid).await),
+            Err(r) if r.code == RefusalCode::NotInMemory => Err(self.elsewhere(gtid).await),
             other => other,
         }
     }
@@ -353,7 +369,7 @@ impl Coordinator {
 
     fn refuse_new_work(&self) -> Result<(), Refusal> {
         if self.lease.expired() {
-            return refuse("lease_unconfirmed", format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
+            return refuse(RefusalCode::LeaseUnconfirmed, format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
         }
         Ok(())
     }
@@ -363,7 +379,7 @@ impl Coordinator {
         let t = timeout_ms.unwrap_or(self.cfg.timeouts.transaction_ms);
         let max = self.cfg.limits.max_transaction_ms;
         if !(10..=max).contains(&t) {
-            return refuse("invalid_field", format!("timeout_ms must be between 10 and {max} (limits.max_transaction_ms)"));
+            return refuse(RefusalCode::InvalidField, format!("timeout_ms must be between 10 and {max} (limits.max_transaction_ms)"));
         }
         let gtid = naming::new_gtid(&self.cfg.node_id, self.nonce, self.seq.fetch_add(1, Relaxed));
         let tx = Tx::new(gtid.clone(), Duration::from_millis(t));
@@ -373,7 +389,7 @@ impl Coordinator {
             let active = if txs.len() < self.cfg.limits.max_active { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
             if active >= self.cfg.limits.max_active {
                 self.metrics.overloaded.fetch_add(1, Relaxed);
-                return refuse("too_many_transactions",
+                return refuse(RefusalCode::TooManyTransactions,
                     format!("{active} transactions are undecided (limits.max_active = {}); retry later", self.cfg.limits.max_active));
             }
             let grant = self.generation_of(&self.cfg.node_id);
@@ -406,7 +422,7 @@ impl Coordinator {
             return refuse(e.code, e.message);
         }
         let Some(kind) = self.kind_of(resource) else {
-            return refuse("unknown_resource", format!("no resource named {resource:?} in the coordinator's config"));
+            return refuse(RefusalCode::UnknownResource, format!("no resource named {resource:?} in the coordinator's config"));
         };
         let ids = match kind {
             ResourceKind::Postgres => match naming::pg_gid(&self.cfg.gid_prefix, gtid, bid) {
@@ -478,7 +494,7 @@ impl Coordinator {
             Ok(x) => x,
             // A commit asked again after the daemon forgot the transaction from memory
             // (restart, retention, lost lease): the store's record answers it.
-            Err(r) if r.code == "not_in_memory" => {
+            Err(r) if r.code == RefusalCode::NotInMemory => {
                 return match self.stored_decision(gtid).await? {
                     Some(rec) => Ok(json!({"gtid": gtid, "decision": rec.outcome.as_str(), "from_store": true})),
                     None => Err(self.elsewhere(gtid).await),
@@ -520,7 +536,7 @@ impl Coordinator {
                         delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
                     }
                 });
-                refuse("store_unavailable", format!("decision store failed ({err}); the decision is pending, poll /decision"))
+                refuse(RefusalCode::StoreUnavailable, format!("decision store failed ({err}); the decision is pending, poll /decision"))
             }
         }
     }
@@ -535,15 +551,15 @@ impl Coordinator {
             Decided::Corrupt(problem) => {
                 // The transaction stays Committing (never rolled back) until an operator decides.
                 self.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
-                refuse("quarantined", format!("{gtid}: an unreadable decision record exists; an operator must decide"))
+                refuse(RefusalCode::Quarantined, format!("{gtid}: an unreadable decision record exists; an operator must decide"))
             }
             // Written under a grant that is gone: nothing was written. Memory is not
             // touched: the daemon that lost its grant reconciles it with the store
             // (lease.rs), and the outcome is whatever the store then says.
-            Decided::Forgotten => refuse("outcome_forgotten", format!("{gtid}: below its epoch's purge watermark, or of an epoch sealed by a store restore; no decision is written for it any more")),
+            Decided::Forgotten => refuse(RefusalCode::OutcomeForgotten, format!("{gtid}: below its epoch's purge watermark, or of an epoch sealed by a store restore; no decision is written for it any more")),
             Decided::Fenced(why) => {
                 log("warn", "decision not written: this daemon's lease grant for the transaction's node is gone", json!({"gtid": gtid, "why": why}));
-                refuse("lease_lost", format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))
+                refuse(RefusalCode::LeaseLost, format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))
             }
         }
     }
@@ -578,7 +594,7 @@ impl Coordinator {
 
     pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res {
         if self.enforcement.holds(gtid, bid) {
-            return refuse("wrong_state", format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
+            return refuse(RefusalCode::WrongState, format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
         }
         self.on(gtid, |e| {
             e.tx.check_one_phase(bid)?;
@@ -616,7 +632,7 @@ impl Coordinator {
     /// Several branches finished by their owner(s) in one call. All or nothing.
     pub async fn finished_many(self: &Arc<Self>, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
         if bids.is_empty() || bids.len() > 1000 {
-            return refuse("invalid_field", "branches must list 1..1000 branch ids");
+            return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branch ids");
         }
         let decided_here = self
             .on(gtid, |e| {
@@ -674,7 +690,7 @@ impl Coordinator {
 
     pub async fn get(&self, gtid: &str) -> Res {
         match self.with_tx(gtid, |e| Ok(Self::tx_json(e))) {
-            Err(r) if r.code == "not_in_memory" => match self.stored_decision(gtid).await? {
+            Err(r) if r.code == RefusalCode::NotInMemory => match self.stored_decision(gtid).await? {
                 Some(rec) => Ok(Self::record_json(&rec)),
                 None => Err(self.elsewhere(gtid).await),
             },
@@ -685,7 +701,7 @@ impl Coordinator {
     pub async fn wait_decision(&self, gtid: &str, wait_ms: u64) -> Res {
         let mut rx = match self.with_tx(gtid, |e| Ok(e.watch.subscribe())) {
             Ok(rx) => rx,
-            Err(r) if r.code == "not_in_memory" => {
+            Err(r) if r.code == RefusalCode::NotInMemory => {
                 // Any daemon answers a decided gtid from the store; an undecided one of
                 // another node is its owner's to answer.
                 return match self.stored_decision(gtid).await? {
@@ -695,12 +711,12 @@ impl Coordinator {
                         let e = self.elsewhere(gtid).await;
                         // Presumed abort is not ours to answer for a transaction that may
                         // have decided in a participant: ask there (which fences it).
-                        if e.code == "unknown_transaction" && !self.decision_resources().is_empty() {
+                        if e.code == RefusalCode::UnknownTransaction && !self.decision_resources().is_empty() {
                             match self.resolve_in_participants(&[gtid.to_string()]).await.get(gtid) {
                                 Some(Outcome::Commit) => return Ok(json!({"gtid": gtid, "state": "committed", "decision": "commit",
                                     "abort_reason": null, "retryable": false, "from_participant": true})),
                                 Some(Outcome::Abort) => {}
-                                None => return refuse("store_unavailable", format!("{gtid}: a decision resource did not answer; ask again")),
+                                None => return refuse(RefusalCode::StoreUnavailable, format!("{gtid}: a decision resource did not answer; ask again")),
                             }
                         }
                         Err(e)
@@ -767,7 +783,7 @@ mod tests {
         let cfg = crate::config::parse(&src, None).unwrap();
         let store = Store::start(Box::new(SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap()), 64);
         let c = Coordinator::new(cfg, store, None).unwrap();
-        crate::lease::claim_at_start(&c).await.unwrap();
+        crate::ha::lease::claim_at_start(&c).await.unwrap();
         c
     }
 
@@ -803,11 +819,11 @@ mod tests {
             let c = coord_with(&format!("unknown-{mode}"), mode).await;
             let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
             let e = c.register(&g, "pg", "b1").await.unwrap_err();
-            assert_eq!(e.code, "resource_unavailable", "{mode}: {e:?}");
+            assert_eq!(e.code, RefusalCode::ResourceUnavailable, "{mode}: {e:?}");
             assert!(e.message.contains("resource pg") && e.message.contains("cannot tell how commitment ordering is enforced"), "{}", e.message);
             assert_eq!(c.get(&g).await.unwrap()["branches"], json!([]));
             let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
-            assert_eq!(e.code, "resource_unavailable");
+            assert_eq!(e.code, RefusalCode::ResourceUnavailable);
             assert_eq!(c.resources_report()["resources"][0]["enforcement"]["mode"], "unknown");
         }
     }
@@ -820,10 +836,10 @@ mod tests {
         c.register(&g, "pg", "b2").await.unwrap();
         let before = c.get(&g).await.unwrap()["branches"].clone();
         let e = c.commit_with(&g, "coordinator", &["b1".into(), "zz".into()]).await.unwrap_err();
-        assert_eq!(e.code, "unknown_branch");
+        assert_eq!(e.code, RefusalCode::UnknownBranch);
         assert_eq!(c.get(&g).await.unwrap()["branches"], before, "a refused commit must not mark b1 prepared");
         let e = c.commit_with(&g, "coordinator", &["b1".into()]).await.unwrap_err();
-        assert_eq!(e.code, "branch_not_prepared");
+        assert_eq!(e.code, RefusalCode::BranchNotPrepared);
         assert_eq!(c.get(&g).await.unwrap()["branches"], before);
         let r = c.commit_with(&g, "coordinator", &["b1".into(), "b2".into()]).await.unwrap();
         assert_eq!(r["decision"], "commit");
@@ -852,7 +868,7 @@ mod tests {
         assert_eq!(gtids("active"), vec![g.clone()]);
         assert!(gtids("committed").is_empty() && gtids("in_doubt").is_empty());
         let e = c.list(Some("prepared")).unwrap_err();
-        assert_eq!(e.code, "invalid_field");
+        assert_eq!(e.code, RefusalCode::InvalidField);
         for v in ["active", "one_phase", "deciding", "in_doubt"] {
             assert!(e.message.contains(v), "{}", e.message);
         }
@@ -866,11 +882,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(30)).await;
         c.tick();
         assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
-        assert_eq!(c.prepared(&g, "b1").await.unwrap_err().code, "transaction_aborted");
+        assert_eq!(c.prepared(&g, "b1").await.unwrap_err().code, RefusalCode::TransactionAborted);
         assert!(c.store.load().await.unwrap().records.is_empty());
         // Begin with a refused first branch leaves nothing behind.
         let n = c.list(None).unwrap()["transactions"].as_array().unwrap().len();
-        assert_eq!(c.begin_with_branch(None, "nope", "b1").await.unwrap_err().code, "unknown_resource");
+        assert_eq!(c.begin_with_branch(None, "nope", "b1").await.unwrap_err().code, RefusalCode::UnknownResource);
         assert_eq!(c.list(None).unwrap()["transactions"].as_array().unwrap().len(), n);
     }
 
@@ -879,15 +895,15 @@ mod tests {
     async fn unknown_gtid_of_another_node_is_not_presumed_abort() {
         let c = coord("other").await;
         let own = naming::new_gtid("u1", 1, 1);
-        assert_eq!(c.wait_decision(&own, 0).await.unwrap_err().code, "unknown_transaction");
+        assert_eq!(c.wait_decision(&own, 0).await.unwrap_err().code, RefusalCode::UnknownTransaction);
         let other = naming::new_gtid("u2", 1, 1);
         // No lease row of u2 in this store: still not ours to presume (only its owner may).
-        assert_eq!(c.wait_decision(&other, 0).await.unwrap_err().code, "owner_unavailable");
+        assert_eq!(c.wait_decision(&other, 0).await.unwrap_err().code, RefusalCode::OwnerUnavailable);
         // u2 holds (held) a lease in this store: its transactions are its own to answer.
         c.store.claim_node("u2", "someone", "http://127.0.0.1:1", 60_000, false).await.unwrap();
         let e = c.wait_decision(&other, 0).await.unwrap_err();
-        assert_eq!((e.code, e.owner_url.as_deref()), ("wrong_node", Some("http://127.0.0.1:1")), "{e:?}");
-        assert_eq!(c.abort(&other, "x").await.unwrap_err().code, "wrong_node");
+        assert_eq!((e.code, e.owner_url.as_deref()), (RefusalCode::WrongNode, Some("http://127.0.0.1:1")), "{e:?}");
+        assert_eq!(c.abort(&other, "x").await.unwrap_err().code, RefusalCode::WrongNode);
     }
 
     /// Caps: undecided transactions beyond limits.max_active are refused with 429.
@@ -906,7 +922,7 @@ mod tests {
         c.begin(None).unwrap();
         c.begin(None).unwrap();
         let e = c.begin(None).unwrap_err();
-        assert_eq!(e.code, "too_many_transactions");
-        assert_eq!(c.begin(Some(86_400_000)).unwrap_err().code, "invalid_field");
+        assert_eq!(e.code, RefusalCode::TooManyTransactions);
+        assert_eq!(c.begin(Some(86_400_000)).unwrap_err().code, RefusalCode::InvalidField);
     }
 }

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
 
-const INDEX: &str = include_str!("../console/index.html");
-const SCRIPT: &str = include_str!("../console/app.js");
-const STYLE: &str = include_str!("../console/app.css");
+const INDEX: &str = include_str!("../../console/index.html");
+const SCRIPT: &str = include_str!("../../console/app.js");
+const STYLE: &str = include_str!("../../console/app.css");
 
 /// Only our own script and style run, the page talks to this daemon only, and nothing may
 /// frame it: an injected string can neither run nor send the pasted credential elsewhere.
@@ -69,7 +69,7 @@ mod tests {
         assert!(!handler, "inline event handler attribute");
         assert!(!p.contains("http://") && !p.contains("https://"), "nothing from elsewhere");
         for (_, path, role) in crate::api::ROUTES.iter().filter(|(_, p, _)| p.starts_with("/console")) {
-            assert_eq!(*role, crate::auth::Role::Public, "{path}");
+            assert_eq!(*role, crate::api::auth::Role::Public, "{path}");
         }
     }
 

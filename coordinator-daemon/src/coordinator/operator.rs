@@ -2,13 +2,14 @@
 //! in-doubt report, quarantined records.
 
 use crate::coordinator::{Coordinator, Res};
-use crate::log::log;
+use crate::telemetry::log::log;
 use crate::naming;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{AuditEntry, DecisionRecord, Op};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use crate::refusal::RefusalCode;
 
 impl Coordinator {
     async fn audit(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str, result: String) -> Result<(), String> {
@@ -41,24 +42,24 @@ impl Coordinator {
             // else is its owner's to decide (or a takeover's), never "abort" here.
             if let Some(rec) = self.stored_decision(gtid).await? {
                 if rec.outcome != outcome {
-                    return refuse("contradicts_decision", format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
+                    return refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
                 }
             }
             return Err(self.elsewhere(gtid).await);
         }
         if let Err(e) = self.audit(gtid, outcome, operator, reason, "attempt".into()).await {
-            return refuse("store_unavailable", format!("could not write the audit record, nothing was done: {e}"));
+            return refuse(RefusalCode::StoreUnavailable, format!("could not write the audit record, nothing was done: {e}"));
         }
         let result: Result<Value, Refusal> = if quarantined {
             self.resolve_quarantined(gtid, &node, outcome, operator).await
         } else {
             match (current, outcome) {
                 (None, Outcome::Abort) => Ok(json!({"gtid": gtid, "decision": "abort", "note": "no live transaction and no record: presumed abort; recovery rolls back any prepared branch"})),
-                (None, Outcome::Commit) => refuse("contradicts_decision", format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
+                (None, Outcome::Commit) => refuse(RefusalCode::ContradictsDecision, format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
                 (Some((TxState::Committed | TxState::Committing, _)), Outcome::Abort) => {
-                    refuse("contradicts_decision", format!("{gtid} is decided commit"))
+                    refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided commit"))
                 }
-                (Some((TxState::Aborted, _)), Outcome::Commit) => refuse("contradicts_decision", format!("{gtid} is decided abort")),
+                (Some((TxState::Aborted, _)), Outcome::Commit) => refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided abort")),
                 (Some((TxState::Committed, _)), Outcome::Commit) | (Some((TxState::Aborted, _)), Outcome::Abort) => {
                     // The operator wants it finished now: one attempt per branch without
                     // waiting for the owners' grace period; what fails stays for the retries.
@@ -66,9 +67,9 @@ impl Coordinator {
                     Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
                 }
                 (Some((TxState::Committing, _)), Outcome::Commit) => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
-                (Some((TxState::Deciding, _)), _) => refuse("transaction_deciding",
+                (Some((TxState::Deciding, _)), _) => refuse(RefusalCode::TransactionDeciding,
                     format!("{gtid} is being decided in its decision branch's commit; the daemon reads the outcome there (co.resolve) after the owners' grace period")),
-                (Some((TxState::OnePhase, _)), _) => refuse("transaction_one_phase", format!("{gtid} commits in one phase on its owner's session")),
+                (Some((TxState::OnePhase, _)), _) => refuse(RefusalCode::TransactionOnePhase, format!("{gtid} commits in one phase on its owner's session")),
                 (Some((TxState::Active, _)), Outcome::Abort) => self.abort(gtid, &format!("forced by {operator}: {reason}")).await,
                 (Some((TxState::Active, Some(why))), Outcome::Commit) => Err(why),
                 (Some((TxState::Active, None)), Outcome::Commit) => self.commit(gtid, "operator").await,
@@ -101,12 +102,12 @@ impl Coordinator {
             source: "operator".into(),
         };
         if outcome == Outcome::Commit && rec.branches.is_empty() {
-            return refuse("no_branches", format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
+            return refuse(RefusalCode::NoBranches, format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
         }
         self.store
             .write(Op::Overwrite(rec.clone()))
             .await
-            .map_err(|e| Refusal::new("store_unavailable", format!("could not replace the record: {e}")))?;
+            .map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, format!("could not replace the record: {e}")))?;
         self.quarantined.lock().unwrap().remove(gtid);
         self.txs.lock().unwrap().remove(gtid);
         self.adopt_records(std::slice::from_ref(&rec));

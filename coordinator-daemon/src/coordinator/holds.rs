@@ -1,4 +1,4 @@
-//! Client mode's holds as the coordinator sees them (crate::enforcement does the I/O):
+//! Client mode's holds as the coordinator sees them (crate::participants::enforcement does the I/O):
 //! which branches still need their helper transaction and shim slot, letting go of the
 //! rest, and the recovery pass's enforcement step (probe every resource again, recover
 //! dangling helpers, watch MariaDB restarts).
@@ -63,14 +63,14 @@ impl Coordinator {
     pub async fn enforcement_pass(self: &Arc<Self>) {
         for rc in self.resources.values() {
             let eff = self.enforcement.refresh(rc).await;
-            if eff != crate::enforcement::Effective::Mode(crate::enforcement::Mode::Client) {
+            if eff != crate::participants::enforcement::Effective::Mode(crate::participants::enforcement::Mode::Client) {
                 continue;
             }
             match rc.kind {
                 crate::config::ResourceKind::Postgres => {
                     let keep = |g: &str, b: &str, p: bool| self.keep_helper(g, b, p);
                     if let Err(e) = self.enforcement.sweep_helpers(rc, &keep).await {
-                        crate::log::log("warn", "client mode: cannot recover helper transactions; will retry",
+                        crate::telemetry::log::log("warn", "client mode: cannot recover helper transactions; will retry",
                             serde_json::json!({"resource": rc.name, "error": e}));
                     }
                 }

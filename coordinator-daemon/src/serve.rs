@@ -1,0 +1,131 @@
+//! `serve`: the daemon's start-up order (store → witness → node lease → resource locks →
+//! records → recovery, ticks and the API) and its stop; opening the decision store.
+
+use std::time::Duration;
+
+use crate::api;
+use crate::config;
+use crate::coordinator::{self, recovery};
+use crate::ha::lease;
+use crate::store;
+use crate::telemetry::otlp;
+
+/// Says why the daemon or a command cannot go on, and exits with status 2 (the command
+/// line's "bad arguments or config", also used for a start that cannot proceed).
+pub fn die(msg: &str) -> ! {
+    eprintln!("{msg}");
+    std::process::exit(2);
+}
+
+/// Opens the configured decision log (synchronously: not on an async worker).
+pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, String> {
+    Ok(match cfg {
+        config::StoreConfig::Sqlite { path, .. } => Box::new(store::sqlite::SqliteLog::open(path)?),
+        config::StoreConfig::Postgres { dsn, table, tls, .. } => Box::new(store::postgres::PgLog::open(dsn, table, tls.as_ref())?),
+    })
+}
+
+pub fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
+    let max_batch = match cfg {
+        config::StoreConfig::Sqlite { group_commit, max_batch, .. } | config::StoreConfig::Postgres { group_commit, max_batch, .. } => {
+            if *group_commit { *max_batch } else { 1 }
+        }
+    };
+    let cfg = cfg.clone();
+    store::Store::open_in_thread(move || open_log(&cfg), max_batch)
+}
+
+pub fn mark_restored(cfg: &config::Config) -> Result<(), String> {
+    let mut log = open_log(&cfg.store).map_err(|e| format!("cannot open the decision store: {e}"))?;
+    let r = log.mark_restored()?;
+    println!(
+        "decision store marked restored (restore #{}): {} epoch(s) sealed. A prepared branch of theirs without a record is now \
+         reported as forgotten, never presumed aborted: decide it with `cotx-coordinator force` after checking its other branches",
+        r.restores, r.sealed
+    );
+    Ok(())
+}
+
+pub fn serve(cfg: config::Config) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    rt.block_on(async move {
+        let nonce = coordinator::Coordinator::new_nonce();
+        let store = match open_store(&cfg.store) {
+            Ok(s) => s,
+            Err(e) => die(&format!("cannot open the decision store: {e}")),
+        };
+        let tls = match cfg.tls.as_ref().map(api::tls_acceptor).transpose() {
+            Ok(t) => t,
+            Err(e) => die(&format!("cannot set up TLS: {e}")),
+        };
+        let listener = match tokio::net::TcpListener::bind(cfg.listen).await {
+            Ok(l) => l,
+            Err(e) => die(&format!("cannot listen on {}: {e}", cfg.listen)),
+        };
+        let c = match coordinator::Coordinator::new(cfg, store, Some(nonce)) {
+            Ok(c) => c,
+            Err(e) => die(&e),
+        };
+        // A store that went back to an older copy is not acted on (crate::ha::witness).
+        if let Err(e) = lease::check_witness(&c).await {
+            die(&format!("refusing to start: {e}"));
+        }
+        // Own the node id (store lease, then the lock at every resource) before anything else.
+        if let Err(e) = lease::claim_at_start(&c).await {
+            die(&format!("cannot own node {}: {e}", c.cfg.node_id));
+        }
+        if let Err(e) = lease::check_witness(&c).await {
+            die(&format!("refusing to start: {e}"));
+        }
+        if let Err(e) = lease::lock_resources_at_start(&c).await {
+            die(&format!("cannot own node {}: {e}", c.cfg.node_id));
+        }
+        match c.store.load().await {
+            Ok(l) => {
+                for q in &l.corrupt {
+                    c.quarantine(q);
+                }
+                let n = c.adopt_records(&l.records);
+                tracing::info!(records = n, quarantined = l.corrupt.len(), "decisions loaded");
+            }
+            Err(e) => die(&format!("cannot read the decision store: {e}")),
+        }
+        tracing::info!(addr = %c.cfg.listen, node_id = %c.cfg.node_id, holder = %c.holder, advertise_url = %c.cfg.advertise_url, "listening");
+        if let Some(e) = &c.cfg.telemetry.otlp_endpoint {
+            otlp::start(e, &c.cfg.node_id);
+        }
+        lease::spawn_renewal(c.clone());
+        // Recovery at start, then periodically.
+        let rc = c.clone();
+        tokio::spawn(async move {
+            loop {
+                recovery::run_pass(&rc).await;
+                tokio::time::sleep(Duration::from_millis(rc.cfg.timeouts.recovery_interval_ms)).await;
+            }
+        });
+        let tc = c.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                tc.tick();
+            }
+        });
+        let server = tokio::spawn(api::serve(c.clone(), listener, tls));
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = server => {}
+        }
+        // Every acknowledged decision is already durable: stopping needs no flush. The lease
+        // is marked expired: a restart owns the node at once, and whatever is still in
+        // doubt is taken over by another daemon meanwhile.
+        // Client mode: helpers of branches that no longer need them go now (the others
+        // stay for recovery: their branches may still commit).
+        let _ = tokio::time::timeout(Duration::from_secs(5), c.release_settled_holds()).await;
+        let _ = c.store.release_node(&c.cfg.node_id, &c.holder, false).await;
+        tracing::info!("stopping");
+    });
+    std::process::exit(0);
+}
+

@@ -1,0 +1,65 @@
+"""The module structure of the Rust crates (scripts/structure.py): no circles, no import
+that runs back up to a parent module, no coordinator source file over 500 lines. The
+checker is first shown to find each kind of problem in a small made-up crate."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+structure = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(structure)
+
+
+def crate(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path
+
+
+def test_finds_a_circle_through_a_third_module(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "pub mod a;\npub mod b;\npub mod c;\n",
+        "a.rs": "use crate::b::B;\n",
+        "b.rs": "pub struct B;\nfn f() { crate::c::g() }\n",
+        "c.rs": "pub fn g() {}\nuse crate::a;\n",
+    })
+    assert structure.check(root) == ["circle: a <-> b <-> c"]
+
+
+def test_finds_a_child_importing_its_parent_and_ignores_tests_and_comments(tmp_path):
+    root = crate(tmp_path, {
+        "lib.rs": "pub mod core;\n",
+        "core/mod.rs": "pub mod part;\npub mod sibling;\npub struct Core;\n",
+        "core/part.rs": "// crate::core::Core is named here only in a comment\nuse super::sibling::S;\n"
+                        "#[cfg(test)]\nmod tests { use crate::core::Core; }\n",
+        "core/sibling.rs": "pub struct S;\nmod inner {\n    use super::S;\n}\n",
+    })
+    assert structure.check(root) == []
+    (root / "core" / "part.rs").write_text("use super::Core;\n")
+    assert structure.check(root) == ["runs back up: core::part (core/part.rs) imports its ancestor core"]
+
+
+def test_finds_a_long_file(tmp_path):
+    root = crate(tmp_path, {"lib.rs": "pub mod a;\n", "a.rs": "fn f() {}\n" * 501})
+    assert structure.check(root, max_lines=500) == ["too long: a.rs has 501 lines (at most 500)"]
+    assert structure.check(root, max_lines=501) == []
+
+
+def test_grouped_and_nested_use_paths():
+    assert structure.expand("crate::{a, b::{c, d as e}, f::*}") == ["crate::a", "crate::b::c", "crate::b::d", "crate::f::*"]
+
+
+@pytest.mark.parametrize("src,max_lines", [
+    ("pg_co_ext/src", None),
+    ("pg_co_ext/rules/src", None),
+    ("coordinator-daemon/protocol/src", None),
+])
+def test_the_crates_have_no_circles_and_read_top_down(src, max_lines):
+    problems = structure.check(ROOT / src, max_lines)
+    assert problems == [], "\n".join(problems)

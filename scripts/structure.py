@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""The module structure of a Rust crate, checked: which file imports which, circles,
+imports that run back up, and files too long to read at once.
+
+  python3 scripts/structure.py coordinator-daemon/src [--max-lines 500] [--graph]
+
+A node is a source file (a module). An edge A -> B is written when A names an item of B:
+`use crate::b::...`, `crate::b::x` in code, `super::...`, `use self::...` in a mod.rs.
+Code after `#[cfg(test)]` is not looked at: a test module may import whatever it tests.
+Reported, each a reason to exit 1:
+- a circle: modules that import each other, directly or through others;
+- an import that runs back up: a file importing an item its own ancestor (a mod.rs or
+  lib.rs above it) defines. A folder's mod.rs declares and re-exports its children; what
+  they share lives in a sibling file, so the folder reads top-down;
+- a file over --max-lines lines (with --max-lines).
+Why a script of our own: cargo-modules and similar need nightly or a full rust-analyzer
+run (minutes on two cores); a crate's `use` paths are regular enough to read directly.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+USE = re.compile(r"^([ \t]*)(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self)\b[^;]*);", re.S | re.M)
+PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+
+
+def module_of(root: Path, f: Path) -> tuple[str, ...]:
+    rel = f.relative_to(root).with_suffix("")
+    parts = rel.parts
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
+    return tuple(parts)
+
+
+def expand(tree: str) -> list[str]:
+    """`a::{b, c::{d, e}}` -> ['a::b', 'a::c::d', 'a::c::e'] (aliases and globs kept as paths)."""
+    tree = re.sub(r"\s+as\s+\w+", "", tree)   # `x as y` imports x
+    tree = re.sub(r"\s+", "", tree)
+    i = tree.find("{")
+    if i < 0:
+        return [tree]
+    prefix, inner = tree[:i], tree[i + 1:tree.rfind("}")]
+    parts, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    parts.append(cur)
+    out = []
+    for p in parts:
+        if p:
+            out += [prefix + q for q in expand(p)]
+    return out
+
+
+def resolve(mods: set[tuple[str, ...]], here: tuple[str, ...], inner: bool, path: str) -> tuple[str, ...] | None:
+    """The deepest module file a path names, from the module `here` (`inner`: from an
+    inline `mod x { ... }` inside it, where the first `super` is the file's module)."""
+    segs = [s for s in path.split("::") if s]
+    if not segs:
+        return None
+    if segs[0] == "crate":
+        base: tuple[str, ...] = ()
+        segs = segs[1:]
+    elif segs[0] in ("super", "self"):
+        base = here
+        while segs and segs[0] in ("super", "self"):
+            if segs[0] == "super":
+                if inner:
+                    inner = False
+                else:
+                    base = base[:-1]
+            segs = segs[1:]
+    else:
+        return None
+    best = base
+    for s in segs:
+        if base + (s,) in mods:
+            base = base + (s,)
+            best = base
+        else:
+            break
+    return best
+
+
+def edges(root: Path) -> tuple[dict[tuple[str, ...], set[tuple[str, ...]]], dict[tuple[str, ...], Path]]:
+    files = {module_of(root, f): f for f in sorted(root.rglob("*.rs"))}
+    mods = set(files)
+    out: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in mods}
+    for m, f in files.items():
+        text = f.read_text()
+        cut = text.find("#[cfg(test)]")
+        if cut >= 0:
+            text = text[:cut]
+        text = re.sub(r"//[^\n]*", "", text)   # comments name paths without importing them
+        paths = []
+        for indent, u in USE.findall(text):
+            # An indented `use` sits in an inline module or a function: its `super` is
+            # taken as the file's module (the usual case: `mod ffi { use super::X; }`).
+            paths += [(bool(indent), p) for p in expand(u)]
+        paths += [(False, a + b) for a, b in PATH.findall(re.sub(USE, "", text))]
+        for inner, p in paths:
+            t = resolve(mods, m, inner, p)
+            if t is not None and t != m:
+                out[m].add(t)
+    return out, files
+
+
+def circles(g: dict) -> list[list]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, on, stack, res, n = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                res.append(sorted(comp))
+    sys.setrecursionlimit(10000)
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return res
+
+
+def name(m: tuple[str, ...]) -> str:
+    return "::".join(m) or "crate"
+
+
+def check(root: Path, max_lines: int | None = None) -> list[str]:
+    g, files = edges(root)
+    problems = []
+    for comp in circles(g):
+        problems.append("circle: " + " <-> ".join(name(m) for m in comp))
+    for m in sorted(g):
+        for t in sorted(g[m]):
+            if len(t) < len(m) and m[:len(t)] == t:
+                problems.append(f"runs back up: {name(m)} ({files[m].relative_to(root)}) imports its ancestor {name(t)}")
+    if max_lines:
+        for m, f in sorted(files.items()):
+            n = len(f.read_text().splitlines())
+            if n > max_lines:
+                problems.append(f"too long: {f.relative_to(root)} has {n} lines (at most {max_lines})")
+    return problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("roots", nargs="+", type=Path, help="a crate's src folder")
+    ap.add_argument("--max-lines", type=int)
+    ap.add_argument("--graph", action="store_true", help="print every module's imports")
+    a = ap.parse_args(argv)
+    bad = 0
+    for root in a.roots:
+        if a.graph:
+            g, _ = edges(root)
+            for m in sorted(g):
+                print(f"{root}: {name(m)} -> {', '.join(name(t) for t in sorted(g[m])) or '-'}")
+        for p in check(root, a.max_lines):
+            print(f"{root}: {p}")
+            bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
