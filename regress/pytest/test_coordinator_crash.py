@@ -26,7 +26,7 @@ mc = pymysql.connect(host="127.0.0.1", port=int(my_port), user="root", database=
 
 def park(tx, what):
     print("READY", tx.gtid, what, flush=True)
-    time.sleep(600)
+    time.sleep(600)  # parked until the test kills this process: no event to wait for
 
 if mode == "after_prepare":
     def commit(self):

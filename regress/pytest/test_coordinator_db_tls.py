@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 from cotest import MariaServer, PgServer
@@ -97,13 +96,18 @@ def verify_full(certs, ca="ca.pem"):
     return {"tls": "verify-full", "tls_ca_file": str(certs / ca)}
 
 
-def start_fails(d, timeout=20):
-    """The daemon refuses to run (or keeps failing): its log, after it stopped or timeout."""
+def start_fails(d, *expect, timeout=20):
+    """The daemon refuses to run (or keeps failing): its log once every string of expect
+    is in it (the daemon exits, or it keeps running and logs the failure), at most
+    timeout seconds."""
     try:
         d.start()
     except RuntimeError as e:
         return str(e) + "\n" + d.log_file.read_text(errors="replace")
-    time.sleep(timeout / 4)
+    # Still running: wait for the failure to be logged, not for a fixed time.
+    wait_until(lambda: d.proc.poll() is not None or all(x in d.log_file.read_text(errors="replace") for x in expect),
+               timeout=timeout,
+               what=f"{expect} in the daemon's log")
     return d.log_file.read_text(errors="replace")
 
 
@@ -111,7 +115,7 @@ def test_plain_connections_are_refused(pg, mariadb, certs):
     # The store without TLS: the server's pg_hba refuses it, and the daemon says so.
     d = daemon(pg, mariadb, tls_pg=verify_full(certs), tls_my=verify_full(certs), tls_store={"tls": "disable"})
     try:
-        log = start_fails(d)
+        log = start_fails(d, "pg_hba.conf rejects connection", "no encryption")
         assert "pg_hba.conf rejects connection" in log and "no encryption" in log, log
     finally:
         d.destroy()
@@ -119,10 +123,7 @@ def test_plain_connections_are_refused(pg, mariadb, certs):
     # require_secure_transport; the store is fine.
     d = daemon(pg, mariadb, tls_pg={"tls": "disable"}, tls_my={"tls": "disable"}, tls_store=verify_full(certs))
     try:
-        log = start_fails(d)
-        if d.proc.poll() is None:
-            wait_until(lambda: "no encryption" in d.log_file.read_text(errors="replace"), what="the pg resource's error in the log")
-            log = d.log_file.read_text(errors="replace")
+        log = start_fails(d, "pg_hba.conf rejects connection", "no encryption")
         assert "pg_hba.conf rejects connection" in log and "no encryption" in log, log
     finally:
         d.destroy()
@@ -173,17 +174,14 @@ def test_verify_full_commits_and_recovers(pg, mariadb, certs):
 def test_wrong_ca_is_refused(pg, mariadb, certs):
     d = daemon(pg, mariadb, tls_pg=verify_full(certs), tls_my=verify_full(certs), tls_store=verify_full(certs, "other.pem"))
     try:
-        log = start_fails(d)
+        log = start_fails(d, "UnknownIssuer")
         assert "UnknownIssuer" in log, log
     finally:
         d.destroy()
     d = daemon(pg, mariadb, tls_pg=verify_full(certs, "other.pem"), tls_my=verify_full(certs, "other.pem"),
                tls_store=verify_full(certs))
     try:
-        log = start_fails(d)
-        if d.proc.poll() is None:
-            wait_until(lambda: "UnknownIssuer" in d.log_file.read_text(errors="replace"), what="the certificate error in the log")
-            log = d.log_file.read_text(errors="replace")
+        log = start_fails(d, "UnknownIssuer")
         assert "UnknownIssuer" in log, log
     finally:
         d.destroy()

@@ -100,7 +100,9 @@ def test_daemon_paused_past_a_takeover_and_handback_never_commits(pg, mariadb, d
     finally:
         resume(a.proc.pid)
         a.stopped = False
-    time.sleep(1.0)  # A's next renewals run
+    # A's next renewal after the pause finds its lease gone (the event the sleep stood for).
+    wait_until(lambda: (metric(a, "cotx_lease_losses_total") or 0) >= 1, timeout=15,
+               what="A to find its node lease lost")
     st, body = api(a, "POST", f"/v1/transactions/{gtid}/commit", {})
     assert not (st == 200 and body.get("decision") == "commit"), (st, body, a.log_tail(30))
     assert absent_both(pg, mariadb, "stale-1")
@@ -152,7 +154,12 @@ def test_commits_in_flight_while_the_store_is_paused_are_answered_once_it_is_bac
             # not the store, answer this).
             st, rep = api(a, "GET", "/v1/in-doubt")
             assert st == 200 and set(gtids) <= {t["gtid"] for t in rep["transactions"]}, (st, rep)
+            # The outage itself is the test: the store stays paused many leases (1.5 s)
+            # long, well past the clients giving up (2 s), so the daemons' renewals and
+            # the queued commit records all wait on it. Then the daemon must have said so.
             time.sleep(12)
+            wait_until(lambda: "decision store is not answering" in a.log_tail(300), timeout=10,
+                       what="A to log the store's outage while it lasts")
             outage_log = a.log_tail(300)
         finally:
             for p in pids:
@@ -160,7 +167,10 @@ def test_commits_in_flight_while_the_store_is_paused_are_answered_once_it_is_bac
         # Once the store is back, every transaction whose commit record reached the store
         # is answered "commit" (by every daemon) and completed within a few seconds; the
         # others are not committed, and abort when asked to.
-        time.sleep(3)  # the writes queued during the pause, and their retries, go through
+        # The writes queued during the pause, and their retries, go through: A says so
+        # when nothing waits on the store any more.
+        wait_until(lambda: "decision store answers again" in a.log_file.read_text(errors="replace"), timeout=30,
+                   what="A's queued store writes to go through")
         with psycopg.connect(store["dsn"], autocommit=True) as c:
             recorded = {r[0] for r in c.execute("SELECT gtid FROM paused_t WHERE outcome = 'commit'")}
         assert recorded, "no commit reached the store: the test did not test anything"
@@ -208,7 +218,9 @@ def test_finished_commits_stay_answerable_after_a_restart(pg, mariadb, daemons):
     a.start()
     b.start()
     gtid = committed_transfer(a, pg, mariadb, "kept-1")
-    time.sleep(1.5)  # owners' reports and the record's bookkeeping done
+    # Owners' reports and the record's bookkeeping done: the record is marked finished.
+    wait_until(lambda: store_sql(pg, "SELECT finished_ms IS NOT NULL FROM kept_t WHERE gtid = %s", gtid) == [(True,)],
+               timeout=15, what="the record to be marked finished")
     a.restart()
     b.restart()
     # The client lost the answer and asks again, of either daemon, after the restart.

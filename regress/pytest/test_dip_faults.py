@@ -7,6 +7,8 @@ and checks: nothing stays prepared, no split (the two rows moved together or not
 and the outcome is whether the decision row committed. The first case also runs without
 the fix (the PostgreSQL resource not declared a decision resource: plain presumed abort)
 and shows the split that the participant lookup prevents."""
+import urllib.request
+
 import pytest
 import psycopg
 import pymysql
@@ -37,6 +39,16 @@ def daemon(pg, mariadb, decisions: bool) -> Daemon:
         pgres["decisions"] = True
     return Daemon([pgres, {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2}],
                   timeouts=TIMEOUTS).start()
+
+
+def recovery_runs(d: Daemon) -> float:
+    """The daemon's count of finished recovery passes (`cotx_recovery_runs_total`)."""
+    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("cotx_recovery_runs_total "):
+                return float(line.split()[1])
+    return 0.0
 
 
 class Transfer:
@@ -197,9 +209,9 @@ def test_paused_decision_delays_resolution(dbs):
         t.decide()
         d.kill9()
         d.start()
-        # Several recovery passes (each waits up to its lock timeout on our open row).
-        import time
-        time.sleep(3)
+        # Several recovery passes (each waits up to its lock timeout on our open row): counted
+        # by the restarted daemon, so the resolution had its chances to decide under us.
+        wait_until(lambda: recovery_runs(d) >= 3, timeout=60, what="three recovery passes")
         assert t.balances() == (100, 100) and not nothing_prepared(pg, my), "resolution must wait for the open decision"
         t.pgc.execute("COMMIT")
         assert t.settled() == (110, 90)

@@ -5,6 +5,7 @@ and `python -m` modules; each is looked up where it lives: a PostgreSQL server w
 preloaded (SHOW, pg_catalog), a MariaDB server with mysql_co loaded (SHOW VARIABLES /
 STATUS, INFORMATION_SCHEMA), the daemon's help text, the checkout, the venv. Each check
 also runs on a planted wrong name, so a check that finds nothing cannot pass silently."""
+import fnmatch
 import importlib.util
 import re
 import subprocess
@@ -163,3 +164,62 @@ def test_no_import_path_hacks():
             and not any(x.startswith(".") or x == "target" for x in p.relative_to(ROOT).parts)
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if hack.search(line)]
     assert not hits, hits
+
+
+# Component folders whose README.md names every tracked file of the folder: by its name
+# (or its path from the folder), or by a glob the README writes in backquotes (`t/*.test`,
+# `plots/*.png`, `include/*` for a whole folder; a bare `folder/` names the folder, not its
+# files). coordinator-daemon/README.md has its own module table and is not in this list.
+COMPONENT_READMES = ["pg_co_ext", "mysql_co_plugin", "clients/python", "clients/go", "clients/java", "harness",
+                     "checker", "bench", "regress", "scripts", "deploy", "deploy/images", "demo", "docs", "sql"]
+# A README that links a docs page's table of its files instead of copying it: the page's
+# text counts as the README's.
+README_TABLES = {"regress": "docs/testing.md"}
+# Files no README has to name: package markers and lock files, which say nothing of their own.
+UNNAMED_FILES = {"README.md", "__init__.py", "Cargo.lock", "go.sum", ".gitignore"}
+
+
+def unnamed_in_readme(text: str, files: list[str]) -> list[str]:
+    """The files (paths relative to the README's folder) that the README's text does not
+    name."""
+    globs = [p.removeprefix("./") for p in re.findall(r"`([^`\s]+)`", text) if "*" in p]
+
+    def named_here(rel: str) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text):
+            return True              # by its name (or its path, which ends with it)
+        return any(fnmatch.fnmatch(rel, p) or ("/" not in p and fnmatch.fnmatch(name, p)) for p in globs)
+    return [rel for rel in files if rel.rsplit("/", 1)[-1] not in UNNAMED_FILES and not named_here(rel)]
+
+
+def test_component_readmes_name_every_file():
+    """Each component folder's README.md says what every one of its files is: a file added,
+    moved or renamed without a line there fails (files under a subfolder with a README of
+    its own are that README's)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    bad = {}
+    for d in COMPONENT_READMES:
+        folder = ROOT / d
+        if not (folder / "README.md").is_file():
+            bad[d] = "no README.md"
+            continue
+        files = []
+        for f in tracked:
+            if not f.startswith(d + "/"):
+                continue
+            rel = f[len(d) + 1:]
+            parents = ["/".join(rel.split("/")[:i]) for i in range(1, rel.count("/") + 1)]
+            if any((folder / p / "README.md").is_file() for p in parents):
+                continue             # a subfolder's README names it
+            files.append(rel)
+        text = (folder / "README.md").read_text()
+        if d in README_TABLES:
+            text += (ROOT / README_TABLES[d]).read_text()
+        if unnamed := unnamed_in_readme(text, files):
+            bad[d] = unnamed
+    # The check itself: a file named by its name or a glob passes, others do not.
+    planted = unnamed_in_readme("`t/*.test` with `r/*.result`; `mysql_co.cc`, `include/*`, `src/`, test_x.py",
+                                ["t/a.test", "r/a.result", "mysql_co.cc", "include/a.inc", "mysql_co.h", "x.py",
+                                 "t/a.opt", "src/a.rs"])
+    assert planted == ["mysql_co.h", "x.py", "t/a.opt", "src/a.rs"], planted
+    assert not bad, f"files the component README does not name: {bad}"

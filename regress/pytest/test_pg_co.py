@@ -182,6 +182,8 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
                         (r.info.backend_pid,)):
             assert time.time() < deadline, "r's PREPARE never started"
             time.sleep(0.01)
+        # Kept: nothing shows that r's check has passed (the pause is a pg_usleep, no wait
+        # event); the check takes microseconds, so 0.3 s puts w well inside r's 3 s window.
         time.sleep(0.3)
         try:
             w.execute("PREPARE TRANSACTION 'w'")
