@@ -1,5 +1,5 @@
 //! One client: its sessions, and one global transaction attempt in a mode, with the 2PC
-//! protocol exactly as the Python client (clients/python/cotx/client.py) runs it.
+//! protocol exactly as the Python client (clients/python/cotx/transaction.py and branch.py) runs it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

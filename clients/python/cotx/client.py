@@ -1,5 +1,5 @@
 """Compatibility module: the client used to live here in one file and is now split by
-layer (clients/python/README.md, "Modules"):
+layer (clients/python/README.md, "Layering"):
 
 - cotx._http: the HTTP transport (keep-alive raw socket, TLS, failover, 421 following);
 - cotx.coordinator: `Coordinator`, the API facade;
