@@ -15,4 +15,7 @@ pub mod openapi;
 pub mod router;
 pub mod server;
 
+#[cfg(test)]
+mod conformance;
+
 pub use server::{serve, tls_acceptor};

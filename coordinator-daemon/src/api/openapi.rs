@@ -104,10 +104,24 @@ pub struct Xid {
     bqual: String,
 }
 
+/// The answer to a branch's report (prepared, failed, finished) or to several branches
+/// finished at once.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct Ack {
     gtid: String,
+    /// One branch's report: the branch.
+    #[schema(value_type = Option<Id>)]
+    branch_id: Option<String>,
+    /// Several branches finished at once.
+    #[schema(value_type = Option<Vec<Id>>)]
+    branches: Option<Vec<String>>,
+    /// The branch's (or branches') state now: prepared, failed or finished.
+    state: BranchState,
+    /// finished: the outcome the branch reached.
+    outcome: Option<OutcomeArg>,
+    /// failed: the transaction's decision (abort).
+    decision: Option<OutcomeArg>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -126,6 +140,15 @@ pub enum Decided {
 pub struct Decision {
     gtid: String,
     decision: Decided,
+    /// one_phase, in_participant: the branch that carries it.
+    #[schema(value_type = Option<Id>)]
+    branch_id: Option<String>,
+    /// The decision was already in the store (a commit whose earlier answer was lost).
+    from_store: Option<bool>,
+    /// force: what was done (presumed abort, completion attempted, decision being written).
+    note: Option<String>,
+    /// force of a decided transaction: branches still unfinished after one attempt each.
+    unfinished_branches: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -136,6 +159,8 @@ pub struct DecisionState {
     decision: Option<OutcomeArg>,
     abort_reason: Option<String>,
     retryable: Option<bool>,
+    /// Not in memory nor in the store: the decision resource (pg_co) said commit.
+    from_participant: Option<bool>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -153,8 +178,30 @@ pub enum BranchState {
 pub struct Branch {
     branch_id: String,
     resource: String,
-    kind: Option<String>,
+    kind: Option<Kind>,
     state: Option<BranchState>,
+    /// finished: the outcome it reached, and who finished it.
+    outcome: Option<OutcomeArg>,
+    finished_by: Option<FinishedBy>,
+    /// Why its prepare failed, or why completing it did not work yet.
+    note: Option<String>,
+    /// Completion attempts by the daemon.
+    attempts: Option<u64>,
+    /// /v1/in-doubt, prepared branches: what the branch blocks on its resource
+    /// (`locks_held`, `sessions_waiting_on_prepared`), or `error`.
+    #[schema(value_type = Option<Object>)]
+    blocking: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum FinishedBy {
+    /// The client that owns the branch.
+    Owner,
+    /// This daemon's completion.
+    Daemon,
+    Recovery,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -168,6 +215,14 @@ pub struct Transaction {
     created_unix_ms: Option<u64>,
     /// When the decision was taken (absent until then, and in answers from the store).
     decided_unix_ms: Option<u64>,
+    abort_reason: Option<String>,
+    /// Aborted by a refused prepare (serialization failure): worth retrying.
+    retryable: Option<bool>,
+    /// Rebuilt from the store by recovery.
+    recovered: Option<bool>,
+    /// Read back from the store (no longer in memory), and the node that recorded it.
+    from_store: Option<bool>,
+    node: Option<String>,
     branches: Vec<Branch>,
 }
 
@@ -175,6 +230,9 @@ pub struct Transaction {
 #[allow(dead_code)]
 pub struct TransactionList {
     transactions: Vec<Transaction>,
+    /// /v1/in-doubt: decision records the daemon could not read (docs/ops.md).
+    #[schema(value_type = Option<Vec<Object>>)]
+    quarantined: Option<Vec<Value>>,
 }
 
 #[derive(Serialize, ToSchema)]
