@@ -2,8 +2,9 @@
 //! (docs/coordinator.md, "Credentials"). Pure: the API asks `check` for every request.
 
 use crate::config::Config;
+use subtle::ConstantTimeEq;
 
-/// What a route needs (the third column of `api::ROUTES`).
+/// What a route needs (each entry of `api::router::ROUTES` names one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     /// Liveness and the API description: no credential.
@@ -57,7 +58,7 @@ pub fn check(cfg: &Config, bearer: Option<&str>, need: Role) -> Access {
     // which one matched leaks through timing.
     let mut found = None;
     for (name, secret, roles) in credentials(cfg) {
-        if constant_time_eq(given.as_bytes(), secret.as_bytes()) {
+        if bool::from(given.as_bytes().ct_eq(secret.as_bytes())) {
             found = Some((name, roles));
         }
     }
@@ -66,10 +67,6 @@ pub fn check(cfg: &Config, bearer: Option<&str>, need: Role) -> Access {
         Some((_, roles)) if roles.contains(&need) => Access::Granted,
         Some((name, _)) => Access::Forbidden(name),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

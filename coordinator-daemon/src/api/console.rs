@@ -3,10 +3,12 @@
 //! JSON API with the credential the user pastes into it, so the page shows exactly what
 //! that credential may read, and the server checks every call as for any other client.
 
-use crate::api::{query, Call, Error, Routed};
+use crate::api::dto::{query, Call, Error, NoQuery, Routed};
+use crate::coordinator::Coordinator;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
+use std::sync::Arc;
 
 const INDEX: &str = include_str!("../../console/index.html");
 const SCRIPT: &str = include_str!("../../console/app.js");
@@ -17,8 +19,8 @@ const STYLE: &str = include_str!("../../console/app.css");
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
                        base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-fn asset(r: Call<'_>, content_type: &'static str, body: &'static str) -> Routed {
-    query(r.q, &[])?;
+fn asset(r: Call, content_type: &'static str, body: &'static str) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
     let resp = Response::builder()
         .header("content-type", content_type)
         .header("content-security-policy", CSP)
@@ -35,19 +37,19 @@ fn asset(r: Call<'_>, content_type: &'static str, body: &'static str) -> Routed 
 
 #[utoipa::path(get, path = "/console", security(()), summary = "the web console's page (no data in it: its script reads the API with a pasted credential)",
     responses((status = 200, description = "HTML", body = String, content_type = "text/html"), (status = 400, body = Error)))]
-pub(crate) fn page(r: Call<'_>) -> Routed {
+pub async fn page(_c: Arc<Coordinator>, r: Call) -> Routed {
     asset(r, "text/html; charset=utf-8", INDEX)
 }
 
 #[utoipa::path(get, path = "/console/app.js", security(()), summary = "the web console's script",
     responses((status = 200, description = "JavaScript", body = String, content_type = "text/javascript"), (status = 400, body = Error)))]
-pub(crate) fn script(r: Call<'_>) -> Routed {
+pub async fn script(_c: Arc<Coordinator>, r: Call) -> Routed {
     asset(r, "text/javascript; charset=utf-8", SCRIPT)
 }
 
 #[utoipa::path(get, path = "/console/app.css", security(()), summary = "the web console's style sheet",
     responses((status = 200, description = "CSS", body = String, content_type = "text/css"), (status = 400, body = Error)))]
-pub(crate) fn style(r: Call<'_>) -> Routed {
+pub async fn style(_c: Arc<Coordinator>, r: Call) -> Routed {
     asset(r, "text/css; charset=utf-8", STYLE)
 }
 
@@ -68,9 +70,8 @@ mod tests {
         });
         assert!(!handler, "inline event handler attribute");
         assert!(!p.contains("http://") && !p.contains("https://"), "nothing from elsewhere");
-        for (_, path, role) in crate::api::ROUTES.iter().filter(|(_, p, _)| p.starts_with("/console")) {
-            assert_eq!(*role, crate::api::auth::Role::Public, "{path}");
-        }
+        let served: Vec<&str> = crate::api::router::table().iter().map(|m| m.template.as_str()).filter(|p| p.starts_with("/console")).collect();
+        assert_eq!(served, ["/console", "/console/app.js", "/console/app.css"]);
     }
 
     /// Data goes into the page as text, never as markup.

@@ -1,33 +1,30 @@
-//! The OpenAPI document served at /openapi.json, derived (utoipa) from the handlers in
-//! api.rs: their `utoipa::path` attributes, the request and error types they parse and
-//! write, and the response shapes below. The integration tests fuzz the daemon from it.
+//! The OpenAPI document served at /openapi.json, derived (utoipa) from the routes: each
+//! route's handler's `utoipa::path` attribute (router.rs collects them from ROUTES), the
+//! request and error types of dto.rs, and the response shapes below. The integration
+//! tests fuzz the daemon from it; api/conformance.rs checks the shapes against real answers.
 
-use crate::api::{self, OutcomeArg};
+use crate::api::dto::{Id, OutcomeArg};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use utoipa::openapi::path::{HttpMethod, Operation};
+use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi, ToSchema};
-
-/// A gtid or branch id.
-#[derive(ToSchema)]
-#[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
-#[allow(dead_code)]
-pub struct Id(String);
 
 // Response shapes. The coordinator builds these bodies as JSON values; these types
 // describe them for the document (the fuzz test checks every response against them).
 // Optional fields are absent or null in some answers (e.g. a transaction read back from
 // the decision store has no `age_ms`).
 
+/// Built by the handler itself (the others are built as JSON values in coordinator/).
 #[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 pub struct Health {
-    status: String,
-    node_id: String,
+    pub status: String,
+    pub node_id: String,
     /// Resource name -> reachable.
-    resources: BTreeMap<String, bool>,
+    pub resources: BTreeMap<String, bool>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -107,10 +104,24 @@ pub struct Xid {
     bqual: String,
 }
 
+/// The answer to a branch's report (prepared, failed, finished) or to several branches
+/// finished at once.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct Ack {
     gtid: String,
+    /// One branch's report: the branch.
+    #[schema(value_type = Option<Id>)]
+    branch_id: Option<String>,
+    /// Several branches finished at once.
+    #[schema(value_type = Option<Vec<Id>>)]
+    branches: Option<Vec<String>>,
+    /// The branch's (or branches') state now: prepared, failed or finished.
+    state: BranchState,
+    /// finished: the outcome the branch reached.
+    outcome: Option<OutcomeArg>,
+    /// failed: the transaction's decision (abort).
+    decision: Option<OutcomeArg>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -129,6 +140,15 @@ pub enum Decided {
 pub struct Decision {
     gtid: String,
     decision: Decided,
+    /// one_phase, in_participant: the branch that carries it.
+    #[schema(value_type = Option<Id>)]
+    branch_id: Option<String>,
+    /// The decision was already in the store (a commit whose earlier answer was lost).
+    from_store: Option<bool>,
+    /// force: what was done (presumed abort, completion attempted, decision being written).
+    note: Option<String>,
+    /// force of a decided transaction: branches still unfinished after one attempt each.
+    unfinished_branches: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -139,6 +159,8 @@ pub struct DecisionState {
     decision: Option<OutcomeArg>,
     abort_reason: Option<String>,
     retryable: Option<bool>,
+    /// Not in memory nor in the store: the decision resource (pg_co) said commit.
+    from_participant: Option<bool>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -156,8 +178,30 @@ pub enum BranchState {
 pub struct Branch {
     branch_id: String,
     resource: String,
-    kind: Option<String>,
+    kind: Option<Kind>,
     state: Option<BranchState>,
+    /// finished: the outcome it reached, and who finished it.
+    outcome: Option<OutcomeArg>,
+    finished_by: Option<FinishedBy>,
+    /// Why its prepare failed, or why completing it did not work yet.
+    note: Option<String>,
+    /// Completion attempts by the daemon.
+    attempts: Option<u64>,
+    /// /v1/in-doubt, prepared branches: what the branch blocks on its resource
+    /// (`locks_held`, `sessions_waiting_on_prepared`), or `error`.
+    #[schema(value_type = Option<Object>)]
+    blocking: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum FinishedBy {
+    /// The client that owns the branch.
+    Owner,
+    /// This daemon's completion.
+    Daemon,
+    Recovery,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -171,6 +215,14 @@ pub struct Transaction {
     created_unix_ms: Option<u64>,
     /// When the decision was taken (absent until then, and in answers from the store).
     decided_unix_ms: Option<u64>,
+    abort_reason: Option<String>,
+    /// Aborted by a refused prepare (serialization failure): worth retrying.
+    retryable: Option<bool>,
+    /// Rebuilt from the store by recovery.
+    recovered: Option<bool>,
+    /// Read back from the store (no longer in memory), and the node that recorded it.
+    from_store: Option<bool>,
+    node: Option<String>,
     branches: Vec<Branch>,
 }
 
@@ -178,6 +230,9 @@ pub struct Transaction {
 #[allow(dead_code)]
 pub struct TransactionList {
     transactions: Vec<Transaction>,
+    /// /v1/in-doubt: decision records the daemon could not read (docs/ops.md).
+    #[schema(value_type = Option<Vec<Object>>)]
+    quarantined: Option<Vec<Value>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -277,51 +332,58 @@ fn status_meaning(status: &str) -> &'static str {
     }
 }
 
+/// The document's frame: everything but the paths, which come from the routes.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "cotx coordinator",
          description = "Durable two-phase commit decisions across PostgreSQL and MariaDB. All endpoints but /healthz and /openapi.json need `Authorization: Bearer <token>`."),
     security(("bearer" = [])),
-    modifiers(&Conventions),
     components(schemas(Id, crate::state::StateFilter)),
-    paths(api::healthz, api::openapi, api::metrics, api::begin, api::list, api::get, api::register, api::prepared, api::failed,
-          api::finished, api::commit, api::finished_many, api::abort, api::decision, api::in_doubt, api::incidents, api::audit,
-          api::force, api::nodes, api::resources, crate::api::console::page, crate::api::console::script, crate::api::console::style),
 )]
 struct Doc;
 
-/// The document, built once (it never changes while the daemon runs).
-pub fn document() -> Value {
-    static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(|| serde_json::to_value(Doc::openapi()).expect("the OpenAPI document serializes")).clone()
+/// What one handler's `utoipa::path` attribute declares: its method(s), path template,
+/// OpenAPI operation, and the schemas the operation refers to.
+pub struct RouteDoc {
+    pub methods: Vec<HttpMethod>,
+    pub path: String,
+    pub operation: Operation,
+    pub schemas: Vec<(String, RefOr<Schema>)>,
+}
+
+/// The declaration of the handler whose attribute generated `P` (`__path_<handler>`).
+/// `SchemaReferences` is utoipa's hidden trait: it is what `#[derive(OpenApi)]`'s
+/// `paths(...)` and utoipa-axum's `routes!` call to collect the operation's schemas.
+pub fn route_doc<P: utoipa::Path + utoipa::__dev::SchemaReferences>() -> RouteDoc {
+    let mut schemas = vec![];
+    P::schemas(&mut schemas);
+    RouteDoc { methods: P::methods(), path: P::path(), operation: P::operation(), schemas }
+}
+
+/// The document for these routes (router.rs builds it once from ROUTES).
+pub fn document(routes: impl Iterator<Item = RouteDoc>) -> Value {
+    let mut doc = Doc::openapi();
+    let mut schemas = vec![];
+    for r in routes {
+        doc.paths.add_path_operation(&r.path, r.methods, r.operation);
+        schemas.extend(r.schemas);
+    }
+    doc.components.get_or_insert_with(Default::default).schemas.extend(schemas);
+    // After the paths are in: it describes their responses.
+    Conventions.modify(&mut doc);
+    serde_json::to_value(doc).expect("the OpenAPI document serializes")
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
-    /// The document lists exactly the routes the router serves, with their methods.
+    /// The error body's `code` lists every refusal code, by its wire name.
     #[test]
-    fn document_lists_every_route() {
-        let doc = super::document();
-        let mut listed = BTreeSet::new();
-        for (path, item) in doc["paths"].as_object().unwrap() {
-            for m in item.as_object().unwrap().keys() {
-                listed.insert((m.to_uppercase(), path.clone()));
-            }
-        }
-        let served: BTreeSet<(String, String)> = crate::api::ROUTES.iter().map(|(m, p, _)| (m.to_string(), p.to_string())).collect();
-        assert_eq!(listed, served);
-    }
-
-    /// Every route has its arm in the router (a route without one would be answered 405).
-    #[test]
-    fn router_dispatches_every_route() {
-        let src = include_str!("mod.rs");
-        let body = &src[src.find("match (m, tpl) {").unwrap()..];
-        for (m, p, _) in crate::api::ROUTES {
-            assert!(body.contains(&format!("(\"{m}\", \"{p}\") =>")), "{m} {p} has no handler");
-        }
+    fn document_lists_every_refusal_code() {
+        let doc = crate::api::router::document();
+        let listed = &doc["components"]["schemas"]["RefusalCode"]["enum"];
+        let all: Vec<&str> = crate::refusal::RefusalCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(listed, &serde_json::json!(all));
+        assert_eq!(doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["$ref"], "#/components/schemas/RefusalCode");
     }
 
     /// Every `$ref` names a schema of the document (parameter types are not collected
@@ -342,7 +404,7 @@ mod tests {
                 _ => {}
             }
         }
-        let doc = super::document();
+        let doc = crate::api::router::document();
         let mut n = 0;
         walk(&doc, &doc, &mut n);
         assert!(n > 50, "only {n} references");
@@ -351,7 +413,7 @@ mod tests {
     /// The document's title and version; the error body is one schema used by every refusal.
     #[test]
     fn document_has_the_error_schema_and_bearer_auth() {
-        let doc = super::document();
+        let doc = crate::api::router::document();
         assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
         assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");

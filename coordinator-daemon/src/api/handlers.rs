@@ -1,0 +1,229 @@
+//! One handler per route (the table is router.rs's ROUTES): each checks its query string
+//! and body into the types of dto.rs, calls one coordinator operation and answers with
+//! its JSON. The `utoipa::path` attribute above each handler is the route's method, path
+//! template and OpenAPI operation: the router matches the path the attribute declares.
+//! Request and response bodies are the types in dto.rs and openapi.rs; 421: another daemon
+//! owns the gtid (`error.owner_url`); 503 on gtid routes: its owner is unavailable, or its
+//! record is quarantined.
+
+use crate::api::dto::{
+    created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest, DecisionQuery, Empty, Error, Id,
+    FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, ListQuery, NoQuery, RegisterRequest, Routed,
+};
+use crate::api::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
+use crate::coordinator::Coordinator;
+use crate::refusal::{refuse, Refusal, RefusalCode};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Response;
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+#[utoipa::path(get, path = "/healthz", security(()), summary = "liveness",
+    responses((status = 200, body = Health), (status = 400, body = Error)))]
+pub async fn healthz(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let resources = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+    ok(json!(Health { status: "ok".into(), node_id: c.cfg.node_id.clone(), resources }))
+}
+
+#[utoipa::path(get, path = "/metrics", summary = "Prometheus metrics",
+    responses((status = 200, description = "text exposition format", body = String, content_type = "text/plain"),
+              (status = 400, body = Error), (status = 401, body = Error)))]
+pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let g = c.gauges();
+    let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let mut text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
+    let modes: Vec<(String, serde_json::Value)> = c.cfg.resources.iter().map(|r| (r.name.clone(), c.enforcement.report(&r.name))).collect();
+    text.push_str(&crate::telemetry::metrics::render_enforcement(&modes, c.enforcement.held_count()));
+    Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
+}
+
+#[utoipa::path(post, path = "/v1/transactions", summary = "begin a global transaction (optionally registering its first branch)",
+    request_body(content = Option<BeginRequest>),
+    responses((status = 201, body = Begun), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 413, body = Error), (status = 429, body = Error), (status = 503, body = Error)))]
+pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: BeginRequest = parse(&r.body)?;
+    match b.branch {
+        None => created(c.begin(b.timeout_ms)?),
+        Some(br) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/transactions", summary = "list transactions",
+    params(ListQuery),
+    responses((status = 200, body = TransactionList), (status = 400, body = Error), (status = 401, body = Error)))]
+pub async fn list(c: Arc<Coordinator>, r: Call) -> Routed {
+    let q: ListQuery = query(r.q.as_deref())?;
+    ok(c.list(q.state.as_deref())?)
+}
+
+#[utoipa::path(get, path = "/v1/transactions/{gtid}", summary = "get a transaction", params(("gtid" = Id, Path)),
+    responses((status = 200, body = Transaction), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn get(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    ok(c.get(&r.p[0]).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches", summary = "register a branch", params(("gtid" = Id, Path)),
+    request_body = RegisterRequest,
+    responses((status = 201, body = Registered), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 413, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn register(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: RegisterRequest = parse_required(&r.body)?;
+    created(c.register(&r.p[0], &b.resource, &b.branch_id).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/prepared", summary = "report a branch prepared",
+    params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body(content = Option<Empty>),
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn prepared(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let _: Empty = parse(&r.body)?;
+    ok(c.prepared(&r.p[0], &r.p[1]).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/failed", summary = "report a failed (refused) prepare; aborts the transaction",
+    params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body(content = Option<FailedRequest>),
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn failed(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: FailedRequest = parse(&r.body)?;
+    let reason = b.reason.unwrap_or_else(|| "prepare failed".into());
+    text_field("reason", &reason, 1000)?;
+    ok(c.failed(&r.p[0], &r.p[1], &reason, b.retryable.unwrap_or(false)).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/finished", summary = "acknowledge a finished branch",
+    params(("gtid" = Id, Path), ("bid" = Id, Path)), request_body = FinishedRequest,
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn finished(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: FinishedRequest = parse_required(&r.body)?;
+    ok(c.finished(&r.p[0], &r.p[1], b.outcome.into()).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/commit",
+    summary = "decide commit (durable before the answer); or one-phase commit of a single branch; or hand the decision to a participant (decide_in)",
+    params(("gtid" = Id, Path)), request_body(content = Option<CommitRequest>),
+    responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: CommitRequest = parse(&r.body)?;
+    match (b.one_phase_branch, b.prepared) {
+        (Some(_), _) if b.decide_in.is_some() => refuse(RefusalCode::InvalidField, "one_phase_branch and decide_in exclude each other"),
+        (None, p) if b.decide_in.is_some() => {
+            let p = p.unwrap_or_default();
+            if p.len() > 1000 {
+                return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
+            }
+            ok(c.commit_decide_in(&r.p[0], &p, b.decide_in.as_deref().unwrap_or_default()).await?)
+        }
+        (Some(_), Some(_)) => refuse(RefusalCode::InvalidField, "one_phase_branch and prepared exclude each other"),
+        (Some(bid), None) => ok(c.one_phase(&r.p[0], &bid).await?),
+        (None, p) => {
+            let p = p.unwrap_or_default();
+            if p.len() > 1000 {
+                return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
+            }
+            ok(c.commit_with(&r.p[0], "coordinator", &p).await?)
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/finished", summary = "acknowledge several finished branches at once (all or nothing)",
+    params(("gtid" = Id, Path)), request_body = FinishedManyRequest,
+    responses((status = 200, body = Ack), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn finished_many(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: FinishedManyRequest = parse_required(&r.body)?;
+    ok(c.finished_many(&r.p[0], &b.branches, b.outcome.into()).await?)
+}
+
+#[utoipa::path(post, path = "/v1/transactions/{gtid}/abort", summary = "decide abort",
+    params(("gtid" = Id, Path)), request_body(content = Option<AbortRequest>),
+    responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn abort(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: AbortRequest = parse(&r.body)?;
+    let reason = b.reason.unwrap_or_else(|| "aborted by client".into());
+    text_field("reason", &reason, 1000)?;
+    ok(c.abort(&r.p[0], &reason).await?)
+}
+
+#[utoipa::path(get, path = "/v1/transactions/{gtid}/decision", summary = "the decision, waiting up to wait_ms for it (long poll)",
+    params(("gtid" = Id, Path), DecisionQuery),
+    responses((status = 200, body = DecisionState), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn decision(c: Arc<Coordinator>, r: Call) -> Routed {
+    let q: DecisionQuery = query(r.q.as_deref())?;
+    ok(c.wait_decision(&r.p[0], q.wait_ms.unwrap_or(0)).await?)
+}
+
+#[utoipa::path(get, path = "/v1/in-doubt", summary = "in-doubt transactions, oldest first, with locks held and waiters per prepared branch",
+    responses((status = 200, body = TransactionList), (status = 400, body = Error), (status = 401, body = Error)))]
+pub async fn in_doubt(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    ok(c.in_doubt_report().await?)
+}
+
+#[utoipa::path(get, path = "/v1/incidents", summary = "branches that did not reach the decided outcome",
+    responses((status = 200, body = Incidents), (status = 400, body = Error), (status = 401, body = Error)))]
+pub async fn incidents(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let v = c.incidents.lock().unwrap().clone();
+    ok(json!({"incidents": v}))
+}
+
+#[utoipa::path(get, path = "/v1/audit", summary = "operator audit log",
+    responses((status = 200, body = Audit), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
+pub async fn audit(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let v = c.store.audit_log().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
+    ok(json!({"audit": v}))
+}
+
+#[utoipa::path(post, path = "/v1/admin/force", summary = "operator: force an outcome (never contradicts a recorded decision)",
+    request_body = ForceRequest,
+    responses((status = 200, body = Decision), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
+              (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
+pub async fn force(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: ForceRequest = parse_required(&r.body)?;
+    if !b.confirm {
+        return refuse(RefusalCode::ConfirmationRequired, "forcing an outcome requires \"confirm\": true");
+    }
+    text_field("operator", &b.operator, 200)?;
+    text_field("reason", &b.reason, 1000)?;
+    if b.operator.trim().is_empty() || b.reason.trim().is_empty() {
+        return refuse(RefusalCode::InvalidField, "operator and reason must not be empty");
+    }
+    ok(c.force(&b.gtid, b.outcome.into(), &b.operator, &b.reason).await?)
+}
+
+#[utoipa::path(get, path = "/v1/nodes", summary = "node leases in the store (every daemon of the deployment) and the nodes this daemon acts for",
+    responses((status = 200, body = Nodes), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
+pub async fn nodes(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    ok(c.nodes_report().await?)
+}
+
+#[utoipa::path(get, path = "/v1/resources", summary = "the configured resources: kind, reachable at the last contact, prepared branches held in memory",
+    responses((status = 200, body = Resources), (status = 400, body = Error), (status = 401, body = Error)))]
+pub async fn resources(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    ok(c.resources_report())
+}
+
