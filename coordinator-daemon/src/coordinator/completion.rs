@@ -181,3 +181,82 @@ pub fn adopt_records(c: &Arc<Parts>, recs: &[DecisionRecord]) -> usize {
     }
     n
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ResourceKind;
+    use crate::coordinator::registry::Entry;
+    use crate::state::{Tx, TxState};
+
+    /// A committed transaction of ours with prepared branches b1, b2 on "pg", not being
+    /// completed (no task races the test).
+    fn committed(p: &Parts, seq: u64) -> String {
+        let g = naming::new_gtid("u1", p.owner.nonce, 1000 + seq);
+        let mut tx = Tx::new(g.clone(), Duration::from_secs(60));
+        for b in ["b1", "b2"] {
+            tx.register(b, "pg", ResourceKind::Postgres).unwrap();
+            tx.prepared(b).unwrap();
+        }
+        tx.state = TxState::Committed;
+        let mut e = Entry::new(tx, false, 1);
+        e.completing = true;
+        p.registry.insert(&g, e);
+        g
+    }
+
+    fn branch(p: &Parts, g: &str, b: &str) -> (BranchState, Option<String>) {
+        p.registry.with_entry(g, |e| e.tx.branches.iter().find(|x| x.branch_id == b).map(|x| (x.state, x.note.clone())).unwrap()).here().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_attempt_is_booked_once() {
+        let c = crate::coordinator::tests::coord("completion-book").await;
+        let p = c.parts();
+        let g = committed(p, 1);
+        assert!(!note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::Retry("down".into()), FinishedBy::Daemon));
+        assert_eq!(p.resource_up.lock().unwrap().get("pg"), Some(&false));
+        assert_eq!(branch(p, &g, "b1").0, BranchState::Prepared);
+        assert!(!note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::OwnerAttached, FinishedBy::Daemon));
+        assert!(note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::Done, FinishedBy::Recovery));
+        assert_eq!(p.resource_up.lock().unwrap().get("pg"), Some(&true));
+        assert_eq!(branch(p, &g, "b1"), (BranchState::Finished, None));
+        assert_eq!((p.metrics.recovery_commit.load(Relaxed), p.metrics.completion_commit.load(Relaxed)), (1, 0));
+        assert!(note_completion(p, &g, "pg", "b2", Outcome::Commit, Completion::Incident("rolled back".into()), FinishedBy::Daemon));
+        assert!(note_completion(p, &g, "pg", "b2", Outcome::Commit, Completion::Incident("rolled back".into()), FinishedBy::Recovery));
+        assert_eq!(p.incidents.lock().unwrap().len(), 1, "booked by the first attempt only");
+        assert_eq!(p.metrics.incidents.load(Relaxed), 1);
+        assert_eq!(branch(p, &g, "b2").1.as_deref(), Some("incident: rolled back"));
+        let g2 = committed(p, 2);
+        assert!(note_completion(p, &g2, "pg", "b1", Outcome::Commit, Completion::Gone, FinishedBy::Daemon));
+        assert_eq!(branch(p, &g2, "b1"), (BranchState::Finished, Some("not prepared any more (finished by its owner)".into())));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nothing_is_attempted_where_it_may_not_be() {
+        let c = crate::coordinator::tests::coord("completion-where").await;
+        let p = c.parts();
+        let g = committed(p, 3);
+        let r = complete_branch(p, &g, "nowhere", "b1", Outcome::Commit, 0).await;
+        assert_eq!(r, Completion::Retry("resource nowhere is not configured".into()));
+        let theirs = naming::new_gtid("u2", 1, 1);
+        assert_eq!(complete_branch(p, &theirs, "pg", "b1", Outcome::Commit, 0).await, Completion::Retry("node u2 is not ours (any more)".into()));
+        // The resource is unreachable: its node lock cannot be held, so nothing is done.
+        assert!(matches!(complete_branch(p, &g, "pg", "b1", Outcome::Commit, 0).await, Completion::Retry(_)));
+        assert_eq!(complete_pending(p, &g, FinishedBy::Daemon).await, 2, "both branches still to do");
+        p.owner.lease.revoke();
+        assert_eq!(complete_branch(p, &g, "pg", "b1", Outcome::Commit, 0).await, Completion::Retry("our node lease is unconfirmed".into()));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_decision_from_the_store_is_applied_and_counted_once() {
+        let c = crate::coordinator::tests::coord("completion-apply").await;
+        let p = c.parts();
+        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        apply_decision(p, &g, Outcome::Abort);
+        apply_decision(p, &g, Outcome::Abort);
+        assert_eq!(p.metrics.aborted.load(Relaxed), 1);
+        let (state, recorded, completing) = p.registry.with_entry(&g, |e| (e.tx.state, e.recorded, e.completing)).here().unwrap();
+        assert_eq!((state, recorded, completing), (TxState::Aborted, true, true));
+    }
+}

@@ -92,4 +92,21 @@ mod tests {
         assert_eq!(store_news(0, 2_000, true), Some(false));
         assert_eq!(store_news(0, 2_000, false), None);
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gauges_count_the_live_state() {
+        let c = crate::coordinator::tests::coord("gauges").await;
+        let p = c.parts();
+        let g1 = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.begin(None).unwrap();
+        c.register(&g1, "pg", "b1").await.unwrap();
+        c.commit_with(&g1, "coordinator", &["b1".into()]).await.unwrap();
+        let g = gauges(p);
+        assert_eq!((g.active, g.in_doubt, g.quarantined, g.adopted_nodes), (1, 1, 0, 0));
+        p.owner.granted("u9", 1);
+        p.owner.adopt("u9");
+        p.registry.quarantine(&crate::store::CorruptRecord { gtid: "u9-1-1".into(), problem: "x".into() });
+        let g = gauges(p);
+        assert_eq!((g.quarantined, g.adopted_nodes), (1, 1));
+    }
 }

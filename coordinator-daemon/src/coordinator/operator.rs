@@ -203,6 +203,42 @@ pub fn resources_report(c: &Parts) -> Value {
 mod tests {
     use super::*;
 
+    /// Every force is audited before it acts and after; a force never contradicts.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forcing_is_audited_and_never_contradicts() {
+        let c = crate::coordinator::tests::coord("force").await;
+        let p = c.parts();
+        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let v = force(p, &g, Outcome::Abort, "ops", "stuck").await.unwrap();
+        assert_eq!(v["decision"], "abort");
+        assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
+        assert_eq!(force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code, RefusalCode::ContradictsDecision);
+        let audit = p.store.audit_log().await.unwrap();
+        assert_eq!(audit.len(), 4, "attempt and result of each force");
+        assert_eq!(p.metrics.forced.load(Relaxed), 1);
+        // No record, ours: presumed abort; a commit is a contradiction.
+        let gone = naming::new_gtid("u1", p.owner.nonce, 999);
+        assert_eq!(force(p, &gone, Outcome::Abort, "ops", "x").await.unwrap()["decision"], "abort");
+        assert_eq!(force(p, &gone, Outcome::Commit, "ops", "x").await.unwrap_err().code, RefusalCode::ContradictsDecision);
+        // Another node's, unknown here: its owner's, nothing audited.
+        let n = p.store.audit_log().await.unwrap().len();
+        let theirs = naming::new_gtid("u2", 1, 1);
+        assert_eq!(force(p, &theirs, Outcome::Abort, "ops", "x").await.unwrap_err().code, RefusalCode::OwnerUnavailable);
+        assert_eq!(p.store.audit_log().await.unwrap().len(), n);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_in_doubt_report_lists_quarantined_records() {
+        let c = crate::coordinator::tests::coord("indoubt").await;
+        let p = c.parts();
+        let g = naming::new_gtid("u1", p.owner.nonce, 77);
+        p.registry.quarantine(&crate::store::CorruptRecord { gtid: g.clone(), problem: "bad".into() });
+        let r = in_doubt_report(p).await.unwrap();
+        assert_eq!(r["transactions"], json!([]));
+        assert_eq!(r["quarantined"][0]["gtid"], g.as_str());
+        assert_eq!(c.get(&g).await.unwrap_err().code, RefusalCode::Quarantined);
+    }
+
     #[test]
     fn a_forced_outcome_never_contradicts_a_decision() {
         use Forced::*;

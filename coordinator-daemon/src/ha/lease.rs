@@ -384,6 +384,43 @@ mod tests {
         assert_eq!(reconcile(Err("store down".into())), Reconciled::Drop, "unreadable now: forgotten, the store answers later");
     }
 
+    /// The loss travels as a value from the renewal to the loop's reaction: our node is
+    /// claimed again under a new grant, memory keeps what the store confirms.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_grant_is_found_by_a_renewal_and_regained() {
+        let c = crate::coordinator::tests::coord("regain").await;
+        let p = c.parts();
+        let before = p.owner.generation_of("u1");
+        let undecided = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let committed = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.register(&committed, "pg", "b1").await.unwrap();
+        c.commit_with(&committed, "coordinator", &["b1".into()]).await.unwrap();
+        assert!(renew_all(p).await.lost.is_none());
+        // Taken over, finished and handed back while we were away: the row is gone.
+        p.store.release_node("u1", &p.owner.holder, true).await.unwrap();
+        let round = renew_all(p).await;
+        let lost = round.lost.expect("the renewal finds the grant gone");
+        assert!(round.answered);
+        assert!(p.registry.contains(&undecided), "nothing is done until the loop reacts");
+        regain(p, lost).await;
+        assert!(p.owner.generation_of("u1") > before, "a new grant");
+        assert!(!p.owner.regaining() && !p.owner.lease.expired());
+        assert_eq!(p.metrics.lease_losses.load(Relaxed), 1);
+        assert!(!p.registry.contains(&undecided), "no record: dropped");
+        let kept = p.registry.with_entry(&committed, |e| (e.grant, e.tx.state)).here();
+        assert_eq!(kept, Some((p.owner.generation_of("u1"), crate::state::TxState::Committed)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_nodes_report_names_our_lease() {
+        let c = crate::coordinator::tests::coord("nodes").await;
+        let r = nodes_report(c.parts()).await.unwrap();
+        assert_eq!((r["node_id"].as_str(), r["lease_valid"].as_bool()), (Some("u1"), Some(true)));
+        assert_eq!(r["adopted"], json!([]));
+        c.parts().owner.lease.revoke();
+        assert_eq!(nodes_report(c.parts()).await.unwrap()["lease_valid"], false);
+    }
+
     #[test]
     fn the_reclaim_row_is_never_a_node() {
         assert_eq!(reclaim_key("n1"), "n1!reclaim");
