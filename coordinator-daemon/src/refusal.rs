@@ -18,7 +18,6 @@ pub enum RefusalCode {
     Unauthorized,
     Forbidden,
     NotFound,
-    NotInMemory,
     UnknownTransaction,
     UnknownBranch,
     UnknownResource,
@@ -55,7 +54,7 @@ pub enum RefusalCode {
 
 impl RefusalCode {
     /// Every code, for the tests and the OpenAPI document.
-    pub const ALL: &'static [RefusalCode] = &[RefusalCode::InvalidJson, RefusalCode::InvalidBody, RefusalCode::InvalidField, RefusalCode::InvalidId, RefusalCode::IdTooLong, RefusalCode::ConfirmationRequired, RefusalCode::Unauthorized, RefusalCode::Forbidden, RefusalCode::NotFound, RefusalCode::NotInMemory, RefusalCode::UnknownTransaction, RefusalCode::UnknownBranch, RefusalCode::UnknownResource, RefusalCode::ResourceRefused, RefusalCode::OutcomeForgotten, RefusalCode::MethodNotAllowed, RefusalCode::DuplicateBranch, RefusalCode::AlreadyPrepared, RefusalCode::BranchNotPrepared, RefusalCode::NoBranches, RefusalCode::NotSingleBranch, RefusalCode::NotDecided, RefusalCode::OutcomeMismatch, RefusalCode::TransactionAborted, RefusalCode::TransactionCommitted, RefusalCode::TransactionOnePhase, RefusalCode::WrongState, RefusalCode::TransactionDeciding, RefusalCode::NotADecisionResource, RefusalCode::ContradictsDecision, RefusalCode::PayloadTooLarge, RefusalCode::WrongNode, RefusalCode::TooManyTransactions, RefusalCode::StoreUnavailable, RefusalCode::OwnerUnavailable, RefusalCode::Quarantined, RefusalCode::LeaseUnconfirmed, RefusalCode::LeaseLost, RefusalCode::TooManyConnections, RefusalCode::ResourceUnavailable, RefusalCode::ResourceBusy, RefusalCode::RestartGate];
+    pub const ALL: &'static [RefusalCode] = &[RefusalCode::InvalidJson, RefusalCode::InvalidBody, RefusalCode::InvalidField, RefusalCode::InvalidId, RefusalCode::IdTooLong, RefusalCode::ConfirmationRequired, RefusalCode::Unauthorized, RefusalCode::Forbidden, RefusalCode::NotFound, RefusalCode::UnknownTransaction, RefusalCode::UnknownBranch, RefusalCode::UnknownResource, RefusalCode::ResourceRefused, RefusalCode::OutcomeForgotten, RefusalCode::MethodNotAllowed, RefusalCode::DuplicateBranch, RefusalCode::AlreadyPrepared, RefusalCode::BranchNotPrepared, RefusalCode::NoBranches, RefusalCode::NotSingleBranch, RefusalCode::NotDecided, RefusalCode::OutcomeMismatch, RefusalCode::TransactionAborted, RefusalCode::TransactionCommitted, RefusalCode::TransactionOnePhase, RefusalCode::WrongState, RefusalCode::TransactionDeciding, RefusalCode::NotADecisionResource, RefusalCode::ContradictsDecision, RefusalCode::PayloadTooLarge, RefusalCode::WrongNode, RefusalCode::TooManyTransactions, RefusalCode::StoreUnavailable, RefusalCode::OwnerUnavailable, RefusalCode::Quarantined, RefusalCode::LeaseUnconfirmed, RefusalCode::LeaseLost, RefusalCode::TooManyConnections, RefusalCode::ResourceUnavailable, RefusalCode::ResourceBusy, RefusalCode::RestartGate];
 
     /// The wire name (what `Serialize` writes).
     pub fn as_str(self) -> &'static str {
@@ -69,7 +68,6 @@ impl RefusalCode {
             RefusalCode::Unauthorized => "unauthorized",
             RefusalCode::Forbidden => "forbidden",
             RefusalCode::NotFound => "not_found",
-            RefusalCode::NotInMemory => "not_in_memory",
             RefusalCode::UnknownTransaction => "unknown_transaction",
             RefusalCode::UnknownBranch => "unknown_branch",
             RefusalCode::UnknownResource => "unknown_resource",
@@ -117,7 +115,6 @@ impl RefusalCode {
             RefusalCode::Unauthorized => 401,
             RefusalCode::Forbidden => 403,
             RefusalCode::NotFound => 404,
-            RefusalCode::NotInMemory => 404,
             RefusalCode::UnknownTransaction => 404,
             RefusalCode::UnknownBranch => 404,
             RefusalCode::UnknownResource => 404,

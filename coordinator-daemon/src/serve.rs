@@ -67,17 +67,17 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
             Err(e) => die(&e),
         };
         // A store that went back to an older copy is not acted on (crate::ha::witness).
-        if let Err(e) = lease::check_witness(&c).await {
+        if let Err(e) = lease::check_witness(c.parts()).await {
             die(&format!("refusing to start: {e}"));
         }
         // Own the node id (store lease, then the lock at every resource) before anything else.
-        if let Err(e) = lease::claim_at_start(&c).await {
+        if let Err(e) = lease::claim_at_start(c.parts()).await {
             die(&format!("cannot own node {}: {e}", c.cfg.node_id));
         }
-        if let Err(e) = lease::check_witness(&c).await {
+        if let Err(e) = lease::check_witness(c.parts()).await {
             die(&format!("refusing to start: {e}"));
         }
-        if let Err(e) = lease::lock_resources_at_start(&c).await {
+        if let Err(e) = lease::lock_resources_at_start(c.parts()).await {
             die(&format!("cannot own node {}: {e}", c.cfg.node_id));
         }
         match c.store.load().await {
@@ -90,13 +90,13 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
             }
             Err(e) => die(&format!("cannot read the decision store: {e}")),
         }
-        tracing::info!(addr = %c.cfg.listen, node_id = %c.cfg.node_id, holder = %c.holder, advertise_url = %c.cfg.advertise_url, "listening");
+        tracing::info!(addr = %c.cfg.listen, node_id = %c.cfg.node_id, holder = %c.holder(), advertise_url = %c.cfg.advertise_url, "listening");
         if let Some(e) = &c.cfg.telemetry.otlp_endpoint {
             otlp::start(e, &c.cfg.node_id);
         }
-        lease::spawn_renewal(c.clone());
+        lease::spawn_renewal(c.parts().clone());
         // Recovery at start, then periodically.
-        let rc = c.clone();
+        let rc = c.parts().clone();
         tokio::spawn(async move {
             loop {
                 recovery::run_pass(&rc).await;
@@ -123,7 +123,7 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
         // Client mode: helpers of branches that no longer need them go now (the others
         // stay for recovery: their branches may still commit).
         let _ = tokio::time::timeout(Duration::from_secs(5), c.release_settled_holds()).await;
-        let _ = c.store.release_node(&c.cfg.node_id, &c.holder, false).await;
+        let _ = c.store.release_node(&c.cfg.node_id, c.holder(), false).await;
         tracing::info!("stopping");
     });
     std::process::exit(0);

@@ -11,19 +11,20 @@
 //! (batched); a committed decision found there wins. Committed decision rows are deleted
 //! once every branch is finished; abort rows stay (a decision branch paused before
 //! `co.decide` must keep finding them). docs/coordinator.md, "Decision in a participant".
+//! The commit request itself (`commit_decide_in`) is a commit path: commit.rs.
 
-use crate::config::ResourceKind;
-use crate::coordinator::{Coordinator, Res};
-use crate::telemetry::log::log;
+use crate::config::{Resource, ResourceKind};
 use crate::naming;
 use crate::participants::resources::{pg_err, ResourceClient};
-use crate::state::{refuse, FinishedBy, Outcome, TxState};
+use crate::state::{FinishedBy, Outcome, TxState};
+use crate::telemetry::log::log;
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
-use crate::refusal::RefusalCode;
+
+use super::completion;
+use super::parts::Parts;
 
 /// How long co.resolve waits for an open co.decide of the same gtid before this attempt
 /// gives up (the next attempt asks again).
@@ -97,138 +98,150 @@ impl ResourceClient {
     }
 }
 
-impl Coordinator {
-    /// Resources that may carry global decisions (config `decisions = true`).
-    pub fn decision_resources(&self) -> Vec<String> {
-        self.cfg.resources.iter().filter(|r| r.decisions && r.kind == ResourceKind::Postgres).map(|r| r.name.clone()).collect()
-    }
+/// Resources that may carry global decisions (config `decisions = true`).
+pub fn decision_resources_of(resources: &[Resource]) -> Vec<String> {
+    resources.iter().filter(|r| r.decisions && r.kind == ResourceKind::Postgres).map(|r| r.name.clone()).collect()
+}
 
-    /// Commit with the decision in branch `bid`: the other branches are prepared (those in
-    /// `prepared` are reported here), `bid` is on a decision resource. Nothing is written:
-    /// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
-    pub async fn commit_decide_in(self: &Arc<Self>, gtid: &str, prepared: &[String], bid: &str) -> Res {
-        if self.lease.expired() {
-            return refuse(RefusalCode::LeaseUnconfirmed, format!("node {}'s lease could not be renewed in time: no new work until it is", self.cfg.node_id));
-        }
-        let allowed = self.decision_resources();
-        if self.enforcement.holds(gtid, bid) {
-            return refuse(RefusalCode::NotADecisionResource, format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"));
-        }
-        self.on_tx(gtid, |e| {
-            let mut next = e.tx.clone();
-            for p in prepared {
-                next.prepared(p)?;
-            }
-            next.check_decide_in(bid)?;
-            let res = &next.branches.iter().find(|b| b.branch_id == bid).expect("checked").resource;
-            if !allowed.contains(res) {
-                return refuse(RefusalCode::NotADecisionResource,
-                    format!("branch {bid:?} is on resource {res:?}, which is not configured with decisions = true (PostgreSQL with pg_co)"));
-            }
-            next.state = TxState::Deciding;
-            next.decide_in = Some(bid.to_string());
-            e.tx = next;
-            Ok(())
-        })
-        .await?;
-        self.metrics.decided_in_participant.fetch_add(1, Relaxed);
-        self.spawn_resolution(gtid);
-        Ok(json!({"gtid": gtid, "decision": "in_participant", "branch_id": bid}))
-    }
+pub fn decision_resources(c: &Parts) -> Vec<String> {
+    decision_resources_of(&c.cfg.resources)
+}
 
-    /// After the owners' grace period, a transaction still deciding is resolved at its
-    /// decision branch's resource; retried with backoff until that resource answers.
-    fn spawn_resolution(self: &Arc<Self>, gtid: &str) {
-        let me = self.clone();
-        let gtid = gtid.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(me.cfg.timeouts.owner_grace_ms)).await;
-            let mut delay = me.cfg.timeouts.retry_initial_ms;
-            loop {
-                let res = {
-                    let txs = me.txs.lock().unwrap();
-                    match txs.get(&gtid) {
-                        Some(e) if e.tx.state == TxState::Deciding => {
-                            let bid = e.tx.decide_in.clone().unwrap_or_default();
-                            e.tx.branches.iter().find(|b| b.branch_id == bid).map(|b| b.resource.clone())
-                        }
-                        _ => return,
+/// After the owners' grace period, a transaction still deciding is resolved at its
+/// decision branch's resource; retried with backoff until that resource answers.
+pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
+    let me = c.clone();
+    let gtid = gtid.to_string();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(me.cfg.timeouts.owner_grace_ms)).await;
+        let mut delay = me.cfg.timeouts.retry_initial_ms;
+        loop {
+            let res = {
+                let txs = me.registry.txs.lock().unwrap();
+                match txs.get(&gtid) {
+                    Some(e) if e.tx.state == TxState::Deciding => {
+                        let bid = e.tx.decide_in.clone().unwrap_or_default();
+                        e.tx.branches.iter().find(|b| b.branch_id == bid).map(|b| b.resource.clone())
                     }
-                };
-                let Some(rc) = res.and_then(|r| me.resources.get(&r).cloned()) else { return };
-                if !me.lease.expired() {
-                    match rc.resolve_decisions(std::slice::from_ref(&gtid)).await {
-                        Ok(m) if m.contains_key(&gtid) => {
-                            let o = m[&gtid];
-                            log("info", "decision read from the decision branch's resource (owner silent)", json!({"gtid": gtid, "resource": rc.name, "outcome": o.as_str()}));
-                            me.apply_participant_decision(&gtid, o, FinishedBy::Daemon);
-                            return;
-                        }
-                        Ok(_) => {}
-                        Err(e) => log("warn", "cannot resolve a deciding transaction yet; will retry", json!({"gtid": gtid, "error": e})),
-                    }
+                    _ => return,
                 }
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
-            }
-        });
-    }
-
-    /// The decision branch's outcome is known: publish it and finish the other branches.
-    pub fn apply_participant_decision(self: &Arc<Self>, gtid: &str, o: Outcome, by: FinishedBy) {
-        let changed = {
-            let mut txs = self.txs.lock().unwrap();
-            match txs.get_mut(gtid) {
-                Some(e) if e.tx.state == TxState::Deciding => {
-                    e.tx.decided_in_participant(o, by);
-                    e.publish();
-                    true
-                }
-                _ => false,
-            }
-        };
-        if changed {
-            self.count_decision(o);
-            self.spawn_completion(gtid);
-        }
-    }
-
-    /// Recovery: the outcome of gtids that have no decision here, at every decision
-    /// resource. A gtid is answered only when every decision resource answered for it;
-    /// commit wins (only the decision branch's resource can hold one).
-    pub async fn resolve_in_participants(&self, gtids: &[String]) -> HashMap<String, Outcome> {
-        let names = self.decision_resources();
-        let mut answered: HashMap<String, (usize, Outcome)> = HashMap::new();
-        for chunk in gtids.chunks(500) {
-            for n in &names {
-                match self.resources[n].resolve_decisions(chunk).await {
-                    Ok(m) => {
-                        for (g, o) in m {
-                            let a = answered.entry(g).or_insert((0, Outcome::Abort));
-                            a.0 += 1;
-                            if o == Outcome::Commit {
-                                a.1 = Outcome::Commit;
-                            }
-                        }
+            };
+            let Some(rc) = res.and_then(|r| me.resources.get(&r).cloned()) else { return };
+            if !me.owner.lease.expired() {
+                match rc.resolve_decisions(std::slice::from_ref(&gtid)).await {
+                    Ok(m) if m.contains_key(&gtid) => {
+                        let o = m[&gtid];
+                        log("info", "decision read from the decision branch's resource (owner silent)", json!({"gtid": gtid, "resource": rc.name, "outcome": o.as_str()}));
+                        apply_participant_decision(&me, &gtid, o, FinishedBy::Daemon);
+                        return;
                     }
-                    Err(e) => log("warn", "recovery: cannot resolve at a decision resource; those transactions wait", json!({"resource": n, "error": e})),
+                    Ok(_) => {}
+                    Err(e) => log("warn", "cannot resolve a deciding transaction yet; will retry", json!({"gtid": gtid, "error": e})),
                 }
             }
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
         }
-        answered.into_iter().filter(|(_, (k, _))| *k == names.len()).map(|(g, (_, o))| (g, o)).collect()
-    }
+    });
+}
 
-    /// Deletes the committed decision rows of finished transactions, batched per pass.
-    pub async fn flush_forgotten_decisions(&self) {
-        let gtids: Vec<String> = std::mem::take(&mut *self.decisions_to_forget.lock().unwrap());
-        if gtids.is_empty() {
-            return;
+/// The decision branch's outcome is known: publish it and finish the other branches.
+pub fn apply_participant_decision(c: &Arc<Parts>, gtid: &str, o: Outcome, by: FinishedBy) {
+    let changed = {
+        let mut txs = c.registry.txs.lock().unwrap();
+        match txs.get_mut(gtid) {
+            Some(e) if e.tx.state == TxState::Deciding => {
+                e.tx.decided_in_participant(o, by);
+                e.publish();
+                true
+            }
+            _ => false,
         }
-        for n in self.decision_resources() {
-            if let Err(e) = self.resources[&n].forget_decisions(&gtids).await {
-                // Rows left behind cost a little space; the next pass does not retry them.
-                log("warn", "cannot delete finished decision rows", json!({"resource": n, "error": e, "count": gtids.len()}));
+    };
+    if changed {
+        c.count_decision(o);
+        completion::spawn_completion(c, gtid);
+    }
+}
+
+/// Merges the answers of the decision resources: a gtid is answered only when every one
+/// of the `asked` resources answered for it; commit wins (only the decision branch's
+/// resource can hold one).
+pub fn merge_answers(asked: usize, answers: impl IntoIterator<Item = HashMap<String, Outcome>>) -> HashMap<String, Outcome> {
+    let mut answered: HashMap<String, (usize, Outcome)> = HashMap::new();
+    for m in answers {
+        for (g, o) in m {
+            let a = answered.entry(g).or_insert((0, Outcome::Abort));
+            a.0 += 1;
+            if o == Outcome::Commit {
+                a.1 = Outcome::Commit;
             }
         }
+    }
+    answered.into_iter().filter(|(_, (k, _))| *k == asked).map(|(g, (_, o))| (g, o)).collect()
+}
+
+/// Recovery: the outcome of gtids that have no decision here, at every decision
+/// resource (see `merge_answers`).
+pub async fn resolve_in_participants(c: &Parts, gtids: &[String]) -> HashMap<String, Outcome> {
+    let names = decision_resources(c);
+    let mut out = HashMap::new();
+    for chunk in gtids.chunks(500) {
+        let mut answers = vec![];
+        for n in &names {
+            match c.resources[n].resolve_decisions(chunk).await {
+                Ok(m) => answers.push(m),
+                Err(e) => log("warn", "recovery: cannot resolve at a decision resource; those transactions wait", json!({"resource": n, "error": e})),
+            }
+        }
+        out.extend(merge_answers(names.len(), answers));
+    }
+    out
+}
+
+/// Deletes the committed decision rows of finished transactions, batched per pass.
+pub async fn flush_forgotten_decisions(c: &Parts) {
+    let gtids: Vec<String> = std::mem::take(&mut *c.registry.decisions_to_forget.lock().unwrap());
+    if gtids.is_empty() {
+        return;
+    }
+    for n in decision_resources(c) {
+        if let Err(e) = c.resources[&n].forget_decisions(&gtids).await {
+            // Rows left behind cost a little space; the next pass does not retry them.
+            log("warn", "cannot delete finished decision rows", json!({"resource": n, "error": e, "count": gtids.len()}));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_of_gtids_is_one_quoted_array() {
+        let a = array_literal(&["n1-1-1".into(), "it's".into()]);
+        assert_eq!(a, "ARRAY['n1-1-1','it''s']::text[]");
+    }
+
+    #[test]
+    fn an_answer_counts_only_when_every_decision_resource_gave_it_and_commit_wins() {
+        let m = |v: &[(&str, Outcome)]| v.iter().map(|(g, o)| (g.to_string(), *o)).collect::<HashMap<_, _>>();
+        let out = merge_answers(2, vec![
+            m(&[("a", Outcome::Abort), ("b", Outcome::Abort), ("c", Outcome::Commit)]),
+            m(&[("a", Outcome::Commit), ("b", Outcome::Abort)]),
+        ]);
+        assert_eq!(out.get("a"), Some(&Outcome::Commit), "commit at either resource wins");
+        assert_eq!(out.get("b"), Some(&Outcome::Abort));
+        assert_eq!(out.get("c"), None, "one resource did not answer for c: unknown");
+        assert!(merge_answers(2, vec![m(&[("a", Outcome::Abort)])]).is_empty(), "a resource that failed leaves everything unknown");
+    }
+
+    #[test]
+    fn only_postgres_resources_with_decisions_carry_them() {
+        let src = "allow_no_auth = true\nnode_id = \"u1\"\n[store]\nkind = \"sqlite\"\npath = \"/tmp/x.db\"\n\
+                   [[resources]]\nname = \"a\"\nkind = \"postgres\"\ndsn = \"host=x\"\ndecisions = true\n\
+                   [[resources]]\nname = \"b\"\nkind = \"postgres\"\ndsn = \"host=x\"\n";
+        let cfg = crate::config::parse(src, None).unwrap();
+        assert_eq!(decision_resources_of(&cfg.resources), vec!["a".to_string()]);
     }
 }

@@ -3,79 +3,102 @@
 //! rest, and the recovery pass's enforcement step (probe every resource again, recover
 //! dangling helpers, watch MariaDB restarts).
 
-use crate::coordinator::Coordinator;
+use crate::config::ResourceKind;
 use crate::naming;
+use crate::participants::enforcement::{Effective, Mode};
 use crate::state::{BranchState, Outcome, TxState};
-use std::sync::Arc;
+use crate::telemetry::log::log;
+use serde_json::json;
+use std::time::Duration;
 
-impl Coordinator {
-    /// A helper that no live branch of ours holds stays only while its branch may still
-    /// commit: a branch of another node (not ours to touch), a prepared branch whose
-    /// transaction is not known aborted, or a registered branch of a live transaction.
-    pub fn keep_helper(&self, gtid: &str, bid: &str, branch_prepared: bool) -> bool {
-        let Some(node) = naming::gtid_node(gtid) else { return true };
-        if !self.acts_for(node) {
-            return true;
-        }
-        if let Some(e) = self.txs.lock().unwrap().get(gtid) {
-            if e.tx.is_undecided() {
-                return branch_prepared || e.tx.branches.iter().any(|b| b.branch_id == bid && b.state == BranchState::Registered);
-            }
-        }
-        match self.decision_of(gtid) {
-            Some((Outcome::Abort, _)) => false,
-            // Committed and still prepared: recovery commits it, the next sweep lets go.
-            // Not prepared: finished, or it never will be (an epoch that cannot decide).
-            _ => branch_prepared,
+use super::parts::Parts;
+use super::registry::Registry;
+
+/// A helper that no live branch of ours holds stays only while its branch may still
+/// commit: a branch of another node (not ours to touch), a prepared branch whose
+/// transaction is not known aborted, or a registered branch of a live transaction.
+pub fn keep_helper(c: &Parts, gtid: &str, bid: &str, branch_prepared: bool) -> bool {
+    let Some(node) = naming::gtid_node(gtid) else { return true };
+    if !c.owner.acts_for(node) {
+        return true;
+    }
+    if let Some(e) = c.registry.txs.lock().unwrap().get(gtid) {
+        if e.tx.is_undecided() {
+            return branch_prepared || e.tx.branches.iter().any(|b| b.branch_id == bid && b.state == BranchState::Registered);
         }
     }
-
-    /// Does this branch no longer need protection? Its transaction aborted or forgotten,
-    /// the branch failed or finished (committed: commitment ordering asks nothing of a
-    /// committed branch). A branch being registered right now is not settled.
-    fn settled(&self, gtid: &str, bid: &str) -> bool {
-        let txs = self.txs.lock().unwrap();
-        let Some(e) = txs.get(gtid) else { return true };
-        if e.tx.state == TxState::Aborted {
-            return true;
-        }
-        match e.tx.branches.iter().find(|b| b.branch_id == bid) {
-            Some(b) => matches!(b.state, BranchState::Finished | BranchState::Failed),
-            None => false,
-        }
+    match c.registry.decision_of(gtid, Duration::from_millis(c.cfg.timeouts.owner_grace_ms)) {
+        Some((Outcome::Abort, _)) => false,
+        // Committed and still prepared: recovery commits it, the next sweep lets go.
+        // Not prepared: finished, or it never will be (an epoch that cannot decide).
+        _ => branch_prepared,
     }
+}
 
-    /// Lets go of every settled hold (the housekeeping tick).
-    pub async fn release_settled_holds(&self) {
-        if self.enforcement.held_count() == 0 {
-            return;
+/// Does this branch no longer need protection? Its transaction aborted or forgotten,
+/// the branch failed or finished (committed: commitment ordering asks nothing of a
+/// committed branch). A branch being registered right now is not settled.
+pub fn settled(r: &Registry, gtid: &str, bid: &str) -> bool {
+    let txs = r.txs.lock().unwrap();
+    let Some(e) = txs.get(gtid) else { return true };
+    if e.tx.state == TxState::Aborted {
+        return true;
+    }
+    match e.tx.branches.iter().find(|b| b.branch_id == bid) {
+        Some(b) => matches!(b.state, BranchState::Finished | BranchState::Failed),
+        None => false,
+    }
+}
+
+/// Lets go of every settled hold (the housekeeping tick).
+pub async fn release_settled_holds(c: &Parts) {
+    if c.enforcement.held_count() == 0 {
+        return;
+    }
+    c.enforcement.release(&c.resources, |g, b| settled(&c.registry, g, b)).await;
+}
+
+/// A registration that failed after its hold was taken.
+pub async fn release_hold(c: &Parts, gtid: &str, bid: &str) {
+    c.enforcement.release(&c.resources, |g, b| g == gtid && b == bid).await;
+}
+
+/// Part of every recovery pass: the mode of each resource asked again (a change is
+/// logged), client mode's dangling helpers recovered, MariaDB restarts looked for.
+pub async fn enforcement_pass(c: &Parts) {
+    for rc in c.resources.values() {
+        let eff = c.enforcement.refresh(rc).await;
+        if eff != Effective::Mode(Mode::Client) {
+            continue;
         }
-        self.enforcement.release(&self.resources, |g, b| self.settled(g, b)).await;
-    }
-
-    /// A registration that failed after its hold was taken.
-    pub async fn release_hold(&self, gtid: &str, bid: &str) {
-        self.enforcement.release(&self.resources, |g, b| g == gtid && b == bid).await;
-    }
-
-    /// Part of every recovery pass: the mode of each resource asked again (a change is
-    /// logged), client mode's dangling helpers recovered, MariaDB restarts looked for.
-    pub async fn enforcement_pass(self: &Arc<Self>) {
-        for rc in self.resources.values() {
-            let eff = self.enforcement.refresh(rc).await;
-            if eff != crate::participants::enforcement::Effective::Mode(crate::participants::enforcement::Mode::Client) {
-                continue;
-            }
-            match rc.kind {
-                crate::config::ResourceKind::Postgres => {
-                    let keep = |g: &str, b: &str, p: bool| self.keep_helper(g, b, p);
-                    if let Err(e) = self.enforcement.sweep_helpers(rc, &keep).await {
-                        crate::telemetry::log::log("warn", "client mode: cannot recover helper transactions; will retry",
-                            serde_json::json!({"resource": rc.name, "error": e}));
-                    }
+        match rc.kind {
+            ResourceKind::Postgres => {
+                let keep = |g: &str, b: &str, p: bool| keep_helper(c, g, b, p);
+                if let Err(e) = c.enforcement.sweep_helpers(rc, &keep).await {
+                    log("warn", "client mode: cannot recover helper transactions; will retry", json!({"resource": rc.name, "error": e}));
                 }
-                crate::config::ResourceKind::Mariadb => self.enforcement.look_at_restarts(rc).await,
             }
+            ResourceKind::Mariadb => c.enforcement.look_at_restarts(rc).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::registry::Entry;
+    use crate::state::Tx;
+
+    #[test]
+    fn a_branch_is_settled_once_failed_finished_or_its_transaction_aborted_or_gone() {
+        let r = Registry::default();
+        let g = naming::new_gtid("n1", 1, 1);
+        r.insert(&g, Entry::new(Tx::new(g.clone(), Duration::from_secs(60)), false, 1));
+        assert!(!settled(&r, &g, "b1"), "being registered right now");
+        r.with_entry(&g, |e| e.tx.register("b1", "pg", ResourceKind::Postgres).unwrap());
+        assert!(!settled(&r, &g, "b1"));
+        r.with_entry(&g, |e| e.tx.failed("b1", "x", false).unwrap());
+        assert!(settled(&r, &g, "b1"));
+        assert!(settled(&r, "nope", "b1"), "forgotten");
     }
 }

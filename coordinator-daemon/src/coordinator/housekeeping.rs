@@ -1,98 +1,68 @@
-//! Periodic housekeeping (timeouts, retention, deleting finished records), the gauges, and
-//! what recovery reads from the live state.
+//! Periodic housekeeping (timeouts, retention, a stalled store said once) and the gauges
+//! the metrics endpoint renders.
 
-use crate::coordinator::Coordinator;
+use crate::state::BranchState;
+use crate::telemetry::gauges::Gauges;
 use crate::telemetry::log::log;
-use crate::state::{BranchState, Outcome, TxState};
-use crate::store::Op;
 use serde_json::json;
-use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Gauges computed from the live state at scrape time.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Gauges {
-    pub in_doubt: usize,
-    pub active: usize,
-    pub oldest_in_doubt_s: f64,
-    pub quarantined: usize,
-    pub unconfigured_branches: usize,
-    pub adopted_nodes: usize,
+use super::completion;
+use super::holds;
+use super::parts::Parts;
+
+/// What to say about the store, given how long it has not answered: `Some(true)` it
+/// stopped (said once per stall), `Some(false)` it answers again, None nothing new.
+pub fn store_news(stalled_ms: u64, limit_ms: u64, was_stalled: bool) -> Option<bool> {
+    if stalled_ms > limit_ms && !was_stalled {
+        Some(true)
+    } else if stalled_ms == 0 && was_stalled {
+        Some(false)
+    } else {
+        None
+    }
 }
 
-impl Coordinator {
-    /// Deletes the durable record once every branch is confirmed finished.
-    pub fn maybe_forget(&self, gtid: &str) {
-        let mut txs = self.txs.lock().unwrap();
-        if let Some(e) = txs.get_mut(gtid) {
-            if e.recorded && !e.forgotten && e.tx.decision().is_some() && e.tx.all_finished() {
-                e.forgotten = true;
-                self.store.write_later(Op::Forget(gtid.to_string()));
-            }
-            // A committed decision row in a participant goes once every branch is finished
-            // (abort rows stay: see decisions.rs).
-            if e.tx.decide_in.is_some() && !e.dip_forgotten && e.tx.decision() == Some(Outcome::Commit) && e.tx.all_finished() {
-                e.dip_forgotten = true;
-                self.decisions_to_forget.lock().unwrap().push(gtid.to_string());
-            }
+/// Says once per stall that the decision store stopped answering, and when it answers
+/// again: a paused or partitioned store holds every commit and renewal silently.
+fn watch_store(c: &Parts) {
+    let stalled = c.store.stats.stalled_ms();
+    let limit = c.cfg.lease.ttl_ms.min(2_000);
+    match store_news(stalled, limit, c.store_stalled.load(Relaxed)) {
+        Some(true) => {
+            c.store_stalled.store(true, Relaxed);
+            log("error", "decision store is not answering: commits wait for their records, the lease cannot be renewed", json!({"stalled_ms": stalled}));
         }
-    }
-
-    /// Says once per stall that the decision store stopped answering, and when it answers
-    /// again: a paused or partitioned store holds every commit and renewal silently.
-    fn watch_store(&self) {
-        let stalled = self.store.stats.stalled_ms();
-        let limit = self.cfg.lease.ttl_ms.min(2_000);
-        if stalled > limit && !self.store_stalled.swap(true, Relaxed) {
-            log("error", "decision store is not answering: commits wait for their records, the lease cannot be renewed",
-                json!({"stalled_ms": stalled}));
-        } else if stalled == 0 && self.store_stalled.swap(false, Relaxed) {
+        Some(false) => {
+            c.store_stalled.store(false, Relaxed);
             log("warn", "decision store answers again", json!({}));
         }
+        None => {}
     }
+}
 
-    /// Abort what timed out, drop what is finished and old.
-    pub fn tick(self: &Arc<Self>) {
-        self.watch_store();
-        let now = Instant::now();
-        let retention = Duration::from_millis(self.cfg.timeouts.retention_ms);
-        let mut timed_out = vec![];
-        {
-            let mut txs = self.txs.lock().unwrap();
-            for e in txs.values_mut() {
-                if e.tx.state == TxState::Active && now >= e.tx.deadline {
-                    e.tx.abort("timeout: not decided in time".into(), true);
-                    e.publish();
-                    timed_out.push(e.tx.gtid.clone());
-                }
-            }
-            txs.retain(|_, e| {
-                let old = e.tx.decided.map(|d| now.duration_since(d) >= retention).unwrap_or(false);
-                match e.tx.state {
-                    TxState::Committed => !(old && e.tx.all_finished() && !e.completing),
-                    TxState::Aborted => !(old && !e.tx.in_doubt() && !e.completing),
-                    TxState::OnePhase => now < e.tx.deadline + retention,
-                    _ => true,
-                }
-            });
-        }
-        for g in timed_out {
-            self.metrics.timeouts.fetch_add(1, Relaxed);
-            self.metrics.aborted.fetch_add(1, Relaxed);
-            log("info", "transaction timed out; aborted", json!({"gtid": g}));
-            self.spawn_completion(&g);
-        }
-        if self.enforcement.held_count() > 0 {
-            let me = self.clone();
-            tokio::spawn(async move { me.release_settled_holds().await });
-        }
+/// Abort what timed out, drop what is finished and old.
+pub fn tick(c: &Arc<Parts>) {
+    watch_store(c);
+    let retention = Duration::from_millis(c.cfg.timeouts.retention_ms);
+    for g in c.registry.expire(Instant::now(), retention) {
+        c.metrics.timeouts.fetch_add(1, Relaxed);
+        c.metrics.aborted.fetch_add(1, Relaxed);
+        log("info", "transaction timed out; aborted", json!({"gtid": g}));
+        completion::spawn_completion(c, &g);
     }
+    if c.enforcement.held_count() > 0 {
+        let me = c.clone();
+        tokio::spawn(async move { holds::release_settled_holds(&me).await });
+    }
+}
 
-    pub fn gauges(&self) -> Gauges {
-        let txs = self.txs.lock().unwrap();
-        let mut g = Gauges::default();
+pub fn gauges(c: &Parts) -> Gauges {
+    let mut g = Gauges::default();
+    {
+        let txs = c.registry.txs.lock().unwrap();
         for e in txs.values() {
             if e.tx.in_doubt() {
                 g.in_doubt += 1;
@@ -101,48 +71,42 @@ impl Coordinator {
             if e.tx.is_undecided() {
                 g.active += 1;
             }
-            g.unconfigured_branches +=
-                e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared && self.kind_of(&b.resource).is_none()).count();
+            g.unconfigured_branches += e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared && c.kind_of(&b.resource).is_none()).count();
         }
-        g.quarantined = self.quarantined.lock().unwrap().len();
-        g.adopted_nodes = self.adopted.lock().unwrap().len();
-        g
+    }
+    g.quarantined = c.registry.quarantined.lock().unwrap().len();
+    g.adopted_nodes = c.owner.adopted().len();
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stalled_store_is_said_once_and_its_return_once() {
+        assert_eq!(store_news(100, 2_000, false), None, "a slow answer is no stall");
+        assert_eq!(store_news(2_001, 2_000, false), Some(true));
+        assert_eq!(store_news(5_000, 2_000, true), None, "said already");
+        assert_eq!(store_news(10, 2_000, true), None, "still waiting on an answer");
+        assert_eq!(store_news(0, 2_000, true), Some(false));
+        assert_eq!(store_news(0, 2_000, false), None);
     }
 
-    /// Undecided transactions (the "active set"): their prepared branches are left alone.
-    pub fn active_set(&self) -> HashSet<String> {
-        self.txs.lock().unwrap().values().filter(|e| e.tx.is_undecided()).map(|e| e.tx.gtid.clone()).collect()
-    }
-
-    /// Decision known in memory, and whether its owners' grace period is still running.
-    pub fn decision_of(&self, gtid: &str) -> Option<(Outcome, bool)> {
-        let grace = Duration::from_millis(self.cfg.timeouts.owner_grace_ms);
-        let txs = self.txs.lock().unwrap();
-        let e = txs.get(gtid)?;
-        let o = e.tx.decision()?;
-        // Loaded from the store: its owners are long gone, no grace.
-        Some((o, !e.tx.recovered && e.tx.decided.map(|d| d.elapsed() < grace).unwrap_or(false)))
-    }
-
-    /// Branches recorded as prepared in decided transactions on `resource`.
-    pub fn decided_prepared_on(&self, resource: &str) -> Vec<(String, String)> {
-        let txs = self.txs.lock().unwrap();
-        txs.values()
-            .filter(|e| e.tx.decision().is_some())
-            .flat_map(|e| {
-                e.tx.branches
-                    .iter()
-                    .filter(|b| b.resource == resource && b.state == BranchState::Prepared)
-                    .map(|b| (e.tx.gtid.clone(), b.branch_id.clone()))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    pub fn forget_finished(&self) {
-        let gtids: Vec<String> = self.txs.lock().unwrap().keys().cloned().collect();
-        for g in gtids {
-            self.maybe_forget(&g);
-        }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gauges_count_the_live_state() {
+        let c = crate::coordinator::tests::coord("gauges").await;
+        let p = c.parts();
+        let g1 = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.begin(None).unwrap();
+        c.register(&g1, "pg", "b1").await.unwrap();
+        c.commit_with(&g1, "coordinator", &["b1".into()]).await.unwrap();
+        let g = gauges(p);
+        assert_eq!((g.active, g.in_doubt, g.quarantined, g.adopted_nodes), (1, 1, 0, 0));
+        p.owner.granted("u9", 1);
+        p.owner.adopt("u9");
+        p.registry.quarantine(&crate::store::CorruptRecord { gtid: "u9-1-1".into(), problem: "x".into() });
+        let g = gauges(p);
+        assert_eq!((g.quarantined, g.adopted_nodes), (1, 1));
     }
 }

@@ -1,175 +1,259 @@
 //! Operator commands on the running daemon: force an outcome (audited before it acts), the
 //! in-doubt report, quarantined records.
 
-use crate::coordinator::{Coordinator, Res};
-use crate::telemetry::log::log;
 use crate::naming;
+use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{AuditEntry, DecisionRecord, Op};
+use crate::telemetry::log::log;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use crate::refusal::RefusalCode;
 
-impl Coordinator {
-    async fn audit(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str, result: String) -> Result<(), String> {
-        let entry = AuditEntry {
-            at_unix_ms: state::unix_ms(),
-            gtid: gtid.to_string(),
-            outcome: outcome.as_str().to_string(),
-            operator: operator.to_string(),
-            reason: reason.to_string(),
-            result,
-        };
-        self.store.write(Op::Audit(entry)).await.map(|_| ())
-    }
+use super::answers::{self, Res};
+use super::commit;
+use super::completion;
+use super::parts::Parts;
 
-    /// Operator: force an outcome. Refuses to contradict a recorded decision. The audit
-    /// record of the attempt is durable before anything is done (no audit, no action);
-    /// its result is recorded after.
-    pub async fn force(self: &Arc<Self>, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res {
-        if let Err(e) = naming::check_id("gtid", gtid) {
-            return refuse(e.code, e.message);
-        }
-        let node = naming::gtid_node(gtid).unwrap_or_default().to_string();
-        let quarantined = self.is_quarantined(gtid);
-        let current = {
-            let txs = self.txs.lock().unwrap();
-            txs.get(gtid).map(|e| (e.tx.state, e.tx.check_commit().err()))
-        };
-        if current.is_none() && !quarantined && !self.acts_for(&node) {
-            // Another node's transaction: a recorded decision is never contradicted; anything
-            // else is its owner's to decide (or a takeover's), never "abort" here.
-            if let Some(rec) = self.stored_decision(gtid).await? {
-                if rec.outcome != outcome {
-                    return refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
-                }
-            }
-            return Err(self.elsewhere(gtid).await);
-        }
-        if let Err(e) = self.audit(gtid, outcome, operator, reason, "attempt".into()).await {
-            return refuse(RefusalCode::StoreUnavailable, format!("could not write the audit record, nothing was done: {e}"));
-        }
-        let result: Result<Value, Refusal> = if quarantined {
-            self.resolve_quarantined(gtid, &node, outcome, operator).await
-        } else {
-            match (current, outcome) {
-                (None, Outcome::Abort) => Ok(json!({"gtid": gtid, "decision": "abort", "note": "no live transaction and no record: presumed abort; recovery rolls back any prepared branch"})),
-                (None, Outcome::Commit) => refuse(RefusalCode::ContradictsDecision, format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
-                (Some((TxState::Committed | TxState::Committing, _)), Outcome::Abort) => {
-                    refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided commit"))
-                }
-                (Some((TxState::Aborted, _)), Outcome::Commit) => refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided abort")),
-                (Some((TxState::Committed, _)), Outcome::Commit) | (Some((TxState::Aborted, _)), Outcome::Abort) => {
-                    // The operator wants it finished now: one attempt per branch without
-                    // waiting for the owners' grace period; what fails stays for the retries.
-                    let left = self.complete_pending(gtid, FinishedBy::Daemon).await;
-                    Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
-                }
-                (Some((TxState::Committing, _)), Outcome::Commit) => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
-                (Some((TxState::Deciding, _)), _) => refuse(RefusalCode::TransactionDeciding,
-                    format!("{gtid} is being decided in its decision branch's commit; the daemon reads the outcome there (co.resolve) after the owners' grace period")),
-                (Some((TxState::OnePhase, _)), _) => refuse(RefusalCode::TransactionOnePhase, format!("{gtid} commits in one phase on its owner's session")),
-                (Some((TxState::Active, _)), Outcome::Abort) => self.abort(gtid, &format!("forced by {operator}: {reason}")).await,
-                (Some((TxState::Active, Some(why))), Outcome::Commit) => Err(why),
-                (Some((TxState::Active, None)), Outcome::Commit) => self.commit(gtid, "operator").await,
-            }
-        };
-        let res_text = match &result {
-            Ok(v) => format!("ok: {v}"),
-            Err(r) => format!("refused: {} {}", r.code, r.message),
-        };
-        if let Err(e) = self.audit(gtid, outcome, operator, reason, res_text).await {
-            log("error", "could not write the audit record of a forced outcome's result", json!({"gtid": gtid, "error": e}));
-        }
-        if result.is_ok() {
-            self.metrics.forced.fetch_add(1, Relaxed);
-        }
-        log("warn", "operator forced an outcome", json!({"gtid": gtid, "outcome": outcome.as_str(), "operator": operator, "ok": result.is_ok()}));
-        result
-    }
+/// What a forced outcome does to a transaction memory holds in `state` (its commit
+/// refused for `why_not_commit`, if it would be): pure, so every case is tested.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Forced {
+    Refuse(RefusalCode, &'static str),
+    Refused(Refusal),
+    /// Already decided so: finish its branches now.
+    Complete,
+    BeingWritten,
+    Abort,
+    Commit,
+}
 
-    /// A quarantined gtid gets the operator's outcome: its unreadable record is replaced,
-    /// and recovery finishes the branches it finds prepared.
-    async fn resolve_quarantined(self: &Arc<Self>, gtid: &str, node: &str, outcome: Outcome, operator: &str) -> Res {
-        // The branch list of an unreadable record is unknown: recovery finds the branches.
-        let rec = DecisionRecord {
-            gtid: gtid.to_string(),
-            outcome,
-            branches: self.branches_seen(gtid).await,
-            decided_unix_ms: state::unix_ms(),
-            node: node.to_string(),
-            source: "operator".into(),
-        };
-        if outcome == Outcome::Commit && rec.branches.is_empty() {
-            return refuse(RefusalCode::NoBranches, format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
-        }
-        self.store
-            .write(Op::Overwrite(rec.clone()))
-            .await
-            .map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, format!("could not replace the record: {e}")))?;
-        self.quarantined.lock().unwrap().remove(gtid);
-        self.txs.lock().unwrap().remove(gtid);
-        self.adopt_records(std::slice::from_ref(&rec));
-        self.spawn_completion(gtid);
-        Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": format!("quarantined record replaced by {operator}'s decision; recovery finishes its branches"), "branches": rec.branches.len()}))
-    }
-
-    /// Branches of `gtid` prepared on any configured resource now.
-    async fn branches_seen(&self, gtid: &str) -> Vec<(String, String)> {
-        let mut out = vec![];
-        for (name, rc) in &self.resources {
-            if let Ok(v) = rc.list_prepared().await {
-                out.extend(v.into_iter().filter(|(g, _)| g == gtid).map(|(_, b)| (name.clone(), b)));
-            }
-        }
-        out
-    }
-
-    /// In-doubt transactions, oldest first, each prepared branch with what it blocks, plus
-    /// quarantined records and branches on resources no longer configured.
-    pub async fn in_doubt_report(&self) -> Res {
-        let mut v = self.list(Some("in_doubt"))?;
-        for t in v["transactions"].as_array_mut().into_iter().flatten() {
-            let gtid = t["gtid"].as_str().unwrap_or_default().to_string();
-            for b in t["branches"].as_array_mut().into_iter().flatten() {
-                if b["state"] != "prepared" {
-                    continue;
-                }
-                let res = b["resource"].as_str().unwrap_or_default().to_string();
-                let bid = b["branch_id"].as_str().unwrap_or_default().to_string();
-                b["blocking"] = match self.resources.get(&res) {
-                    Some(rc) => rc.blocking_info(&gtid, &bid).await,
-                    None => json!({"error": format!("resource {res} is not configured: this branch cannot be finished from here")}),
-                };
-            }
-        }
-        let q: Vec<_> = self.quarantined.lock().unwrap().values().cloned().collect();
-        v["quarantined"] = json!(q);
-        Ok(v)
+pub fn forced(state: TxState, why_not_commit: Option<Refusal>, outcome: Outcome) -> Forced {
+    match (state, outcome) {
+        (TxState::Committed | TxState::Committing, Outcome::Abort) => Forced::Refuse(RefusalCode::ContradictsDecision, "is decided commit"),
+        (TxState::Aborted, Outcome::Commit) => Forced::Refuse(RefusalCode::ContradictsDecision, "is decided abort"),
+        (TxState::Committed, Outcome::Commit) | (TxState::Aborted, Outcome::Abort) => Forced::Complete,
+        (TxState::Committing, Outcome::Commit) => Forced::BeingWritten,
+        (TxState::Deciding, _) => Forced::Refuse(RefusalCode::TransactionDeciding,
+            "is being decided in its decision branch's commit; the daemon reads the outcome there (co.resolve) after the owners' grace period"),
+        (TxState::OnePhase, _) => Forced::Refuse(RefusalCode::TransactionOnePhase, "commits in one phase on its owner's session"),
+        (TxState::Active, Outcome::Abort) => Forced::Abort,
+        (TxState::Active, Outcome::Commit) => match why_not_commit {
+            Some(why) => Forced::Refused(why),
+            None => Forced::Commit,
+        },
     }
 }
 
-impl Coordinator {
-    /// The configured resources with their health (the last contact) and how many
-    /// prepared, unfinished branches on each the daemon holds in memory.
-    pub fn resources_report(&self) -> Value {
-        let mut prepared: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
-        let txs = self.txs.lock().unwrap();
-        for e in txs.values() {
-            for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
-                *prepared.entry(b.resource.as_str()).or_default() += 1;
+async fn audit(c: &Parts, gtid: &str, outcome: Outcome, operator: &str, reason: &str, result: String) -> Result<(), String> {
+    let entry = AuditEntry {
+        at_unix_ms: state::unix_ms(),
+        gtid: gtid.to_string(),
+        outcome: outcome.as_str().to_string(),
+        operator: operator.to_string(),
+        reason: reason.to_string(),
+        result,
+    };
+    c.store.write(Op::Audit(entry)).await.map(|_| ())
+}
+
+/// Operator: force an outcome. Refuses to contradict a recorded decision. The audit
+/// record of the attempt is durable before anything is done (no audit, no action);
+/// its result is recorded after.
+pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res {
+    if let Err(e) = naming::check_id("gtid", gtid) {
+        return refuse(e.code, e.message);
+    }
+    let node = naming::gtid_node(gtid).unwrap_or_default().to_string();
+    let quarantined = c.registry.is_quarantined(gtid);
+    let current = {
+        let txs = c.registry.txs.lock().unwrap();
+        txs.get(gtid).map(|e| (e.tx.state, e.tx.check_commit().err()))
+    };
+    if current.is_none() && !quarantined && !c.owner.acts_for(&node) {
+        // Another node's transaction: a recorded decision is never contradicted; anything
+        // else is its owner's to decide (or a takeover's), never "abort" here.
+        if let Some(rec) = answers::stored_decision(c, gtid).await? {
+            if rec.outcome != outcome {
+                return refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
             }
         }
-        let up = self.resource_up.lock().unwrap();
-        let list: Vec<Value> = self
-            .cfg
-            .resources
-            .iter()
-            .map(|r| json!({"name": r.name, "kind": r.kind, "up": up.get(&r.name), "decisions": r.decisions,
-                            "prepared_branches": prepared.get(r.name.as_str()).copied().unwrap_or(0),
-                            "enforcement": self.enforcement.report(&r.name)}))
-            .collect();
-        json!({"resources": list})
+        return Err(answers::elsewhere(c, gtid).await);
+    }
+    if let Err(e) = audit(c, gtid, outcome, operator, reason, "attempt".into()).await {
+        return refuse(RefusalCode::StoreUnavailable, format!("could not write the audit record, nothing was done: {e}"));
+    }
+    let result: Result<Value, Refusal> = if quarantined {
+        resolve_quarantined(c, gtid, &node, outcome, operator).await
+    } else {
+        match current {
+            None if outcome == Outcome::Abort => Ok(json!({"gtid": gtid, "decision": "abort", "note": "no live transaction and no record: presumed abort; recovery rolls back any prepared branch"})),
+            None => refuse(RefusalCode::ContradictsDecision, format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
+            Some((st, why)) => match forced(st, why, outcome) {
+                Forced::Refuse(code, what) => refuse(code, format!("{gtid} {what}")),
+                Forced::Refused(why) => Err(why),
+                Forced::Complete => {
+                    // The operator wants it finished now: one attempt per branch without
+                    // waiting for the owners' grace period; what fails stays for the retries.
+                    let left = completion::complete_pending(c, gtid, FinishedBy::Daemon).await;
+                    Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
+                }
+                Forced::BeingWritten => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
+                Forced::Abort => commit::abort(c, gtid, &format!("forced by {operator}: {reason}")).await,
+                Forced::Commit => commit::commit_with(c, gtid, "operator", &[]).await,
+            },
+        }
+    };
+    let res_text = match &result {
+        Ok(v) => format!("ok: {v}"),
+        Err(r) => format!("refused: {} {}", r.code, r.message),
+    };
+    if let Err(e) = audit(c, gtid, outcome, operator, reason, res_text).await {
+        log("error", "could not write the audit record of a forced outcome's result", json!({"gtid": gtid, "error": e}));
+    }
+    if result.is_ok() {
+        c.metrics.forced.fetch_add(1, Relaxed);
+    }
+    log("warn", "operator forced an outcome", json!({"gtid": gtid, "outcome": outcome.as_str(), "operator": operator, "ok": result.is_ok()}));
+    result
+}
+
+/// A quarantined gtid gets the operator's outcome: its unreadable record is replaced,
+/// and recovery finishes the branches it finds prepared.
+async fn resolve_quarantined(c: &Arc<Parts>, gtid: &str, node: &str, outcome: Outcome, operator: &str) -> Res {
+    // The branch list of an unreadable record is unknown: recovery finds the branches.
+    let rec = DecisionRecord {
+        gtid: gtid.to_string(),
+        outcome,
+        branches: branches_seen(c, gtid).await,
+        decided_unix_ms: state::unix_ms(),
+        node: node.to_string(),
+        source: "operator".into(),
+    };
+    if outcome == Outcome::Commit && rec.branches.is_empty() {
+        return refuse(RefusalCode::NoBranches, format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
+    }
+    c.store
+        .write(Op::Overwrite(rec.clone()))
+        .await
+        .map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, format!("could not replace the record: {e}")))?;
+    c.registry.unquarantine(gtid);
+    c.registry.remove(gtid);
+    completion::adopt_records(c, std::slice::from_ref(&rec));
+    completion::spawn_completion(c, gtid);
+    Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": format!("quarantined record replaced by {operator}'s decision; recovery finishes its branches"), "branches": rec.branches.len()}))
+}
+
+/// Branches of `gtid` prepared on any configured resource now.
+async fn branches_seen(c: &Parts, gtid: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for (name, rc) in &c.resources {
+        if let Ok(v) = rc.list_prepared().await {
+            out.extend(v.into_iter().filter(|(g, _)| g == gtid).map(|(_, b)| (name.clone(), b)));
+        }
+    }
+    out
+}
+
+/// In-doubt transactions, oldest first, each prepared branch with what it blocks, plus
+/// quarantined records and branches on resources no longer configured.
+pub async fn in_doubt_report(c: &Parts) -> Res {
+    let mut v = answers::list(c, Some("in_doubt"))?;
+    for t in v["transactions"].as_array_mut().into_iter().flatten() {
+        let gtid = t["gtid"].as_str().unwrap_or_default().to_string();
+        for b in t["branches"].as_array_mut().into_iter().flatten() {
+            if b["state"] != "prepared" {
+                continue;
+            }
+            let res = b["resource"].as_str().unwrap_or_default().to_string();
+            let bid = b["branch_id"].as_str().unwrap_or_default().to_string();
+            b["blocking"] = match c.resources.get(&res) {
+                Some(rc) => rc.blocking_info(&gtid, &bid).await,
+                None => json!({"error": format!("resource {res} is not configured: this branch cannot be finished from here")}),
+            };
+        }
+    }
+    let q: Vec<_> = c.registry.quarantined.lock().unwrap().values().cloned().collect();
+    v["quarantined"] = json!(q);
+    Ok(v)
+}
+
+/// The configured resources with their health (the last contact) and how many
+/// prepared, unfinished branches on each the daemon holds in memory.
+pub fn resources_report(c: &Parts) -> Value {
+    let mut prepared: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for e in c.registry.txs.lock().unwrap().values() {
+        for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
+            *prepared.entry(b.resource.clone()).or_default() += 1;
+        }
+    }
+    let up = c.resource_up.lock().unwrap();
+    let list: Vec<Value> = c
+        .cfg
+        .resources
+        .iter()
+        .map(|r| json!({"name": r.name, "kind": r.kind, "up": up.get(&r.name), "decisions": r.decisions,
+                        "prepared_branches": prepared.get(&r.name).copied().unwrap_or(0),
+                        "enforcement": c.enforcement.report(&r.name)}))
+        .collect();
+    json!({"resources": list})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every force is audited before it acts and after; a force never contradicts.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forcing_is_audited_and_never_contradicts() {
+        let c = crate::coordinator::tests::coord("force").await;
+        let p = c.parts();
+        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let v = force(p, &g, Outcome::Abort, "ops", "stuck").await.unwrap();
+        assert_eq!(v["decision"], "abort");
+        assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
+        assert_eq!(force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code, RefusalCode::ContradictsDecision);
+        let audit = p.store.audit_log().await.unwrap();
+        assert_eq!(audit.len(), 4, "attempt and result of each force");
+        assert_eq!(p.metrics.forced.load(Relaxed), 1);
+        // No record, ours: presumed abort; a commit is a contradiction.
+        let gone = naming::new_gtid("u1", p.owner.nonce, 999);
+        assert_eq!(force(p, &gone, Outcome::Abort, "ops", "x").await.unwrap()["decision"], "abort");
+        assert_eq!(force(p, &gone, Outcome::Commit, "ops", "x").await.unwrap_err().code, RefusalCode::ContradictsDecision);
+        // Another node's, unknown here: its owner's, nothing audited.
+        let n = p.store.audit_log().await.unwrap().len();
+        let theirs = naming::new_gtid("u2", 1, 1);
+        assert_eq!(force(p, &theirs, Outcome::Abort, "ops", "x").await.unwrap_err().code, RefusalCode::OwnerUnavailable);
+        assert_eq!(p.store.audit_log().await.unwrap().len(), n);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_in_doubt_report_lists_quarantined_records() {
+        let c = crate::coordinator::tests::coord("indoubt").await;
+        let p = c.parts();
+        let g = naming::new_gtid("u1", p.owner.nonce, 77);
+        p.registry.quarantine(&crate::store::CorruptRecord { gtid: g.clone(), problem: "bad".into() });
+        let r = in_doubt_report(p).await.unwrap();
+        assert_eq!(r["transactions"], json!([]));
+        assert_eq!(r["quarantined"][0]["gtid"], g.as_str());
+        assert_eq!(c.get(&g).await.unwrap_err().code, RefusalCode::Quarantined);
+    }
+
+    #[test]
+    fn a_forced_outcome_never_contradicts_a_decision() {
+        use Forced::*;
+        let contra = |f: Forced| matches!(f, Refuse(RefusalCode::ContradictsDecision, _));
+        assert!(contra(forced(TxState::Committed, None, Outcome::Abort)));
+        assert!(contra(forced(TxState::Committing, None, Outcome::Abort)));
+        assert!(contra(forced(TxState::Aborted, None, Outcome::Commit)));
+        assert_eq!(forced(TxState::Committed, None, Outcome::Commit), Complete);
+        assert_eq!(forced(TxState::Aborted, None, Outcome::Abort), Complete);
+        assert_eq!(forced(TxState::Committing, None, Outcome::Commit), BeingWritten);
+        assert!(matches!(forced(TxState::Deciding, None, Outcome::Abort), Refuse(RefusalCode::TransactionDeciding, _)));
+        assert!(matches!(forced(TxState::OnePhase, None, Outcome::Commit), Refuse(RefusalCode::TransactionOnePhase, _)));
+        assert_eq!(forced(TxState::Active, None, Outcome::Abort), Abort);
+        assert_eq!(forced(TxState::Active, None, Outcome::Commit), Commit);
+        let why = Refusal::new(RefusalCode::BranchNotPrepared, "b1");
+        assert_eq!(forced(TxState::Active, Some(why.clone()), Outcome::Commit), Refused(why));
     }
 }

@@ -17,15 +17,25 @@
 //! undecided one first gets an abort record (conditional insert: whoever wrote first
 //! wins), then the recorded outcome. A record that cannot be read stops its gtid.
 
-use crate::coordinator::Coordinator;
-use crate::telemetry::log::log;
+use crate::config::ResourceKind;
+use crate::ha::lease;
+use crate::ha::ownership::Ownership;
 use crate::naming;
+use crate::participants::resources::Completion;
 use crate::state::{self, FinishedBy, Outcome};
-use crate::store::{Decided, DecisionRecord};
+use crate::store::{CorruptRecord, Decided, DecisionRecord, Op};
+use crate::telemetry::log::log;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::completion;
+use super::decisions;
+use super::holds;
+use super::parts::Parts;
+use super::registry::Entry;
 
 /// What one branch found prepared gets: the protocol's pure rule (shared with the model).
 pub use cotx_protocol::recovery::{decide, Action};
@@ -39,26 +49,31 @@ pub struct Report {
 }
 
 /// Whether we may act on this gtid's branches, and why not.
-fn whose(c: &Coordinator, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, &'static str> {
+/// Ok(true): of our current epoch (memory is the truth); Ok(false): of another epoch
+/// we act for.
+pub fn whose(o: &Ownership, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, &'static str> {
     let Some((node, nonce)) = naming::gtid_epoch(gtid) else { return Err("not a gtid of ours") };
-    if !c.acts_for(node) {
+    if !o.acts_for(node) {
         return Err("another node");
     }
     if !epochs.contains(&(node.to_string(), nonce)) {
         return Err("foreign epoch");
     }
-    Ok(node == c.cfg.node_id && nonce == c.nonce)
+    Ok(node == o.node_id && nonce == o.nonce)
 }
 
-pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
+fn decision_of(c: &Parts, gtid: &str) -> Option<(Outcome, bool)> {
+    c.registry.decision_of(gtid, Duration::from_millis(c.cfg.timeouts.owner_grace_ms))
+}
+
+pub async fn run_pass(c: &Arc<Parts>) -> Report {
     let mut rep = Report::default();
-    if c.lease.expired() {
+    if c.owner.lease.expired() {
         return rep; // our lease is unconfirmed: act on nothing
     }
-    c.enforcement_pass().await;
+    holds::enforcement_pass(c).await;
     let names: Vec<String> = c.resources.keys().cloned().collect();
-    let mut nodes = vec![c.cfg.node_id.clone()];
-    nodes.extend(c.adopted.lock().unwrap().iter().cloned());
+    let nodes = c.owner.nodes();
     // 1. P1, at resources where we hold the locks of the nodes we act for.
     let mut p1: HashMap<String, HashSet<(String, String)>> = HashMap::new();
     for n in &names {
@@ -87,20 +102,20 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         }
     }
     // 2. active set
-    let active = c.active_set();
+    let active = c.registry.active_set();
     // 3. decisions: the store is the truth (it may be shared with other coordinators).
     let mut recorded: HashMap<String, Outcome> = HashMap::new();
     let epochs = match c.store.load().await {
         Ok(l) => {
             for q in &l.corrupt {
-                c.quarantine(q);
+                c.registry.quarantine(q);
             }
-            c.adopt_records(&l.records);
+            completion::adopt_records(c, &l.records);
             for r in l.records {
                 recorded.insert(r.gtid, r.outcome);
             }
             let e: HashSet<(String, u64)> = l.epochs.into_iter().collect();
-            *c.epochs.lock().unwrap() = e.clone();
+            *c.owner.epochs.lock().unwrap() = e.clone();
             e
         }
         Err(e) => {
@@ -135,21 +150,21 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     let unknown: HashSet<String> = both
         .keys()
         .filter(|g| {
-            let Ok(current) = whose(c, g, &epochs) else { return false };
-            let a = decide(c.decision_of(g), active.contains(*g), recorded.get(*g) == Some(&Outcome::Commit), current);
-            matches!(a, Action::Rollback | Action::RecordAbort) && c.decision_of(g).is_none() && !c.is_quarantined(g)
+            let Ok(current) = whose(&c.owner, g, &epochs) else { return false };
+            let a = decide(decision_of(c, g), active.contains(*g), recorded.get(*g) == Some(&Outcome::Commit), current);
+            matches!(a, Action::Rollback | Action::RecordAbort) && decision_of(c, g).is_none() && !c.registry.is_quarantined(g)
         })
         .cloned()
         .collect();
-    let in_participant = if unknown.is_empty() || c.decision_resources().is_empty() {
+    let in_participant = if unknown.is_empty() || decisions::decision_resources(c).is_empty() {
         None
     } else {
-        Some(c.resolve_in_participants(&unknown.iter().cloned().collect::<Vec<_>>()).await)
+        Some(decisions::resolve_in_participants(c, &unknown.iter().cloned().collect::<Vec<_>>()).await)
     };
     let mut nodes_with_branches: HashSet<String> = HashSet::new();
     let mut other_nodes: HashSet<String> = HashSet::new();
     for (g, branches) in &both {
-        let current = match whose(c, g, &epochs) {
+        let current = match whose(&c.owner, g, &epochs) {
             Ok(cur) => cur,
             Err("another node") => {
                 if let Some((node, nonce)) = naming::gtid_epoch(g) {
@@ -161,7 +176,7 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
             }
             Err("foreign epoch") => {
                 c.metrics.foreign_branches.fetch_add(1, Relaxed);
-                c.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
+                c.registry.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
                     json!({"gtid": g, "branches": branches}));
                 continue;
             }
@@ -170,18 +185,18 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         if let Some(node) = naming::gtid_node(g) {
             nodes_with_branches.insert(node.to_string());
         }
-        if c.is_quarantined(g) {
+        if c.registry.is_quarantined(g) {
             continue; // an operator decides (cotx-coordinator force)
         }
         // Decided again rather than kept from the filter above: the participant lookup
         // awaited, and a decision may have been recorded for g meanwhile.
-        let mut action = decide(c.decision_of(g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
+        let mut action = decide(decision_of(c, g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
         if let (Some(found), true) = (&in_participant, unknown.contains(g)) {
             action = match found.get(g) {
                 // Unanswered by some decision resource: it may hold a commit; wait.
                 None => Action::Leave,
                 Some(Outcome::Commit) => {
-                    c.adopt_participant_commit(g, branches, rep.unreachable.is_empty());
+                    adopt_participant_commit(c, g, branches, rep.unreachable.is_empty());
                     Action::Commit
                 }
                 // co.resolve recorded abort there: no decision can commit any more.
@@ -197,33 +212,33 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
                 None => continue,
             },
         };
-        let ago = decided_ms_ago(c, g);
+        let ago = c.registry.decided_ms_ago(g);
         for (n, b) in branches {
-            let res = c.complete_branch(g, n, b, o, ago).await;
-            let done = matches!(res, crate::participants::resources::Completion::Done);
-            if c.note_completion(g, n, b, o, res, FinishedBy::Recovery) && done {
+            let res = completion::complete_branch(c, g, n, b, o, ago).await;
+            let done = matches!(res, Completion::Done);
+            if completion::note_completion(c, g, n, b, o, res, FinishedBy::Recovery) && done {
                 match o {
                     Outcome::Commit => rep.committed += 1,
                     Outcome::Abort => rep.rolled_back += 1,
                 }
             }
         }
-        c.maybe_forget(g);
+        c.registry.maybe_forget(g, &c.store);
     }
     // Branches of decided transactions that are prepared in neither list are finished.
     for n in &names {
         let (Some(first), Some(second)) = (p1.get(n), second_of.get(n)) else { continue };
-        for (g, b) in c.decided_prepared_on(n) {
-            if let Some((o, false)) = c.decision_of(&g) {
+        for (g, b) in c.registry.decided_prepared_on(n) {
+            if let Some((o, false)) = decision_of(c, &g) {
                 let key = (g.clone(), b.clone());
                 if !first.contains(&key) && !second.contains(&key) {
                     let res = match (c.kind_of(n), o) {
                         // A MariaDB branch of a commit that vanished unreported may have been
                         // lost (read-only, session or server gone): the resource checks.
-                        (Some(crate::config::ResourceKind::Mariadb), Outcome::Commit) => c.complete_branch(&g, n, &b, o, decided_ms_ago(c, &g)).await,
-                        _ => crate::participants::resources::Completion::Gone,
+                        (Some(ResourceKind::Mariadb), Outcome::Commit) => completion::complete_branch(c, &g, n, &b, o, c.registry.decided_ms_ago(&g)).await,
+                        _ => Completion::Gone,
                     };
-                    if c.note_completion(&g, n, &b, o, res, FinishedBy::Recovery) {
+                    if completion::note_completion(c, &g, n, &b, o, res, FinishedBy::Recovery) {
                         rep.confirmed += 1;
                     }
                 }
@@ -234,17 +249,16 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
         c.metrics.recovery_errors.fetch_add(1, Relaxed);
     }
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
-    c.forget_finished();
-    c.store.write_later(crate::store::Op::Purge { older_than_ms: c.cfg.timeouts.outcome_retention_ms });
-    c.flush_forgotten_decisions().await;
+    c.registry.forget_finished(&c.store);
+    c.store.write_later(Op::Purge { older_than_ms: c.cfg.timeouts.outcome_retention_ms });
+    decisions::flush_forgotten_decisions(c).await;
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
     // Adopted now, acted on from the next pass (which holds their resource locks first).
-    nodes_with_branches.extend(crate::ha::lease::adopt_released_with_branches(c, other_nodes).await);
-    let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
-    for node in adopted {
-        if !nodes_with_branches.contains(&node) && !c.has_unfinished_of(&node) {
-            crate::ha::lease::release_adopted(c, &node, rep.unreachable.is_empty()).await;
+    nodes_with_branches.extend(lease::adopt_released_with_branches(c, other_nodes).await);
+    for node in c.owner.adopted() {
+        if !nodes_with_branches.contains(&node) && !c.registry.has_unfinished_of(&node) {
+            lease::release_adopted(c, &node, rep.unreachable.is_empty()).await;
         }
     }
     if rep.committed + rep.rolled_back > 0 {
@@ -253,15 +267,11 @@ pub async fn run_pass(c: &Arc<Coordinator>) -> Report {
     rep
 }
 
-fn decided_ms_ago(c: &Coordinator, gtid: &str) -> u64 {
-    c.txs.lock().unwrap().get(gtid).and_then(|e| e.tx.decided).map(|d| d.elapsed().as_millis() as u64).unwrap_or(0)
-}
-
 /// An undecided transaction of another epoch (a previous run, or a node taken over): its
 /// abort is recorded before anything is rolled back, so its old owner, should it wake up,
 /// finds the decision taken. Returns the outcome in force, None when the store did not
 /// answer (nothing is done this pass).
-async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, String)]) -> Option<Outcome> {
+async fn record_abort(c: &Arc<Parts>, gtid: &str, branches: &[(String, String)]) -> Option<Outcome> {
     let rec = DecisionRecord {
         gtid: gtid.to_string(),
         outcome: Outcome::Abort,
@@ -271,16 +281,16 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
         source: "takeover".into(),
     };
     let node = naming::gtid_node(gtid).unwrap_or_default();
-    let Some(fence) = c.grant(node) else { return None };
+    let Some(fence) = c.owner.grant(node) else { return None };
     match c.store.decide(rec.clone(), Some(fence)).await {
         Ok(Decided::Outcome(o)) => {
             let mut r = rec;
             r.outcome = o;
-            c.adopt_records(std::slice::from_ref(&r));
+            completion::adopt_records(c, std::slice::from_ref(&r));
             Some(o)
         }
         Ok(Decided::Corrupt(problem)) => {
-            c.quarantine(&crate::store::CorruptRecord { gtid: gtid.to_string(), problem });
+            c.registry.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
             None
         }
         Ok(Decided::Fenced(why)) => {
@@ -290,7 +300,7 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
         Ok(Decided::Forgotten) => {
             // Quarantined: listed for the operator (in-doubt report, console), answered
             // "quarantined" by this daemon, and `force` records the operator's outcome.
-            c.quarantine(&crate::store::CorruptRecord {
+            c.registry.quarantine(&CorruptRecord {
                 gtid: gtid.to_string(),
                 problem: format!(
                     "a branch is prepared ({}) but the record is gone: purged after the retention, or missing from a store restored from an older copy \
@@ -307,34 +317,44 @@ async fn record_abort(c: &Arc<Coordinator>, gtid: &str, branches: &[(String, Str
     }
 }
 
-impl Coordinator {
-    /// A transaction recovery found committed in a participant: in memory as committed
-    /// (its branches seen this pass), so completion and the decision endpoint know it.
-    /// `complete`: every resource was listed, so these are all its branches and its
-    /// decision row may go once they are finished; otherwise the row stays.
-    pub fn adopt_participant_commit(&self, gtid: &str, branches: &[(String, String)], complete: bool) {
-        let mut txs = self.txs.lock().unwrap();
-        if txs.contains_key(gtid) {
-            return;
-        }
-        let mut tx = state::Tx::new(gtid.to_string(), std::time::Duration::from_millis(self.cfg.timeouts.transaction_ms));
-        tx.recovered = true;
-        for (res, bid) in branches {
-            let _ = tx.register(bid, res, self.kind_of(res).unwrap_or(crate::config::ResourceKind::Postgres));
-            let _ = tx.prepared(bid);
-        }
-        tx.state = state::TxState::Committed;
-        tx.decided = Some(std::time::Instant::now());
-        tx.decide_in = Some(String::new());
-        let grant = self.grant(naming::gtid_node(gtid).unwrap_or_default()).map(|t| t.generation).unwrap_or(-1);
-        let mut e = crate::coordinator::Entry::new(tx, false, grant);
-        e.dip_forgotten = !complete;
-        txs.insert(gtid.to_string(), e);
-        log("info", "recovery: decision found committed in a participant", json!({"gtid": gtid, "branches": branches}));
+/// A transaction recovery found committed in a participant: in memory as committed
+/// (its branches seen this pass), so completion and the decision endpoint know it.
+/// `complete`: every resource was listed, so these are all its branches and its
+/// decision row may go once they are finished; otherwise the row stays.
+pub fn adopt_participant_commit(c: &Parts, gtid: &str, branches: &[(String, String)], complete: bool) {
+    if c.registry.contains(gtid) {
+        return;
     }
+    let mut tx = state::Tx::new(gtid.to_string(), Duration::from_millis(c.cfg.timeouts.transaction_ms));
+    tx.recovered = true;
+    for (res, bid) in branches {
+        let _ = tx.register(bid, res, c.kind_of(res).unwrap_or(ResourceKind::Postgres));
+        let _ = tx.prepared(bid);
+    }
+    tx.state = state::TxState::Committed;
+    tx.decided = Some(Instant::now());
+    tx.decide_in = Some(String::new());
+    let mut e = Entry::new(tx, false, c.owner.generation_of(naming::gtid_node(gtid).unwrap_or_default()));
+    e.dip_forgotten = !complete;
+    c.registry.insert(gtid, e);
+    log("info", "recovery: decision found committed in a participant", json!({"gtid": gtid, "branches": branches}));
+}
 
-    /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
-    pub fn has_unfinished_of(&self, node: &str) -> bool {
-        self.txs.lock().unwrap().values().any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_branches_of_nodes_and_epochs_we_act_for_are_ours() {
+        let o = Ownership::new("n1", 7);
+        o.granted("n2", 1);
+        o.adopt("n2");
+        let epochs: HashSet<(String, u64)> = [("n1".to_string(), 7), ("n1".to_string(), 3), ("n2".to_string(), 5)].into_iter().collect();
+        assert_eq!(whose(&o, &naming::new_gtid("n1", 7, 1), &epochs), Ok(true), "our current epoch");
+        assert_eq!(whose(&o, &naming::new_gtid("n1", 3, 1), &epochs), Ok(false), "a previous run of ours");
+        assert_eq!(whose(&o, &naming::new_gtid("n2", 5, 1), &epochs), Ok(false), "a node taken over");
+        assert_eq!(whose(&o, &naming::new_gtid("n1", 9, 1), &epochs), Err("foreign epoch"));
+        assert_eq!(whose(&o, &naming::new_gtid("n3", 5, 1), &epochs), Err("another node"));
+        assert_eq!(whose(&o, "garbage", &epochs), Err("not a gtid of ours"));
     }
 }

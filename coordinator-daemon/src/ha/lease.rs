@@ -10,179 +10,157 @@
 //! (`regain`). With `lease.takeover`, it takes over nodes whose lease ran out, finishes
 //! their branches (recording abort for undecided ones, so a paused owner that wakes up
 //! loses), and releases them.
+//!
+//! A lost grant is a value (`Fenced`) that the renewal loop, the one owner of the
+//! reaction, acts on (`regain`); what memory keeps is a pure function of the store's word
+//! (`reconcile`). What the daemon owns in memory is ha/ownership.rs.
 
-use crate::coordinator::Coordinator;
-use crate::telemetry::log::log;
-use crate::store::{Claim, Op, Renewal, Token};
-use cotx_protocol::answer::{after_regrant, Reconcile};
-use serde_json::json;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use crate::coordinator::parts::Parts;
+use crate::coordinator::registry::Reconciled;
+use crate::config::ResourceKind;
 use crate::refusal::RefusalCode;
+use crate::state::Refusal;
+use crate::store::{Claim, Op, Renewal, Stored};
+use crate::telemetry::log::log;
+use cotx_protocol::answer::{after_regrant, Reconcile};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-fn mono_ms() -> u64 {
-    static T0: OnceLock<Instant> = OnceLock::new();
-    T0.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
+use super::ownership::mono_ms;
+use super::witness;
 
-/// Until when (monotonic ms) our lease is known valid, with a renewal period of margin.
-pub struct LeaseClock(AtomicU64);
-
-impl LeaseClock {
-    pub fn new() -> LeaseClock {
-        LeaseClock(AtomicU64::new(u64::MAX))
-    }
-    pub fn confirmed(&self, ttl_ms: u64, renew_ms: u64) {
-        self.0.store(mono_ms() + ttl_ms.saturating_sub(renew_ms), Relaxed);
-    }
-    pub fn expired(&self) -> bool {
-        mono_ms() > self.0.load(Relaxed)
-    }
-    /// Known invalid until confirmed again.
-    pub fn revoke(&self) {
-        self.0.store(0, Relaxed);
-    }
+/// Our own node's grant is gone (paused past the lease, taken over, finished and handed
+/// back): found by a renewal, handed to the renewal loop, which alone reacts (`regain`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fenced {
+    pub why: String,
 }
 
 /// Claims our node at start, waiting while a previous holder may still let go (its lease
 /// runs out, or a daemon that took it over releases it). Err names the holder.
-pub async fn claim_at_start(c: &Coordinator) -> Result<(), String> {
+pub async fn claim_at_start(c: &Parts) -> Result<(), String> {
     let l = &c.cfg.lease;
     claim_own(c, Some(Instant::now() + Duration::from_millis(2 * l.ttl_ms + 2 * c.cfg.timeouts.recovery_interval_ms))).await?;
-    c.lease.confirmed(l.ttl_ms, l.renew_ms);
+    c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
     // The epoch is durable before any gtid of it exists: recovery acts only on known epochs.
-    c.store.write(Op::RegisterEpoch { node: c.cfg.node_id.clone(), nonce: c.nonce }).await?;
-    c.epochs.lock().unwrap().insert((c.cfg.node_id.clone(), c.nonce));
+    c.store.write(Op::RegisterEpoch { node: c.cfg.node_id.clone(), nonce: c.owner.nonce }).await?;
+    c.owner.epochs.lock().unwrap().insert((c.cfg.node_id.clone(), c.owner.nonce));
     Ok(())
 }
 
 /// Compares the store with this daemon's witness of it (crate::ha::witness) and, when it may
 /// be acted on, writes down how far it has come. Err: the store went back to an older copy
 /// (or cannot say what it is).
-pub async fn check_witness(c: &Coordinator) -> Result<(), String> {
+pub async fn check_witness(c: &Parts) -> Result<(), String> {
     let Some(path) = &c.cfg.witness_file else { return Ok(()) };
     let now = c.store.identity().await.map_err(|e| format!("cannot read the decision store's identity: {e}"))?;
-    crate::ha::witness::check(crate::ha::witness::read(path)?.as_ref(), &now)?;
-    if let Err(e) = crate::ha::witness::write(path, &now) {
+    witness::check(witness::read(path)?.as_ref(), &now)?;
+    if let Err(e) = witness::write(path, &now) {
         // Only the safety net is weaker: say so, keep running.
-        c.warn_once(format!("witness:{e}"), "cannot write the witness file: a restored older store copy would not be noticed", json!({"error": e}));
+        c.registry.warn_once(format!("witness:{e}"), "cannot write the witness file: a restored older store copy would not be noticed", json!({"error": e}));
     }
     Ok(())
 }
 
 /// Claims our own node under a new grant, asking a daemon that took it over to give it
 /// back; waits until `deadline` (None: for as long as it takes).
-async fn claim_own(c: &Coordinator, deadline: Option<Instant>) -> Result<(), String> {
+async fn claim_own(c: &Parts, deadline: Option<Instant>) -> Result<(), String> {
     let l = &c.cfg.lease;
+    let o = &c.owner;
     let mut said = false;
     loop {
-        match c.store.claim_node(&c.cfg.node_id, &c.holder, &c.cfg.advertise_url, l.ttl_ms, true).await {
+        match c.store.claim_node(&o.node_id, &o.holder, &c.cfg.advertise_url, l.ttl_ms, true).await {
             Ok(Claim::Granted(g)) => {
-                c.grants.lock().unwrap().insert(c.cfg.node_id.clone(), Token { holder: c.holder.clone(), generation: g });
+                o.granted(&o.node_id, g);
                 break;
             }
             Err(e) if deadline.is_none() => {
-                log("warn", "cannot claim our node yet; will retry", json!({"node_id": c.cfg.node_id, "error": e}));
+                log("warn", "cannot claim our node yet; will retry", json!({"node_id": o.node_id, "error": e}));
                 tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
             }
             Err(e) => return Err(e),
             Ok(Claim::HeldBy(h)) => {
                 // A survivor that took our node over gives it back when asked (it releases
                 // at its next renewal): the row is a request, never a lease.
-                let _ = c.store.claim_node(&reclaim_key(&c.cfg.node_id), &c.holder, &c.cfg.advertise_url, l.ttl_ms, false).await;
+                let _ = c.store.claim_node(&reclaim_key(&o.node_id), &o.holder, &c.cfg.advertise_url, l.ttl_ms, false).await;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(format!(
                         "node {} is held by {} ({}) whose lease runs {} ms more: another daemon runs as this node; give every daemon its own node_id",
-                        c.cfg.node_id, h.holder, h.url, h.expires_in_ms
+                        o.node_id, h.holder, h.url, h.expires_in_ms
                     ));
                 }
                 if !said {
-                    log("warn", "node lease held by another holder; waiting for it to run out or be released", json!({"node_id": c.cfg.node_id, "holder": h.holder, "url": h.url, "expires_in_ms": h.expires_in_ms}));
+                    log("warn", "node lease held by another holder; waiting for it to run out or be released", json!({"node_id": o.node_id, "holder": h.holder, "url": h.url, "expires_in_ms": h.expires_in_ms}));
                     said = true;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
-    let _ = c.store.release_node(&reclaim_key(&c.cfg.node_id), &c.holder, true).await;
+    let _ = c.store.release_node(&reclaim_key(&o.node_id), &o.holder, true).await;
     Ok(())
 }
 
-/// Our grant is gone (paused past the lease, taken over, finished
-/// and handed back). Nothing from before may be acted on: stop, claim the node under a
-/// new grant, and keep of memory only what the store confirms (cotx_protocol::answer::
-/// after_regrant); nodes we had taken over are let go (their leases run out and a live
-/// daemon takes them over).
-async fn regain(c: &Arc<Coordinator>, why: String) {
-    c.regaining.store(true, Relaxed);
-    c.lease.revoke();
+/// What memory keeps of one transaction of our node once the node is claimed again: the
+/// store's word (cotx_protocol::answer::after_regrant). A store that cannot be read now
+/// keeps nothing: every answer about the gtid then comes from the store.
+pub fn reconcile(read: Result<Stored, String>) -> Reconciled {
+    let Ok(s) = read else { return Reconciled::Drop };
+    match (after_regrant(s.view()), s) {
+        (Reconcile::Keep(o), _) => Reconciled::Keep(o),
+        (Reconcile::Drop, _) => Reconciled::Drop,
+        (Reconcile::Quarantine, Stored::Corrupt(q)) => Reconciled::Quarantine(q),
+        (Reconcile::Quarantine, _) => Reconciled::Leave,
+    }
+}
+
+/// Our grant is gone. Nothing from before may be acted on: stop, claim the node under a
+/// new grant, and keep of memory only what the store confirms (`reconcile`); nodes we had
+/// taken over are let go (their leases run out and a live daemon takes them over).
+async fn regain(c: &Parts, lost: Fenced) {
+    c.owner.set_regaining(true);
+    c.owner.lease.revoke();
     c.metrics.lease_losses.fetch_add(1, Relaxed);
     log("error", "node lease lost: acting on nothing until the node is claimed again and memory is reconciled with the store",
-        json!({"node_id": c.cfg.node_id, "holder": c.holder, "why": why}));
-    let adopted: Vec<String> = c.adopted.lock().unwrap().drain().collect();
-    for node in &adopted {
-        forget_node(c, node);
+        json!({"node_id": c.cfg.node_id, "holder": c.owner.holder, "why": lost.why}));
+    for node in c.owner.drain_adopted() {
+        forget_node(c, &node);
     }
     let _ = claim_own(c, None).await;
     // Every entry of our node goes through the store's word.
-    let own: Vec<String> = c.txs.lock().unwrap().keys().filter(|g| crate::naming::gtid_node(g) == Some(&c.cfg.node_id)).cloned().collect();
-    let generation = c.grant(&c.cfg.node_id).map(|t| t.generation).unwrap_or(-1);
+    let generation = c.owner.generation_of(&c.cfg.node_id);
     let (mut kept, mut dropped) = (0, 0);
-    for g in own {
-        let verdict = match c.store.get(&g).await {
-            Ok(s) => (after_regrant(s.view()), s),
-            // Unreadable now: forget it; every answer about it then comes from the store.
-            Err(_) => (Reconcile::Drop, crate::store::Stored::Absent { forgotten: false }),
-        };
-        let mut txs = c.txs.lock().unwrap();
+    for g in c.registry.gtids_of(&c.cfg.node_id) {
+        let verdict = reconcile(c.store.get(&g).await);
         match verdict {
-            (Reconcile::Keep(o), _) => {
-                if let Some(e) = txs.get_mut(&g) {
-                    e.grant = generation;
-                    e.recorded = true;
-                    e.tx.recovered = true;
-                    match o {
-                        crate::state::Outcome::Commit => e.tx.state = crate::state::TxState::Committed,
-                        crate::state::Outcome::Abort => e.tx.abort("recorded abort (a daemon that took this node over)".into(), false),
-                    }
-                    e.tx.decided.get_or_insert_with(Instant::now);
-                    e.publish();
-                }
-                kept += 1;
-            }
-            (Reconcile::Drop, _) => {
-                txs.remove(&g);
-                dropped += 1;
-            }
-            (Reconcile::Quarantine, crate::store::Stored::Corrupt(q)) => {
-                txs.remove(&g);
-                drop(txs);
-                c.quarantine(&q);
-            }
-            (Reconcile::Quarantine, _) => {}
+            Reconciled::Keep(_) => kept += 1,
+            Reconciled::Drop => dropped += 1,
+            _ => {}
         }
+        c.registry.reconcile(&g, verdict, generation);
     }
     let l = &c.cfg.lease;
-    c.lease.confirmed(l.ttl_ms, l.renew_ms);
-    c.regaining.store(false, Relaxed);
+    c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
+    c.owner.set_regaining(false);
     log("warn", "node claimed again under a new grant: memory reconciled with the store", json!({"node_id": c.cfg.node_id, "generation": generation, "kept": kept, "dropped": dropped}));
 }
 
 /// Drops what we hold of a node we no longer act for.
-fn forget_node(c: &Coordinator, node: &str) {
-    c.grants.lock().unwrap().remove(node);
-    c.txs.lock().unwrap().retain(|g, _| crate::naming::gtid_node(g) != Some(node));
+fn forget_node(c: &Parts, node: &str) {
+    c.owner.drop_grant(node);
+    c.registry.forget_node(node);
 }
 
 /// Takes our node's lock at every reachable resource, refusing to run when another
 /// session holds it; checks that no two MariaDB resources are one server.
-pub async fn lock_resources_at_start(c: &Coordinator) -> Result<(), String> {
+pub async fn lock_resources_at_start(c: &Parts) -> Result<(), String> {
     // Same server twice first: its node lock (server-wide GET_LOCK) would look taken.
     let mut seen: Vec<(String, String)> = vec![];
     for (name, rc) in &c.resources {
-        if rc.kind != crate::config::ResourceKind::Mariadb {
+        if rc.kind != ResourceKind::Mariadb {
             continue;
         }
         if let Ok(id) = rc.server_identity().await {
@@ -216,41 +194,55 @@ pub async fn lock_resources_at_start(c: &Coordinator) -> Result<(), String> {
     Ok(())
 }
 
-/// Renews our leases and, with takeover on, adopts nodes whose lease ran out.
-pub fn spawn_renewal(c: Arc<Coordinator>) {
+/// What one round of renewals found: whether every renewal was answered, and whether our
+/// own node's grant is gone (a value: the loop reacts). A taken-over node whose grant is
+/// gone is simply left here.
+struct Round {
+    answered: bool,
+    lost: Option<Fenced>,
+}
+
+async fn renew_all(c: &Parts) -> Round {
+    let ttl = c.cfg.lease.ttl_ms;
+    let mut ok = true;
+    let mut lost_own = None;
+    for n in c.owner.nodes() {
+        let Some(tok) = c.owner.grant(&n) else { continue };
+        match c.store.renew_node(&n, &tok, ttl).await {
+            Ok(Renewal::Renewed) => {}
+            Ok(Renewal::Lost(why)) if n == c.cfg.node_id => lost_own = Some(Fenced { why: format!("{why:?}") }),
+            Ok(Renewal::Lost(why)) => {
+                log("warn", "a node we had taken over is no longer ours; leaving it", json!({"node": n, "why": format!("{why:?}")}));
+                c.owner.unadopt(&n);
+                forget_node(c, &n);
+            }
+            Err(e) => {
+                ok = false;
+                log("warn", "lease renewal failed; will retry", json!({"node": n, "error": e}));
+            }
+        }
+    }
+    Round { answered: ok, lost: lost_own }
+}
+
+/// Renews our leases and, with takeover on, adopts nodes whose lease ran out. The one
+/// owner of the reaction to a lost grant.
+pub fn spawn_renewal(c: Arc<Parts>) {
     tokio::spawn(async move {
         let l = c.cfg.lease.clone();
         let mut last_renewed = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
-            let mut nodes = vec![c.cfg.node_id.clone()];
-            nodes.extend(c.adopted.lock().unwrap().iter().cloned());
-            let mut ok = true;
-            let mut lost_own = None;
-            for n in &nodes {
-                let Some(tok) = c.grant(n) else { continue };
-                match c.store.renew_node(n, &tok, l.ttl_ms).await {
-                    Ok(Renewal::Renewed) => {}
-                    Ok(Renewal::Lost(why)) if *n == c.cfg.node_id => lost_own = Some(format!("{why:?}")),
-                    Ok(Renewal::Lost(why)) => {
-                        log("warn", "a node we had taken over is no longer ours; leaving it", json!({"node": n, "why": format!("{why:?}")}));
-                        c.adopted.lock().unwrap().remove(n);
-                        forget_node(&c, n);
-                    }
-                    Err(e) => {
-                        ok = false;
-                        log("warn", "lease renewal failed; will retry", json!({"node": n, "error": e}));
-                    }
-                }
-            }
+            let round = renew_all(&c).await;
+            let mut ok = round.answered;
             // A renewal long overdue: this process was paused or cut off (say so: it
             // explains what follows, a lost grant or a takeover elsewhere).
             let gap = last_renewed.elapsed().as_millis() as u64;
             if ok && gap > l.ttl_ms {
                 log("warn", "lease renewed late: this daemon was paused or cut off from the store past its lease", json!({"node_id": c.cfg.node_id, "since_last_renewal_ms": gap, "ttl_ms": l.ttl_ms}));
             }
-            if let Some(why) = lost_own {
-                regain(&c, why).await;
+            if let Some(lost) = round.lost {
+                regain(&c, lost).await;
                 last_renewed = Instant::now();
                 continue;
             }
@@ -258,18 +250,18 @@ pub fn spawn_renewal(c: Arc<Coordinator>) {
             if ok {
                 if let Err(why) = check_witness(&c).await {
                     ok = false;
-                    c.lease.revoke();
-                    c.warn_once(format!("witness:{why}"), "acting on nothing: the decision store is not the one this daemon saw", json!({"error": why}));
+                    c.owner.lease.revoke();
+                    c.registry.warn_once(format!("witness:{why}"), "acting on nothing: the decision store is not the one this daemon saw", json!({"error": why}));
                 }
             }
             if ok {
                 last_renewed = Instant::now();
-                if c.lease.expired() {
+                if c.owner.lease.expired() {
                     log("info", "lease confirmed again: acting again", json!({"node_id": c.cfg.node_id}));
                 }
-                c.lease.confirmed(l.ttl_ms, l.renew_ms);
-            } else if c.lease.expired() {
-                c.warn_once(format!("fenced:{}", mono_ms() / 60_000), "lease not renewed within its ttl: acting on nothing until the store answers",
+                c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
+            } else if c.owner.lease.expired() {
+                c.registry.warn_once(format!("fenced:{}", mono_ms() / 60_000), "lease not renewed within its ttl: acting on nothing until the store answers",
                     json!({"node_id": c.cfg.node_id}));
             }
             if ok && l.takeover {
@@ -279,27 +271,29 @@ pub fn spawn_renewal(c: Arc<Coordinator>) {
     });
 }
 
-async fn take_over_expired(c: &Arc<Coordinator>) {
+/// Records a grant of a node taken over.
+fn took_over(c: &Parts, node: &str, generation: i64) {
+    c.owner.granted(node, generation);
+    c.metrics.takeovers.fetch_add(1, Relaxed);
+}
+
+async fn take_over_expired(c: &Parts) {
     let Ok(leases) = c.store.nodes().await else { return };
     // Nodes whose own daemon is back and asks for them.
     let wanted: Vec<String> = leases.iter().filter_map(|l| l.node.strip_suffix("!reclaim").map(str::to_string)).collect();
-    let adopted: Vec<String> = c.adopted.lock().unwrap().iter().cloned().collect();
-    for node in adopted.into_iter().filter(|n| wanted.contains(n)) {
+    for node in c.owner.adopted().into_iter().filter(|n| wanted.contains(n)) {
         log("info", "the owner of a taken-over node is back: giving it back", json!({"node": node}));
         release_adopted(c, &node, false).await;
     }
     for lease in leases {
-        if lease.node == c.cfg.node_id || lease.node.contains('!') || wanted.contains(&lease.node) || lease.expires_in_ms > 0
-            || c.adopted.lock().unwrap().contains(&lease.node)
-        {
+        if lease.node == c.cfg.node_id || lease.node.contains('!') || wanted.contains(&lease.node) || lease.expires_in_ms > 0 || c.owner.is_adopted(&lease.node) {
             continue;
         }
-        match c.store.claim_node(&lease.node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
+        match c.store.claim_node(&lease.node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
             Ok(Claim::Granted(g)) => {
-                c.grants.lock().unwrap().insert(lease.node.clone(), Token { holder: c.holder.clone(), generation: g });
-                c.metrics.takeovers.fetch_add(1, Relaxed);
+                took_over(c, &lease.node, g);
                 log("warn", "took over a node whose lease ran out: finishing its transactions", json!({"node": lease.node, "previous_holder": lease.holder, "expired_ms_ago": -lease.expires_in_ms}));
-                c.adopted.lock().unwrap().insert(lease.node);
+                c.owner.adopt(&lease.node);
             }
             Ok(Claim::HeldBy(_)) => {}
             Err(e) => log("warn", "takeover failed; will retry", json!({"node": lease.node, "error": e})),
@@ -314,21 +308,20 @@ async fn take_over_expired(c: &Arc<Coordinator>) {
 /// XA PREPARE until it is decided). Only epochs registered in our store count (never
 /// another store's daemon); the claim is the ordinary takeover claim, so a live or
 /// returning owner keeps its node.
-pub async fn adopt_released_with_branches(c: &Coordinator, nodes: HashSet<String>) -> Vec<String> {
+pub async fn adopt_released_with_branches(c: &Parts, nodes: HashSet<String>) -> Vec<String> {
     let mut taken = Vec::new();
     if nodes.is_empty() || !c.cfg.lease.takeover {
         return taken;
     }
     let Ok(leases) = c.store.nodes().await else { return taken };
     for node in nodes {
-        if leases.iter().any(|l| l.node == node || l.node == reclaim_key(&node)) || c.adopted.lock().unwrap().contains(&node) {
+        if leases.iter().any(|l| l.node == node || l.node == reclaim_key(&node)) || c.owner.is_adopted(&node) {
             continue; // leased (alive, or expired: the takeover loop handles it)
         }
-        if let Ok(Claim::Granted(g)) = c.store.claim_node(&node, &c.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
-            c.grants.lock().unwrap().insert(node.clone(), Token { holder: c.holder.clone(), generation: g });
-            c.metrics.takeovers.fetch_add(1, Relaxed);
+        if let Ok(Claim::Granted(g)) = c.store.claim_node(&node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
+            took_over(c, &node, g);
             log("warn", "a prepared branch of a released node came back (a database lost a rollback in a crash): taking the node again to finish it", json!({"node": node}));
-            c.adopted.lock().unwrap().insert(node.clone());
+            c.owner.adopt(&node);
             taken.push(node);
         }
     }
@@ -338,15 +331,15 @@ pub async fn adopt_released_with_branches(c: &Coordinator, nodes: HashSet<String
 /// A taken-over node is given back: `forget` when nothing of it is left (its lease row
 /// goes), otherwise only marked expired — its own daemon, coming back, recovers the rest
 /// (every decision we took for it is in the store), or another takeover does.
-pub async fn release_adopted(c: &Coordinator, node: &str, forget: bool) {
+pub async fn release_adopted(c: &Parts, node: &str, forget: bool) {
     // Stop acting for it first: our completions of its gtids check this.
-    c.adopted.lock().unwrap().remove(node);
-    if let Err(e) = c.store.release_node(node, &c.holder, forget).await {
+    c.owner.unadopt(node);
+    if let Err(e) = c.store.release_node(node, &c.owner.holder, forget).await {
         log("warn", "could not release a taken-over node; will retry", json!({"node": node, "error": e}));
-        c.adopted.lock().unwrap().insert(node.to_string());
+        c.owner.adopt(node);
         return;
     }
-    c.grants.lock().unwrap().remove(node);
+    c.owner.drop_grant(node);
     for rc in c.resources.values() {
         rc.release_node_lock(node).await;
     }
@@ -358,17 +351,79 @@ pub fn reclaim_key(node: &str) -> String {
     format!("{node}!reclaim")
 }
 
-impl Coordinator {
-    /// Every node lease in the store (all daemons of the deployment, so the console shows
-    /// who holds what and when it runs out) and what this daemon acts for.
-    pub async fn nodes_report(&self) -> crate::coordinator::Res {
-        let leases = self.store.nodes().await.map_err(|e| crate::state::Refusal::new(RefusalCode::StoreUnavailable, e))?;
-        let mut adopted: Vec<String> = self.adopted.lock().unwrap().iter().cloned().collect();
-        adopted.sort();
-        let nodes: Vec<_> = leases
-            .iter()
-            .map(|l| json!({"node": l.node, "holder": l.holder, "url": l.url, "expires_in_ms": l.expires_in_ms, "mine": l.holder == self.holder}))
-            .collect();
-        Ok(json!({"node_id": self.cfg.node_id, "holder": self.holder, "lease_valid": !self.lease.expired(), "adopted": adopted, "nodes": nodes}))
+/// Every node lease in the store (all daemons of the deployment, so the console shows
+/// who holds what and when it runs out) and what this daemon acts for.
+pub async fn nodes_report(c: &Parts) -> Result<Value, Refusal> {
+    let leases = c.store.nodes().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
+    let nodes: Vec<_> = leases
+        .iter()
+        .map(|l| json!({"node": l.node, "holder": l.holder, "url": l.url, "expires_in_ms": l.expires_in_ms, "mine": l.holder == c.owner.holder}))
+        .collect();
+    Ok(json!({"node_id": c.cfg.node_id, "holder": c.owner.holder, "lease_valid": !c.owner.lease.expired(), "adopted": c.owner.adopted(), "nodes": nodes}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Outcome;
+    use crate::store::{CorruptRecord, DecisionRecord};
+
+    fn rec(o: Outcome) -> Stored {
+        Stored::Record(DecisionRecord { gtid: "g".into(), outcome: o, branches: vec![], decided_unix_ms: 1, node: "n1".into(), source: "x".into() })
+    }
+
+    /// Every case of the store's word after a regained grant.
+    #[test]
+    fn memory_keeps_only_what_the_store_confirms() {
+        assert_eq!(reconcile(Ok(rec(Outcome::Commit))), Reconciled::Keep(Outcome::Commit));
+        assert_eq!(reconcile(Ok(rec(Outcome::Abort))), Reconciled::Keep(Outcome::Abort));
+        assert_eq!(reconcile(Ok(Stored::Absent { forgotten: false })), Reconciled::Drop, "no record: not ours to keep (a takeover may have decided it)");
+        assert_eq!(reconcile(Ok(Stored::Absent { forgotten: true })), Reconciled::Drop);
+        let q = CorruptRecord { gtid: "g".into(), problem: "bad".into() };
+        assert_eq!(reconcile(Ok(Stored::Corrupt(q.clone()))), Reconciled::Quarantine(q));
+        assert_eq!(reconcile(Err("store down".into())), Reconciled::Drop, "unreadable now: forgotten, the store answers later");
+    }
+
+    /// The loss travels as a value from the renewal to the loop's reaction: our node is
+    /// claimed again under a new grant, memory keeps what the store confirms.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_grant_is_found_by_a_renewal_and_regained() {
+        let c = crate::coordinator::tests::coord("regain").await;
+        let p = c.parts();
+        let before = p.owner.generation_of("u1");
+        let undecided = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let committed = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        c.register(&committed, "pg", "b1").await.unwrap();
+        c.commit_with(&committed, "coordinator", &["b1".into()]).await.unwrap();
+        assert!(renew_all(p).await.lost.is_none());
+        // Taken over, finished and handed back while we were away: the row is gone.
+        p.store.release_node("u1", &p.owner.holder, true).await.unwrap();
+        let round = renew_all(p).await;
+        let lost = round.lost.expect("the renewal finds the grant gone");
+        assert!(round.answered);
+        assert!(p.registry.contains(&undecided), "nothing is done until the loop reacts");
+        regain(p, lost).await;
+        assert!(p.owner.generation_of("u1") > before, "a new grant");
+        assert!(!p.owner.regaining() && !p.owner.lease.expired());
+        assert_eq!(p.metrics.lease_losses.load(Relaxed), 1);
+        assert!(!p.registry.contains(&undecided), "no record: dropped");
+        let kept = p.registry.with_entry(&committed, |e| (e.grant, e.tx.state)).here();
+        assert_eq!(kept, Some((p.owner.generation_of("u1"), crate::state::TxState::Committed)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_nodes_report_names_our_lease() {
+        let c = crate::coordinator::tests::coord("nodes").await;
+        let r = nodes_report(c.parts()).await.unwrap();
+        assert_eq!((r["node_id"].as_str(), r["lease_valid"].as_bool()), (Some("u1"), Some(true)));
+        assert_eq!(r["adopted"], json!([]));
+        c.parts().owner.lease.revoke();
+        assert_eq!(nodes_report(c.parts()).await.unwrap()["lease_valid"], false);
+    }
+
+    #[test]
+    fn the_reclaim_row_is_never_a_node() {
+        assert_eq!(reclaim_key("n1"), "n1!reclaim");
+        assert!(reclaim_key("n1").contains('!'), "the takeover loop skips rows with '!'");
     }
 }

@@ -1,5 +1,7 @@
 //! The databases a global transaction spans: connections and completion of branches
-//! (`resources`), and how each resource enforces commitment ordering (`enforcement`).
+//! (`resources`; its statements and what their answers mean: `branch_sql`), and how each
+//! resource enforces commitment ordering (`enforcement`).
 
+pub mod branch_sql;
 pub mod enforcement;
 pub mod resources;

@@ -38,21 +38,8 @@ enum LockConn {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const QUERY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// What happened when the daemon tried to finish a branch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Completion {
-    /// We committed / rolled it back.
-    Done,
-    /// Not prepared there (any more): somebody finished it before us.
-    Gone,
-    /// MariaDB: the owner's session still holds it; try again later.
-    OwnerAttached,
-    /// Finished, but not as decided (MariaDB 1402 on a read-only branch lost with its
-    /// session). Recorded, never retried.
-    Incident(String),
-    /// Database unreachable or another error: retry with backoff.
-    Retry(String),
-}
+pub use super::branch_sql::Completion;
+use super::branch_sql;
 
 pub struct ResourceClient {
     pub name: String,
@@ -91,7 +78,7 @@ impl ResourceClient {
     }
 
     fn lock_name(&self, node: &str) -> String {
-        format!("cotx-node:{}:{node}", self.prefix)
+        branch_sql::lock_name(&self.prefix, node)
     }
 
     /// Holds (or takes) the lock of `node` at this resource. `fence`: the store says the
@@ -266,14 +253,7 @@ impl ResourceClient {
     async fn list_prepared_inner(&self) -> Result<Vec<(String, String)>, String> {
         match &self.inner {
             Inner::Pg { .. } => {
-                let like = format!("{}:%", self.prefix);
-                // pg_prepared_xacts lists every database's: only this database's are ours
-                // to finish (COMMIT PREPARED of another's fails with "belongs to another database").
-                let sql = format!(
-                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE {}",
-                    naming::quote_pg(&like)
-                );
-                let msgs = self.pg_simple(&sql).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+                let msgs = self.pg_simple(&branch_sql::pg_list_prepared(&self.prefix)).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
                 Ok(msgs
                     .into_iter()
                     .filter_map(|m| match m {
@@ -308,30 +288,20 @@ impl ResourceClient {
     async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
         match &self.inner {
             Inner::Pg { .. } => {
-                let gid = match naming::pg_gid(&self.prefix, gtid, bid) {
-                    Ok(g) => g,
-                    Err(e) => return Completion::Incident(e.message),
+                let sql = match branch_sql::pg_finish(&self.prefix, gtid, bid, outcome) {
+                    Ok(q) => q,
+                    Err(e) => return Completion::Incident(e),
                 };
-                let verb = match outcome {
-                    Outcome::Commit => "COMMIT PREPARED",
-                    Outcome::Abort => "ROLLBACK PREPARED",
-                };
-                match self.pg_simple(&format!("{verb} {}", naming::quote_pg(&gid))).await {
+                match self.pg_simple(&sql).await {
                     Ok(_) => Completion::Done,
-                    Err(e) => match e.code().map(|c| c.code()) {
-                        // undefined_object: no such prepared transaction (finished already).
-                        Some("42704") => Completion::Gone,
-                        // object_in_use: its owner is finishing it right now.
-                        Some("55000") => Completion::OwnerAttached,
-                        _ => Completion::Retry(format!("{}: {}", self.name, pg_err(&e))),
-                    },
+                    Err(e) => branch_sql::pg_refused(e.code().map(|c| c.code()), format!("{}: {}", self.name, pg_err(&e))),
                 }
             }
             Inner::Maria { pool, .. } => {
                 use mysql_async::prelude::Queryable;
-                let xid = match naming::xa_xid_sql(gtid, bid) {
-                    Ok(x) => x,
-                    Err(e) => return Completion::Incident(e.message),
+                let sql = match branch_sql::maria_finish(gtid, bid, outcome) {
+                    Ok(q) => q,
+                    Err(e) => return Completion::Incident(e),
                 };
                 let mut conn = match pool.get_conn().await {
                     Ok(c) => c,
@@ -354,22 +324,9 @@ impl ResourceClient {
                         Outcome::Abort => Completion::Gone,
                     };
                 }
-                let verb = match outcome {
-                    Outcome::Commit => "XA COMMIT",
-                    Outcome::Abort => "XA ROLLBACK",
-                };
-                match conn.query_drop(format!("{verb} {xid}")).await {
+                match conn.query_drop(sql).await {
                     Ok(()) => Completion::Done,
-                    Err(mysql_async::Error::Server(se)) => match (se.code, outcome) {
-                        (1397, _) | (1399, _) | (1440, _) => Completion::OwnerAttached,
-                        // XA_RBROLLBACK and friends (1402..=1404, 1614): the branch was rolled
-                        // back behind our back (read-only branch whose session closed).
-                        (1402..=1404 | 1614, Outcome::Commit) => {
-                            Completion::Incident(format!("{}: {} ({}): branch was rolled back, not committed", self.name, se.message, se.code))
-                        }
-                        (1402..=1404 | 1614, Outcome::Abort) => Completion::Done,
-                        _ => Completion::Retry(format!("{}: {} (error {}, SQLSTATE {})", self.name, se.message, se.code, se.state)),
-                    },
+                    Err(mysql_async::Error::Server(se)) => branch_sql::maria_refused(&self.name, se.code, &se.message, &se.state, outcome),
                     Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
                 }
             }
@@ -401,16 +358,7 @@ impl ResourceClient {
         let up: Result<Option<String>, _> =
             conn.query_first("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'").await;
         match up {
-            Ok(Some(u)) => match u.parse::<u64>() {
-                Ok(secs) if secs * 1000 < decided_ms_ago => Completion::Incident(format!(
-                    "{}: branch is gone and MariaDB restarted ({secs} s ago) after the commit decision ({} s ago) without its owner reporting it finished: \
-                     a read-only branch is lost in a restart (its reads were not protected until the decision)",
-                    self.name,
-                    decided_ms_ago / 1000
-                )),
-                _ => Completion::Gone,
-            },
-            Ok(None) => Completion::Gone,
+            Ok(u) => branch_sql::maria_gone(&self.name, u.and_then(|u| u.parse::<u64>().ok()), decided_ms_ago),
             Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
         }
     }

@@ -50,7 +50,7 @@ impl Metrics {
     }
 
     /// `g`: gauges the caller computes from the live state.
-    pub fn render(&self, g: &crate::coordinator::housekeeping::Gauges, store_batches: u64, store_ops: u64, resources_up: &[(String, bool)]) -> String {
+    pub fn render(&self, g: &crate::telemetry::gauges::Gauges, store_batches: u64, store_ops: u64, resources_up: &[(String, bool)]) -> String {
         let (in_doubt, active) = (g.in_doubt, g.active);
         let mut s = String::new();
         let c = |s: &mut String, name: &str, help: &str, v: u64| {
@@ -138,7 +138,7 @@ mod tests {
         let m = super::Metrics::default();
         m.observe_decision(0.0003);
         m.observe_decision(0.2);
-        let g = crate::coordinator::housekeeping::Gauges { in_doubt: 1, active: 2, ..Default::default() };
+        let g = crate::telemetry::gauges::Gauges { in_doubt: 1, active: 2, ..Default::default() };
         let t = m.render(&g, 3, 4, &[("pg".into(), true)]);
         assert!(t.contains("cotx_decision_seconds_bucket{le=\"0.0005\"} 1"), "{t}");
         assert!(t.contains("cotx_decision_seconds_bucket{le=\"+Inf\"} 2"));

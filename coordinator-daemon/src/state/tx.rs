@@ -1,5 +1,6 @@
 //! The state machine of one global transaction and its branches. Plain data and checks,
 //! no I/O: every API call first validates here and changes nothing when refused.
+//! (crate::state re-exports it.)
 
 use crate::config::ResourceKind;
 use serde::Serialize;
@@ -26,46 +27,6 @@ pub enum TxState {
     /// record: the decision is that commit. Undecided until its owner reports or the
     /// daemon reads the outcome there (`co.resolve`).
     Deciding,
-}
-
-/// The `state` filter of the transaction list: one state, or `in_doubt` (`Tx::in_doubt`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StateFilter {
-    Active,
-    Committing,
-    Committed,
-    Aborted,
-    OnePhase,
-    Deciding,
-    InDoubt,
-}
-
-impl StateFilter {
-    /// Parses the query value; the error names every accepted value (serde lists them).
-    pub fn parse(s: &str) -> Result<StateFilter, Refusal> {
-        serde_json::from_value(serde_json::Value::String(s.to_string()))
-            .or_else(|e| refuse(RefusalCode::InvalidField, format!("state: {e}")))
-    }
-
-    /// Exhaustive on purpose: a new state cannot be added without its filter.
-    fn of(s: TxState) -> StateFilter {
-        match s {
-            TxState::Active => StateFilter::Active,
-            TxState::Committing => StateFilter::Committing,
-            TxState::Committed => StateFilter::Committed,
-            TxState::Aborted => StateFilter::Aborted,
-            TxState::OnePhase => StateFilter::OnePhase,
-            TxState::Deciding => StateFilter::Deciding,
-        }
-    }
-
-    pub fn matches(self, tx: &Tx) -> bool {
-        match self {
-            StateFilter::InDoubt => tx.in_doubt(),
-            f => StateFilter::of(tx.state) == f,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -119,7 +80,7 @@ pub struct Tx {
     pub decide_in: Option<String>,
 }
 
-pub use crate::refusal::{refuse, Refusal, RefusalCode};
+use crate::refusal::{refuse, Refusal, RefusalCode};
 
 pub fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)

@@ -1,0 +1,117 @@
+//! Beginning a transaction and registering its branches: the cap on undecided
+//! transactions, the ids each branch gets at its resource (PostgreSQL gid, MariaDB XID),
+//! enforcement's admission (client mode's hold), and "prepared".
+
+use crate::config::ResourceKind;
+use crate::naming;
+use crate::refusal::RefusalCode;
+use crate::state::{refuse, Refusal, Tx};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use super::answers::{self, Res};
+use super::holds;
+use super::parts::Parts;
+use super::registry::Entry;
+
+/// No new work while our lease is unconfirmed.
+pub fn refuse_new_work(c: &Parts) -> Result<(), Refusal> {
+    if c.owner.lease.expired() {
+        return refuse(RefusalCode::LeaseUnconfirmed, format!("node {}'s lease could not be renewed in time: no new work until it is", c.cfg.node_id));
+    }
+    Ok(())
+}
+
+/// A transaction's timeout, checked against limits.max_transaction_ms.
+pub fn timeout_ms(asked: Option<u64>, default_ms: u64, max_ms: u64) -> Result<u64, Refusal> {
+    let t = asked.unwrap_or(default_ms);
+    if !(10..=max_ms).contains(&t) {
+        return refuse(RefusalCode::InvalidField, format!("timeout_ms must be between 10 and {max_ms} (limits.max_transaction_ms)"));
+    }
+    Ok(t)
+}
+
+/// Begins `gtid` (issued by the caller: the coordinator owns the sequence).
+pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res {
+    refuse_new_work(c)?;
+    let t = timeout_ms(asked_timeout_ms, c.cfg.timeouts.transaction_ms, c.cfg.limits.max_transaction_ms)?;
+    let max = c.cfg.limits.max_active;
+    let grant = c.owner.generation_of(&c.cfg.node_id);
+    if let Err(active) = c.registry.insert_capped(&gtid, Entry::new(Tx::new(gtid.clone(), Duration::from_millis(t)), false, grant), max) {
+        c.metrics.overloaded.fetch_add(1, Relaxed);
+        return refuse(RefusalCode::TooManyTransactions, format!("{active} transactions are undecided (limits.max_active = {max}); retry later"));
+    }
+    c.metrics.begun.fetch_add(1, Relaxed);
+    Ok(json!({"gtid": gtid, "state": "active", "timeout_ms": t}))
+}
+
+/// Undoes a begin whose first branch was refused: nothing is left behind.
+pub fn unbegin(c: &Parts, gtid: &str) {
+    c.registry.remove(gtid);
+    c.metrics.begun.fetch_sub(1, Relaxed);
+}
+
+/// The ids a branch gets at a resource of `kind`.
+pub fn branch_ids(kind: ResourceKind, gid_prefix: &str, gtid: &str, bid: &str) -> Result<Value, Refusal> {
+    Ok(match kind {
+        ResourceKind::Postgres => match naming::pg_gid(gid_prefix, gtid, bid) {
+            Ok(g) => json!({"gid": g}),
+            Err(e) => return refuse(e.code, e.message),
+        },
+        ResourceKind::Mariadb => json!({"xid": {"format_id": naming::XA_FORMAT_ID, "gtrid": gtid, "bqual": bid}}),
+    })
+}
+
+pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res {
+    if let Err(e) = naming::check_id("branch_id", bid) {
+        return refuse(e.code, e.message);
+    }
+    let Some(kind) = c.kind_of(resource) else {
+        return refuse(RefusalCode::UnknownResource, format!("no resource named {resource:?} in the coordinator's config"));
+    };
+    let ids = branch_ids(kind, &c.cfg.gid_prefix, gtid, bid)?;
+    // Would the registration be taken? (Checked before client mode prepares a helper.)
+    answers::on(c, gtid, |e| e.tx.check_register(bid)).await?;
+    let rc = c.resources[resource].clone();
+    let keep = |g: &str, b: &str, prepared: bool| holds::keep_helper(c, g, b, prepared);
+    let adm = c.enforcement.admit(&rc, gtid, bid, &keep).await?;
+    if let Err(e) = answers::on(c, gtid, |e| e.tx.register(bid, resource, kind)).await {
+        holds::release_hold(c, gtid, bid).await;
+        return Err(e);
+    }
+    let mut v = json!({"gtid": gtid, "branch_id": bid, "resource": resource, "kind": kind.as_str(), "enforcement": adm.mode.as_str()});
+    v.as_object_mut().unwrap().extend(ids.as_object().unwrap().clone());
+    if let Some(k) = adm.key {
+        v["shim"] = json!({"key": k});
+    }
+    Ok(v)
+}
+
+pub async fn prepared(c: &Parts, gtid: &str, bid: &str) -> Res {
+    answers::on(c, gtid, |e| e.tx.prepared(bid)).await?;
+    Ok(json!({"gtid": gtid, "branch_id": bid, "state": "prepared"}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_bounded() {
+        assert_eq!(timeout_ms(None, 5_000, 60_000), Ok(5_000));
+        assert_eq!(timeout_ms(Some(10), 5_000, 60_000), Ok(10));
+        assert_eq!(timeout_ms(Some(9), 5_000, 60_000).unwrap_err().code, RefusalCode::InvalidField);
+        let e = timeout_ms(Some(60_001), 5_000, 60_000).unwrap_err();
+        assert!(e.message.contains("60000"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_branch_gets_a_gid_or_an_xid() {
+        let g = naming::new_gtid("n1", 1, 1);
+        let pg = branch_ids(ResourceKind::Postgres, "cotx", &g, "b1").unwrap();
+        assert_eq!(naming::parse_pg_gid("cotx", pg["gid"].as_str().unwrap()), Some((g.clone(), "b1".to_string())));
+        let my = branch_ids(ResourceKind::Mariadb, "cotx", &g, "b1").unwrap();
+        assert_eq!(my["xid"], json!({"format_id": naming::XA_FORMAT_ID, "gtrid": g, "bqual": "b1"}));
+    }
+}

@@ -1,0 +1,211 @@
+//! The commit paths: two-phase commit (the decision durable before the answer), the
+//! decision inside a participant, one phase on the owner's session, abort, a failed
+//! prepare, and branches reported finished by their owners.
+
+use crate::refusal::RefusalCode;
+use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
+use crate::store::{CorruptRecord, Decided, DecisionRecord, Token};
+use crate::telemetry::log::log;
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::answers::{self, Res};
+use super::begin::refuse_new_work;
+use super::completion;
+use super::decisions;
+use super::parts::Parts;
+use super::registry::Lookup;
+
+/// Commit; `prepared` lists branches whose "prepared" report rides along with the
+/// commit request (saves the root one round trip per branch). All or nothing.
+pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[String]) -> Res {
+    refuse_new_work(c)?;
+    let t0 = Instant::now();
+    let entered = answers::with_tx(c, gtid, |e| {
+        let mut next = e.tx.clone();
+        for bid in prepared {
+            next.prepared(bid)?;
+        }
+        next.check_commit()?;
+        e.tx = next;
+        e.tx.state = TxState::Committing;
+        Ok((e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant))
+    })?;
+    let (branches, grant) = match entered {
+        Lookup::Here(x) => x,
+        // A commit asked again after the daemon forgot the transaction from memory
+        // (restart, retention, lost lease): the store's record answers it.
+        Lookup::NotHere => {
+            return match answers::stored_decision(c, gtid).await? {
+                Some(rec) => Ok(json!({"gtid": gtid, "decision": rec.outcome.as_str(), "from_store": true})),
+                None => Err(answers::elsewhere(c, gtid).await),
+            };
+        }
+    };
+    let fence = Some(Token { holder: c.owner.holder.clone(), generation: grant });
+    let rec = DecisionRecord {
+        gtid: gtid.to_string(),
+        outcome: Outcome::Commit,
+        branches,
+        decided_unix_ms: state::unix_ms(),
+        node: c.cfg.node_id.clone(),
+        source: source.to_string(),
+    };
+    match c.store.decide(rec.clone(), fence.clone()).await {
+        Ok(d) => {
+            c.metrics.observe_decision(t0.elapsed().as_secs_f64());
+            apply_decided(c, gtid, d)?;
+            let o = answers::peek(c, gtid, |e| e.tx.decision()).flatten().unwrap_or(Outcome::Abort);
+            Ok(json!({"gtid": gtid, "decision": o.as_str()}))
+        }
+        Err(err) => {
+            // Unknown whether it is durable (e.g. a lost answer from a PostgreSQL store):
+            // keep the transaction Committing (never rolled back) and retry the
+            // idempotent conditional insert until the store answers.
+            log("error", "decision store write failed; retrying", json!({"gtid": gtid, "error": err}));
+            let me = c.clone();
+            let g = gtid.to_string();
+            tokio::spawn(async move {
+                let mut delay = me.cfg.timeouts.retry_initial_ms;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    if let Ok(d) = me.store.decide(rec.clone(), fence.clone()).await {
+                        let _ = apply_decided(&me, &g, d);
+                        return;
+                    }
+                    delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
+                }
+            });
+            refuse(RefusalCode::StoreUnavailable, format!("decision store failed ({err}); the decision is pending, poll /decision"))
+        }
+    }
+}
+
+/// Applies what the store answered to a decision write.
+fn apply_decided(c: &Arc<Parts>, gtid: &str, d: Decided) -> Result<(), Refusal> {
+    match d {
+        Decided::Outcome(o) => {
+            completion::apply_decision(c, gtid, o);
+            Ok(())
+        }
+        Decided::Corrupt(problem) => {
+            // The transaction stays Committing (never rolled back) until an operator decides.
+            c.registry.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
+            refuse(RefusalCode::Quarantined, format!("{gtid}: an unreadable decision record exists; an operator must decide"))
+        }
+        // Written under a grant that is gone: nothing was written. Memory is not
+        // touched: the daemon that lost its grant reconciles it with the store
+        // (lease.rs), and the outcome is whatever the store then says.
+        Decided::Forgotten => refuse(RefusalCode::OutcomeForgotten, format!("{gtid}: below its epoch's purge watermark, or of an epoch sealed by a store restore; no decision is written for it any more")),
+        // The grant is gone: a value for the client (ask again), never a reaction here —
+        // the renewal loop finds the loss and regains the node (ha/lease.rs).
+        Decided::Fenced(why) => {
+            log("warn", "decision not written: this daemon's lease grant for the transaction's node is gone", json!({"gtid": gtid, "why": why}));
+            refuse(RefusalCode::LeaseLost, format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))
+        }
+    }
+}
+
+/// Commit with the decision in branch `bid`: the other branches are prepared (those in
+/// `prepared` are reported here), `bid` is on a decision resource. Nothing is written:
+/// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
+pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], bid: &str) -> Res {
+    refuse_new_work(c)?;
+    let allowed = decisions::decision_resources(c);
+    if c.enforcement.holds(gtid, bid) {
+        return refuse(RefusalCode::NotADecisionResource, format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"));
+    }
+    answers::on(c, gtid, |e| {
+        let mut next = e.tx.clone();
+        for p in prepared {
+            next.prepared(p)?;
+        }
+        next.check_decide_in(bid)?;
+        let res = &next.branches.iter().find(|b| b.branch_id == bid).expect("checked").resource;
+        if !allowed.contains(res) {
+            return refuse(RefusalCode::NotADecisionResource,
+                format!("branch {bid:?} is on resource {res:?}, which is not configured with decisions = true (PostgreSQL with pg_co)"));
+        }
+        next.state = TxState::Deciding;
+        next.decide_in = Some(bid.to_string());
+        e.tx = next;
+        Ok(())
+    })
+    .await?;
+    c.metrics.decided_in_participant.fetch_add(1, Relaxed);
+    decisions::spawn_resolution(c, gtid);
+    Ok(json!({"gtid": gtid, "decision": "in_participant", "branch_id": bid}))
+}
+
+pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res {
+    if c.enforcement.holds(gtid, bid) {
+        return refuse(RefusalCode::WrongState, format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
+    }
+    answers::on(c, gtid, |e| {
+        e.tx.check_one_phase(bid)?;
+        e.tx.state = TxState::OnePhase;
+        Ok(())
+    })
+    .await?;
+    c.metrics.one_phase.fetch_add(1, Relaxed);
+    Ok(json!({"gtid": gtid, "decision": "one_phase", "branch_id": bid}))
+}
+
+pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res {
+    let newly = answers::on(c, gtid, |e| {
+        e.tx.check_abort()?;
+        if e.tx.state == TxState::Aborted {
+            return Ok(false);
+        }
+        e.tx.abort(reason.to_string(), false);
+        Ok(true)
+    })
+    .await?;
+    if newly {
+        c.metrics.aborted.fetch_add(1, Relaxed);
+        completion::spawn_completion(c, gtid);
+    }
+    Ok(json!({"gtid": gtid, "decision": "abort"}))
+}
+
+pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res {
+    let newly = answers::on(c, gtid, |e| {
+        let was = e.tx.state;
+        e.tx.failed(bid, reason, retryable)?;
+        Ok(was != TxState::Aborted && e.tx.state == TxState::Aborted)
+    })
+    .await?;
+    if newly {
+        c.metrics.aborted.fetch_add(1, Relaxed);
+        completion::spawn_completion(c, gtid);
+    }
+    Ok(json!({"gtid": gtid, "branch_id": bid, "state": "failed", "decision": "abort"}))
+}
+
+/// Several branches finished by their owner(s) in one call. All or nothing.
+pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
+    if bids.is_empty() || bids.len() > 1000 {
+        return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branch ids");
+    }
+    let decided_here = answers::on(c, gtid, |e| {
+        let mut next = e.tx.clone();
+        let was = next.state;
+        for bid in bids {
+            next.finish(bid, outcome, FinishedBy::Owner)?;
+        }
+        e.tx = next;
+        Ok(was == TxState::Deciding && e.tx.state != TxState::Deciding)
+    })
+    .await?;
+    if decided_here {
+        // The decision branch reported its commit (or rollback): the other branches
+        // get that outcome, from their owners or after the grace period from us.
+        let o = answers::peek(c, gtid, |e| e.tx.decision()).flatten().unwrap_or(Outcome::Abort);
+        c.count_decision(o);
+        completion::spawn_completion(c, gtid);
+    }
+    c.registry.maybe_forget(gtid, &c.store);
+    Ok(json!({"gtid": gtid, "branches": bids, "state": "finished", "outcome": outcome.as_str()}))
+}

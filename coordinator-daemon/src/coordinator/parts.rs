@@ -1,0 +1,68 @@
+//! The parts a coordinator is made of, each owned by its own module: the config, the
+//! decision store, the metrics, the resources' connections and what was last seen of
+//! them, the live transactions (registry.rs), what this daemon owns (ha/ownership.rs) and
+//! the enforcement runtime. The operation modules take this bundle (they spawn tasks
+//! that outlive a request, hence `Arc<Parts>`); the logic lives in the parts and in those
+//! modules, never here.
+
+use crate::config::{Config, ResourceKind};
+use crate::ha::ownership::Ownership;
+use crate::participants::enforcement::runtime::Enforcement;
+use crate::participants::resources::ResourceClient;
+use crate::state::Outcome;
+use crate::store::Store;
+use crate::telemetry::metrics::Metrics;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use super::registry::{Incident, Registry};
+
+pub struct Parts {
+    pub cfg: Config,
+    pub store: Store,
+    pub metrics: Metrics,
+    pub resources: HashMap<String, Arc<ResourceClient>>,
+    /// Each resource's health at the last contact (completion, recovery).
+    pub resource_up: Mutex<HashMap<String, bool>>,
+    /// Branches that did not reach their decided outcome (completion.rs).
+    pub incidents: Mutex<Vec<Incident>>,
+    pub registry: Registry,
+    pub owner: Ownership,
+    /// How each resource enforces commitment ordering, and client mode's live holds.
+    pub enforcement: Enforcement,
+    /// The store has stopped answering (logged once per stall: housekeeping.rs).
+    pub store_stalled: AtomicBool,
+}
+
+impl Parts {
+    pub fn new(cfg: Config, store: Store, nonce: u64) -> Result<Parts, String> {
+        let mut resources = HashMap::new();
+        for r in &cfg.resources {
+            resources.insert(r.name.clone(), Arc::new(ResourceClient::new(r, &cfg.gid_prefix, &cfg.node_id)?));
+        }
+        Ok(Parts {
+            owner: Ownership::new(&cfg.node_id, nonce),
+            enforcement: Enforcement::new(&cfg.resources),
+            cfg,
+            store,
+            metrics: Metrics::default(),
+            resources,
+            resource_up: Mutex::new(HashMap::new()),
+            incidents: Mutex::new(Vec::new()),
+            registry: Registry::default(),
+            store_stalled: AtomicBool::new(false),
+        })
+    }
+
+    pub fn kind_of(&self, resource: &str) -> Option<ResourceKind> {
+        self.cfg.resources.iter().find(|r| r.name == resource).map(|r| r.kind)
+    }
+
+    pub fn count_decision(&self, o: Outcome) {
+        match o {
+            Outcome::Commit => self.metrics.committed.fetch_add(1, Relaxed),
+            Outcome::Abort => self.metrics.aborted.fetch_add(1, Relaxed),
+        };
+    }
+}

@@ -1,0 +1,465 @@
+//! The live transactions: the map of entries (state machine, long-poll channel, what is
+//! durable), the gtids quarantined until an operator decides, the conditions logged once,
+//! and the committed decision rows (decision in a participant) waiting to be deleted.
+//! Memory only: nothing here talks to a database, and what it needs of the node's
+//! ownership is passed in.
+
+use crate::config::ResourceKind;
+use crate::naming;
+use crate::state::{BranchState, Outcome, Tx, TxState};
+use crate::store::{CorruptRecord, DecisionRecord, Op, Store};
+use crate::telemetry::log::log;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+pub struct Entry {
+    pub tx: Tx,
+    pub watch: watch::Sender<Option<Outcome>>,
+    /// A durable record exists (two-phase commit or recovered): delete it when done.
+    pub recorded: bool,
+    pub forgotten: bool,
+    pub completing: bool,
+    /// Its committed decision row (decision in a participant) is queued for deletion, or
+    /// must stay (learnt in a recovery pass that could not list every resource).
+    pub dip_forgotten: bool,
+    /// The generation of the lease grant of the gtid's node under which this entry came
+    /// into memory: its decision is written under that grant only (a stale write is
+    /// fenced by the store), never under a later one.
+    pub grant: i64,
+}
+
+impl Entry {
+    pub fn new(tx: Tx, recorded: bool, grant: i64) -> Entry {
+        let (w, _) = watch::channel(tx.decision());
+        Entry { tx, watch: w, recorded, forgotten: false, completing: false, dip_forgotten: false, grant }
+    }
+
+    /// Makes the current decision visible to long polls, present and future (a plain
+    /// `send` with nobody subscribed would store nothing).
+    pub fn publish(&mut self) {
+        let d = self.tx.decision();
+        self.watch.send_if_modified(|v| {
+            let changed = *v != d;
+            *v = d;
+            changed
+        });
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Incident {
+    pub at_unix_ms: u64,
+    pub gtid: String,
+    pub branch_id: String,
+    pub resource: String,
+    pub message: String,
+}
+
+/// Whether a gtid is in memory: a lookup's answer, not a refusal (what to say about a
+/// gtid that is not here is the caller's business: the store's record, its owner, ...).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup<T> {
+    Here(T),
+    NotHere,
+}
+
+impl<T> Lookup<T> {
+    pub fn here(self) -> Option<T> {
+        match self {
+            Lookup::Here(t) => Some(t),
+            Lookup::NotHere => None,
+        }
+    }
+}
+
+/// What the store's word on a transaction of ours does to memory, once our own node's
+/// grant was lost and claimed again (cotx_protocol::answer::after_regrant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Recorded: kept, as decided there, under the new grant.
+    Keep(Outcome),
+    /// No record (or unreadable now): forgotten; every answer about it comes from the store.
+    Drop,
+    /// An unreadable record: forgotten here, stopped until an operator decides.
+    Quarantine(CorruptRecord),
+    /// The store says quarantine but gave no record to show (left as it is).
+    Leave,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    pub txs: Mutex<HashMap<String, Entry>>,
+    /// Records that exist but cannot be read: their gtids are stopped until an operator
+    /// decides (never presumed abort).
+    pub quarantined: Mutex<HashMap<String, CorruptRecord>>,
+    /// Keys of conditions already logged once (foreign branches, unknown resources).
+    warned: Mutex<HashSet<String>>,
+    /// Committed decision rows (decision in a participant) whose transactions are
+    /// finished: deleted in batches by the recovery pass.
+    pub decisions_to_forget: Mutex<Vec<String>>,
+}
+
+impl Registry {
+    /// Runs `f` on the gtid's entry and publishes its decision after.
+    pub fn with_entry<T>(&self, gtid: &str, f: impl FnOnce(&mut Entry) -> T) -> Lookup<T> {
+        let mut txs = self.txs.lock().unwrap();
+        match txs.get_mut(gtid) {
+            Some(e) => {
+                let r = f(e);
+                e.publish();
+                Lookup::Here(r)
+            }
+            None => Lookup::NotHere,
+        }
+    }
+
+    pub fn insert(&self, gtid: &str, e: Entry) {
+        self.txs.lock().unwrap().insert(gtid.to_string(), e);
+    }
+
+    pub fn remove(&self, gtid: &str) {
+        self.txs.lock().unwrap().remove(gtid);
+    }
+
+    pub fn contains(&self, gtid: &str) -> bool {
+        self.txs.lock().unwrap().contains_key(gtid)
+    }
+
+    /// Logs `msg` once per `key` (conditions that recovery meets again at every pass).
+    pub fn warn_once(&self, key: String, msg: &str, fields: Value) {
+        if self.warned.lock().unwrap().insert(key) {
+            log("error", msg, fields);
+        }
+    }
+
+    pub fn quarantine(&self, c: &CorruptRecord) {
+        if self.quarantined.lock().unwrap().insert(c.gtid.clone(), c.clone()).is_none() {
+            log("error", "transaction quarantined until an operator decides (cotx-coordinator force): its outcome cannot be read from the store",
+                json!({"gtid": c.gtid, "problem": c.problem}));
+        }
+    }
+
+    pub fn is_quarantined(&self, gtid: &str) -> bool {
+        self.quarantined.lock().unwrap().contains_key(gtid)
+    }
+
+    pub fn unquarantine(&self, gtid: &str) {
+        self.quarantined.lock().unwrap().remove(gtid);
+    }
+
+    /// Durable decisions not yet in memory, of nodes `generation` knows (Some: we act for
+    /// the node, under that grant generation). Returns how many were taken in, and the
+    /// records of transactions memory still shows committing (their write's answer was
+    /// lost): the caller applies those decisions.
+    pub fn adopt_records(
+        &self,
+        recs: &[DecisionRecord],
+        timeout_ms: u64,
+        generation: &dyn Fn(&str) -> Option<i64>,
+        kind_of: &dyn Fn(&str) -> Option<ResourceKind>,
+    ) -> (usize, Vec<(String, Outcome)>) {
+        let mut settled = vec![];
+        let mut txs = self.txs.lock().unwrap();
+        let mut n = 0;
+        for r in recs {
+            if let Some(e) = txs.get(&r.gtid) {
+                if e.tx.state == TxState::Committing {
+                    settled.push((r.gtid.clone(), r.outcome));
+                }
+                continue;
+            }
+            let Some(grant) = naming::gtid_node(&r.gtid).and_then(generation) else { continue };
+            let mut tx = Tx::new(r.gtid.clone(), Duration::from_millis(timeout_ms));
+            tx.recovered = true;
+            tx.created_unix_ms = r.decided_unix_ms;
+            for (res, bid) in &r.branches {
+                if kind_of(res).is_none() {
+                    self.warn_once(format!("unconfigured:{}:{res}", r.gtid), "a decided transaction has a branch on a resource that is not configured: it cannot be finished from here",
+                        json!({"gtid": r.gtid, "resource": res, "branch_id": bid, "outcome": r.outcome.as_str()}));
+                }
+                let _ = tx.register(bid, res, kind_of(res).unwrap_or(ResourceKind::Postgres));
+                let _ = tx.prepared(bid);
+            }
+            match r.outcome {
+                Outcome::Commit => tx.state = TxState::Committed,
+                Outcome::Abort => tx.abort(format!("recorded abort ({})", r.source), false),
+            }
+            tx.decided = Some(Instant::now());
+            txs.insert(r.gtid.clone(), Entry::new(tx, true, grant));
+            n += 1;
+        }
+        (n, settled)
+    }
+
+    /// Applies a decision the store holds; false when memory had it already (a retry and
+    /// a recovery pass may both bring it). A gtid not here is still a decision taken
+    /// (true: counted by the caller).
+    pub fn apply_decision(&self, gtid: &str, o: Outcome) -> bool {
+        let mut txs = self.txs.lock().unwrap();
+        let Some(e) = txs.get_mut(gtid) else { return true };
+        if e.tx.decision() == Some(o) {
+            return false;
+        }
+        match o {
+            Outcome::Commit => {
+                e.tx.state = TxState::Committed;
+                e.tx.decided = Some(Instant::now());
+            }
+            Outcome::Abort => e.tx.abort("store holds an abort decision".into(), false),
+        }
+        e.recorded = true;
+        e.publish();
+        true
+    }
+
+    /// The store's word after a regained grant, applied to one entry (see `Reconciled`).
+    pub fn reconcile(&self, gtid: &str, verdict: Reconciled, generation: i64) {
+        let mut txs = self.txs.lock().unwrap();
+        match verdict {
+            Reconciled::Keep(o) => {
+                if let Some(e) = txs.get_mut(gtid) {
+                    e.grant = generation;
+                    e.recorded = true;
+                    e.tx.recovered = true;
+                    match o {
+                        Outcome::Commit => e.tx.state = TxState::Committed,
+                        Outcome::Abort => e.tx.abort("recorded abort (a daemon that took this node over)".into(), false),
+                    }
+                    e.tx.decided.get_or_insert_with(Instant::now);
+                    e.publish();
+                }
+            }
+            Reconciled::Drop => {
+                txs.remove(gtid);
+            }
+            Reconciled::Quarantine(q) => {
+                txs.remove(gtid);
+                drop(txs);
+                self.quarantine(&q);
+            }
+            Reconciled::Leave => {}
+        }
+    }
+
+    /// Gtids in memory of `node`.
+    pub fn gtids_of(&self, node: &str) -> Vec<String> {
+        self.txs.lock().unwrap().keys().filter(|g| naming::gtid_node(g) == Some(node)).cloned().collect()
+    }
+
+    /// Drops what we hold of a node we no longer act for.
+    pub fn forget_node(&self, node: &str) {
+        self.txs.lock().unwrap().retain(|g, _| naming::gtid_node(g) != Some(node));
+    }
+
+    /// Deletes the durable record once every branch is confirmed finished; queues a
+    /// committed decision row in a participant for deletion likewise.
+    pub fn maybe_forget(&self, gtid: &str, store: &Store) {
+        let mut txs = self.txs.lock().unwrap();
+        if let Some(e) = txs.get_mut(gtid) {
+            if e.recorded && !e.forgotten && e.tx.decision().is_some() && e.tx.all_finished() {
+                e.forgotten = true;
+                store.write_later(Op::Forget(gtid.to_string()));
+            }
+            // Abort rows stay: see decisions.rs.
+            if e.tx.decide_in.is_some() && !e.dip_forgotten && e.tx.decision() == Some(Outcome::Commit) && e.tx.all_finished() {
+                e.dip_forgotten = true;
+                self.decisions_to_forget.lock().unwrap().push(gtid.to_string());
+            }
+        }
+    }
+
+    pub fn forget_finished(&self, store: &Store) {
+        let gtids: Vec<String> = self.txs.lock().unwrap().keys().cloned().collect();
+        for g in gtids {
+            self.maybe_forget(&g, store);
+        }
+    }
+
+    /// Aborts the active transactions past their deadline (returned), and drops the
+    /// finished ones older than the retention.
+    pub fn expire(&self, now: Instant, retention: Duration) -> Vec<String> {
+        let mut timed_out = vec![];
+        let mut txs = self.txs.lock().unwrap();
+        for e in txs.values_mut() {
+            if e.tx.state == TxState::Active && now >= e.tx.deadline {
+                e.tx.abort("timeout: not decided in time".into(), true);
+                e.publish();
+                timed_out.push(e.tx.gtid.clone());
+            }
+        }
+        txs.retain(|_, e| {
+            let old = e.tx.decided.map(|d| now.saturating_duration_since(d) >= retention).unwrap_or(false);
+            match e.tx.state {
+                TxState::Committed => !(old && e.tx.all_finished() && !e.completing),
+                TxState::Aborted => !(old && !e.tx.in_doubt() && !e.completing),
+                TxState::OnePhase => now < e.tx.deadline + retention,
+                _ => true,
+            }
+        });
+        timed_out
+    }
+
+    /// Undecided transactions (the "active set"): their prepared branches are left alone.
+    pub fn active_set(&self) -> HashSet<String> {
+        self.txs.lock().unwrap().values().filter(|e| e.tx.is_undecided()).map(|e| e.tx.gtid.clone()).collect()
+    }
+
+    /// Inserts a new entry unless `cap` transactions are undecided (Err: how many are).
+    /// Counted only when the map could hold that many (decided ones stay for retention).
+    pub fn insert_capped(&self, gtid: &str, e: Entry, cap: usize) -> Result<(), usize> {
+        let mut txs = self.txs.lock().unwrap();
+        let active = if txs.len() < cap { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
+        if active >= cap {
+            return Err(active);
+        }
+        txs.insert(gtid.to_string(), e);
+        Ok(())
+    }
+
+    /// Decision known in memory, and whether its owners' grace period is still running.
+    pub fn decision_of(&self, gtid: &str, grace: Duration) -> Option<(Outcome, bool)> {
+        let txs = self.txs.lock().unwrap();
+        let e = txs.get(gtid)?;
+        let o = e.tx.decision()?;
+        // Loaded from the store: its owners are long gone, no grace.
+        Some((o, !e.tx.recovered && e.tx.decided.map(|d| d.elapsed() < grace).unwrap_or(false)))
+    }
+
+    /// Branches recorded as prepared in decided transactions on `resource`.
+    pub fn decided_prepared_on(&self, resource: &str) -> Vec<(String, String)> {
+        let txs = self.txs.lock().unwrap();
+        txs.values()
+            .filter(|e| e.tx.decision().is_some())
+            .flat_map(|e| {
+                e.tx.branches
+                    .iter()
+                    .filter(|b| b.resource == resource && b.state == BranchState::Prepared)
+                    .map(|b| (e.tx.gtid.clone(), b.branch_id.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
+    pub fn has_unfinished_of(&self, node: &str) -> bool {
+        self.txs.lock().unwrap().values().any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
+    }
+
+    /// When the gtid's decision was taken, in ms ago (0: unknown or not here).
+    pub fn decided_ms_ago(&self, gtid: &str) -> u64 {
+        self.txs.lock().unwrap().get(gtid).and_then(|e| e.tx.decided).map(|d| d.elapsed().as_millis() as u64).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg_with(gtid: &str, timeout: Duration) -> Registry {
+        let r = Registry::default();
+        r.insert(gtid, Entry::new(Tx::new(gtid.into(), timeout), false, 1));
+        r
+    }
+
+    #[test]
+    fn a_lookup_says_whether_the_gtid_is_here_and_publishes() {
+        let g = naming::new_gtid("n1", 1, 1);
+        let r = reg_with(&g, Duration::from_secs(60));
+        let rx = r.with_entry(&g, |e| e.watch.subscribe()).here().unwrap();
+        assert_eq!(r.with_entry("nope", |_| 1), Lookup::NotHere);
+        assert_eq!(r.with_entry(&g, |e| e.tx.abort("x".into(), false)), Lookup::Here(()));
+        assert_eq!(*rx.borrow(), Some(Outcome::Abort), "the decision is published to long polls");
+    }
+
+    #[test]
+    fn timeouts_abort_active_transactions_and_retention_drops_finished_ones() {
+        let g = naming::new_gtid("n1", 1, 1);
+        let r = reg_with(&g, Duration::from_millis(10));
+        let now = Instant::now();
+        assert!(r.expire(now, Duration::from_secs(60)).is_empty(), "not yet past its deadline");
+        let later = now + Duration::from_millis(20);
+        assert_eq!(r.expire(later, Duration::from_secs(60)), vec![g.clone()]);
+        let (state, retryable) = r.with_entry(&g, |e| (e.tx.state, e.tx.retryable)).here().unwrap();
+        assert_eq!((state, retryable), (TxState::Aborted, true));
+        assert!(r.expire(later, Duration::from_secs(60)).is_empty() && r.contains(&g), "kept for the retention");
+        // Being completed: kept past the retention.
+        r.with_entry(&g, |e| e.completing = true);
+        r.expire(later + Duration::from_secs(61), Duration::from_secs(60));
+        assert!(r.contains(&g));
+        r.with_entry(&g, |e| e.completing = false);
+        r.expire(later + Duration::from_secs(61), Duration::from_secs(60));
+        assert!(!r.contains(&g), "aborted, nothing in doubt, past the retention: dropped");
+    }
+
+    #[test]
+    fn a_committed_transaction_stays_until_its_branches_are_finished() {
+        let g = naming::new_gtid("n1", 1, 2);
+        let r = reg_with(&g, Duration::from_secs(60));
+        r.with_entry(&g, |e| {
+            e.tx.register("b1", "pg", ResourceKind::Postgres).unwrap();
+            e.tx.prepared("b1").unwrap();
+        });
+        assert!(r.apply_decision(&g, Outcome::Commit));
+        assert!(!r.apply_decision(&g, Outcome::Commit), "applied once");
+        assert_eq!(r.decided_prepared_on("pg"), vec![(g.clone(), "b1".to_string())]);
+        assert!(r.has_unfinished_of("n1") && !r.has_unfinished_of("n2"));
+        let far = Instant::now() + Duration::from_secs(3600);
+        r.expire(far, Duration::from_secs(1));
+        assert!(r.contains(&g), "a prepared branch keeps it");
+        assert!(r.active_set().is_empty());
+        assert_eq!(r.decision_of(&g, Duration::from_secs(60)), Some((Outcome::Commit, true)), "owners' grace running");
+        assert_eq!(r.decision_of(&g, Duration::ZERO), Some((Outcome::Commit, false)));
+    }
+
+    #[test]
+    fn records_are_adopted_for_nodes_we_act_for_only() {
+        let mine = naming::new_gtid("n1", 1, 1);
+        let theirs = naming::new_gtid("n2", 1, 1);
+        let rec = |g: &str, o| DecisionRecord { gtid: g.into(), outcome: o, branches: vec![("pg".into(), "b1".into()), ("gone".into(), "b2".into())],
+            decided_unix_ms: 5, node: "n1".into(), source: "test".into() };
+        let r = Registry::default();
+        let generation = |n: &str| (n == "n1").then_some(4);
+        let kind = |res: &str| (res == "pg").then_some(ResourceKind::Postgres);
+        let (n, settled) = r.adopt_records(&[rec(&mine, Outcome::Commit), rec(&theirs, Outcome::Commit)], 1000, &generation, &kind);
+        assert_eq!((n, settled.len()), (1, 0));
+        assert!(r.contains(&mine) && !r.contains(&theirs));
+        let new = |i| { let g = naming::new_gtid("n1", 2, i); (g.clone(), Entry::new(Tx::new(g, Duration::from_secs(60)), false, 4)) };
+        let (g1, e1) = new(1);
+        assert_eq!(r.insert_capped(&g1, e1, 2), Ok(()), "one committed, one undecided");
+        let (g2, e2) = new(2);
+        assert_eq!(r.insert_capped(&g2, e2, 1), Err(1), "one undecided already");
+        assert!(!r.contains(&g2));
+        r.remove(&g1);
+        let (grant, state, recovered) = r.with_entry(&mine, |e| (e.grant, e.tx.state, e.tx.recovered)).here().unwrap();
+        assert_eq!((grant, state, recovered), (4, TxState::Committed, true));
+        // Still committing in memory: the record settles it (the caller applies it).
+        let g = naming::new_gtid("n1", 1, 9);
+        r.insert(&g, Entry::new(Tx::new(g.clone(), Duration::from_secs(60)), false, 4));
+        r.with_entry(&g, |e| e.tx.state = TxState::Committing);
+        let (n, settled) = r.adopt_records(&[rec(&g, Outcome::Commit)], 1000, &generation, &kind);
+        assert_eq!((n, settled), (0, vec![(g.clone(), Outcome::Commit)]));
+    }
+
+    #[test]
+    fn reconciling_keeps_drops_or_quarantines() {
+        let r = Registry::default();
+        let g: Vec<String> = (1..=4).map(|i| naming::new_gtid("n1", 1, i)).collect();
+        for x in &g {
+            r.insert(x, Entry::new(Tx::new(x.clone(), Duration::from_secs(60)), false, 1));
+        }
+        r.reconcile(&g[0], Reconciled::Keep(Outcome::Commit), 9);
+        r.reconcile(&g[1], Reconciled::Keep(Outcome::Abort), 9);
+        r.reconcile(&g[2], Reconciled::Drop, 9);
+        r.reconcile(&g[3], Reconciled::Quarantine(CorruptRecord { gtid: g[3].clone(), problem: "bad".into() }), 9);
+        assert_eq!(r.with_entry(&g[0], |e| (e.tx.state, e.grant, e.recorded)).here(), Some((TxState::Committed, 9, true)));
+        assert_eq!(r.with_entry(&g[1], |e| e.tx.state).here(), Some(TxState::Aborted));
+        assert!(!r.contains(&g[2]) && !r.contains(&g[3]));
+        assert!(r.is_quarantined(&g[3]) && !r.is_quarantined(&g[2]));
+        assert_eq!(r.gtids_of("n1").len(), 2);
+        r.forget_node("n1");
+        assert!(r.gtids_of("n1").is_empty());
+    }
+}
