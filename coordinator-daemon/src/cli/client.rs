@@ -93,7 +93,9 @@ pub fn http(t: &Target, method: &str, path: &str, body: Option<&Value>) -> Resul
     let b = body.map(|v| v.to_string()).unwrap_or_default();
     let req = req.body(b).map_err(|e| e.to_string())?;
     let mut resp = agent.run(req).map_err(|e| match e {
-        ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::Timeout(_) => {
+        // The OS's words, as before ("Connection refused (os error 111)").
+        ureq::Error::Io(e) => format!("cannot reach the daemon at {}: {e}", t.addr),
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::Timeout(_) => {
             format!("cannot reach the daemon at {}: {e}", t.addr)
         }
         e => e.to_string(),
