@@ -4,16 +4,16 @@
 
 use crate::config::Config;
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 /// Where the CLI sends its requests and with what credential.
 pub struct Target {
-    /// host:port to connect to.
+    /// `http://host:port` or `https://host:port`: the host is the name the TLS
+    /// certificate must carry.
+    base: String,
+    /// The address, for messages.
     addr: std::net::SocketAddr,
-    /// The name the TLS certificate must carry (and the Host header).
-    host: String,
     /// Some: HTTPS, trusting this CA file.
     ca_file: Option<String>,
     token: Option<String>,
@@ -31,15 +31,17 @@ impl Target {
         if hostport.contains('/') {
             return Err(format!("--url {url}: give the daemon's base URL only (scheme, host, port)"));
         }
-        let host = match hostport.rsplit_once(':') {
-            Some((h, p)) if p.parse::<u16>().is_ok() => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+        match hostport.rsplit_once(':') {
+            Some((_, p)) if p.parse::<u16>().is_ok() => {}
             _ => return Err(format!("--url {url}: needs a port (e.g. https://coordinator.example:7420)")),
-        };
+        }
+        // Resolved here so that a bad name is a usage error, as before.
         let addr = hostport.to_socket_addrs().map_err(|e| format!("--url {url}: {e}"))?.next().ok_or(format!("--url {url}: no address"))?;
         if tls && ca_file.is_none() {
             return Err(format!("--url {url}: https needs --ca-file (the CA that signed the daemon's certificate)"));
         }
-        Ok(Target { addr, host, ca_file: if tls { ca_file } else { None }, token })
+        let scheme = if tls { "https" } else { "http" };
+        Ok(Target { base: format!("{scheme}://{hostport}"), addr, ca_file: if tls { ca_file } else { None }, token })
     }
 
     /// From the daemon's own config: its listen address (loopback for an unspecified one),
@@ -49,12 +51,10 @@ impl Target {
         if addr.ip().is_unspecified() {
             addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
-        Target {
-            addr,
-            host: addr.ip().to_string(),
-            ca_file: cfg.tls.as_ref().map(|t| t.ca_file.clone()),
-            token: cfg.token.clone().or_else(|| cfg.auth.operator.clone()),
-        }
+        let ca_file = cfg.tls.as_ref().map(|t| t.ca_file.clone());
+        // The certificate is then checked against the listen address (an IP SAN).
+        let scheme = if ca_file.is_some() { "https" } else { "http" };
+        Target { base: format!("{scheme}://{addr}"), addr, ca_file, token: cfg.token.clone().or_else(|| cfg.auth.operator.clone()) }
     }
 }
 
@@ -65,53 +65,56 @@ impl Target {
     }
 }
 
-/// Minimal blocking HTTP/1.1 client: one request per connection, for the CLI only.
+/// One request to the daemon through `ureq` (rustls with ring; only the CA of `--ca-file`
+/// or `[tls] ca_file` is trusted). Any status is an answer: `check` turns >= 300 into an
+/// error with the daemon's message.
 pub fn http(t: &Target, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), String> {
-    let addr = t.addr;
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("cannot reach the daemon at {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    let b = body.map(|v| v.to_string()).unwrap_or_default();
-    let auth = t.token.as_ref().map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
-        t.host,
-        b.len()
-    );
-    let mut resp = Vec::new();
-    match &t.ca_file {
-        None => exchange(s, req.as_bytes(), &mut resp)?,
-        Some(ca) => exchange(tls_client(ca, &t.host, s)?, req.as_bytes(), &mut resp)?,
+    let mut cfg = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        // The CLI talks to the daemon directly: no proxy from the environment, no redirects.
+        .proxy(None)
+        .max_redirects(0)
+        .timeout_connect(Some(Duration::from_secs(5)))
+        .timeout_global(Some(Duration::from_secs(60)));
+    if let Some(ca) = &t.ca_file {
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::Rustls)
+            .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(ca_certs(ca)?)))
+            .unversioned_rustls_crypto_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .build();
+        cfg = cfg.tls_config(tls);
     }
-    let text = String::from_utf8_lossy(&resp);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("malformed response")?;
-    let status: u16 = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("malformed status line")?;
-    let v = serde_json::from_str(body).unwrap_or(Value::String(body.to_string()));
+    let agent = ureq::Agent::new_with_config(cfg.build());
+    let url = format!("{}{path}", t.base);
+    let mut req = ureq::http::Request::builder().method(method).uri(&url).header("content-type", "application/json");
+    if let Some(tok) = &t.token {
+        req = req.header("authorization", format!("Bearer {tok}"));
+    }
+    let b = body.map(|v| v.to_string()).unwrap_or_default();
+    let req = req.body(b).map_err(|e| e.to_string())?;
+    let mut resp = agent.run(req).map_err(|e| match e {
+        // The OS's words, as before ("Connection refused (os error 111)").
+        ureq::Error::Io(e) => format!("cannot reach the daemon at {}: {e}", t.addr),
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::Timeout(_) => {
+            format!("cannot reach the daemon at {}: {e}", t.addr)
+        }
+        e => e.to_string(),
+    })?;
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
     Ok((status, v))
 }
 
-fn exchange(mut s: impl Read + Write, req: &[u8], resp: &mut Vec<u8>) -> Result<(), String> {
-    s.write_all(req).map_err(|e| e.to_string())?;
-    match s.read_to_end(resp) {
-        Ok(_) => Ok(()),
-        // A TLS peer that closes without close_notify after a full answer is fine here.
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !resp.is_empty() => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn tls_client(ca_file: &str, host: &str, s: TcpStream) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
-    use rustls::pki_types::ServerName;
-    let roots = crate::dbtls::load_roots(ca_file)?;
-    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    // The certificate is checked against the name the operator gave (--url), or the
-    // listen address when the CLI read the daemon's config.
-    let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: not a TLS server name: {e}"))?;
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name).map_err(|e| e.to_string())?;
-    Ok(rustls::StreamOwned::new(conn, s))
+/// The CA file's certificates, checked as the daemon's own TLS code checks them (same
+/// messages for a missing or empty file).
+fn ca_certs(ca_file: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    crate::dbtls::load_roots(ca_file)?;
+    CertificateDer::pem_file_iter(ca_file)
+        .map_err(|e| format!("CA file {ca_file}: {e}"))?
+        .map(|c| c.map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()).map_err(|e| format!("CA file {ca_file}: {e}")))
+        .collect()
 }
 
 fn age(ms: u64) -> String {

@@ -9,10 +9,8 @@
 //! (by the store's clock, not the daemons') decides: an expired holder's session is
 //! terminated by whoever takes the node over.
 
-use super::{
-    branches_to_json, existing_outcome, gtid_seq, loaded_from, newer_schema, parse_row, purge_watermarks, AuditEntry, Claim, DecisionLog, Identity, Loaded, NodeLease, Op,
-    OpResult, Renewal, Restored, Stored, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
-};
+use super::log::{existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION};
+use super::record::{branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Loaded, Stored};
 use cotx_protocol::lease;
 use crate::naming::{self, XA_FORMAT_ID};
 use postgres::Client;

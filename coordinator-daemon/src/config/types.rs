@@ -1,0 +1,151 @@
+//! The checked configuration: what the daemon runs with once `parse` accepted the file,
+//! and `ConfigError`, the refusal that names line and field.
+
+use crate::dbtls::DbTls;
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    Postgres,
+    Mariadb,
+}
+
+impl ResourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Postgres => "postgres",
+            ResourceKind::Mariadb => "mariadb",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub transaction_ms: u64,
+    pub owner_grace_ms: u64,
+    pub recovery_interval_ms: u64,
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    pub long_poll_max_ms: u64,
+    pub retention_ms: u64,
+    /// Decision records stay in the store (answerable) this long after their branches
+    /// finished; then they are purged and their gtids answer "outcome_forgotten".
+    pub outcome_retention_ms: u64,
+}
+
+/// Ownership of the node id (docs/coordinator.md, "Several daemons").
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub ttl_ms: u64,
+    pub renew_ms: u64,
+    /// Take over the transactions of nodes whose lease ran out (shared store only).
+    pub takeover: bool,
+}
+
+/// TLS for the API: PEM files (paths relative to the config file's directory).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub cert_file: String,
+    pub key_file: String,
+    pub ca_file: String,
+}
+
+/// Protection against slow or greedy clients.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Undecided transactions at once; more are refused with 429 and Retry-After.
+    pub max_active: usize,
+    /// Cap on a transaction's timeout_ms.
+    pub max_transaction_ms: u64,
+    pub max_connections: usize,
+    /// A request's headers must arrive within this time.
+    pub header_timeout_ms: u64,
+    /// A keep-alive connection with no request for this long is closed.
+    pub idle_timeout_ms: u64,
+}
+
+/// `[log]`: the log format and the least severe level written.
+#[derive(Debug, Clone)]
+pub struct Log {
+    pub format: crate::telemetry::log::Format,
+    pub level: tracing::Level,
+}
+
+/// `[telemetry]`: where request spans are exported (OTLP over HTTP, JSON encoding).
+#[derive(Debug, Clone, Default)]
+pub struct Telemetry {
+    /// e.g. `http://127.0.0.1:4318`; spans are POSTed to `<endpoint>/v1/traces`.
+    pub otlp_endpoint: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    Sqlite { path: String, group_commit: bool, max_batch: usize },
+    Postgres { dsn: String, table: String, group_commit: bool, max_batch: usize, tls: Option<DbTls> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub name: String,
+    pub kind: ResourceKind,
+    pub dsn: String,
+    pub pool_size: usize,
+    /// May carry global decisions (pg_co's co.decisions): a decision branch may live here,
+    /// and recovery asks it (co.resolve) before it presumes abort.
+    pub decisions: bool,
+    /// `tls` / `tls_ca_file`: None leaves TLS to the DSN (crate::dbtls).
+    pub tls: Option<DbTls>,
+    /// How commitment ordering is enforced there (crate::participants::enforcement): auto by default.
+    pub enforcement: crate::participants::enforcement::Configured,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: String,
+    pub listen: SocketAddr,
+    /// The credential with every role (older configs; `[auth]` splits it per role).
+    pub token: Option<String>,
+    pub auth: Auth,
+    pub gid_prefix: String,
+    pub timeouts: Timeouts,
+    pub store: StoreConfig,
+    /// Where this daemon keeps its witness of the store (crate::ha::witness): `store.witness_file`,
+    /// by default `<path>.witness` beside a SQLite store; none for a PostgreSQL store
+    /// unless set.
+    pub witness_file: Option<String>,
+    pub resources: Vec<Resource>,
+    /// How other daemons and clients reach this one (the store's node table carries it).
+    pub advertise_url: String,
+    pub lease: Lease,
+    pub limits: Limits,
+    pub tls: Option<Tls>,
+    pub log: Log,
+    pub telemetry: Telemetry,
+}
+
+/// One credential per role (crate::api::auth says what each may call).
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    pub client: Option<String>,
+    pub operator: Option<String>,
+    pub metrics: Option<String>,
+}
+
+/// A config error: where it is and what is wrong.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub line: Option<usize>,
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "config error at line {l}, field `{}`: {}", self.field, self.message),
+            None => write!(f, "config error, field `{}`: {}", self.field, self.message),
+        }
+    }
+}

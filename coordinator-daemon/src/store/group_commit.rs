@@ -1,0 +1,295 @@
+//! Group commit: one writer thread applies every request queued while the previous batch
+//! was being synced, in one transaction, so many decisions share one fsync. `Store` is its
+//! cheap, cloneable front for async code.
+
+use super::log::*;
+use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use tokio::sync::oneshot;
+
+type Reply<T> = oneshot::Sender<Result<T, String>>;
+
+enum Req {
+    Write(Op, Option<Reply<OpResult>>),
+    Load(Reply<Loaded>),
+    Get(String, Reply<Stored>),
+    Audit(Reply<Vec<AuditEntry>>),
+    Claim { node: String, holder: String, url: String, ttl_ms: u64, fence_expired: bool, reply: Reply<Claim> },
+    Renew { node: String, token: Token, ttl_ms: u64, reply: Reply<Renewal> },
+    Release { node: String, holder: String, forget: bool, reply: Reply<()> },
+    Nodes(Reply<Vec<NodeLease>>),
+    Identity(Reply<Identity>),
+}
+
+#[derive(Default, Debug)]
+pub struct StoreStats {
+    pub batches: AtomicU64,
+    pub ops: AtomicU64,
+    pub errors: AtomicU64,
+    /// Unix ms at which the writer began the request it is working on; 0 when idle. A
+    /// store that stops answering (paused, partitioned) shows here: the daemon warns.
+    pub busy_since_ms: AtomicU64,
+}
+
+impl StoreStats {
+    /// How long the writer has been waiting on the store for its current request.
+    pub fn stalled_ms(&self) -> u64 {
+        match self.busy_since_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            t => crate::state::unix_ms().saturating_sub(t),
+        }
+    }
+}
+
+/// Front of the store: cheap to clone, usable from async code.
+#[derive(Clone)]
+pub struct Store {
+    tx: mpsc::Sender<Req>,
+    pub stats: Arc<StoreStats>,
+}
+
+impl Store {
+    /// Starts the writer thread. `max_batch` = 1 disables group commit.
+    #[cfg(test)]
+    pub fn start(log: Box<dyn DecisionLog>, max_batch: usize) -> Store {
+        Store::open_in_thread(move || Ok(log), max_batch).expect("store thread")
+    }
+
+    /// Opens the log inside the writer thread (the synchronous PostgreSQL client runs its
+    /// own runtime and must not be created on an async worker) and starts the writer.
+    pub fn open_in_thread<F>(open: F, max_batch: usize) -> Result<Store, String>
+    where
+        F: FnOnce() -> Result<Box<dyn DecisionLog>, String> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Req>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let stats = Arc::new(StoreStats::default());
+        let st = stats.clone();
+        std::thread::Builder::new()
+            .name("decision-store".into())
+            .spawn(move || match open() {
+                Ok(mut log) => {
+                    let _ = ready_tx.send(Ok(()));
+                    writer_loop(&mut *log, rx, max_batch.max(1), &st)
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        ready_rx.recv().map_err(|_| "store thread died".to_string())??;
+        Ok(Store { tx, stats })
+    }
+
+    pub async fn write(&self, op: Op) -> Result<OpResult, String> {
+        let (s, r) = oneshot::channel();
+        self.tx.send(Req::Write(op, Some(s))).map_err(|_| "store writer stopped".to_string())?;
+        r.await.map_err(|_| "store writer stopped".to_string())?
+    }
+
+    /// Fire and forget (deleting finished records: losing one only delays its cleanup).
+    pub fn write_later(&self, op: Op) {
+        let _ = self.tx.send(Req::Write(op, None));
+    }
+
+    pub async fn decide(&self, rec: DecisionRecord, fence: Option<Token>) -> Result<Decided, String> {
+        match self.write(Op::Decide(rec, fence)).await? {
+            OpResult::Decided(o) => Ok(Decided::Outcome(o)),
+            OpResult::Corrupt(why) => Ok(Decided::Corrupt(why)),
+            OpResult::Fenced(why) => Ok(Decided::Fenced(why)),
+            OpResult::Forgotten => Ok(Decided::Forgotten),
+            OpResult::Done => Err("store returned no outcome".into()),
+        }
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, String> {
+        let (s, r) = oneshot::channel();
+        self.tx.send(make(s)).map_err(|_| "store writer stopped".to_string())?;
+        r.await.map_err(|_| "store writer stopped".to_string())?
+    }
+
+    pub async fn load(&self) -> Result<Loaded, String> {
+        self.ask(Req::Load).await
+    }
+
+    pub async fn get(&self, gtid: &str) -> Result<Stored, String> {
+        self.ask(|r| Req::Get(gtid.to_string(), r)).await
+    }
+
+    pub async fn audit_log(&self) -> Result<Vec<AuditEntry>, String> {
+        self.ask(Req::Audit).await
+    }
+
+    pub async fn claim_node(&self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
+        let (node, holder, url) = (node.to_string(), holder.to_string(), url.to_string());
+        self.ask(|reply| Req::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
+    }
+
+    pub async fn renew_node(&self, node: &str, token: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+        let (node, token) = (node.to_string(), token.clone());
+        self.ask(|reply| Req::Renew { node, token, ttl_ms, reply }).await
+    }
+
+    pub async fn release_node(&self, node: &str, holder: &str, forget: bool) -> Result<(), String> {
+        let (node, holder) = (node.to_string(), holder.to_string());
+        self.ask(|reply| Req::Release { node, holder, forget, reply }).await
+    }
+
+    pub async fn nodes(&self) -> Result<Vec<NodeLease>, String> {
+        self.ask(Req::Nodes).await
+    }
+
+    pub async fn identity(&self) -> Result<Identity, String> {
+        self.ask(Req::Identity).await
+    }
+}
+
+fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, stats: &StoreStats) {
+    let mut pending: Option<Req> = None;
+    loop {
+        stats.busy_since_ms.store(0, Ordering::Relaxed);
+        let first = match pending.take() {
+            Some(r) => r,
+            None => match rx.recv() {
+                Ok(r) => r,
+                Err(_) => return,
+            },
+        };
+        stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
+        match first {
+            Req::Load(s) => {
+                let _ = s.send(log.load());
+            }
+            Req::Get(g, s) => {
+                let _ = s.send(log.get(&g));
+            }
+            Req::Audit(s) => {
+                let _ = s.send(log.audit_log());
+            }
+            Req::Claim { node, holder, url, ttl_ms, fence_expired, reply } => {
+                let _ = reply.send(log.claim_node(&node, &holder, &url, ttl_ms, fence_expired));
+            }
+            Req::Renew { node, token, ttl_ms, reply } => {
+                let _ = reply.send(log.renew_node(&node, &token, ttl_ms));
+            }
+            Req::Release { node, holder, forget, reply } => {
+                let _ = reply.send(log.release_node(&node, &holder, forget));
+            }
+            Req::Nodes(s) => {
+                let _ = s.send(log.nodes());
+            }
+            Req::Identity(s) => {
+                let _ = s.send(log.identity());
+            }
+            Req::Write(op, s) => {
+                // Group commit: everything that queued up while we were busy joins this batch.
+                let mut ops = vec![op];
+                let mut replies = vec![s];
+                while ops.len() < max_batch {
+                    match rx.try_recv() {
+                        Ok(Req::Write(op, s)) => {
+                            ops.push(op);
+                            replies.push(s);
+                        }
+                        Ok(other) => {
+                            pending = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let res = log.write_batch(&ops);
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
+                match res {
+                    Ok(results) => {
+                        for (s, r) in replies.into_iter().zip(results) {
+                            if let Some(s) = s {
+                                let _ = s.send(Ok(r));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        stats.errors.fetch_add(1, Ordering::Relaxed);
+                        for s in replies.into_iter().flatten() {
+                            let _ = s.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Outcome;
+    use std::sync::Mutex;
+
+    /// A log that records batch sizes and is slow to "sync", so requests pile up.
+    struct SlowLog(Arc<Mutex<Vec<usize>>>);
+    impl DecisionLog for SlowLog {
+        fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            self.0.lock().unwrap().push(ops.len());
+            Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
+        }
+        fn load(&mut self) -> Result<Loaded, String> {
+            Ok(Loaded::default())
+        }
+        fn get(&mut self, _: &str) -> Result<Stored, String> {
+            Ok(Stored::Absent { forgotten: false })
+        }
+        fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+            Ok(vec![])
+        }
+        fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
+            Ok(Claim::Granted(1))
+        }
+        fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, String> {
+            Ok(Renewal::Renewed)
+        }
+        fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
+            Ok(())
+        }
+        fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+            Ok(vec![])
+        }
+        fn identity(&mut self) -> Result<Identity, String> {
+            Ok(Identity { store_id: "slow".into(), restores: 0, tick: 0 })
+        }
+        fn mark_restored(&mut self) -> Result<Restored, String> {
+            Ok(Restored { sealed: 0, restores: 1 })
+        }
+    }
+
+    fn rec(i: usize) -> DecisionRecord {
+        DecisionRecord { gtid: format!("n.g-{i}"), outcome: Outcome::Commit, branches: vec![], decided_unix_ms: 0, node: "n".into(), source: "coordinator".into() }
+    }
+
+    async fn run(max_batch: usize) -> Vec<usize> {
+        let sizes = Arc::new(Mutex::new(vec![]));
+        let store = Store::start(Box::new(SlowLog(sizes.clone())), max_batch);
+        let mut hs = vec![];
+        for i in 0..50 {
+            let s = store.clone();
+            hs.push(tokio::spawn(async move { s.decide(rec(i), None).await }));
+        }
+        for h in hs {
+            assert_eq!(h.await.unwrap().unwrap(), Decided::Outcome(Outcome::Commit));
+        }
+        let v = sizes.lock().unwrap().clone();
+        v
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn group_commit_batches_concurrent_decisions() {
+        let sizes = run(1024).await;
+        assert_eq!(sizes.iter().sum::<usize>(), 50);
+        assert!(sizes.len() < 50, "no batching happened: {sizes:?}");
+        let sizes = run(1).await;
+        assert_eq!(sizes.len(), 50, "group commit off must write one op per batch");
+    }
+}
