@@ -1,5 +1,5 @@
 """The module structure of the Rust crates (scripts/structure.py): no circles, no import
-that runs back up to a parent module, no coordinator source file over 500 lines. The
+that runs back up to a parent module, no coordinator-daemon source file over 500 lines. The
 checker is first shown to find each kind of problem in a small made-up crate."""
 from __future__ import annotations
 
@@ -59,6 +59,10 @@ def test_grouped_and_nested_use_paths():
     ("pg_co_ext/src", None),
     ("pg_co_ext/rules/src", None),
     ("coordinator-daemon/protocol/src", None),
+    ("coordinator-daemon/model/src", None),
+    ("bench/loadgen/src", None),
+    # The daemon, which a newcomer reads first: also no file over 500 lines.
+    ("coordinator-daemon/src", 500),
 ])
 def test_the_crates_have_no_circles_and_read_top_down(src, max_lines):
     problems = structure.check(ROOT / src, max_lines)
