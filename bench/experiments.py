@@ -162,6 +162,8 @@ def estimate(a, exps) -> float:
         n += (5 * count(["2pc", "co"]) + count(["2pc", "co", "2pc:par", "co:par"])) * (a.slices + 0.5)
     if "ro" in exps:
         n += count(RO_MODES) * (a.slices + 0.5)
+    if "daemon" in exps:
+        n += count(["2pc", "2pc:other", "co", "co:other"]) * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
     if "autocommit" in exps:
@@ -188,7 +190,12 @@ def main(argv=None) -> int:
     ap.add_argument("--results-md", type=Path, default=ROOT / "bench" / "RESULTS.md")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--other-daemon", metavar="BINARY",
+                    help="experiment `daemon`: the micro default point with 2pc and co run by the installed "
+                         "daemon and by this build (modes 2pc:other, co:other), interleaved")
     a = ap.parse_args(argv)
+    if "daemon" in a.experiments.split(",") and not a.other_daemon:
+        ap.error("--experiments daemon needs --other-daemon BINARY (the build to compare with)")
     cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or []))
     exps = [e for e in a.experiments.split(",") if e]
     items, customers, rows_n = 10000, 300, 100000
@@ -218,7 +225,7 @@ def main(argv=None) -> int:
             for f in att_dir.glob("*.jsonl"):
                 f.unlink()
         with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit"} & set(exps):
+            if {"micro", "levers", "ro", "autocommit", "daemon"} & set(exps):
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
@@ -266,6 +273,15 @@ def main(argv=None) -> int:
                 # where pruning has made room for HOT updates again (docs/benchmarks.md).
                 point("micro", SETTLED, dflt, loadgen.micro_args(dflt), SETTLED_MODES, a.clients,
                       log_attempts=True)
+            if "daemon" in exps:
+                # Two builds of the daemon on the same servers and data, slice by slice: the
+                # variants :other restart the daemon from the other binary (same config,
+                # store and port), the plain modes from the installed one.
+                set_fillfactor(env, 80)
+                mine, other = (lambda env: env.use_binary(None)), (lambda env: env.use_binary(a.other_daemon))
+                point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
+                      a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other})
+                env.use_binary(None)
             if "levers" in exps:
                 def lever(name, ff=80, modes=("2pc", "co"), extra=None):
                     # Every lever starts from the same physical layout (table rewritten, index

@@ -8,6 +8,9 @@ bench/results/ and the generated block of bench/RESULTS.md.
   --experiments micro,ro,tpcc --modes local,2pc,co,client
                   some experiments, each point narrowed to those modes (client: the
                   product's client mode; the daemon runs each mode's enforcement)
+  --experiments daemon --other-daemon BINARY
+                  two builds of the daemon side by side (micro default point, 2pc and co,
+                  variants :other run by BINARY): a change's cost, before and after
   --report-only   redo RESULTS.md from the CSVs in --out
   --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
   --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),

@@ -135,6 +135,18 @@ class Env:
                                    + self.daemon.log_tail())
             time.sleep(0.1)
 
+    def use_binary(self, path: str | None) -> None:
+        """Runs the daemon from `path` (None: the installed one) from now on, restarting it
+        if it ran another binary: the `daemon` experiment compares two builds side by side."""
+        if os.environ.get("COTX_COORDINATOR_BIN") == path or (path is None and "COTX_COORDINATOR_BIN" not in os.environ):
+            return
+        self.leftovers()
+        if path is None:
+            os.environ.pop("COTX_COORDINATOR_BIN", None)
+        else:
+            os.environ["COTX_COORDINATOR_BIN"] = path
+        self.start_daemon(self.enforcement)
+
     def daemon_enforcement(self) -> dict[str, str]:
         """What the daemon's /metrics say of each resource: cotx_resource_enforcement
         {resource, mode} = 1 (engine, client, none, unknown, refused)."""

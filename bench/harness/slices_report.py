@@ -93,6 +93,11 @@ def targets(summary: list[dict], rows: list[dict]) -> str:
     if m == m:
         out.append(f"| (no target) microbenchmark default: co / 2pc with MariaDB at SERIALIZABLE too (2pc:ser) | "
                    f"{_ci(m, lo, hi)}; {verdict(m, lo, hi)} | - |")
+    for mode in ("2pc", "co"):
+        m, lo, hi = pair_ratio(rows, "daemon", "default", mode, f"{mode}:other")
+        if m == m:
+            out.append(f"| (no target) microbenchmark default, {mode}: this daemon / the other build ({mode}:other) | "
+                       f"{_ci(m, lo, hi)}; {verdict(m, lo, hi)} | - |")
     m, lo, hi = pair_ratio(rows, "autocommit", "autocommit reads 80%", "co:acr=ON", "co:acr=OFF")
     if m == m:
         out.append(f"| (no target) autocommit-read protection: co with it ON / OFF | {_ci(m, lo, hi)}; "
@@ -147,6 +152,7 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
                 ("micro_levers", "Microbenchmark, one lever at a time (every mode of the point gets the lever)"),
                 ("micro_ro", "Read-only MariaDB branches vs client mode's slot write"),
                 ("tpcc", "TPC-C subset (new-order + payment)"),
+                ("daemon", "Two builds of the daemon, micro default point (mode:other: the build given by --other-daemon)"),
                 ("autocommit", "MariaDB autocommit reads (80 % of transactions: six autocommit point reads on MariaDB; "
                                "acr = mysql_co_lock_autocommit_reads)")]
     for exp, title in sections:
