@@ -242,6 +242,10 @@ def _sccs(nodes, adj):
     return out
 
 
+# Public for other graphs than histories: scripts/structure.py finds import circles with it.
+sccs = _sccs
+
+
 def _shortest_cycle(comp, adj):
     comp_set = set(comp)
     best = None

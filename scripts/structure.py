@@ -23,6 +23,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository, for checker/
+from checker.graph import sccs  # noqa: E402
+
 USE = re.compile(r"^([ \t]*)(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self)\b[^;]*);", re.S | re.M)
 PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 
@@ -114,35 +117,9 @@ def edges(root: Path) -> tuple[dict[tuple[str, ...], set[tuple[str, ...]]], dict
 
 
 def circles(g: dict) -> list[list]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    index, low, on, stack, res, n = {}, {}, set(), [], [], [0]
-
-    def visit(v):
-        index[v] = low[v] = n[0]
-        n[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(g[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                res.append(sorted(comp))
-    sys.setrecursionlimit(10000)
-    for v in sorted(g):
-        if v not in index:
-            visit(v)
-    return res
+    """Strongly connected components with more than one module: the history checker's
+    (iterative Tarjan), one implementation for both graphs."""
+    return sccs(sorted(g), g)
 
 
 def name(m: tuple[str, ...]) -> str:
