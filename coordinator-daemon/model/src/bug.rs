@@ -1,0 +1,42 @@
+//! The deliberately broken variants of the protocol (each must give a counterexample).
+
+/// A deliberately broken variant of the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bug {
+    None,
+    /// The takeover writes its abort record unconditionally (overwrites a commit).
+    TakeoverWithoutConditionalInsert,
+    /// The owner's decision writes skip the store's fencing check.
+    ZombieSkipsLeaseCheck,
+    /// Recovery acts on every prepared branch with our gid prefix (not only our epochs').
+    RecoveryTrustsGidPrefix,
+    /// Decision in a participant: the daemon tells the client "commit" when it hands the
+    /// decision to the participant, before the deciding commit.
+    DipReportsBeforeDecidingCommit,
+    /// A daemon whose grant was lost claims its node again and keeps its memory, and
+    /// finished records are deleted with no watermark (the coordinator before grants and
+    /// retention: the stale-daemon defect needs both — each alone is caught by the other defence).
+    AnswersFromMemoryAfterRegrant,
+    /// Finished records are purged with no watermark: a purged gtid reads as never
+    /// recorded (defect 4), and a late write for it lands unopposed.
+    PurgeWithoutWatermark,
+}
+
+impl Bug {
+    pub const BROKEN: [Bug; 6] = [
+        Bug::TakeoverWithoutConditionalInsert,
+        Bug::ZombieSkipsLeaseCheck,
+        Bug::RecoveryTrustsGidPrefix,
+        Bug::DipReportsBeforeDecidingCommit,
+        Bug::AnswersFromMemoryAfterRegrant,
+        Bug::PurgeWithoutWatermark,
+    ];
+    pub(crate) fn no_watermark(self) -> bool {
+        matches!(self, Bug::PurgeWithoutWatermark | Bug::AnswersFromMemoryAfterRegrant)
+    }
+    /// The mode the variant needs (its bug lives in the decision-in-participant path).
+    pub fn dip(self) -> bool {
+        self == Bug::DipReportsBeforeDecidingCommit
+    }
+}
+

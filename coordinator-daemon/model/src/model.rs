@@ -1,0 +1,475 @@
+//! The `stateright::Model` of the protocol: initial states, the actions possible in each
+//! state, their effects, and the properties checked.
+
+use crate::bug::Bug;
+use crate::proto::Proto;
+use crate::state::*;
+use cotx_protocol::answer::{self, Reconcile};
+use cotx_protocol::lease::{self, ClaimVerdict, Renewal};
+use cotx_protocol::recovery::{self, Action as Rec};
+use cotx_protocol::Outcome::{Abort, Commit};
+use stateright::{Model, Property};
+
+impl Model for Proto {
+    type State = State;
+    type Action = Act;
+
+    fn init_states(&self) -> Vec<State> {
+        let mut d: Vec<Daemon> =
+            (0..self.daemons).map(|_| Daemon { up: true, inc: 0, grant: None, mem: None, regaining: false, pending: None }).collect();
+        // X was begun on daemon 0 under grant 1; its branches are prepared and reported.
+        d[0].grant = Some(1);
+        d[0].mem = Some((Mem::Active, 1));
+        vec![State {
+            row: Some(LeaseRow { holder: 0, inc: 0, generation: 1, expired: false }),
+            next_gen: 2,
+            record: None,
+            first_record: None,
+            finished: false,
+            purged: false,
+            br: if self.dip { [Br::Active, Br::Prepared] } else { [Br::Prepared, Br::Prepared] },
+            unflushed: false,
+            dip_decision: None,
+            dip_go: false,
+            foreign: Br::Prepared,
+            foreign_other: Br::Prepared,
+            d,
+            told: [false, false],
+            fenced_write_landed: false,
+            faults: self.faults,
+        }]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Act>) {
+        let n = self.daemons as u8;
+        for d in 0..n {
+            let x = &s.d[d as usize];
+            if s.acts(d) {
+                if s.told == [false, false] {
+                    out.push(Act::Commit(d));
+                }
+                out.push(Act::Ask(d));
+                if x.grant.is_some() {
+                    out.push(Act::Renew(d));
+                    if x.pending.is_none() {
+                        out.push(Act::Recover(d));
+                    }
+                    if d != 0 {
+                        out.push(Act::Release(d));
+                    }
+                }
+                if d != 0 && x.grant.is_none() {
+                    out.push(Act::TakeOver(d));
+                }
+                if matches!(x.mem, Some((Mem::Committing, _))) && x.pending.is_none() {
+                    out.push(Act::Retry(d));
+                }
+                if matches!(x.mem, Some((Mem::Active, _))) {
+                    out.push(Act::Timeout(d));
+                }
+                if matches!(x.mem, Some((Mem::Deciding, _))) {
+                    out.push(Act::Resolve(d));
+                }
+                if matches!(x.mem, Some((Mem::Decided(_), _))) {
+                    for b in 0..2 {
+                        if s.br[b as usize] == Br::Prepared {
+                            out.push(Act::Complete(d, b));
+                        }
+                    }
+                }
+            }
+            if x.up && x.regaining {
+                out.push(Act::Regain(d));
+            }
+            if let Some(w) = x.pending {
+                out.push(if w.admitted { Act::StoreInsert { d, reply_lost: false } } else { Act::StoreAdmit(d) });
+                if w.admitted {
+                    out.push(Act::StoreInsert { d, reply_lost: true });
+                }
+                if s.faults > 0 {
+                    out.push(Act::LoseWrite(d));
+                }
+            }
+            if s.faults > 0 && x.up {
+                out.push(Act::Crash(d));
+            }
+            if !x.up {
+                out.push(Act::Restart(d));
+            }
+        }
+        if s.told != [false, false] {
+            for b in 0..2 {
+                if s.br[b as usize] == Br::Prepared {
+                    out.push(Act::AppFinish(b));
+                }
+            }
+        }
+        if self.dip && s.dip_go && s.br[0] == Br::Active {
+            out.push(Act::DecideInParticipant);
+        }
+        out.push(Act::MarkFinished);
+        out.push(Act::Purge);
+        out.push(Act::Flush);
+        out.push(Act::ForeignDecide);
+        out.push(Act::ForeignFinish);
+        if s.faults > 0 {
+            out.push(Act::Expire);
+            out.push(Act::MariaRevive);
+        }
+    }
+
+    fn next_state(&self, last: &State, a: Act) -> Option<State> {
+        let mut s = last.clone();
+        match a {
+            Act::Commit(d) => {
+                let x = s.d[d as usize].clone();
+                match x.mem {
+                    Some((Mem::Active, g)) if self.dip => {
+                        if s.br[1] != Br::Prepared {
+                            return None;
+                        }
+                        s.d[d as usize].mem = Some((Mem::Deciding, g));
+                        s.dip_go = true;
+                        if self.bug == Bug::DipReportsBeforeDecidingCommit {
+                            s.tell(Commit);
+                        }
+                    }
+                    Some((Mem::Active, g)) => {
+                        s.d[d as usize].mem = Some((Mem::Committing, g));
+                        Self::issue(&mut s, d, Commit, g, false);
+                    }
+                    Some((Mem::Decided(o), _)) => s.tell(o),
+                    Some(_) => return None,
+                    // Not in memory: the store's record answers a commit asked again.
+                    None => match self.answer(&mut s, d) {
+                        Some(o) => s.tell(o),
+                        None => return None,
+                    },
+                }
+            }
+            Act::Ask(d) => match self.answer(&mut s, d) {
+                Some(o) if !s.told[oi(o)] => s.tell(o),
+                _ => return None,
+            },
+            Act::AppFinish(b) => {
+                // The application finishes its own branch with what it was told.
+                let o = if s.told[0] { Commit } else { Abort };
+                s.br[b as usize] = if o == Commit { Br::Committed } else { Br::Aborted };
+                if o == Abort && b == 1 {
+                    s.unflushed = true;
+                }
+            }
+            Act::DecideInParticipant => {
+                // co.decide: the unique decision row orders it against co.resolve.
+                match s.dip_decision {
+                    None | Some(Commit) => {
+                        s.dip_decision = Some(Commit);
+                        s.br[0] = Br::Committed;
+                        s.tell(Commit);
+                        if let Some((Mem::Deciding, g)) = s.d[0].mem {
+                            if s.d[0].up {
+                                s.d[0].mem = Some((Mem::Decided(Commit), g));
+                            }
+                        }
+                    }
+                    Some(Abort) => {
+                        s.br[0] = Br::Aborted;
+                        s.tell(Abort);
+                    }
+                }
+            }
+            Act::StoreAdmit(d) => {
+                let mut w = s.d[d as usize].pending?;
+                if let Some(o) = s.record {
+                    s.d[d as usize].pending = None;
+                    Self::reply(&mut s, d, w, Some(o));
+                    return Some(s);
+                }
+                let tok = s.token(d, w.generation);
+                let ok = lease::admits(s.row_view().as_ref(), &tok);
+                if ok || (self.bug == Bug::ZombieSkipsLeaseCheck && !w.recovery) {
+                    w.admitted = true;
+                    w.unfenced = !ok;
+                    s.d[d as usize].pending = Some(w);
+                } else {
+                    s.d[d as usize].pending = None;
+                    Self::reply(&mut s, d, w, None);
+                }
+            }
+            Act::StoreInsert { d, reply_lost } => {
+                let w = s.d[d as usize].pending?;
+                s.d[d as usize].pending = None;
+                let result = match s.record {
+                    Some(_) if w.recovery && self.bug == Bug::TakeoverWithoutConditionalInsert => {
+                        s.record = Some(w.outcome);
+                        w.outcome
+                    }
+                    // Conditional insert: the outcome in force wins.
+                    Some(o) => o,
+                    // Below the purge watermark no decision is written any more (a write
+                    // stalled past the retention would otherwise land unopposed).
+                    None if s.purged => {
+                        if !reply_lost {
+                            Self::reply(&mut s, d, w, None);
+                        }
+                        return Some(s);
+                    }
+                    None => {
+                        s.record = Some(w.outcome);
+                        s.first_record.get_or_insert(w.outcome);
+                        s.finished = false;
+                        s.fenced_write_landed |= w.unfenced;
+                        w.outcome
+                    }
+                };
+                if !reply_lost {
+                    Self::reply(&mut s, d, w, Some(result));
+                }
+            }
+            Act::Retry(d) => {
+                let (_, g) = s.d[d as usize].mem?;
+                Self::issue(&mut s, d, Commit, g, false);
+            }
+            Act::Renew(d) => {
+                let g = s.d[d as usize].grant?;
+                match lease::renewal(s.row_view().as_ref(), &s.token(d, g)) {
+                    Renewal::Renewed => {
+                        let r = s.row.as_mut()?;
+                        if !r.expired {
+                            return None;
+                        }
+                        r.expired = false;
+                    }
+                    Renewal::Lost(_) if d != 0 => {
+                        // A taken-over node is no longer ours: let it go.
+                        let x = &mut s.d[d as usize];
+                        x.grant = None;
+                        x.mem = None;
+                    }
+                    Renewal::Lost(_) if self.bug == Bug::AnswersFromMemoryAfterRegrant => {
+                        // Defect 1: claim it again at once and go on with what memory holds.
+                        match lease::claim(s.row_view().as_ref(), s.lock_free(), false) {
+                            ClaimVerdict::Grant => {
+                                let g = s.next_gen;
+                                s.next_gen += 1;
+                                s.row = Some(LeaseRow { holder: d, inc: s.d[0].inc, generation: g, expired: false });
+                                s.d[0].grant = Some(g);
+                                if let Some((m, _)) = s.d[0].mem {
+                                    s.d[0].mem = Some((m, g));
+                                }
+                            }
+                            _ => {
+                                s.d[0].grant = None;
+                                s.d[0].regaining = true;
+                            }
+                        }
+                    }
+                    Renewal::Lost(_) => {
+                        s.d[0].grant = None;
+                        s.d[0].regaining = true;
+                    }
+                }
+            }
+            Act::Regain(d) => {
+                // The daemon's store writes go through one writer in order: a write of
+                // ours already past the fence check commits before our claim runs.
+                if s.d[d as usize].pending.is_some_and(|w| w.admitted) {
+                    return None;
+                }
+                let g = s.claim(d)?;
+                let stored = s.stored();
+                let x = &mut s.d[d as usize];
+                x.grant = Some(g);
+                x.regaining = false;
+                if x.mem.is_some() {
+                    x.mem = match answer::after_regrant(stored) {
+                        Reconcile::Keep(o) => Some((Mem::Decided(o), g)),
+                        Reconcile::Drop | Reconcile::Quarantine => None,
+                    };
+                }
+            }
+            Act::TakeOver(d) => {
+                // Expired leases, and released nodes with a prepared branch back.
+                if s.row.is_none() && !s.prepared() {
+                    return None;
+                }
+                let g = s.claim(d)?;
+                s.d[d as usize].grant = Some(g);
+            }
+            Act::Recover(d) => {
+                let mut changed = false;
+                // The foreign branch: whose() leaves another epoch's branch alone; the broken
+                // variant presumes abort for anything with our prefix.
+                if self.bug == Bug::RecoveryTrustsGidPrefix && s.foreign == Br::Prepared {
+                    s.foreign = Br::Aborted;
+                    changed = true;
+                }
+                if !s.prepared() || !s.in_force(d) {
+                    return if changed { Some(s) } else { None };
+                }
+                let x = s.d[d as usize].clone();
+                let g = x.grant?;
+                let decision = match x.mem {
+                    Some((Mem::Decided(o), _)) => Some((o, false)),
+                    _ => None,
+                };
+                let active = matches!(x.mem, Some((Mem::Active | Mem::Committing | Mem::Deciding, _)));
+                let ours = d == 0 && x.inc == 0;
+                let action = recovery::decide(decision, active, s.record == Some(Commit), ours);
+                let mut o = match action {
+                    Rec::Leave => return if changed { Some(s) } else { None },
+                    Rec::Commit => Some(Commit),
+                    Rec::Rollback => Some(Abort),
+                    Rec::RecordAbort => None,
+                };
+                if self.dip && decision.is_none() && s.record.is_none() && action != Rec::Leave {
+                    // Before presuming abort: the decision may be in the participant
+                    // (co.resolve records abort where none committed).
+                    o = Some(*s.dip_decision.get_or_insert(Abort));
+                }
+                match o {
+                    Some(o) => {
+                        if x.mem == Some((Mem::Decided(o), g)) {
+                            return if changed { Some(s) } else { None };
+                        }
+                        s.d[d as usize].mem = Some((Mem::Decided(o), g));
+                    }
+                    None => Self::issue(&mut s, d, Abort, g, true),
+                }
+            }
+            Act::Resolve(d) => {
+                let (_, g) = s.d[d as usize].mem?;
+                let o = *s.dip_decision.get_or_insert(Abort);
+                s.d[d as usize].mem = Some((Mem::Decided(o), g));
+            }
+            Act::Complete(d, b) => {
+                // The participant accepts it only from the holder of the node's lock.
+                if !s.in_force(d) {
+                    return None;
+                }
+                let Some((Mem::Decided(o), _)) = s.d[d as usize].mem else { return None };
+                s.br[b as usize] = if o == Commit { Br::Committed } else { Br::Aborted };
+                if o == Abort && b == 1 {
+                    s.unflushed = true;
+                }
+            }
+            Act::Release(d) => {
+                if s.prepared() || !s.in_force(d) || s.d[d as usize].pending.is_some() {
+                    return None;
+                }
+                if s.record.is_some() {
+                    s.finished = true;
+                }
+                s.row = None;
+                let x = &mut s.d[d as usize];
+                x.grant = None;
+                x.mem = None;
+            }
+            Act::MarkFinished => {
+                if s.record.is_none() || s.finished || s.prepared() || (self.dip && s.br[0] == Br::Active) {
+                    return None;
+                }
+                s.finished = true;
+            }
+            Act::Purge => {
+                if !s.finished || s.purged || s.record.is_none() {
+                    return None;
+                }
+                s.record = None;
+                s.purged = !self.bug.no_watermark();
+                if !s.purged {
+                    s.finished = false;
+                }
+            }
+            Act::Timeout(d) => {
+                let (_, g) = s.d[d as usize].mem?;
+                s.d[d as usize].mem = Some((Mem::Decided(Abort), g));
+            }
+            Act::Flush => {
+                if !s.unflushed {
+                    return None;
+                }
+                s.unflushed = false;
+            }
+            Act::ForeignDecide => {
+                if s.foreign_other != Br::Prepared {
+                    return None;
+                }
+                s.foreign_other = Br::Committed;
+            }
+            Act::ForeignFinish => {
+                if s.foreign != Br::Prepared || s.foreign_other != Br::Committed {
+                    return None;
+                }
+                s.foreign = Br::Committed;
+            }
+            Act::Expire => {
+                let r = s.row.as_mut()?;
+                if r.expired {
+                    return None;
+                }
+                r.expired = true;
+                s.faults -= 1;
+            }
+            Act::Crash(d) => {
+                // Its store session ends with it, and an open write with it.
+                let x = &mut s.d[d as usize];
+                x.pending = None;
+                x.up = false;
+                x.grant = None;
+                x.mem = None;
+                x.regaining = false;
+                s.faults -= 1;
+            }
+            Act::Restart(d) => {
+                if s.d[d as usize].inc >= 2 {
+                    return None;
+                }
+                let x = &mut s.d[d as usize];
+                x.up = true;
+                x.inc += 1;
+                // The owner claims its node at start (and waits while it is held).
+                x.regaining = d == 0;
+            }
+            Act::LoseWrite(d) => {
+                s.d[d as usize].pending = None;
+                s.faults -= 1;
+            }
+            Act::MariaRevive => {
+                if !s.unflushed || s.br[1] != Br::Aborted {
+                    return None;
+                }
+                s.br[1] = Br::Prepared;
+                s.unflushed = false;
+                s.faults -= 1;
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no split", |_, s: &State| {
+                !(s.br.contains(&Br::Committed) && s.br.contains(&Br::Aborted))
+                    && !(s.foreign == Br::Aborted && s.foreign_other == Br::Committed)
+            }),
+            Property::always("a decision never changes", |_, s: &State| {
+                s.record.is_none() || s.record == s.first_record
+            }),
+            Property::always("no branch goes against the outcome in force", |_, s: &State| match s.truth() {
+                Some(Commit) => !s.br.contains(&Br::Aborted),
+                Some(Abort) => !s.br.contains(&Br::Committed),
+                None => true,
+            }),
+            Property::always("the client hears only the outcome in force", |_, s: &State| {
+                let commit_durable = s.first_record == Some(Commit) || s.dip_decision == Some(Commit);
+                !(s.told[0] && s.told[1]) && (!s.told[0] || commit_durable) && (!s.told[1] || s.truth() != Some(Commit))
+            }),
+            Property::always("a fenced write never lands", |_, s: &State| !s.fenced_write_landed),
+            Property::eventually("every prepared branch is finished", |_, s: &State| {
+                !s.prepared() && s.foreign != Br::Prepared
+            }),
+        ]
+    }
+}
+
