@@ -2,7 +2,7 @@
 """The module structure of a Rust crate, checked: which file imports which, circles,
 imports that run back up, and files too long to read at once.
 
-  python3 scripts/structure.py coordinator-daemon/src [--max-lines 500] [--graph]
+  /var/cache/cotx/venv/bin/python scripts/structure.py coordinator-daemon/src [--max-lines 500] [--graph]
 
 A node is a source file (a module). An edge A -> B is written when A names an item of B:
 `use crate::b::...`, `crate::b::x` in code, `super::...`, `use self::...` in a mod.rs.
@@ -23,8 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository, for checker/
-from checker.graph import sccs  # noqa: E402
+from checker.graph import sccs   # the history checker, installed into the project's venv
 
 USE = re.compile(r"^([ \t]*)(?:pub(?:\([a-z]+\))?\s+)?use\s+((?:crate|super|self)\b[^;]*);", re.S | re.M)
 PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
