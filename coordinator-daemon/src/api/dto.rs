@@ -3,7 +3,6 @@
 //! error body every refusal is written from, and the replies.
 
 use crate::refusal::{refuse, Refusal, RefusalCode};
-use crate::state::Outcome;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
@@ -23,12 +22,13 @@ pub struct Call {
 /// A handler's answer: a status and either a ready response (text, HTML) or a JSON value.
 pub type Routed = Result<(u16, Result<Response<Full<Bytes>>, Value>), Refusal>;
 
-pub fn ok(v: Value) -> Routed {
-    Ok((200, Err(v)))
+/// 200 with a response body (crate::wire's types, or a JSON value).
+pub fn ok<T: Serialize>(body: T) -> Routed {
+    Ok((200, Err(crate::wire::to_json(&body))))
 }
 
-pub fn created(v: Value) -> Routed {
-    Ok((201, Err(v)))
+pub fn created<T: Serialize>(body: T) -> Routed {
+    Ok((201, Err(crate::wire::to_json(&body))))
 }
 
 /// A gtid or branch id (checked by crate::naming; this type only describes it).
@@ -37,22 +37,8 @@ pub fn created(v: Value) -> Routed {
 #[allow(dead_code)]
 pub struct Id(String);
 
-/// The outcome a client names in a request.
-#[derive(Deserialize, Serialize, ToSchema, Clone, Copy)]
-#[serde(rename_all = "lowercase")]
-pub enum OutcomeArg {
-    Commit,
-    Abort,
-}
-
-impl From<OutcomeArg> for Outcome {
-    fn from(o: OutcomeArg) -> Outcome {
-        match o {
-            OutcomeArg::Commit => Outcome::Commit,
-            OutcomeArg::Abort => Outcome::Abort,
-        }
-    }
-}
+/// The outcome a client names in a request: the answers' type too (crate::wire).
+pub use crate::wire::OutcomeArg;
 
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]

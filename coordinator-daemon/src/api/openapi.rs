@@ -4,6 +4,7 @@
 //! tests fuzz the daemon from it; api/conformance.rs checks the shapes against real answers.
 
 use crate::api::dto::{Id, OutcomeArg};
+use crate::wire::{BranchState, Kind};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -34,14 +35,6 @@ pub struct Begun {
     state: String,
     timeout_ms: u64,
     branch: Option<Registered>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum Kind {
-    Postgres,
-    Mariadb,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -149,90 +142,6 @@ pub struct Decision {
     note: Option<String>,
     /// force of a decided transaction: branches still unfinished after one attempt each.
     unfinished_branches: Option<u64>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct DecisionState {
-    gtid: String,
-    state: String,
-    decision: Option<OutcomeArg>,
-    abort_reason: Option<String>,
-    retryable: Option<bool>,
-    /// Not in memory nor in the store: the decision resource (pg_co) said commit.
-    from_participant: Option<bool>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum BranchState {
-    Registered,
-    Prepared,
-    Failed,
-    Finished,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Branch {
-    branch_id: String,
-    resource: String,
-    kind: Option<Kind>,
-    state: Option<BranchState>,
-    /// finished: the outcome it reached, and who finished it.
-    outcome: Option<OutcomeArg>,
-    finished_by: Option<FinishedBy>,
-    /// Why its prepare failed, or why completing it did not work yet.
-    note: Option<String>,
-    /// Completion attempts by the daemon.
-    attempts: Option<u64>,
-    /// /v1/in-doubt, prepared branches: what the branch blocks on its resource
-    /// (`locks_held`, `sessions_waiting_on_prepared`), or `error`.
-    #[schema(value_type = Option<Object>)]
-    blocking: Option<Value>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum FinishedBy {
-    /// The client that owns the branch.
-    Owner,
-    /// This daemon's completion.
-    Daemon,
-    Recovery,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Transaction {
-    gtid: String,
-    state: crate::state::TxState,
-    decision: Option<String>,
-    in_doubt: Option<bool>,
-    age_ms: Option<u64>,
-    created_unix_ms: Option<u64>,
-    /// When the decision was taken (absent until then, and in answers from the store).
-    decided_unix_ms: Option<u64>,
-    abort_reason: Option<String>,
-    /// Aborted by a refused prepare (serialization failure): worth retrying.
-    retryable: Option<bool>,
-    /// Rebuilt from the store by recovery.
-    recovered: Option<bool>,
-    /// Read back from the store (no longer in memory), and the node that recorded it.
-    from_store: Option<bool>,
-    node: Option<String>,
-    branches: Vec<Branch>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct TransactionList {
-    transactions: Vec<Transaction>,
-    /// /v1/in-doubt: decision records the daemon could not read (docs/ops.md).
-    #[schema(value_type = Option<Vec<Object>>)]
-    quarantined: Option<Vec<Value>>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -41,6 +41,7 @@ use crate::naming;
 use crate::state::Outcome;
 use crate::store::{CorruptRecord, DecisionRecord, Store};
 use crate::telemetry::gauges::Gauges;
+use crate::wire;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -166,15 +167,15 @@ impl Coordinator {
         commit::finished_many(&self.parts, gtid, bids, outcome).await
     }
 
-    pub async fn get(&self, gtid: &str) -> Res {
+    pub async fn get(&self, gtid: &str) -> Res<wire::Transaction> {
         answers::get(&self.parts, gtid).await
     }
 
-    pub async fn wait_decision(&self, gtid: &str, wait_ms: u64) -> Res {
+    pub async fn wait_decision(&self, gtid: &str, wait_ms: u64) -> Res<wire::DecisionState> {
         answers::wait_decision(&self.parts, gtid, wait_ms).await
     }
 
-    pub fn list(&self, filter: Option<&str>) -> Res {
+    pub fn list(&self, filter: Option<&str>) -> Res<wire::TransactionList> {
         answers::list(&self.parts, filter)
     }
 
@@ -182,7 +183,7 @@ impl Coordinator {
         operator::force(&self.parts, gtid, outcome, operator, reason).await
     }
 
-    pub async fn in_doubt_report(&self) -> Res {
+    pub async fn in_doubt_report(&self) -> Res<wire::TransactionList> {
         operator::in_doubt_report(&self.parts).await
     }
 
@@ -258,7 +259,7 @@ pub(crate) mod tests {
         let r = c.resources_report();
         assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1,
             "enforcement": {"configured": "none", "mode": "none", "reason": null}}]));
-        let t = c.get(&g).await.unwrap();
+        let t = wire::to_json(&c.get(&g).await.unwrap());
         assert!(t["created_unix_ms"].as_u64().unwrap() > 0 && t["decided_unix_ms"].is_null(), "{t}");
     }
 
@@ -272,7 +273,7 @@ pub(crate) mod tests {
             let e = c.register(&g, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable, "{mode}: {e:?}");
             assert!(e.message.contains("resource pg") && e.message.contains("cannot tell how commitment ordering is enforced"), "{}", e.message);
-            assert_eq!(c.get(&g).await.unwrap()["branches"], json!([]));
+            assert!(c.get(&g).await.unwrap().branches.is_empty());
             let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
             assert_eq!(c.resources_report()["resources"][0]["enforcement"]["mode"], "unknown");
@@ -285,13 +286,13 @@ pub(crate) mod tests {
         let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
-        let before = c.get(&g).await.unwrap()["branches"].clone();
+        let before = wire::to_json(&c.get(&g).await.unwrap())["branches"].clone();
         let e = c.commit_with(&g, "coordinator", &["b1".into(), "zz".into()]).await.unwrap_err();
         assert_eq!(e.code, RefusalCode::UnknownBranch);
-        assert_eq!(c.get(&g).await.unwrap()["branches"], before, "a refused commit must not mark b1 prepared");
+        assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before, "a refused commit must not mark b1 prepared");
         let e = c.commit_with(&g, "coordinator", &["b1".into()]).await.unwrap_err();
         assert_eq!(e.code, RefusalCode::BranchNotPrepared);
-        assert_eq!(c.get(&g).await.unwrap()["branches"], before);
+        assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before);
         let r = c.commit_with(&g, "coordinator", &["b1".into(), "b2".into()]).await.unwrap();
         assert_eq!(r["decision"], "commit");
         // Durable before the answer.
@@ -314,7 +315,7 @@ pub(crate) mod tests {
         let c = coord("list").await;
         let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
         let gtids = |f: &str| -> Vec<String> {
-            c.list(Some(f)).unwrap()["transactions"].as_array().unwrap().iter().map(|t| t["gtid"].as_str().unwrap().to_string()).collect()
+            c.list(Some(f)).unwrap().transactions.into_iter().map(|t| t.gtid).collect()
         };
         assert_eq!(gtids("active"), vec![g.clone()]);
         assert!(gtids("committed").is_empty() && gtids("in_doubt").is_empty());
@@ -332,13 +333,13 @@ pub(crate) mod tests {
         c.register(&g, "pg", "b1").await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
         c.tick();
-        assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
+        assert_eq!(c.get(&g).await.unwrap().state, crate::state::TxState::Aborted);
         assert_eq!(c.prepared(&g, "b1").await.unwrap_err().code, RefusalCode::TransactionAborted);
         assert!(c.store.load().await.unwrap().records.is_empty());
         // Begin with a refused first branch leaves nothing behind.
-        let n = c.list(None).unwrap()["transactions"].as_array().unwrap().len();
+        let n = c.list(None).unwrap().transactions.len();
         assert_eq!(c.begin_with_branch(None, "nope", "b1").await.unwrap_err().code, RefusalCode::UnknownResource);
-        assert_eq!(c.list(None).unwrap()["transactions"].as_array().unwrap().len(), n);
+        assert_eq!(c.list(None).unwrap().transactions.len(), n);
     }
 
     /// Presumed abort only for our own nodes: another node's unknown gtid is never "abort".

@@ -6,6 +6,7 @@ use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{AuditEntry, DecisionRecord, Op};
 use crate::telemetry::log::log;
+use crate::wire::{self, TransactionList};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -157,24 +158,21 @@ async fn branches_seen(c: &Parts, gtid: &str) -> Vec<(String, String)> {
 
 /// In-doubt transactions, oldest first, each prepared branch with what it blocks, plus
 /// quarantined records and branches on resources no longer configured.
-pub async fn in_doubt_report(c: &Parts) -> Res {
+pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
     let mut v = answers::list(c, Some("in_doubt"))?;
-    for t in v["transactions"].as_array_mut().into_iter().flatten() {
-        let gtid = t["gtid"].as_str().unwrap_or_default().to_string();
-        for b in t["branches"].as_array_mut().into_iter().flatten() {
-            if b["state"] != "prepared" {
+    for t in v.transactions.iter_mut() {
+        for b in t.branches.iter_mut() {
+            if b.state != Some(wire::BranchState::Prepared) {
                 continue;
             }
-            let res = b["resource"].as_str().unwrap_or_default().to_string();
-            let bid = b["branch_id"].as_str().unwrap_or_default().to_string();
-            b["blocking"] = match c.resources.get(&res) {
-                Some(rc) => rc.blocking_info(&gtid, &bid).await,
-                None => json!({"error": format!("resource {res} is not configured: this branch cannot be finished from here")}),
-            };
+            b.blocking = Some(match c.resources.get(&b.resource) {
+                Some(rc) => rc.blocking_info(&t.gtid, &b.branch_id).await,
+                None => json!({"error": format!("resource {} is not configured: this branch cannot be finished from here", b.resource)}),
+            });
         }
     }
     let q: Vec<_> = c.registry.quarantined.lock().unwrap().values().cloned().collect();
-    v["quarantined"] = json!(q);
+    v.quarantined = Some(q.iter().map(wire::to_json).collect());
     Ok(v)
 }
 
@@ -211,7 +209,7 @@ mod tests {
         let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
         let v = force(p, &g, Outcome::Abort, "ops", "stuck").await.unwrap();
         assert_eq!(v["decision"], "abort");
-        assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
+        assert_eq!(c.get(&g).await.unwrap().state, TxState::Aborted);
         assert_eq!(force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code, RefusalCode::ContradictsDecision);
         let audit = p.store.audit_log().await.unwrap();
         assert_eq!(audit.len(), 4, "attempt and result of each force");
@@ -234,8 +232,8 @@ mod tests {
         let g = naming::new_gtid("u1", p.owner.nonce, 77);
         p.registry.quarantine(&crate::store::CorruptRecord { gtid: g.clone(), problem: "bad".into() });
         let r = in_doubt_report(p).await.unwrap();
-        assert_eq!(r["transactions"], json!([]));
-        assert_eq!(r["quarantined"][0]["gtid"], g.as_str());
+        assert!(r.transactions.is_empty());
+        assert_eq!(r.quarantined.unwrap()[0]["gtid"], g.as_str());
         assert_eq!(c.get(&g).await.unwrap_err().code, RefusalCode::Quarantined);
     }
 

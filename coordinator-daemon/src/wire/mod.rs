@@ -1,0 +1,17 @@
+//! The API's response bodies: the types the coordinator builds its answers from and the
+//! OpenAPI document (api/openapi.rs) shows, so that the document cannot describe a shape
+//! the daemon does not send. Below both coordinator/ and api/: it imports neither.
+//! The JSON is the contract with the clients (Python, Go, Java, the console): a field's
+//! `skip_serializing_if` says it is absent in some answers, an `Option` without it that it
+//! is written as null.
+//!
+//! `common.rs`: the enums the bodies share, and `to_json`; `tx.rs`: transactions and
+//! their branches, the long poll's answer. (Siblings import each other's files, never
+//! this one.)
+
+pub mod common;
+pub mod tx;
+
+pub use self::common::{to_json, BranchState, FinishedBy, Kind, OutcomeArg};
+pub use self::tx::{Branch, DecisionState, Transaction, TransactionList};
+
