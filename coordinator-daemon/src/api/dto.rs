@@ -31,11 +31,8 @@ pub fn created<T: Serialize>(body: T) -> Routed {
     Ok((201, Err(crate::wire::to_json(&body))))
 }
 
-/// A gtid or branch id (checked by crate::naming; this type only describes it).
-#[derive(ToSchema)]
-#[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
-#[allow(dead_code)]
-pub struct Id(String);
+/// A gtid or branch id, in paths and bodies (the responses' type too: crate::wire).
+pub use crate::wire::Id;
 
 /// The outcome a client names in a request: the answers' type too (crate::wire).
 pub use crate::wire::OutcomeArg;

@@ -10,8 +10,8 @@ use crate::api::dto::{
     created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest, DecisionQuery, Empty, Error, Id,
     FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, ListQuery, NoQuery, RegisterRequest, Routed,
 };
-use crate::api::openapi::{Ack, Audit, Begun, Decision, Health, Incidents, Nodes, Registered, Resources};
-use crate::wire::{DecisionState, Transaction, TransactionList};
+use crate::api::openapi::{Audit, Health, Incidents, Nodes, Resources};
+use crate::wire::{Ack, Begun, Decision, DecisionState, Registered, Transaction, TransactionList};
 use crate::coordinator::Coordinator;
 use crate::refusal::{refuse, Refusal, RefusalCode};
 use bytes::Bytes;

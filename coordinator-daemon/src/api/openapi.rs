@@ -3,8 +3,8 @@
 //! request and error types of dto.rs, and the response shapes below. The integration
 //! tests fuzz the daemon from it; api/conformance.rs checks the shapes against real answers.
 
-use crate::api::dto::{Id, OutcomeArg};
-use crate::wire::{BranchState, Kind};
+use crate::api::dto::Id;
+use crate::wire::Kind;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -30,52 +30,6 @@ pub struct Health {
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
-pub struct Begun {
-    gtid: String,
-    state: String,
-    timeout_ms: u64,
-    branch: Option<Registered>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Registered {
-    gtid: String,
-    branch_id: String,
-    resource: String,
-    kind: Kind,
-    /// PostgreSQL: the PREPARE TRANSACTION id.
-    gid: Option<String>,
-    /// MariaDB: the XA id.
-    xid: Option<Xid>,
-    /// How commitment ordering is enforced for this branch (docs/client-mode.md).
-    enforcement: EnforcementMode,
-    /// Client mode: the slot the branch writes before it prepares (PostgreSQL
-    /// `SELECT cotx.shim_touch(key)`, MariaDB `UPDATE cotx_shim SET v = v + 1 WHERE k = key`,
-    /// the branch SERIALIZABLE).
-    shim: Option<Shim>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum EnforcementMode {
-    /// pg_co / mysql_co enforces it.
-    Engine,
-    /// The shims: the client writes the slot (and on MariaDB runs SERIALIZABLE).
-    Client,
-    /// Plain 2PC (configured so, for comparisons).
-    None,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Shim {
-    key: i32,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
 pub struct ResourceEnforcement {
     /// auto | engine | client | none (the config).
     configured: String,
@@ -87,61 +41,6 @@ pub struct ResourceEnforcement {
     slots_in_use: Option<u64>,
     /// Client mode on MariaDB: why new branches wait (a restart with branches prepared).
     restart_gate: Option<String>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Xid {
-    format_id: i64,
-    gtrid: String,
-    bqual: String,
-}
-
-/// The answer to a branch's report (prepared, failed, finished) or to several branches
-/// finished at once.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Ack {
-    gtid: String,
-    /// One branch's report: the branch.
-    #[schema(value_type = Option<Id>)]
-    branch_id: Option<String>,
-    /// Several branches finished at once.
-    #[schema(value_type = Option<Vec<Id>>)]
-    branches: Option<Vec<String>>,
-    /// The branch's (or branches') state now: prepared, failed or finished.
-    state: BranchState,
-    /// finished: the outcome the branch reached.
-    outcome: Option<OutcomeArg>,
-    /// failed: the transaction's decision (abort).
-    decision: Option<OutcomeArg>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum Decided {
-    Commit,
-    Abort,
-    OnePhase,
-    /// `decide_in`: the participant's commit decides (co.decide).
-    InParticipant,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Decision {
-    gtid: String,
-    decision: Decided,
-    /// one_phase, in_participant: the branch that carries it.
-    #[schema(value_type = Option<Id>)]
-    branch_id: Option<String>,
-    /// The decision was already in the store (a commit whose earlier answer was lost).
-    from_store: Option<bool>,
-    /// force: what was done (presumed abort, completion attempted, decision being written).
-    note: Option<String>,
-    /// force of a decided transaction: branches still unfinished after one attempt each.
-    unfinished_branches: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -104,66 +104,62 @@ impl Coordinator {
         completion::adopt_records(&self.parts, recs)
     }
 
-    pub fn begin(&self, timeout_ms: Option<u64>) -> Res {
+    pub fn begin(&self, timeout_ms: Option<u64>) -> Res<wire::Begun> {
         let gtid = naming::new_gtid(&self.parts.cfg.node_id, self.parts.owner.nonce, self.seq.fetch_add(1, Relaxed));
         begin::begin(&self.parts, gtid, timeout_ms)
     }
 
     /// Begin and register the first branch, all or nothing: a refused registration
     /// leaves no transaction behind.
-    pub async fn begin_with_branch(&self, timeout_ms: Option<u64>, resource: &str, bid: &str) -> Res {
-        let mut begun = self.begin(timeout_ms)?;
-        let gtid = begun["gtid"].as_str().unwrap_or_default().to_string();
-        match begin::register(&self.parts, &gtid, resource, bid).await {
-            Ok(reg) => {
-                begun.as_object_mut().unwrap().insert("branch".into(), reg);
-                Ok(begun)
-            }
+    pub async fn begin_with_branch(&self, timeout_ms: Option<u64>, resource: &str, bid: &str) -> Res<wire::Begun> {
+        let begun = self.begin(timeout_ms)?;
+        match begin::register(&self.parts, &begun.gtid, resource, bid).await {
+            Ok(reg) => Ok(wire::Begun { branch: Some(reg), ..begun }),
             Err(e) => {
-                begin::unbegin(&self.parts, &gtid);
+                begin::unbegin(&self.parts, &begun.gtid);
                 Err(e)
             }
         }
     }
 
-    pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res {
+    pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res<wire::Registered> {
         begin::register(&self.parts, gtid, resource, bid).await
     }
 
-    pub async fn prepared(&self, gtid: &str, bid: &str) -> Res {
+    pub async fn prepared(&self, gtid: &str, bid: &str) -> Res<wire::Ack> {
         begin::prepared(&self.parts, gtid, bid).await
     }
 
-    pub async fn failed(&self, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res {
+    pub async fn failed(&self, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<wire::Ack> {
         commit::failed(&self.parts, gtid, bid, reason, retryable).await
     }
 
-    pub async fn commit(&self, gtid: &str, source: &str) -> Res {
+    pub async fn commit(&self, gtid: &str, source: &str) -> Res<wire::Decision> {
         commit::commit_with(&self.parts, gtid, source, &[]).await
     }
 
-    pub async fn commit_with(&self, gtid: &str, source: &str, prepared: &[String]) -> Res {
+    pub async fn commit_with(&self, gtid: &str, source: &str, prepared: &[String]) -> Res<wire::Decision> {
         commit::commit_with(&self.parts, gtid, source, prepared).await
     }
 
-    pub async fn commit_decide_in(&self, gtid: &str, prepared: &[String], bid: &str) -> Res {
+    pub async fn commit_decide_in(&self, gtid: &str, prepared: &[String], bid: &str) -> Res<wire::Decision> {
         commit::commit_decide_in(&self.parts, gtid, prepared, bid).await
     }
 
-    pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res {
+    pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res<wire::Decision> {
         commit::one_phase(&self.parts, gtid, bid).await
     }
 
-    pub async fn abort(&self, gtid: &str, reason: &str) -> Res {
+    pub async fn abort(&self, gtid: &str, reason: &str) -> Res<wire::Decision> {
         commit::abort(&self.parts, gtid, reason).await
     }
 
-    pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res {
+    pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res<wire::Ack> {
         commit::finished_many(&self.parts, gtid, &[bid.to_string()], outcome).await?;
-        Ok(serde_json::json!({"gtid": gtid, "branch_id": bid, "state": "finished", "outcome": outcome.as_str()}))
+        Ok(wire::Ack { outcome: Some(outcome.into()), ..wire::Ack::branch(gtid, bid, wire::BranchState::Finished) })
     }
 
-    pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
+    pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res<wire::Ack> {
         commit::finished_many(&self.parts, gtid, bids, outcome).await
     }
 
@@ -179,7 +175,7 @@ impl Coordinator {
         answers::list(&self.parts, filter)
     }
 
-    pub async fn force(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res {
+    pub async fn force(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res<wire::Decision> {
         operator::force(&self.parts, gtid, outcome, operator, reason).await
     }
 
@@ -252,7 +248,7 @@ pub(crate) mod tests {
         assert_eq!(own[0]["mine"], true);
         assert_eq!(own[0]["holder"], c.holder());
         assert!(own[0]["expires_in_ms"].as_i64().unwrap() > 0, "{n}");
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
         c.prepared(&g, "b1").await.unwrap();
@@ -269,7 +265,7 @@ pub(crate) mod tests {
     async fn a_resource_of_unknown_enforcement_gets_no_branch() {
         for mode in ["auto", "engine", "client"] {
             let c = coord_with(&format!("unknown-{mode}"), mode).await;
-            let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+            let g = c.begin(None).unwrap().gtid;
             let e = c.register(&g, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable, "{mode}: {e:?}");
             assert!(e.message.contains("resource pg") && e.message.contains("cannot tell how commitment ordering is enforced"), "{}", e.message);
@@ -283,7 +279,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn commit_is_all_or_nothing_and_durable_first() {
         let c = coord("commit").await;
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
         let before = wire::to_json(&c.get(&g).await.unwrap())["branches"].clone();
@@ -294,7 +290,7 @@ pub(crate) mod tests {
         assert_eq!(e.code, RefusalCode::BranchNotPrepared);
         assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before);
         let r = c.commit_with(&g, "coordinator", &["b1".into(), "b2".into()]).await.unwrap();
-        assert_eq!(r["decision"], "commit");
+        assert_eq!(r.decision, wire::Decided::Commit);
         // Durable before the answer.
         let recs = c.store.load().await.unwrap().records;
         assert_eq!(recs.len(), 1);
@@ -313,7 +309,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn list_filters_by_state_and_names_the_accepted_values() {
         let c = coord("list").await;
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         let gtids = |f: &str| -> Vec<String> {
             c.list(Some(f)).unwrap().transactions.into_iter().map(|t| t.gtid).collect()
         };
@@ -329,7 +325,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn timeout_aborts_and_presumed_abort_leaves_no_record() {
         let c = coord("timeout").await;
-        let g = c.begin(Some(10)).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(Some(10)).unwrap().gtid;
         c.register(&g, "pg", "b1").await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
         c.tick();

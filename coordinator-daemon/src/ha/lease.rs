@@ -391,8 +391,8 @@ mod tests {
         let c = crate::coordinator::tests::coord("regain").await;
         let p = c.parts();
         let before = p.owner.generation_of("u1");
-        let undecided = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
-        let committed = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let undecided = c.begin(None).unwrap().gtid;
+        let committed = c.begin(None).unwrap().gtid;
         c.register(&committed, "pg", "b1").await.unwrap();
         c.commit_with(&committed, "coordinator", &["b1".into()]).await.unwrap();
         assert!(renew_all(p).await.lost.is_none());

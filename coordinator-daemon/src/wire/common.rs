@@ -12,6 +12,13 @@ pub fn to_json<T: Serialize>(body: &T) -> serde_json::Value {
     serde_json::to_value(body).expect("a response body serializes")
 }
 
+/// A gtid or branch id (checked by crate::naming; this type only describes it, for the
+/// document: the bodies carry them as strings).
+#[derive(ToSchema)]
+#[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
+#[allow(dead_code)]
+pub struct Id(String);
+
 /// An outcome as the API names it, in requests (api/dto.rs) and answers.
 #[derive(Deserialize, Serialize, ToSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]

@@ -6,12 +6,15 @@
 //! is written as null.
 //!
 //! `common.rs`: the enums the bodies share, and `to_json`; `tx.rs`: transactions and
-//! their branches, the long poll's answer. (Siblings import each other's files, never
+//! their branches, the long poll's answer; `calls.rs`: begin, register, a branch's report,
+//! a decision. (Siblings import each other's files, never
 //! this one.)
 
+pub mod calls;
 pub mod common;
 pub mod tx;
 
-pub use self::common::{to_json, BranchState, FinishedBy, Kind, OutcomeArg};
+pub use self::calls::{Ack, Begun, Decided, Decision, EnforcementMode, Registered, Shim, Xid};
+pub use self::common::{to_json, BranchState, FinishedBy, Id, Kind, OutcomeArg};
 pub use self::tx::{Branch, DecisionState, Transaction, TransactionList};
 
