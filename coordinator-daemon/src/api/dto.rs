@@ -1,4 +1,4 @@
-//! What goes over the wire besides the response shapes (openapi.rs): the request bodies
+//! What goes over the wire besides the response bodies (crate::wire): the request bodies
 //! and query strings the handlers parse (the very types the OpenAPI document shows), the
 //! error body every refusal is written from, and the replies.
 

@@ -1,108 +1,19 @@
 //! The OpenAPI document served at /openapi.json, derived (utoipa) from the routes: each
 //! route's handler's `utoipa::path` attribute (router.rs collects them from ROUTES), the
-//! request and error types of dto.rs, and the response shapes below. The integration
-//! tests fuzz the daemon from it; api/conformance.rs checks the shapes against real answers.
+//! request and error types of dto.rs, and the response bodies of crate::wire (the very
+//! types the coordinator answers with). The integration tests fuzz the daemon from it;
+//! api/conformance.rs checks the shapes against real answers.
 
 use crate::api::dto::Id;
-use crate::wire::Kind;
-use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use utoipa::openapi::path::{HttpMethod, Operation};
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::RefOr;
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
-// Response shapes. The coordinator builds these bodies as JSON values; these types
-// describe them for the document (the fuzz test checks every response against them).
-// Optional fields are absent or null in some answers (e.g. a transaction read back from
-// the decision store has no `age_ms`).
-
-/// Built by the handler itself (the others are built as JSON values in coordinator/).
-#[derive(Serialize, ToSchema)]
-pub struct Health {
-    pub status: String,
-    pub node_id: String,
-    /// Resource name -> reachable.
-    pub resources: BTreeMap<String, bool>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct ResourceEnforcement {
-    /// auto | engine | client | none (the config).
-    configured: String,
-    /// engine | client | none, or unknown (not probed / unreachable) or refused (branches
-    /// are refused: `reason` says why).
-    mode: String,
-    reason: Option<String>,
-    /// Client mode: slots of live branches.
-    slots_in_use: Option<u64>,
-    /// Client mode on MariaDB: why new branches wait (a restart with branches prepared).
-    restart_gate: Option<String>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Incidents {
-    #[schema(value_type = Vec<Object>)]
-    incidents: Vec<Value>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Audit {
-    #[schema(value_type = Vec<Object>)]
-    audit: Vec<Value>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct NodeLease {
-    node: String,
-    /// The daemon holding it (node@host/pid/epoch); empty once released.
-    holder: String,
-    /// Where its holder serves the API.
-    url: String,
-    /// Until the lease runs out by the store's clock (negative: expired).
-    expires_in_ms: i64,
-    /// Held by this daemon (its own node, or one it took over).
-    mine: bool,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Nodes {
-    /// This daemon's node id and lease holder id.
-    node_id: String,
-    holder: String,
-    /// Its own lease is known valid (false: it acts on nothing until renewed).
-    lease_valid: bool,
-    /// Nodes it took over from daemons whose lease ran out.
-    adopted: Vec<String>,
-    nodes: Vec<NodeLease>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct ResourceInfo {
-    name: String,
-    kind: Kind,
-    /// Whether the last contact with it worked (null: not contacted yet).
-    up: Option<bool>,
-    /// Carries global decisions (pg_co's co.decisions).
-    decisions: bool,
-    /// Branches prepared on it, unfinished, of transactions in this daemon's memory.
-    prepared_branches: u64,
-    enforcement: ResourceEnforcement,
-}
-
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct Resources {
-    resources: Vec<ResourceInfo>,
-}
+// The response bodies are crate::wire's types: the handlers' `utoipa::path` attributes
+// name them, and the coordinator builds its answers from them.
 
 /// What the attributes leave implicit: the bearer scheme, and the meaning of each status.
 struct Conventions;

@@ -6,7 +6,8 @@ use crate::config::ResourceKind;
 use crate::naming;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal, Tx, TxState};
-use crate::wire::{Ack, Begun, BranchState, Registered, Shim, Xid};
+use crate::participants::enforcement::Mode;
+use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -87,9 +88,18 @@ pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<R
         kind: kind.into(),
         gid,
         xid,
-        enforcement: adm.mode.into(),
+        enforcement: enforcement_mode(adm.mode),
         shim: adm.key.map(|key| Shim { key }),
     })
+}
+
+/// The admission's mode as the API names it (wire/ stays below participants/).
+fn enforcement_mode(m: Mode) -> EnforcementMode {
+    match m {
+        Mode::Engine => EnforcementMode::Engine,
+        Mode::Client => EnforcementMode::Client,
+        Mode::None => EnforcementMode::None,
+    }
 }
 
 pub async fn prepared(c: &Parts, gtid: &str, bid: &str) -> Res<Ack> {

@@ -42,7 +42,6 @@ use crate::state::Outcome;
 use crate::store::{CorruptRecord, DecisionRecord, Store};
 use crate::telemetry::gauges::Gauges;
 use crate::wire;
-use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -183,11 +182,11 @@ impl Coordinator {
         operator::in_doubt_report(&self.parts).await
     }
 
-    pub fn resources_report(&self) -> Value {
+    pub fn resources_report(&self) -> wire::Resources {
         operator::resources_report(&self.parts)
     }
 
-    pub async fn nodes_report(&self) -> Res {
+    pub async fn nodes_report(&self) -> Res<wire::Nodes> {
         lease::nodes_report(&self.parts).await
     }
 
@@ -240,7 +239,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reports_for_the_console() {
         let c = coord("reports").await;
-        let n = c.nodes_report().await.unwrap();
+        let n = wire::to_json(&c.nodes_report().await.unwrap());
         assert_eq!(n["node_id"], "u1");
         assert_eq!(n["lease_valid"], true);
         let own: Vec<_> = n["nodes"].as_array().unwrap().iter().filter(|l| l["node"] == "u1").collect();
@@ -252,7 +251,7 @@ pub(crate) mod tests {
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
         c.prepared(&g, "b1").await.unwrap();
-        let r = c.resources_report();
+        let r = wire::to_json(&c.resources_report());
         assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1,
             "enforcement": {"configured": "none", "mode": "none", "reason": null}}]));
         let t = wire::to_json(&c.get(&g).await.unwrap());
@@ -272,7 +271,7 @@ pub(crate) mod tests {
             assert!(c.get(&g).await.unwrap().branches.is_empty());
             let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
-            assert_eq!(c.resources_report()["resources"][0]["enforcement"]["mode"], "unknown");
+            assert_eq!(c.resources_report().resources[0].enforcement.mode, "unknown");
         }
     }
 

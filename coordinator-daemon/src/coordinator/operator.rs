@@ -6,8 +6,8 @@ use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{AuditEntry, DecisionRecord, Op};
 use crate::telemetry::log::log;
-use crate::wire::{self, Decided, Decision, TransactionList};
-use serde_json::{json, Value};
+use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Resources, TransactionList};
+use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -189,7 +189,7 @@ pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
 
 /// The configured resources with their health (the last contact) and how many
 /// prepared, unfinished branches on each the daemon holds in memory.
-pub fn resources_report(c: &Parts) -> Value {
+pub fn resources_report(c: &Parts) -> Resources {
     let mut prepared: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for e in c.registry.txs.lock().unwrap().values() {
         for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
@@ -197,15 +197,27 @@ pub fn resources_report(c: &Parts) -> Value {
         }
     }
     let up = c.resource_up.lock().unwrap();
-    let list: Vec<Value> = c
+    let resources = c
         .cfg
         .resources
         .iter()
-        .map(|r| json!({"name": r.name, "kind": r.kind, "up": up.get(&r.name), "decisions": r.decisions,
-                        "prepared_branches": prepared.get(&r.name).copied().unwrap_or(0),
-                        "enforcement": c.enforcement.report(&r.name)}))
+        .map(|r| ResourceInfo {
+            name: r.name.clone(),
+            kind: r.kind.into(),
+            up: up.get(&r.name).copied(),
+            decisions: r.decisions,
+            prepared_branches: prepared.get(&r.name).copied().unwrap_or(0),
+            // Every configured resource has an enforcement state (Enforcement::new).
+            enforcement: c.enforcement.report(&r.name).unwrap_or_else(|| ResourceEnforcement {
+                configured: r.enforcement.as_str().into(),
+                mode: "unknown".into(),
+                reason: Some("no enforcement state".into()),
+                slots_in_use: None,
+                restart_gate: None,
+            }),
+        })
         .collect();
-    json!({"resources": list})
+    Resources { resources }
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The answers to a client's calls on one transaction: begin, register, a branch's
 //! report (`Ack`), and a decision (commit, abort, force: `Decision`).
 
-use crate::participants::enforcement::Mode;
 use crate::state::{Outcome, TxState};
 use crate::wire::common::{BranchState, Kind, OutcomeArg};
 use serde::Serialize;
@@ -47,16 +46,6 @@ pub enum EnforcementMode {
     Client,
     /// Plain 2PC (configured so, for comparisons).
     None,
-}
-
-impl From<Mode> for EnforcementMode {
-    fn from(m: Mode) -> EnforcementMode {
-        match m {
-            Mode::Engine => EnforcementMode::Engine,
-            Mode::Client => EnforcementMode::Client,
-            Mode::None => EnforcementMode::None,
-        }
-    }
 }
 
 #[derive(Serialize, ToSchema, Clone, Debug, PartialEq, Eq)]

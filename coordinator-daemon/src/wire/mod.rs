@@ -7,14 +7,19 @@
 //!
 //! `common.rs`: the enums the bodies share, and `to_json`; `tx.rs`: transactions and
 //! their branches, the long poll's answer; `calls.rs`: begin, register, a branch's report,
-//! a decision. (Siblings import each other's files, never
-//! this one.)
+//! a decision; `ops.rs`: the operators' and the console's reports; `tests.rs`: the JSON
+//! of each, pinned. (Siblings import each other's files, never this one.)
 
 pub mod calls;
 pub mod common;
+pub mod ops;
 pub mod tx;
+
+#[cfg(test)]
+mod tests;
 
 pub use self::calls::{Ack, Begun, Decided, Decision, EnforcementMode, Registered, Shim, Xid};
 pub use self::common::{to_json, BranchState, FinishedBy, Id, Kind, OutcomeArg};
+pub use self::ops::{Audit, AuditEntry, Health, Incident, Incidents, NodeLease, Nodes, ResourceEnforcement, ResourceInfo, Resources};
 pub use self::tx::{Branch, DecisionState, Transaction, TransactionList};
 
