@@ -1,7 +1,7 @@
 //! The response shapes of the document checked against real answers. The bodies are the
 //! types of crate::wire, so a field cannot be missing from the schema; this still catches
 //! what the types alone do not (a field declared but never sent, a null where the schema
-//! says absent, the parts still JSON values: `blocking`, `quarantined`): every route's handler is called
+//! says absent): every route's handler is called
 //! through the router's table on a coordinator over a temporary SQLite store whose
 //! resources are never reached (`enforcement = "none"`), and each JSON answer is checked
 //! against the schema the document gives for its status: no field outside the schema, no
@@ -29,6 +29,11 @@ const NOT_PRODUCED: &[(&str, &str, &str)] = &[
     ("Decision", "from_store", "a commit whose earlier answer was lost"),
     ("Decision", "unfinished_branches", "force of an already decided transaction"),
     ("Decision", "branches", "force of a quarantined transaction"),
+    ("Blocking", "locks_held", "needs a reachable PostgreSQL resource"),
+    ("Blocking", "sessions_waiting_on_prepared", "needs a reachable PostgreSQL resource"),
+    ("Blocking", "lock_waits_on_resource", "needs a reachable MariaDB resource"),
+    ("Quarantined", "gtid", "needs an unreadable decision record"),
+    ("Quarantined", "problem", "needs an unreadable decision record"),
     ("Incident", "at_unix_ms", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
     ("Incident", "gtid", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
     ("Incident", "branch_id", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),

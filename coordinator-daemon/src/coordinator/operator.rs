@@ -178,12 +178,12 @@ pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
             }
             b.blocking = Some(match c.resources.get(&b.resource) {
                 Some(rc) => rc.blocking_info(&t.gtid, &b.branch_id).await,
-                None => json!({"error": format!("resource {} is not configured: this branch cannot be finished from here", b.resource)}),
+                None => wire::Blocking::error(format!("resource {} is not configured: this branch cannot be finished from here", b.resource)),
             });
         }
     }
     let q: Vec<_> = c.registry.quarantined.lock().unwrap().values().cloned().collect();
-    v.quarantined = Some(q.iter().map(wire::to_json).collect());
+    v.quarantined = Some(q.iter().map(Into::into).collect());
     Ok(v)
 }
 
@@ -256,7 +256,7 @@ mod tests {
         p.registry.quarantine(&crate::store::CorruptRecord { gtid: g.clone(), problem: "bad".into() });
         let r = in_doubt_report(p).await.unwrap();
         assert!(r.transactions.is_empty());
-        assert_eq!(r.quarantined.unwrap()[0]["gtid"], g.as_str());
+        assert_eq!(r.quarantined.unwrap()[0].gtid, g);
         assert_eq!(c.get(&g).await.unwrap_err().code, RefusalCode::Quarantined);
     }
 

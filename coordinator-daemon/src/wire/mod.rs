@@ -21,5 +21,5 @@ mod tests;
 pub use self::calls::{Ack, Begun, Decided, Decision, EnforcementMode, Registered, Shim, Xid};
 pub use self::common::{to_json, BranchState, FinishedBy, Id, Kind, OutcomeArg};
 pub use self::ops::{Audit, AuditEntry, Health, Incident, Incidents, NodeLease, Nodes, ResourceEnforcement, ResourceInfo, Resources};
-pub use self::tx::{Branch, DecisionState, Transaction, TransactionList};
+pub use self::tx::{Blocking, Branch, DecisionState, Quarantined, Transaction, TransactionList};
 

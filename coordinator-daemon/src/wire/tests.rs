@@ -62,3 +62,13 @@ fn enforcement_shows_slots_and_gate_in_client_mode_only() {
     let c = ResourceEnforcement { slots_in_use: Some(2), restart_gate: Some(None), configured: "client".into(), mode: "client".into(), ..e };
     assert_eq!(to_json(&c), json!({"configured": "client", "mode": "client", "reason": null, "slots_in_use": 2, "restart_gate": null}));
 }
+
+#[test]
+fn blocking_shows_what_its_resource_told() {
+    use crate::wire::tx::{Blocking, Quarantined};
+    assert_eq!(to_json(&Blocking::error("timed out")), json!({"error": "timed out"}));
+    let pg = Blocking { locks_held: Some(3), sessions_waiting_on_prepared: Some(1), ..Blocking::default() };
+    assert_eq!(to_json(&pg), json!({"locks_held": 3, "sessions_waiting_on_prepared": 1}));
+    let q = crate::store::CorruptRecord { gtid: "g".into(), problem: "bad".into() };
+    assert_eq!(to_json(&Quarantined::from(&q)), json!({"gtid": "g", "problem": "bad"}));
+}

@@ -3,9 +3,8 @@
 
 use crate::wire::common::{BranchState, FinishedBy, Kind, OutcomeArg};
 use crate::state::{self, Outcome, Tx, TxState};
-use crate::store::DecisionRecord;
+use crate::store::{CorruptRecord, DecisionRecord};
 use serde::Serialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 
 #[derive(Serialize, ToSchema, Clone, Debug)]
@@ -29,11 +28,47 @@ pub struct Branch {
     /// Completion attempts by the daemon.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u64>,
-    /// /v1/in-doubt, prepared branches: what the branch blocks on its resource
-    /// (`locks_held`, `sessions_waiting_on_prepared`), or `error`.
+    /// /v1/in-doubt, prepared branches: what the branch blocks on its resource.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub blocking: Option<Value>,
+    pub blocking: Option<Blocking>,
+}
+
+/// What a prepared branch does to others on its resource, as far as the resource tells:
+/// one of the three sets of fields below is present, the others absent.
+#[derive(Serialize, ToSchema, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Blocking {
+    /// PostgreSQL: locks the prepared transaction holds, and sessions waiting for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locks_held: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions_waiting_on_prepared: Option<i64>,
+    /// MariaDB (no per-XID lock view): lock waits on the whole resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_waits_on_resource: Option<i64>,
+    /// The resource could not be asked (unreachable, timed out, not configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Blocking {
+    pub fn error(e: impl Into<String>) -> Blocking {
+        Blocking { error: Some(e.into()), ..Blocking::default() }
+    }
+}
+
+/// A decision record the daemon could not read: its gtid is quarantined until an
+/// operator decides.
+#[derive(Serialize, ToSchema, Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    pub gtid: String,
+    /// What is wrong with the row.
+    pub problem: String,
+}
+
+impl From<&CorruptRecord> for Quarantined {
+    fn from(q: &CorruptRecord) -> Quarantined {
+        Quarantined { gtid: q.gtid.clone(), problem: q.problem.clone() }
+    }
 }
 
 impl Branch {
@@ -157,8 +192,7 @@ pub struct TransactionList {
     pub transactions: Vec<Transaction>,
     /// /v1/in-doubt: decision records the daemon could not read (docs/ops.md).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub quarantined: Option<Vec<Value>>,
+    pub quarantined: Option<Vec<Quarantined>>,
 }
 
 /// The long poll's answer.
