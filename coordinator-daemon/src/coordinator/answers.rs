@@ -8,7 +8,6 @@ use crate::refusal::RefusalCode;
 use crate::state::{refuse, Outcome, Refusal, StateFilter, TxState};
 use crate::store::{DecisionRecord, Stored};
 use crate::wire::{DecisionState, Transaction, TransactionList};
-use serde_json::Value;
 use std::time::Duration;
 
 use super::decisions;
@@ -16,8 +15,8 @@ use super::parts::Parts;
 use super::registry::{Entry, Lookup};
 
 /// An operation's answer: a response body (crate::wire; the API's handler serializes it)
-/// or a refusal. `Value` for the operations whose bodies are still built as JSON values.
-pub type Res<T = Value> = Result<T, Refusal>;
+/// or a refusal.
+pub type Res<T> = Result<T, Refusal>;
 
 fn quarantined(gtid: &str) -> Refusal {
     Refusal::new(RefusalCode::Quarantined, format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"))
