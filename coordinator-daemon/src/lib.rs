@@ -14,3 +14,4 @@ pub mod serve;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod wire;

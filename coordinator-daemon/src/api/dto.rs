@@ -1,9 +1,8 @@
-//! What goes over the wire besides the response shapes (openapi.rs): the request bodies
+//! What goes over the wire besides the response bodies (crate::wire): the request bodies
 //! and query strings the handlers parse (the very types the OpenAPI document shows), the
 //! error body every refusal is written from, and the replies.
 
 use crate::refusal::{refuse, Refusal, RefusalCode};
-use crate::state::Outcome;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
@@ -23,36 +22,20 @@ pub struct Call {
 /// A handler's answer: a status and either a ready response (text, HTML) or a JSON value.
 pub type Routed = Result<(u16, Result<Response<Full<Bytes>>, Value>), Refusal>;
 
-pub fn ok(v: Value) -> Routed {
-    Ok((200, Err(v)))
+/// 200 with a response body (crate::wire's types, or a JSON value).
+pub fn ok<T: Serialize>(body: T) -> Routed {
+    Ok((200, Err(crate::wire::to_json(&body))))
 }
 
-pub fn created(v: Value) -> Routed {
-    Ok((201, Err(v)))
+pub fn created<T: Serialize>(body: T) -> Routed {
+    Ok((201, Err(crate::wire::to_json(&body))))
 }
 
-/// A gtid or branch id (checked by crate::naming; this type only describes it).
-#[derive(ToSchema)]
-#[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
-#[allow(dead_code)]
-pub struct Id(String);
+/// A gtid or branch id, in paths and bodies (the responses' type too: crate::wire).
+pub use crate::wire::Id;
 
-/// The outcome a client names in a request.
-#[derive(Deserialize, Serialize, ToSchema, Clone, Copy)]
-#[serde(rename_all = "lowercase")]
-pub enum OutcomeArg {
-    Commit,
-    Abort,
-}
-
-impl From<OutcomeArg> for Outcome {
-    fn from(o: OutcomeArg) -> Outcome {
-        match o {
-            OutcomeArg::Commit => Outcome::Commit,
-            OutcomeArg::Abort => Outcome::Abort,
-        }
-    }
-}
+/// The outcome a client names in a request: the answers' type too (crate::wire).
+pub use crate::wire::OutcomeArg;
 
 #[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -1,8 +1,8 @@
 //! One handler per route (the table is router.rs's ROUTES): each checks its query string
 //! and body into the types of dto.rs, calls one coordinator operation and answers with
-//! its JSON. The `utoipa::path` attribute above each handler is the route's method, path
+//! its body (a crate::wire type) serialized. The `utoipa::path` attribute above each handler is the route's method, path
 //! template and OpenAPI operation: the router matches the path the attribute declares.
-//! Request and response bodies are the types in dto.rs and openapi.rs; 421: another daemon
+//! Request bodies are the types in dto.rs, response bodies those in crate::wire; 421: another daemon
 //! owns the gtid (`error.owner_url`); 503 on gtid routes: its owner is unavailable, or its
 //! record is quarantined.
 
@@ -10,13 +10,12 @@ use crate::api::dto::{
     created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest, DecisionQuery, Empty, Error, Id,
     FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, ListQuery, NoQuery, RegisterRequest, Routed,
 };
-use crate::api::openapi::{Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
+use crate::wire::{self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
 use crate::coordinator::Coordinator;
 use crate::refusal::{refuse, Refusal, RefusalCode};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
-use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -25,7 +24,7 @@ use std::sync::Arc;
 pub async fn healthz(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let resources = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
-    ok(json!(Health { status: "ok".into(), node_id: c.cfg.node_id.clone(), resources }))
+    ok(Health { status: "ok".into(), node_id: c.cfg.node_id.clone(), resources })
 }
 
 #[utoipa::path(get, path = "/metrics", summary = "Prometheus metrics",
@@ -36,7 +35,8 @@ pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
     let g = c.gauges();
     let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
     let mut text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
-    let modes: Vec<(String, serde_json::Value)> = c.cfg.resources.iter().map(|r| (r.name.clone(), c.enforcement.report(&r.name))).collect();
+    // As the resource listing shows it (null: no state yet).
+    let modes: Vec<(String, serde_json::Value)> = c.cfg.resources.iter().map(|r| (r.name.clone(), wire::to_json(&c.enforcement.report(&r.name)))).collect();
     text.push_str(&crate::telemetry::metrics::render_enforcement(&modes, c.enforcement.held_count()));
     Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
 }
@@ -183,8 +183,8 @@ pub async fn in_doubt(c: Arc<Coordinator>, r: Call) -> Routed {
     responses((status = 200, body = Incidents), (status = 400, body = Error), (status = 401, body = Error)))]
 pub async fn incidents(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let v = c.incidents.lock().unwrap().clone();
-    ok(json!({"incidents": v}))
+    let incidents = c.incidents.lock().unwrap().clone();
+    ok(Incidents { incidents })
 }
 
 #[utoipa::path(get, path = "/v1/audit", summary = "operator audit log",
@@ -192,7 +192,7 @@ pub async fn incidents(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn audit(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let v = c.store.audit_log().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
-    ok(json!({"audit": v}))
+    ok(Audit { audit: v.into_iter().map(Into::into).collect() })
 }
 
 #[utoipa::path(post, path = "/v1/admin/force", summary = "operator: force an outcome (never contradicts a recorded decision)",

@@ -7,14 +7,16 @@ use crate::naming;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Outcome, Refusal, StateFilter, TxState};
 use crate::store::{DecisionRecord, Stored};
-use serde_json::{json, Value};
+use crate::wire::{DecisionState, Transaction, TransactionList};
 use std::time::Duration;
 
 use super::decisions;
 use super::parts::Parts;
 use super::registry::{Entry, Lookup};
 
-pub type Res = Result<Value, Refusal>;
+/// An operation's answer: a response body (crate::wire; the API's handler serializes it)
+/// or a refusal.
+pub type Res<T> = Result<T, Refusal>;
 
 fn quarantined(gtid: &str) -> Refusal {
     Refusal::new(RefusalCode::Quarantined, format!("{gtid}: its outcome cannot be read from the store (an unreadable record, or one lost to a purge or a restore: see the in-doubt report); an operator must decide (cotx-coordinator force)"))
@@ -119,70 +121,31 @@ pub async fn stored_decision(c: &Parts, gtid: &str) -> Result<Option<DecisionRec
     }
 }
 
-pub fn tx_json(e: &Entry) -> Value {
-    let t = &e.tx;
-    json!({
-        "gtid": t.gtid,
-        "state": t.state,
-        "decision": t.decision().map(|o| o.as_str()),
-        "in_doubt": t.in_doubt(),
-        "age_ms": t.created.elapsed().as_millis() as u64,
-        "created_unix_ms": t.created_unix_ms,
-        // When the decision was taken (wall clock, derived from the monotonic one): the
-        // console's timeline of the transaction.
-        "decided_unix_ms": t.decided.map(|d| t.created_unix_ms + d.saturating_duration_since(t.created).as_millis() as u64),
-        "abort_reason": t.abort_reason,
-        "retryable": t.retryable,
-        "recovered": t.recovered,
-        "branches": t.branches,
-    })
-}
-
-pub fn record_json(r: &DecisionRecord) -> Value {
-    json!({
-        "gtid": r.gtid,
-        "state": if r.outcome == Outcome::Commit { "committed" } else { "aborted" },
-        "decision": r.outcome.as_str(),
-        "abort_reason": if r.outcome == Outcome::Abort { Some(format!("recorded abort ({})", r.source)) } else { None },
-        "retryable": false,
-        "from_store": true,
-        "node": r.node,
-        "branches": r.branches.iter().map(|(res, b)| json!({"resource": res, "branch_id": b})).collect::<Vec<_>>(),
-    })
-}
-
-/// The long poll's answer from a record.
-fn decision_json(gtid: &str, r: &DecisionRecord) -> Value {
-    let full = record_json(r);
-    json!({"gtid": gtid, "state": full["state"], "decision": r.outcome.as_str(), "abort_reason": full["abort_reason"], "retryable": false})
-}
-
-pub async fn get(c: &Parts, gtid: &str) -> Res {
-    match with_tx(c, gtid, |e| Ok(tx_json(e)))? {
+pub async fn get(c: &Parts, gtid: &str) -> Res<Transaction> {
+    match with_tx(c, gtid, |e| Ok(Transaction::from_tx(&e.tx)))? {
         Lookup::Here(v) => Ok(v),
         Lookup::NotHere => match stored_decision(c, gtid).await? {
-            Some(rec) => Ok(record_json(&rec)),
+            Some(rec) => Ok(Transaction::from_record(&rec)),
             None => Err(elsewhere(c, gtid).await),
         },
     }
 }
 
-pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res {
+pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res<DecisionState> {
     let mut rx = match with_tx(c, gtid, |e| Ok(e.watch.subscribe()))? {
         Lookup::Here(rx) => rx,
         Lookup::NotHere => {
             // Any daemon answers a decided gtid from the store; an undecided one of
             // another node is its owner's to answer.
             return match stored_decision(c, gtid).await? {
-                Some(rec) => Ok(decision_json(gtid, &rec)),
+                Some(rec) => Ok(DecisionState::from_record(gtid, &rec)),
                 None => {
                     let e = elsewhere(c, gtid).await;
                     // Presumed abort is not ours to answer for a transaction that may
                     // have decided in a participant: ask there (which fences it).
                     if e.code == RefusalCode::UnknownTransaction && !decisions::decision_resources(c).is_empty() {
                         match decisions::resolve_in_participants(c, &[gtid.to_string()]).await.get(gtid) {
-                            Some(Outcome::Commit) => return Ok(json!({"gtid": gtid, "state": "committed", "decision": "commit",
-                                "abort_reason": null, "retryable": false, "from_participant": true})),
+                            Some(Outcome::Commit) => return Ok(DecisionState::committed_in_participant(gtid)),
                             Some(Outcome::Abort) => {}
                             None => return refuse(RefusalCode::StoreUnavailable, format!("{gtid}: a decision resource did not answer; ask again")),
                         }
@@ -199,18 +162,10 @@ pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res {
     // (the next recovery pass applies it to memory: adopt_records).
     if peek(c, gtid, |e| e.tx.state == TxState::Committing).unwrap_or(false) {
         if let Ok(Stored::Record(r)) = c.store.get(gtid).await {
-            return Ok(decision_json(gtid, &r));
+            return Ok(DecisionState::from_record(gtid, &r));
         }
     }
-    let now = with_tx(c, gtid, |e| {
-        Ok(json!({
-            "gtid": gtid,
-            "state": e.tx.state,
-            "decision": e.tx.decision().map(|o| o.as_str()),
-            "abort_reason": e.tx.abort_reason,
-            "retryable": e.tx.retryable,
-        }))
-    })?;
+    let now = with_tx(c, gtid, |e| Ok(DecisionState::from_tx(&e.tx)))?;
     match now {
         Lookup::Here(v) => Ok(v),
         // Dropped from memory while we waited (retention, a regained lease).
@@ -218,14 +173,14 @@ pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res {
     }
 }
 
-pub fn list(c: &Parts, filter: Option<&str>) -> Res {
+pub fn list(c: &Parts, filter: Option<&str>) -> Res<TransactionList> {
     let filter = filter.map(StateFilter::parse).transpose()?;
     let txs = c.registry.txs.lock().unwrap();
-    let mut out: Vec<(u128, Value)> = txs
+    let mut out: Vec<(u128, Transaction)> = txs
         .values()
         .filter(|e| filter.map_or(true, |f| f.matches(&e.tx)))
-        .map(|e| (e.tx.created.elapsed().as_millis(), tx_json(e)))
+        .map(|e| (e.tx.created.elapsed().as_millis(), Transaction::from_tx(&e.tx)))
         .collect();
     out.sort_by(|a, b| b.0.cmp(&a.0));
-    Ok(json!({"transactions": out.into_iter().map(|x| x.1).collect::<Vec<_>>()}))
+    Ok(TransactionList { transactions: out.into_iter().map(|x| x.1).collect(), quarantined: None })
 }

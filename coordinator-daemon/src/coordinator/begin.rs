@@ -5,8 +5,9 @@
 use crate::config::ResourceKind;
 use crate::naming;
 use crate::refusal::RefusalCode;
-use crate::state::{refuse, Refusal, Tx};
-use serde_json::{json, Value};
+use crate::state::{refuse, Refusal, Tx, TxState};
+use crate::participants::enforcement::Mode;
+use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ pub fn timeout_ms(asked: Option<u64>, default_ms: u64, max_ms: u64) -> Result<u6
 }
 
 /// Begins `gtid` (issued by the caller: the coordinator owns the sequence).
-pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res {
+pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begun> {
     refuse_new_work(c)?;
     let t = timeout_ms(asked_timeout_ms, c.cfg.timeouts.transaction_ms, c.cfg.limits.max_transaction_ms)?;
     let max = c.cfg.limits.max_active;
@@ -43,7 +44,7 @@ pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res {
         return refuse(RefusalCode::TooManyTransactions, format!("{active} transactions are undecided (limits.max_active = {max}); retry later"));
     }
     c.metrics.begun.fetch_add(1, Relaxed);
-    Ok(json!({"gtid": gtid, "state": "active", "timeout_ms": t}))
+    Ok(Begun { gtid, state: TxState::Active, timeout_ms: t, branch: None })
 }
 
 /// Undoes a begin whose first branch was refused: nothing is left behind.
@@ -52,25 +53,25 @@ pub fn unbegin(c: &Parts, gtid: &str) {
     c.metrics.begun.fetch_sub(1, Relaxed);
 }
 
-/// The ids a branch gets at a resource of `kind`.
-pub fn branch_ids(kind: ResourceKind, gid_prefix: &str, gtid: &str, bid: &str) -> Result<Value, Refusal> {
+/// The ids a branch gets at a resource of `kind`: a PostgreSQL gid or a MariaDB XID.
+pub fn branch_ids(kind: ResourceKind, gid_prefix: &str, gtid: &str, bid: &str) -> Result<(Option<String>, Option<Xid>), Refusal> {
     Ok(match kind {
         ResourceKind::Postgres => match naming::pg_gid(gid_prefix, gtid, bid) {
-            Ok(g) => json!({"gid": g}),
+            Ok(g) => (Some(g), None),
             Err(e) => return refuse(e.code, e.message),
         },
-        ResourceKind::Mariadb => json!({"xid": {"format_id": naming::XA_FORMAT_ID, "gtrid": gtid, "bqual": bid}}),
+        ResourceKind::Mariadb => (None, Some(Xid { format_id: naming::XA_FORMAT_ID, gtrid: gtid.to_string(), bqual: bid.to_string() })),
     })
 }
 
-pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res {
+pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<Registered> {
     if let Err(e) = naming::check_id("branch_id", bid) {
         return refuse(e.code, e.message);
     }
     let Some(kind) = c.kind_of(resource) else {
         return refuse(RefusalCode::UnknownResource, format!("no resource named {resource:?} in the coordinator's config"));
     };
-    let ids = branch_ids(kind, &c.cfg.gid_prefix, gtid, bid)?;
+    let (gid, xid) = branch_ids(kind, &c.cfg.gid_prefix, gtid, bid)?;
     // Would the registration be taken? (Checked before client mode prepares a helper.)
     answers::on(c, gtid, |e| e.tx.check_register(bid)).await?;
     let rc = c.resources[resource].clone();
@@ -80,17 +81,30 @@ pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res {
         holds::release_hold(c, gtid, bid).await;
         return Err(e);
     }
-    let mut v = json!({"gtid": gtid, "branch_id": bid, "resource": resource, "kind": kind.as_str(), "enforcement": adm.mode.as_str()});
-    v.as_object_mut().unwrap().extend(ids.as_object().unwrap().clone());
-    if let Some(k) = adm.key {
-        v["shim"] = json!({"key": k});
-    }
-    Ok(v)
+    Ok(Registered {
+        gtid: gtid.to_string(),
+        branch_id: bid.to_string(),
+        resource: resource.to_string(),
+        kind: kind.into(),
+        gid,
+        xid,
+        enforcement: enforcement_mode(adm.mode),
+        shim: adm.key.map(|key| Shim { key }),
+    })
 }
 
-pub async fn prepared(c: &Parts, gtid: &str, bid: &str) -> Res {
+/// The admission's mode as the API names it (wire/ stays below participants/).
+fn enforcement_mode(m: Mode) -> EnforcementMode {
+    match m {
+        Mode::Engine => EnforcementMode::Engine,
+        Mode::Client => EnforcementMode::Client,
+        Mode::None => EnforcementMode::None,
+    }
+}
+
+pub async fn prepared(c: &Parts, gtid: &str, bid: &str) -> Res<Ack> {
     answers::on(c, gtid, |e| e.tx.prepared(bid)).await?;
-    Ok(json!({"gtid": gtid, "branch_id": bid, "state": "prepared"}))
+    Ok(Ack::branch(gtid, bid, BranchState::Prepared))
 }
 
 #[cfg(test)]
@@ -109,9 +123,11 @@ mod tests {
     #[test]
     fn a_branch_gets_a_gid_or_an_xid() {
         let g = naming::new_gtid("n1", 1, 1);
-        let pg = branch_ids(ResourceKind::Postgres, "cotx", &g, "b1").unwrap();
-        assert_eq!(naming::parse_pg_gid("cotx", pg["gid"].as_str().unwrap()), Some((g.clone(), "b1".to_string())));
-        let my = branch_ids(ResourceKind::Mariadb, "cotx", &g, "b1").unwrap();
-        assert_eq!(my["xid"], json!({"format_id": naming::XA_FORMAT_ID, "gtrid": g, "bqual": "b1"}));
+        let (gid, xid) = branch_ids(ResourceKind::Postgres, "cotx", &g, "b1").unwrap();
+        assert_eq!(naming::parse_pg_gid("cotx", gid.as_deref().unwrap()), Some((g.clone(), "b1".to_string())));
+        assert!(xid.is_none());
+        let (gid, xid) = branch_ids(ResourceKind::Mariadb, "cotx", &g, "b1").unwrap();
+        assert!(gid.is_none());
+        assert_eq!(crate::wire::to_json(&xid), serde_json::json!({"format_id": naming::XA_FORMAT_ID, "gtrid": g, "bqual": "b1"}));
     }
 }

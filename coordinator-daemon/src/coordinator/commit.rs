@@ -6,6 +6,7 @@ use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{CorruptRecord, Decided, DecisionRecord, Token};
 use crate::telemetry::log::log;
+use crate::wire::{self, Ack, BranchState, Decision};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use super::registry::Lookup;
 
 /// Commit; `prepared` lists branches whose "prepared" report rides along with the
 /// commit request (saves the root one round trip per branch). All or nothing.
-pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[String]) -> Res {
+pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[String]) -> Res<Decision> {
     refuse_new_work(c)?;
     let t0 = Instant::now();
     let entered = answers::with_tx(c, gtid, |e| {
@@ -39,7 +40,7 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
         // (restart, retention, lost lease): the store's record answers it.
         Lookup::NotHere => {
             return match answers::stored_decision(c, gtid).await? {
-                Some(rec) => Ok(json!({"gtid": gtid, "decision": rec.outcome.as_str(), "from_store": true})),
+                Some(rec) => Ok(Decision { from_store: Some(true), ..Decision::new(gtid, rec.outcome.into()) }),
                 None => Err(answers::elsewhere(c, gtid).await),
             };
         }
@@ -58,7 +59,7 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
             c.metrics.observe_decision(t0.elapsed().as_secs_f64());
             apply_decided(c, gtid, d)?;
             let o = answers::peek(c, gtid, |e| e.tx.decision()).flatten().unwrap_or(Outcome::Abort);
-            Ok(json!({"gtid": gtid, "decision": o.as_str()}))
+            Ok(Decision::new(gtid, o.into()))
         }
         Err(err) => {
             // Unknown whether it is durable (e.g. a lost answer from a PostgreSQL store):
@@ -111,7 +112,7 @@ fn apply_decided(c: &Arc<Parts>, gtid: &str, d: Decided) -> Result<(), Refusal> 
 /// Commit with the decision in branch `bid`: the other branches are prepared (those in
 /// `prepared` are reported here), `bid` is on a decision resource. Nothing is written:
 /// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
-pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], bid: &str) -> Res {
+pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], bid: &str) -> Res<Decision> {
     refuse_new_work(c)?;
     let allowed = decisions::decision_resources(c);
     if c.enforcement.holds(gtid, bid) {
@@ -136,10 +137,10 @@ pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], b
     .await?;
     c.metrics.decided_in_participant.fetch_add(1, Relaxed);
     decisions::spawn_resolution(c, gtid);
-    Ok(json!({"gtid": gtid, "decision": "in_participant", "branch_id": bid}))
+    Ok(Decision { branch_id: Some(bid.to_string()), ..Decision::new(gtid, wire::Decided::InParticipant) })
 }
 
-pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res {
+pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res<Decision> {
     if c.enforcement.holds(gtid, bid) {
         return refuse(RefusalCode::WrongState, format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
     }
@@ -150,10 +151,10 @@ pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res {
     })
     .await?;
     c.metrics.one_phase.fetch_add(1, Relaxed);
-    Ok(json!({"gtid": gtid, "decision": "one_phase", "branch_id": bid}))
+    Ok(Decision { branch_id: Some(bid.to_string()), ..Decision::new(gtid, wire::Decided::OnePhase) })
 }
 
-pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res {
+pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
     let newly = answers::on(c, gtid, |e| {
         e.tx.check_abort()?;
         if e.tx.state == TxState::Aborted {
@@ -167,10 +168,10 @@ pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res {
         c.metrics.aborted.fetch_add(1, Relaxed);
         completion::spawn_completion(c, gtid);
     }
-    Ok(json!({"gtid": gtid, "decision": "abort"}))
+    Ok(Decision::new(gtid, wire::Decided::Abort))
 }
 
-pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res {
+pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<Ack> {
     let newly = answers::on(c, gtid, |e| {
         let was = e.tx.state;
         e.tx.failed(bid, reason, retryable)?;
@@ -181,11 +182,11 @@ pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryab
         c.metrics.aborted.fetch_add(1, Relaxed);
         completion::spawn_completion(c, gtid);
     }
-    Ok(json!({"gtid": gtid, "branch_id": bid, "state": "failed", "decision": "abort"}))
+    Ok(Ack { decision: Some(wire::OutcomeArg::Abort), ..Ack::branch(gtid, bid, BranchState::Failed) })
 }
 
 /// Several branches finished by their owner(s) in one call. All or nothing.
-pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
+pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome: Outcome) -> Res<Ack> {
     if bids.is_empty() || bids.len() > 1000 {
         return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branch ids");
     }
@@ -207,5 +208,12 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
         completion::spawn_completion(c, gtid);
     }
     c.registry.maybe_forget(gtid, &c.store);
-    Ok(json!({"gtid": gtid, "branches": bids, "state": "finished", "outcome": outcome.as_str()}))
+    Ok(Ack {
+        gtid: gtid.to_string(),
+        branch_id: None,
+        branches: Some(bids.to_vec()),
+        state: BranchState::Finished,
+        outcome: Some(outcome.into()),
+        decision: None,
+    })
 }

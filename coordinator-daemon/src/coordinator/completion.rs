@@ -252,7 +252,7 @@ mod tests {
     async fn a_decision_from_the_store_is_applied_and_counted_once() {
         let c = crate::coordinator::tests::coord("completion-apply").await;
         let p = c.parts();
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         apply_decision(p, &g, Outcome::Abort);
         apply_decision(p, &g, Outcome::Abort);
         assert_eq!(p.metrics.aborted.load(Relaxed), 1);

@@ -97,7 +97,7 @@ mod tests {
     async fn gauges_count_the_live_state() {
         let c = crate::coordinator::tests::coord("gauges").await;
         let p = c.parts();
-        let g1 = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g1 = c.begin(None).unwrap().gtid;
         c.begin(None).unwrap();
         c.register(&g1, "pg", "b1").await.unwrap();
         c.commit_with(&g1, "coordinator", &["b1".into()]).await.unwrap();

@@ -41,7 +41,7 @@ use crate::naming;
 use crate::state::Outcome;
 use crate::store::{CorruptRecord, DecisionRecord, Store};
 use crate::telemetry::gauges::Gauges;
-use serde_json::Value;
+use crate::wire;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -103,94 +103,90 @@ impl Coordinator {
         completion::adopt_records(&self.parts, recs)
     }
 
-    pub fn begin(&self, timeout_ms: Option<u64>) -> Res {
+    pub fn begin(&self, timeout_ms: Option<u64>) -> Res<wire::Begun> {
         let gtid = naming::new_gtid(&self.parts.cfg.node_id, self.parts.owner.nonce, self.seq.fetch_add(1, Relaxed));
         begin::begin(&self.parts, gtid, timeout_ms)
     }
 
     /// Begin and register the first branch, all or nothing: a refused registration
     /// leaves no transaction behind.
-    pub async fn begin_with_branch(&self, timeout_ms: Option<u64>, resource: &str, bid: &str) -> Res {
-        let mut begun = self.begin(timeout_ms)?;
-        let gtid = begun["gtid"].as_str().unwrap_or_default().to_string();
-        match begin::register(&self.parts, &gtid, resource, bid).await {
-            Ok(reg) => {
-                begun.as_object_mut().unwrap().insert("branch".into(), reg);
-                Ok(begun)
-            }
+    pub async fn begin_with_branch(&self, timeout_ms: Option<u64>, resource: &str, bid: &str) -> Res<wire::Begun> {
+        let begun = self.begin(timeout_ms)?;
+        match begin::register(&self.parts, &begun.gtid, resource, bid).await {
+            Ok(reg) => Ok(wire::Begun { branch: Some(reg), ..begun }),
             Err(e) => {
-                begin::unbegin(&self.parts, &gtid);
+                begin::unbegin(&self.parts, &begun.gtid);
                 Err(e)
             }
         }
     }
 
-    pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res {
+    pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res<wire::Registered> {
         begin::register(&self.parts, gtid, resource, bid).await
     }
 
-    pub async fn prepared(&self, gtid: &str, bid: &str) -> Res {
+    pub async fn prepared(&self, gtid: &str, bid: &str) -> Res<wire::Ack> {
         begin::prepared(&self.parts, gtid, bid).await
     }
 
-    pub async fn failed(&self, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res {
+    pub async fn failed(&self, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<wire::Ack> {
         commit::failed(&self.parts, gtid, bid, reason, retryable).await
     }
 
-    pub async fn commit(&self, gtid: &str, source: &str) -> Res {
+    pub async fn commit(&self, gtid: &str, source: &str) -> Res<wire::Decision> {
         commit::commit_with(&self.parts, gtid, source, &[]).await
     }
 
-    pub async fn commit_with(&self, gtid: &str, source: &str, prepared: &[String]) -> Res {
+    pub async fn commit_with(&self, gtid: &str, source: &str, prepared: &[String]) -> Res<wire::Decision> {
         commit::commit_with(&self.parts, gtid, source, prepared).await
     }
 
-    pub async fn commit_decide_in(&self, gtid: &str, prepared: &[String], bid: &str) -> Res {
+    pub async fn commit_decide_in(&self, gtid: &str, prepared: &[String], bid: &str) -> Res<wire::Decision> {
         commit::commit_decide_in(&self.parts, gtid, prepared, bid).await
     }
 
-    pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res {
+    pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res<wire::Decision> {
         commit::one_phase(&self.parts, gtid, bid).await
     }
 
-    pub async fn abort(&self, gtid: &str, reason: &str) -> Res {
+    pub async fn abort(&self, gtid: &str, reason: &str) -> Res<wire::Decision> {
         commit::abort(&self.parts, gtid, reason).await
     }
 
-    pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res {
+    pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res<wire::Ack> {
         commit::finished_many(&self.parts, gtid, &[bid.to_string()], outcome).await?;
-        Ok(serde_json::json!({"gtid": gtid, "branch_id": bid, "state": "finished", "outcome": outcome.as_str()}))
+        Ok(wire::Ack { outcome: Some(outcome.into()), ..wire::Ack::branch(gtid, bid, wire::BranchState::Finished) })
     }
 
-    pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res {
+    pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res<wire::Ack> {
         commit::finished_many(&self.parts, gtid, bids, outcome).await
     }
 
-    pub async fn get(&self, gtid: &str) -> Res {
+    pub async fn get(&self, gtid: &str) -> Res<wire::Transaction> {
         answers::get(&self.parts, gtid).await
     }
 
-    pub async fn wait_decision(&self, gtid: &str, wait_ms: u64) -> Res {
+    pub async fn wait_decision(&self, gtid: &str, wait_ms: u64) -> Res<wire::DecisionState> {
         answers::wait_decision(&self.parts, gtid, wait_ms).await
     }
 
-    pub fn list(&self, filter: Option<&str>) -> Res {
+    pub fn list(&self, filter: Option<&str>) -> Res<wire::TransactionList> {
         answers::list(&self.parts, filter)
     }
 
-    pub async fn force(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res {
+    pub async fn force(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res<wire::Decision> {
         operator::force(&self.parts, gtid, outcome, operator, reason).await
     }
 
-    pub async fn in_doubt_report(&self) -> Res {
+    pub async fn in_doubt_report(&self) -> Res<wire::TransactionList> {
         operator::in_doubt_report(&self.parts).await
     }
 
-    pub fn resources_report(&self) -> Value {
+    pub fn resources_report(&self) -> wire::Resources {
         operator::resources_report(&self.parts)
     }
 
-    pub async fn nodes_report(&self) -> Res {
+    pub async fn nodes_report(&self) -> Res<wire::Nodes> {
         lease::nodes_report(&self.parts).await
     }
 
@@ -243,7 +239,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn reports_for_the_console() {
         let c = coord("reports").await;
-        let n = c.nodes_report().await.unwrap();
+        let n = wire::to_json(&c.nodes_report().await.unwrap());
         assert_eq!(n["node_id"], "u1");
         assert_eq!(n["lease_valid"], true);
         let own: Vec<_> = n["nodes"].as_array().unwrap().iter().filter(|l| l["node"] == "u1").collect();
@@ -251,14 +247,14 @@ pub(crate) mod tests {
         assert_eq!(own[0]["mine"], true);
         assert_eq!(own[0]["holder"], c.holder());
         assert!(own[0]["expires_in_ms"].as_i64().unwrap() > 0, "{n}");
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
         c.prepared(&g, "b1").await.unwrap();
-        let r = c.resources_report();
+        let r = wire::to_json(&c.resources_report());
         assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1,
             "enforcement": {"configured": "none", "mode": "none", "reason": null}}]));
-        let t = c.get(&g).await.unwrap();
+        let t = wire::to_json(&c.get(&g).await.unwrap());
         assert!(t["created_unix_ms"].as_u64().unwrap() > 0 && t["decided_unix_ms"].is_null(), "{t}");
     }
 
@@ -268,32 +264,32 @@ pub(crate) mod tests {
     async fn a_resource_of_unknown_enforcement_gets_no_branch() {
         for mode in ["auto", "engine", "client"] {
             let c = coord_with(&format!("unknown-{mode}"), mode).await;
-            let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+            let g = c.begin(None).unwrap().gtid;
             let e = c.register(&g, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable, "{mode}: {e:?}");
             assert!(e.message.contains("resource pg") && e.message.contains("cannot tell how commitment ordering is enforced"), "{}", e.message);
-            assert_eq!(c.get(&g).await.unwrap()["branches"], json!([]));
+            assert!(c.get(&g).await.unwrap().branches.is_empty());
             let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
-            assert_eq!(c.resources_report()["resources"][0]["enforcement"]["mode"], "unknown");
+            assert_eq!(c.resources_report().resources[0].enforcement.mode, "unknown");
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn commit_is_all_or_nothing_and_durable_first() {
         let c = coord("commit").await;
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         c.register(&g, "pg", "b1").await.unwrap();
         c.register(&g, "pg", "b2").await.unwrap();
-        let before = c.get(&g).await.unwrap()["branches"].clone();
+        let before = wire::to_json(&c.get(&g).await.unwrap())["branches"].clone();
         let e = c.commit_with(&g, "coordinator", &["b1".into(), "zz".into()]).await.unwrap_err();
         assert_eq!(e.code, RefusalCode::UnknownBranch);
-        assert_eq!(c.get(&g).await.unwrap()["branches"], before, "a refused commit must not mark b1 prepared");
+        assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before, "a refused commit must not mark b1 prepared");
         let e = c.commit_with(&g, "coordinator", &["b1".into()]).await.unwrap_err();
         assert_eq!(e.code, RefusalCode::BranchNotPrepared);
-        assert_eq!(c.get(&g).await.unwrap()["branches"], before);
+        assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before);
         let r = c.commit_with(&g, "coordinator", &["b1".into(), "b2".into()]).await.unwrap();
-        assert_eq!(r["decision"], "commit");
+        assert_eq!(r.decision, wire::Decided::Commit);
         // Durable before the answer.
         let recs = c.store.load().await.unwrap().records;
         assert_eq!(recs.len(), 1);
@@ -312,9 +308,9 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn list_filters_by_state_and_names_the_accepted_values() {
         let c = coord("list").await;
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         let gtids = |f: &str| -> Vec<String> {
-            c.list(Some(f)).unwrap()["transactions"].as_array().unwrap().iter().map(|t| t["gtid"].as_str().unwrap().to_string()).collect()
+            c.list(Some(f)).unwrap().transactions.into_iter().map(|t| t.gtid).collect()
         };
         assert_eq!(gtids("active"), vec![g.clone()]);
         assert!(gtids("committed").is_empty() && gtids("in_doubt").is_empty());
@@ -328,17 +324,17 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn timeout_aborts_and_presumed_abort_leaves_no_record() {
         let c = coord("timeout").await;
-        let g = c.begin(Some(10)).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(Some(10)).unwrap().gtid;
         c.register(&g, "pg", "b1").await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
         c.tick();
-        assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
+        assert_eq!(c.get(&g).await.unwrap().state, crate::state::TxState::Aborted);
         assert_eq!(c.prepared(&g, "b1").await.unwrap_err().code, RefusalCode::TransactionAborted);
         assert!(c.store.load().await.unwrap().records.is_empty());
         // Begin with a refused first branch leaves nothing behind.
-        let n = c.list(None).unwrap()["transactions"].as_array().unwrap().len();
+        let n = c.list(None).unwrap().transactions.len();
         assert_eq!(c.begin_with_branch(None, "nope", "b1").await.unwrap_err().code, RefusalCode::UnknownResource);
-        assert_eq!(c.list(None).unwrap()["transactions"].as_array().unwrap().len(), n);
+        assert_eq!(c.list(None).unwrap().transactions.len(), n);
     }
 
     /// Presumed abort only for our own nodes: another node's unknown gtid is never "abort".

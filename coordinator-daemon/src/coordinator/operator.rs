@@ -6,7 +6,8 @@ use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{AuditEntry, DecisionRecord, Op};
 use crate::telemetry::log::log;
-use serde_json::{json, Value};
+use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Resources, TransactionList};
+use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -60,7 +61,7 @@ async fn audit(c: &Parts, gtid: &str, outcome: Outcome, operator: &str, reason: 
 /// Operator: force an outcome. Refuses to contradict a recorded decision. The audit
 /// record of the attempt is durable before anything is done (no audit, no action);
 /// its result is recorded after.
-pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res {
+pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res<Decision> {
     if let Err(e) = naming::check_id("gtid", gtid) {
         return refuse(e.code, e.message);
     }
@@ -83,11 +84,14 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
     if let Err(e) = audit(c, gtid, outcome, operator, reason, "attempt".into()).await {
         return refuse(RefusalCode::StoreUnavailable, format!("could not write the audit record, nothing was done: {e}"));
     }
-    let result: Result<Value, Refusal> = if quarantined {
+    let result: Res<Decision> = if quarantined {
         resolve_quarantined(c, gtid, &node, outcome, operator).await
     } else {
         match current {
-            None if outcome == Outcome::Abort => Ok(json!({"gtid": gtid, "decision": "abort", "note": "no live transaction and no record: presumed abort; recovery rolls back any prepared branch"})),
+            None if outcome == Outcome::Abort => Ok(Decision {
+                note: Some("no live transaction and no record: presumed abort; recovery rolls back any prepared branch".into()),
+                ..Decision::new(gtid, Decided::Abort)
+            }),
             None => refuse(RefusalCode::ContradictsDecision, format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
             Some((st, why)) => match forced(st, why, outcome) {
                 Forced::Refuse(code, what) => refuse(code, format!("{gtid} {what}")),
@@ -96,16 +100,20 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
                     // The operator wants it finished now: one attempt per branch without
                     // waiting for the owners' grace period; what fails stays for the retries.
                     let left = completion::complete_pending(c, gtid, FinishedBy::Daemon).await;
-                    Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": "already decided; completion attempted", "unfinished_branches": left}))
+                    Ok(Decision {
+                        note: Some("already decided; completion attempted".into()),
+                        unfinished_branches: Some(left as u64),
+                        ..Decision::new(gtid, outcome.into())
+                    })
                 }
-                Forced::BeingWritten => Ok(json!({"gtid": gtid, "decision": "commit", "note": "decision being written"})),
+                Forced::BeingWritten => Ok(Decision { note: Some("decision being written".into()), ..Decision::new(gtid, Decided::Commit) }),
                 Forced::Abort => commit::abort(c, gtid, &format!("forced by {operator}: {reason}")).await,
                 Forced::Commit => commit::commit_with(c, gtid, "operator", &[]).await,
             },
         }
     };
     let res_text = match &result {
-        Ok(v) => format!("ok: {v}"),
+        Ok(v) => format!("ok: {}", wire::to_json(v)),
         Err(r) => format!("refused: {} {}", r.code, r.message),
     };
     if let Err(e) = audit(c, gtid, outcome, operator, reason, res_text).await {
@@ -120,7 +128,7 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
 
 /// A quarantined gtid gets the operator's outcome: its unreadable record is replaced,
 /// and recovery finishes the branches it finds prepared.
-async fn resolve_quarantined(c: &Arc<Parts>, gtid: &str, node: &str, outcome: Outcome, operator: &str) -> Res {
+async fn resolve_quarantined(c: &Arc<Parts>, gtid: &str, node: &str, outcome: Outcome, operator: &str) -> Res<Decision> {
     // The branch list of an unreadable record is unknown: recovery finds the branches.
     let rec = DecisionRecord {
         gtid: gtid.to_string(),
@@ -141,7 +149,11 @@ async fn resolve_quarantined(c: &Arc<Parts>, gtid: &str, node: &str, outcome: Ou
     c.registry.remove(gtid);
     completion::adopt_records(c, std::slice::from_ref(&rec));
     completion::spawn_completion(c, gtid);
-    Ok(json!({"gtid": gtid, "decision": outcome.as_str(), "note": format!("quarantined record replaced by {operator}'s decision; recovery finishes its branches"), "branches": rec.branches.len()}))
+    Ok(Decision {
+        note: Some(format!("quarantined record replaced by {operator}'s decision; recovery finishes its branches")),
+        branches: Some(rec.branches.len() as u64),
+        ..Decision::new(gtid, outcome.into())
+    })
 }
 
 /// Branches of `gtid` prepared on any configured resource now.
@@ -157,30 +169,27 @@ async fn branches_seen(c: &Parts, gtid: &str) -> Vec<(String, String)> {
 
 /// In-doubt transactions, oldest first, each prepared branch with what it blocks, plus
 /// quarantined records and branches on resources no longer configured.
-pub async fn in_doubt_report(c: &Parts) -> Res {
+pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
     let mut v = answers::list(c, Some("in_doubt"))?;
-    for t in v["transactions"].as_array_mut().into_iter().flatten() {
-        let gtid = t["gtid"].as_str().unwrap_or_default().to_string();
-        for b in t["branches"].as_array_mut().into_iter().flatten() {
-            if b["state"] != "prepared" {
+    for t in v.transactions.iter_mut() {
+        for b in t.branches.iter_mut() {
+            if b.state != Some(wire::BranchState::Prepared) {
                 continue;
             }
-            let res = b["resource"].as_str().unwrap_or_default().to_string();
-            let bid = b["branch_id"].as_str().unwrap_or_default().to_string();
-            b["blocking"] = match c.resources.get(&res) {
-                Some(rc) => rc.blocking_info(&gtid, &bid).await,
-                None => json!({"error": format!("resource {res} is not configured: this branch cannot be finished from here")}),
-            };
+            b.blocking = Some(match c.resources.get(&b.resource) {
+                Some(rc) => rc.blocking_info(&t.gtid, &b.branch_id).await,
+                None => wire::Blocking::error(format!("resource {} is not configured: this branch cannot be finished from here", b.resource)),
+            });
         }
     }
     let q: Vec<_> = c.registry.quarantined.lock().unwrap().values().cloned().collect();
-    v["quarantined"] = json!(q);
+    v.quarantined = Some(q.iter().map(Into::into).collect());
     Ok(v)
 }
 
 /// The configured resources with their health (the last contact) and how many
 /// prepared, unfinished branches on each the daemon holds in memory.
-pub fn resources_report(c: &Parts) -> Value {
+pub fn resources_report(c: &Parts) -> Resources {
     let mut prepared: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for e in c.registry.txs.lock().unwrap().values() {
         for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
@@ -188,15 +197,27 @@ pub fn resources_report(c: &Parts) -> Value {
         }
     }
     let up = c.resource_up.lock().unwrap();
-    let list: Vec<Value> = c
+    let resources = c
         .cfg
         .resources
         .iter()
-        .map(|r| json!({"name": r.name, "kind": r.kind, "up": up.get(&r.name), "decisions": r.decisions,
-                        "prepared_branches": prepared.get(&r.name).copied().unwrap_or(0),
-                        "enforcement": c.enforcement.report(&r.name)}))
+        .map(|r| ResourceInfo {
+            name: r.name.clone(),
+            kind: r.kind.into(),
+            up: up.get(&r.name).copied(),
+            decisions: r.decisions,
+            prepared_branches: prepared.get(&r.name).copied().unwrap_or(0),
+            // Every configured resource has an enforcement state (Enforcement::new).
+            enforcement: c.enforcement.report(&r.name).unwrap_or_else(|| ResourceEnforcement {
+                configured: r.enforcement.as_str().into(),
+                mode: "unknown".into(),
+                reason: Some("no enforcement state".into()),
+                slots_in_use: None,
+                restart_gate: None,
+            }),
+        })
         .collect();
-    json!({"resources": list})
+    Resources { resources }
 }
 
 #[cfg(test)]
@@ -208,17 +229,17 @@ mod tests {
     async fn forcing_is_audited_and_never_contradicts() {
         let c = crate::coordinator::tests::coord("force").await;
         let p = c.parts();
-        let g = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let g = c.begin(None).unwrap().gtid;
         let v = force(p, &g, Outcome::Abort, "ops", "stuck").await.unwrap();
-        assert_eq!(v["decision"], "abort");
-        assert_eq!(c.get(&g).await.unwrap()["state"], "aborted");
+        assert_eq!(v.decision, Decided::Abort);
+        assert_eq!(c.get(&g).await.unwrap().state, TxState::Aborted);
         assert_eq!(force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code, RefusalCode::ContradictsDecision);
         let audit = p.store.audit_log().await.unwrap();
         assert_eq!(audit.len(), 4, "attempt and result of each force");
         assert_eq!(p.metrics.forced.load(Relaxed), 1);
         // No record, ours: presumed abort; a commit is a contradiction.
         let gone = naming::new_gtid("u1", p.owner.nonce, 999);
-        assert_eq!(force(p, &gone, Outcome::Abort, "ops", "x").await.unwrap()["decision"], "abort");
+        assert_eq!(force(p, &gone, Outcome::Abort, "ops", "x").await.unwrap().decision, Decided::Abort);
         assert_eq!(force(p, &gone, Outcome::Commit, "ops", "x").await.unwrap_err().code, RefusalCode::ContradictsDecision);
         // Another node's, unknown here: its owner's, nothing audited.
         let n = p.store.audit_log().await.unwrap().len();
@@ -234,8 +255,8 @@ mod tests {
         let g = naming::new_gtid("u1", p.owner.nonce, 77);
         p.registry.quarantine(&crate::store::CorruptRecord { gtid: g.clone(), problem: "bad".into() });
         let r = in_doubt_report(p).await.unwrap();
-        assert_eq!(r["transactions"], json!([]));
-        assert_eq!(r["quarantined"][0]["gtid"], g.as_str());
+        assert!(r.transactions.is_empty());
+        assert_eq!(r.quarantined.unwrap()[0].gtid, g);
         assert_eq!(c.get(&g).await.unwrap_err().code, RefusalCode::Quarantined);
     }
 

@@ -49,14 +49,8 @@ impl Entry {
     }
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Incident {
-    pub at_unix_ms: u64,
-    pub gtid: String,
-    pub branch_id: String,
-    pub resource: String,
-    pub message: String,
-}
+/// A branch that did not reach the decided outcome: kept as /v1/incidents shows it.
+pub use crate::wire::Incident;
 
 /// Whether a gtid is in memory: a lookup's answer, not a refusal (what to say about a
 /// gtid that is not here is the caller's business: the store's record, its owner, ...).

@@ -23,7 +23,8 @@ use crate::state::Refusal;
 use crate::store::{Claim, Op, Renewal, Stored};
 use crate::telemetry::log::log;
 use cotx_protocol::answer::{after_regrant, Reconcile};
-use serde_json::{json, Value};
+use crate::wire::{NodeLease, Nodes};
+use serde_json::json;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -353,13 +354,19 @@ pub fn reclaim_key(node: &str) -> String {
 
 /// Every node lease in the store (all daemons of the deployment, so the console shows
 /// who holds what and when it runs out) and what this daemon acts for.
-pub async fn nodes_report(c: &Parts) -> Result<Value, Refusal> {
+pub async fn nodes_report(c: &Parts) -> Result<Nodes, Refusal> {
     let leases = c.store.nodes().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
-    let nodes: Vec<_> = leases
-        .iter()
-        .map(|l| json!({"node": l.node, "holder": l.holder, "url": l.url, "expires_in_ms": l.expires_in_ms, "mine": l.holder == c.owner.holder}))
+    let nodes = leases
+        .into_iter()
+        .map(|l| NodeLease { mine: l.holder == c.owner.holder, node: l.node, holder: l.holder, url: l.url, expires_in_ms: l.expires_in_ms })
         .collect();
-    Ok(json!({"node_id": c.cfg.node_id, "holder": c.owner.holder, "lease_valid": !c.owner.lease.expired(), "adopted": c.owner.adopted(), "nodes": nodes}))
+    Ok(Nodes {
+        node_id: c.cfg.node_id.clone(),
+        holder: c.owner.holder.clone(),
+        lease_valid: !c.owner.lease.expired(),
+        adopted: c.owner.adopted(),
+        nodes,
+    })
 }
 
 #[cfg(test)]
@@ -391,8 +398,8 @@ mod tests {
         let c = crate::coordinator::tests::coord("regain").await;
         let p = c.parts();
         let before = p.owner.generation_of("u1");
-        let undecided = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
-        let committed = c.begin(None).unwrap()["gtid"].as_str().unwrap().to_string();
+        let undecided = c.begin(None).unwrap().gtid;
+        let committed = c.begin(None).unwrap().gtid;
         c.register(&committed, "pg", "b1").await.unwrap();
         c.commit_with(&committed, "coordinator", &["b1".into()]).await.unwrap();
         assert!(renew_all(p).await.lost.is_none());
@@ -415,10 +422,10 @@ mod tests {
     async fn the_nodes_report_names_our_lease() {
         let c = crate::coordinator::tests::coord("nodes").await;
         let r = nodes_report(c.parts()).await.unwrap();
-        assert_eq!((r["node_id"].as_str(), r["lease_valid"].as_bool()), (Some("u1"), Some(true)));
-        assert_eq!(r["adopted"], json!([]));
+        assert_eq!((r.node_id.as_str(), r.lease_valid), ("u1", true));
+        assert!(r.adopted.is_empty());
         c.parts().owner.lease.revoke();
-        assert_eq!(nodes_report(c.parts()).await.unwrap()["lease_valid"], false);
+        assert!(!nodes_report(c.parts()).await.unwrap().lease_valid);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use crate::config::{Resource, ResourceKind};
 use crate::naming;
 use crate::state::Outcome;
+use crate::wire::Blocking;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -365,8 +366,7 @@ impl ResourceClient {
 
     /// What a prepared branch is doing to others, for operators: locks it holds
     /// (PostgreSQL) and sessions on the resource waiting for a prepared transaction.
-    pub async fn blocking_info(&self, gtid: &str, bid: &str) -> serde_json::Value {
-        use serde_json::json;
+    pub async fn blocking_info(&self, gtid: &str, bid: &str) -> Blocking {
         let r = tokio::time::timeout(QUERY_TIMEOUT, async {
             match &self.inner {
                 Inner::Pg { .. } => {
@@ -385,7 +385,7 @@ impl ResourceClient {
                         if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
                             let held: i64 = r.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
                             let waiting: i64 = r.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
-                            return Ok(json!({"locks_held": held, "sessions_waiting_on_prepared": waiting}));
+                            return Ok(Blocking { locks_held: Some(held), sessions_waiting_on_prepared: Some(waiting), ..Blocking::default() });
                         }
                     }
                     Err("no row".to_string())
@@ -397,15 +397,15 @@ impl ResourceClient {
                         .query_first("SELECT count(*) FROM information_schema.INNODB_LOCK_WAITS")
                         .await
                         .map_err(|e| e.to_string())?;
-                    Ok(json!({"lock_waits_on_resource": n.unwrap_or(0)}))
+                    Ok(Blocking { lock_waits_on_resource: Some(n.unwrap_or(0)), ..Blocking::default() })
                 }
             }
         })
         .await;
         match r {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => json!({"error": e}),
-            Err(_) => json!({"error": "timed out"}),
+            Ok(Err(e)) => Blocking::error(e),
+            Err(_) => Blocking::error("timed out"),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// A transaction's outcome: the protocol crate's (shared with the model checker).
 pub use cotx_protocol::Outcome;
 
-/// Also the `state` of the API's Transaction schema (openapi.rs).
+/// Also the `state` of the API's bodies (crate::wire: Transaction, Begun, DecisionState).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TxState {

@@ -14,7 +14,8 @@ use crate::telemetry::log::log;
 use crate::naming;
 use crate::participants::resources::ResourceClient;
 use crate::state::{refuse, Refusal};
-use serde_json::{json, Value};
+use crate::wire::ResourceEnforcement;
+use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -333,19 +334,22 @@ impl Enforcement {
         self.held.lock().unwrap().len()
     }
 
-    /// For the resource listing and /metrics.
-    pub fn report(&self, resource: &str) -> Value {
+    /// For the resource listing and /metrics (None: not a configured resource).
+    pub fn report(&self, resource: &str) -> Option<ResourceEnforcement> {
         let st = self.states.lock().unwrap();
-        let Some(s) = st.get(resource) else { return Value::Null };
+        let s = st.get(resource)?;
         let reason = match &s.effective {
             Effective::Unknown(w) | Effective::Refused(w) => Some(w.clone()),
             _ => None,
         };
-        let mut v = json!({"configured": s.configured.as_str(), "mode": s.effective.label(), "reason": reason});
-        if s.effective == Effective::Mode(Mode::Client) {
-            v["slots_in_use"] = json!(s.slots.in_use());
-            v["restart_gate"] = json!(s.gate.closed());
-        }
-        v
+        // Client mode only: its slots and its gate (null while open).
+        let client = s.effective == Effective::Mode(Mode::Client);
+        Some(ResourceEnforcement {
+            configured: s.configured.as_str().into(),
+            mode: s.effective.label().into(),
+            reason,
+            slots_in_use: client.then(|| s.slots.in_use() as u64),
+            restart_gate: client.then(|| s.gate.closed()),
+        })
     }
 }
