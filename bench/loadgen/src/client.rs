@@ -70,7 +70,14 @@ pub struct Cfg {
     /// MariaDB XA branches' isolation: REPEATABLE READ in mode 2pc, SERIALIZABLE otherwise,
     /// unless --my-isolation says (a 2pc baseline at SERIALIZABLE).
     pub my_isolation: &'static str,
+    /// Every branch registered with the begin, and "finished" acknowledgements carried by
+    /// the next begin (two requests per transaction instead of S + 2); otherwise the
+    /// per-step protocol that any daemon version understands.
+    pub batched: bool,
 }
+
+/// Acknowledgements held for the next begin at most (then sent on their own).
+const MAX_HELD_ACKS: usize = 64;
 
 pub enum Sess {
     Pg(PgSession),
@@ -178,6 +185,8 @@ pub struct Client {
     /// dip: the decision branch's index and PostgreSQL xid (32 bits, as pg_co's refusals
     /// name a blocker that committed locally, without a gid).
     pub last_decider_xid: Option<(usize, u32)>,
+    /// Finished branches not yet acknowledged (batched calls): gtid, outcome, branch ids.
+    acks: Vec<Value>,
 }
 
 impl Client {
@@ -192,7 +201,7 @@ impl Client {
             sess.insert(name.clone(), s);
         }
         let http = if cfg.mode == Mode::Local { None } else { Some(Http::new(&cfg.coord_url, cfg.token.clone())?) };
-        Ok(Client { wid, cfg, sess, http, enforcement: BTreeMap::new(), unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None })
+        Ok(Client { wid, cfg, sess, http, enforcement: BTreeMap::new(), unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None, acks: vec![] })
     }
 
     pub async fn has_decide(&self) -> Result<bool, String> {
@@ -231,9 +240,40 @@ impl Client {
     }
 
     pub async fn close(&mut self) {
+        self.flush_acks().await;
         if let Some(h) = self.http.as_mut() {
             // Read the answers of pipelined acknowledgements before the process exits.
             let _ = h.request("GET", "/healthz", &Value::Null).await;
+        }
+    }
+
+    /// Acknowledges finished branches: held for the next begin (batched calls), otherwise
+    /// sent at once without waiting for the answer.
+    async fn ack(&mut self, g: &str, outcome: &str, bids: Vec<String>) {
+        if bids.is_empty() {
+            return;
+        }
+        if self.cfg.batched {
+            self.acks.push(json!({"gtid": g, "outcome": outcome, "branches": bids}));
+            if self.acks.len() >= MAX_HELD_ACKS {
+                self.flush_acks().await;
+            }
+            return;
+        }
+        let http = self.http.as_mut().unwrap();
+        if let [bid] = &bids[..] {
+            http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{bid}/finished"), &json!({"outcome": outcome})).await;
+        } else {
+            http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": outcome, "branches": bids})).await;
+        }
+    }
+
+    /// The held acknowledgements, each on its own request (at close, or too many held).
+    async fn flush_acks(&mut self) {
+        let Some(http) = self.http.as_mut() else { return };
+        for a in std::mem::take(&mut self.acks) {
+            let g = a["gtid"].as_str().unwrap_or_default().to_string();
+            http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": a["outcome"], "branches": a["branches"]})).await;
         }
     }
 
@@ -249,11 +289,31 @@ impl Client {
         self.last_gtid = None;
         self.last_ids.clear();
         self.last_decider_xid = None;
+        // Batched calls: every branch registered by the begin, the held acknowledgements
+        // along (a refused registration leaves nothing behind, or an aborted transaction).
+        let mut batch: Vec<Value> = vec![];
+        if self.cfg.batched {
+            let regs: Vec<Value> = subs.iter().enumerate().map(|(i, sub)| json!({"resource": sub.db.name(), "branch_id": format!("b{i}")})).collect();
+            let mut body = json!({"branches": regs});
+            if !self.acks.is_empty() {
+                body["finished"] = Value::Array(std::mem::take(&mut self.acks));
+            }
+            let http = self.http.as_mut().unwrap();
+            let v = http.request("POST", "/v1/transactions", &body).await?;
+            gtid = v["gtid"].as_str().map(str::to_string);
+            batch = v["branches"].as_array().cloned().unwrap_or_default();
+            if batch.len() != subs.len() {
+                let why = format!("other: the coordinator answered {} registrations for {} branches", batch.len(), subs.len());
+                self.abort(gtid.as_deref().unwrap_or_default(), &mut br, &why).await;
+                return Err(Failure { kind: why, err: None });
+            }
+        }
         for (i, sub) in subs.iter().enumerate() {
             let bid = format!("b{i}");
             let reg = json!({"resource": sub.db.name(), "branch_id": bid});
             let http = self.http.as_mut().unwrap();
             let r = match &gtid {
+                _ if self.cfg.batched => Ok(batch[i].clone()),
                 None => http.request("POST", "/v1/transactions", &json!({"branch": reg})).await.map(|v| {
                     gtid = v["gtid"].as_str().map(str::to_string);
                     v["branch"].clone()
@@ -377,8 +437,7 @@ impl Client {
         }
         let all: Vec<usize> = (0..br.len()).collect();
         let done = self.finish_commit(&g, &mut br, &all).await;
-        let http = self.http.as_mut().unwrap();
-        http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": "commit", "branches": done})).await;
+        self.ack(&g, "commit", done).await;
         Ok(())
     }
 
@@ -398,17 +457,16 @@ impl Client {
                 Err(e) => Err(e),
             },
         };
-        let http = self.http.as_mut().unwrap();
         match r {
             Ok(()) => {
                 b.state = BState::Done;
-                http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{bid}/finished"), &json!({"outcome": "commit"})).await;
+                self.ack(g, "commit", vec![bid]).await;
                 Ok(())
             }
             Err(e) => {
                 rollback_unprepared(sess, b).await;
                 b.state = BState::Done;
-                http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{bid}/finished"), &json!({"outcome": "abort"})).await;
+                self.ack(g, "abort", vec![bid]).await;
                 Err(e.into())
             }
         }
@@ -519,14 +577,10 @@ impl Client {
             return Err(e.into());
         }
         br[d].state = BState::Done;
-        let http = self.http.as_mut().unwrap();
-        http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{dbid}/finished"), &json!({"outcome": "commit"})).await;
         let others: Vec<usize> = (0..br.len()).filter(|&i| i != d).collect();
-        let done = self.finish_commit(g, br, &others).await;
-        let http = self.http.as_mut().unwrap();
-        if !done.is_empty() {
-            http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": "commit", "branches": done})).await;
-        }
+        let mut done = self.finish_commit(g, br, &others).await;
+        done.push(dbid);
+        self.ack(g, "commit", done).await;
         Ok(())
     }
 
@@ -538,6 +592,7 @@ impl Client {
     }
 
     async fn rollback_all(&mut self, g: &str, br: &mut [Branch]) {
+        let mut done = vec![];
         for b in br.iter_mut() {
             let sess = self.sess.get_mut(&b.session).unwrap();
             match b.state {
@@ -548,9 +603,9 @@ impl Client {
                 BState::Done => continue,
             }
             b.state = BState::Done;
-            let http = self.http.as_mut().unwrap();
-            http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{}/finished", b.bid), &json!({"outcome": "abort"})).await;
+            done.push(b.bid.clone());
         }
+        self.ack(g, "abort", done).await;
     }
 }
 

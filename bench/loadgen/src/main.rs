@@ -25,6 +25,10 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
   [--my-isolation repeatable-read|serializable: MariaDB branches' level; default REPEATABLE READ
    in mode 2pc, SERIALIZABLE otherwise]
   [--sync-stdin: after measure_end, keep the sessions until a line arrives on stdin]
+  [--calls batched|per-step: batched (default) registers every branch with the begin and
+   carries the finished acknowledgements on the next begin; per-step is the earlier protocol
+   (the first branch with the begin, a request per further branch, one acknowledgement per
+   transaction), which any daemon version understands]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0]
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
 Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
@@ -265,6 +269,14 @@ async fn run(a: Args) -> i32 {
         eprintln!("mode client protects SERIALIZABLE branches only: --my-isolation {my_isolation} refused\n{HELP}");
         return 2;
     }
+    let batched = match a.s("calls", "batched").as_str() {
+        "batched" => true,
+        "per-step" => false,
+        other => {
+            eprintln!("--calls {other}: expected batched or per-step\n{HELP}");
+            return 2;
+        }
+    };
     let cfg = Arc::new(Cfg {
         mode,
         pg_dsn: a.s("pg", "host=127.0.0.1 user=postgres dbname=postgres"),
@@ -275,6 +287,7 @@ async fn run(a: Args) -> i32 {
         parallel_prepare: a.flag("parallel-prepare"),
         parallel_finish: a.flag("parallel-finish"),
         my_isolation,
+        batched,
     });
     let clients = a.f("clients", 8.0) as usize;
     let warmup = a.f("warmup", 1.0);
@@ -282,7 +295,7 @@ async fn run(a: Args) -> i32 {
     let seed = a.f("seed", 1.0) as u64;
     let base = json!({"workload": workload, "mode": mode_name, "clients": clients, "warmup_s": warmup, "seconds": seconds,
                       "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
-                      "my_isolation": cfg.my_isolation});
+                      "my_isolation": cfg.my_isolation, "calls": if cfg.batched { "batched" } else { "per-step" }});
 
     // Sessions first (not measured), then everybody starts together.
     let mut cs = Vec::with_capacity(clients);

@@ -202,6 +202,9 @@ async fn every_answer_fits_its_schema() {
     k.call(&c, "POST", &format!("/v1/transactions/{g}/branches"), json!({"resource": "pg", "branch_id": "b1"})).await;
     k.call(&c, "POST", &format!("/v1/transactions/{g}/branches/b1/prepared"), n.clone()).await;
     k.call(&c, "POST", "/v1/admin/force", json!({"gtid": g, "outcome": "abort", "operator": "ann", "reason": "test", "confirm": true})).await;
+    // Every branch at begin, with an earlier transaction's acknowledgement carried along.
+    let acked = json!([{"gtid": g, "outcome": "abort", "branches": ["b1"]}]);
+    k.call(&c, "POST", "/v1/transactions", json!({"branches": [{"resource": "pg", "branch_id": "b1"}, {"resource": "pg", "branch_id": "b2"}], "finished": acked})).await;
     // A gtid of this node that is neither in memory nor in the store: presumed abort.
     let unknown = format!("{}-999999", g.rsplit_once('-').unwrap().0);
     k.call(&c, "POST", "/v1/admin/force", json!({"gtid": unknown, "outcome": "abort", "operator": "ann", "reason": "test", "confirm": true})).await;

@@ -44,6 +44,27 @@ pub struct BeginRequest {
     pub timeout_ms: Option<u64>,
     /// Register the first branch in the same request (saves the root a round trip).
     pub branch: Option<RegisterRequest>,
+    /// Register every branch in the same request, in order (excludes `branch`): a caller
+    /// that knows its branches up front saves a round trip per branch. All or nothing: a
+    /// refused first branch leaves no transaction, a later one aborts it.
+    #[schema(max_items = 1000)]
+    pub branches: Option<Vec<RegisterRequest>>,
+    /// Acknowledgements of earlier transactions' finished branches, carried here instead of
+    /// a request of their own (as `POST /v1/transactions/{gtid}/finished` each). Only an
+    /// acknowledgement: one that no longer applies (forgotten, another daemon's) is skipped,
+    /// and the daemon completes any branch never acknowledged after `owner_grace_ms`.
+    #[schema(max_items = 1000)]
+    pub finished: Option<Vec<FinishedAck>>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FinishedAck {
+    #[schema(value_type = Id)]
+    pub gtid: String,
+    pub outcome: OutcomeArg,
+    #[schema(value_type = Vec<Id>, min_items = 1, max_items = 1000)]
+    pub branches: Vec<String>,
 }
 
 #[derive(Deserialize, Default, ToSchema)]

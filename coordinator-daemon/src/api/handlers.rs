@@ -41,16 +41,33 @@ pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
     Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
 }
 
-#[utoipa::path(post, path = "/v1/transactions", summary = "begin a global transaction (optionally registering its first branch)",
+#[utoipa::path(post, path = "/v1/transactions", summary = "begin a global transaction (optionally registering its first branch, or all of them)",
     request_body(content = Option<BeginRequest>),
     responses((status = 201, body = Begun), (status = 400, body = Error), (status = 401, body = Error), (status = 404, body = Error),
               (status = 409, body = Error), (status = 413, body = Error), (status = 429, body = Error), (status = 503, body = Error)))]
 pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: BeginRequest = parse(&r.body)?;
-    match b.branch {
-        None => created(c.begin(b.timeout_ms)?),
-        Some(br) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
+    if let Some(acks) = &b.finished {
+        if acks.len() > 1000 {
+            return refuse(RefusalCode::InvalidField, "finished lists at most 1000 acknowledgements");
+        }
+        for a in acks {
+            // An acknowledgement only: what no longer applies here changes nothing.
+            let _ = c.finished_many(&a.gtid, &a.branches, a.outcome.into()).await;
+        }
+    }
+    match (b.branch, b.branches) {
+        (Some(_), Some(_)) => refuse(RefusalCode::InvalidField, "branch and branches exclude each other"),
+        (None, None) => created(c.begin(b.timeout_ms)?),
+        (Some(br), None) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
+        (None, Some(all)) => {
+            if all.is_empty() || all.len() > 1000 {
+                return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches");
+            }
+            let all: Vec<(String, String)> = all.into_iter().map(|b| (b.resource, b.branch_id)).collect();
+            created(c.begin_with_branches(b.timeout_ms, &all).await?)
+        }
     }
 }
 

@@ -44,7 +44,7 @@ pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begu
         return refuse(RefusalCode::TooManyTransactions, format!("{active} transactions are undecided (limits.max_active = {max}); retry later"));
     }
     c.metrics.begun.fetch_add(1, Relaxed);
-    Ok(Begun { gtid, state: TxState::Active, timeout_ms: t, branch: None })
+    Ok(Begun { gtid, state: TxState::Active, timeout_ms: t, branch: None, branches: None })
 }
 
 /// Undoes a begin whose first branch was refused: nothing is left behind.

@@ -121,6 +121,28 @@ impl Coordinator {
         }
     }
 
+    /// Begin and register every branch, in order: a refused first registration leaves no
+    /// transaction behind; a later one aborts the transaction (its earlier branches may
+    /// already hold client mode's helpers, which the abort lets go of) and is answered.
+    pub async fn begin_with_branches(&self, timeout_ms: Option<u64>, branches: &[(String, String)]) -> Res<wire::Begun> {
+        let begun = self.begin(timeout_ms)?;
+        let mut regs = Vec::with_capacity(branches.len());
+        for (i, (resource, bid)) in branches.iter().enumerate() {
+            match begin::register(&self.parts, &begun.gtid, resource, bid).await {
+                Ok(reg) => regs.push(reg),
+                Err(e) if i == 0 => {
+                    begin::unbegin(&self.parts, &begun.gtid);
+                    return Err(e);
+                }
+                Err(e) => {
+                    let _ = commit::abort(&self.parts, &begun.gtid, &format!("registration of branch {bid:?} refused: {}", e.message)).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(wire::Begun { branches: Some(regs), ..begun })
+    }
+
     pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res<wire::Registered> {
         begin::register(&self.parts, gtid, resource, bid).await
     }
@@ -273,6 +295,26 @@ pub(crate) mod tests {
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
             assert_eq!(c.resources_report().resources[0].enforcement.mode, "unknown");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_branch_at_begin_is_all_or_nothing() {
+        let c = coord("branches").await;
+        let two = [("pg".to_string(), "b1".to_string()), ("pg".to_string(), "b2".to_string())];
+        let b = c.begin_with_branches(None, &two).await.unwrap();
+        let regs = b.branches.unwrap();
+        assert_eq!(regs.iter().map(|r| r.branch_id.as_str()).collect::<Vec<_>>(), ["b1", "b2"]);
+        assert!(regs.iter().all(|r| r.gid.is_some()));
+        let n = c.list(None).unwrap().transactions.len();
+        // A refused first branch leaves nothing; a refused later one aborts the transaction.
+        let first_bad = [("nope".to_string(), "b1".to_string())];
+        assert_eq!(c.begin_with_branches(None, &first_bad).await.unwrap_err().code, RefusalCode::UnknownResource);
+        assert_eq!(c.list(None).unwrap().transactions.len(), n);
+        let later_bad = [("pg".to_string(), "b1".to_string()), ("nope".to_string(), "b2".to_string())];
+        assert_eq!(c.begin_with_branches(None, &later_bad).await.unwrap_err().code, RefusalCode::UnknownResource);
+        let aborted = c.list(Some("aborted")).unwrap().transactions;
+        assert_eq!(aborted.len(), 1);
+        assert!(wire::to_json(&aborted[0])["abort_reason"].as_str().unwrap().contains("b2"), "{:?}", wire::to_json(&aborted[0]));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

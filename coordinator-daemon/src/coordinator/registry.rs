@@ -11,6 +11,7 @@ use crate::store::{CorruptRecord, DecisionRecord, Op, Store};
 use crate::telemetry::log::log;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -94,6 +95,10 @@ pub struct Registry {
     /// Committed decision rows (decision in a participant) whose transactions are
     /// finished: deleted in batches by the recovery pass.
     pub decisions_to_forget: Mutex<Vec<String>>,
+    /// A bound on the undecided transactions without walking the map (every begin would
+    /// walk the whole map under its lock once retention keeps `max_active` entries): how
+    /// many were undecided at the last `expire` walk, plus every insert since.
+    undecided_bound: std::sync::atomic::AtomicUsize,
 }
 
 impl Registry {
@@ -111,7 +116,9 @@ impl Registry {
     }
 
     pub fn insert(&self, gtid: &str, e: Entry) {
-        self.txs.lock().unwrap().insert(gtid.to_string(), e);
+        let mut txs = self.txs.lock().unwrap();
+        self.undecided_bound.fetch_add(1, Relaxed);
+        txs.insert(gtid.to_string(), e);
     }
 
     pub fn remove(&self, gtid: &str) {
@@ -284,15 +291,20 @@ impl Registry {
                 timed_out.push(e.tx.gtid.clone());
             }
         }
+        let mut undecided = 0;
         txs.retain(|_, e| {
             let old = e.tx.decided.map(|d| now.saturating_duration_since(d) >= retention).unwrap_or(false);
-            match e.tx.state {
+            let keep = match e.tx.state {
                 TxState::Committed => !(old && e.tx.all_finished() && !e.completing),
                 TxState::Aborted => !(old && !e.tx.in_doubt() && !e.completing),
                 TxState::OnePhase => now < e.tx.deadline + retention,
                 _ => true,
-            }
+            };
+            undecided += usize::from(keep && e.tx.is_undecided());
+            keep
         });
+        // Under the lock: no insert falls between the walk and the reset.
+        self.undecided_bound.store(undecided, Relaxed);
         timed_out
     }
 
@@ -305,10 +317,13 @@ impl Registry {
     /// Counted only when the map could hold that many (decided ones stay for retention).
     pub fn insert_capped(&self, gtid: &str, e: Entry, cap: usize) -> Result<(), usize> {
         let mut txs = self.txs.lock().unwrap();
-        let active = if txs.len() < cap { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
+        let bound = self.undecided_bound.load(Relaxed);
+        // Walk only when the bound says the cap may be reached (then count exactly).
+        let active = if txs.len() < cap || bound < cap { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
         if active >= cap {
             return Err(active);
         }
+        self.undecided_bound.store(bound.max(active) + 1, Relaxed);
         txs.insert(gtid.to_string(), e);
         Ok(())
     }
@@ -356,6 +371,23 @@ mod tests {
         let r = Registry::default();
         r.insert(gtid, Entry::new(Tx::new(gtid.into(), timeout), false, 1));
         r
+    }
+
+    #[test]
+    fn the_cap_on_undecided_transactions_holds_without_a_walk_per_begin() {
+        let r = Registry::default();
+        let t = Duration::from_secs(60);
+        let new = |g: &str| Entry::new(Tx::new(g.into(), t), false, 1);
+        for i in 0..3 {
+            assert_eq!(r.insert_capped(&format!("g{i}"), new(&format!("g{i}")), 3), Ok(()));
+        }
+        assert_eq!(r.insert_capped("g3", new("g3"), 3), Err(3));
+        // Decided ones do not count, once the walk has seen them decided.
+        r.with_entry("g0", |e| e.tx.abort("x".into(), false));
+        assert_eq!(r.insert_capped("g3", new("g3"), 3), Ok(()), "counted exactly when the bound says the cap may be reached");
+        assert_eq!(r.insert_capped("g4", new("g4"), 3), Err(3));
+        r.expire(Instant::now(), t);
+        assert_eq!(r.undecided_bound.load(Relaxed), 3);
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub struct Begun {
     /// Begun with its first branch: that branch's registration.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branch: Option<Registered>,
+    /// Begun with all its branches (`branches` in the request): their registrations, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branches: Option<Vec<Registered>>,
 }
 
 #[derive(Serialize, ToSchema, Clone, Debug)]
