@@ -173,7 +173,8 @@ def estimate(a, exps) -> float:
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
     if "narayana" in exps:
-        n += count(NARAYANA_MODES) * (a.slices + 0.5)
+        # A :jta slice also starts a JVM (about 2 s, outside the window).
+        n += count(NARAYANA_MODES) * (a.slices + 0.5) + count(["2pc:jta", "co:jta"]) * (a.slices + 0.5) * 2 / (per + 1.0)
     if "autocommit" in exps:
         n += count(["2pc", "co:acr=OFF", "co:acr=ON"]) * (a.slices + 0.5)
     rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
