@@ -549,8 +549,9 @@ public final class Load {
                         tm.rollback();
                     }
                 } catch (Exception ignored) {
-                    // the branches are gone with the error; the thread is disassociated anyway
+                    // the branches are gone with the error (the reaper rolls back the rest)
                 }
+                disassociate();
                 TM_CPU_NS.add(THREADS.getCurrentThreadCpuTime() - c1);
                 return classify(e);
             }
@@ -567,7 +568,19 @@ public final class Load {
                 }
                 return f;
             } finally {
+                disassociate();
                 TM_CPU_NS.add(THREADS.getCurrentThreadCpuTime() - c1);
+            }
+        }
+
+        /** Never leaves the thread associated with a finished transaction: the next begin() would fail as nested. */
+        private void disassociate() {
+            try {
+                if (tm.getStatus() != Status.STATUS_NO_TRANSACTION) {
+                    tm.suspend();
+                }
+            } catch (Exception ignored) {
+                // nothing associated
             }
         }
 
