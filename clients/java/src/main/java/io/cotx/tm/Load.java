@@ -775,6 +775,9 @@ public final class Load {
         } finally {
             cs.forEach(Client::close);
             Narayana.stopRecovery();
+            // Stops the TransactionStatusManager now: at JVM exit its hook would write into
+            // the store again, after the directory is gone.
+            com.arjuna.ats.arjuna.coordinator.TxControl.disable(true);
             deleteTree(store);
         }
     }
