@@ -17,6 +17,10 @@ Experiments (--experiments, comma-separated):
             local; plus W=4 with the classic schema to compare
   autocommit MariaDB autocommit reads beside XA writers: 2pc, and co with
             mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
+  narayana  the micro default point through Narayana's in-process JTA transaction manager
+            (the Java driver clients/java io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
+            pg_co / mysql_co on) beside the daemon (2pc, co), interleaved; not in the
+            default set (needs `bash scripts/build-jta-load.sh` first)
 Every experiment starts with the quiet-machine check (refuses unless --force).
 
 Modes: local and 2pc run the daemon with enforcement = "none", co and dip with "engine",
@@ -39,7 +43,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import canonical, loadgen, refusal_breakdown, slices, slices_report
+from bench.harness import canonical, jta, loadgen, refusal_breakdown, slices, slices_report
 from bench.harness.core import Env, log, machine, read_csv
 from bench.micro import micro
 from bench.tpcc import tpcc
@@ -50,6 +54,8 @@ MICRO_MODES = ["2pc", "2pc:ser", "co", "dip", "client", "local"]
 RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
+# The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
+NARAYANA_MODES = ["2pc", "co", "2pc:jta", "co:jta"]
 SETTLED = slices_report.SETTLED
 
 
@@ -166,6 +172,9 @@ def estimate(a, exps) -> float:
         n += count(["2pc", "2pc:other", "co", "co:other"]) * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
+    if "narayana" in exps:
+        # A :jta slice also starts a JVM (about 2 s, outside the window).
+        n += count(NARAYANA_MODES) * (a.slices + 0.5) + count(["2pc:jta", "co:jta"]) * (a.slices + 0.5) * 2 / (per + 1.0)
     if "autocommit" in exps:
         n += count(["2pc", "co:acr=OFF", "co:acr=ON"]) * (a.slices + 0.5)
     rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
@@ -174,7 +183,9 @@ def estimate(a, exps) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="side-by-side experiments, Rust driver, interleaved slices")
-    ap.add_argument("--experiments", default=ALL)
+    ap.add_argument("--experiments", default=ALL,
+                    help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon) and narayana "
+                         "(Narayana's JTA TM beside the daemon; build: bash scripts/build-jta-load.sh)")
     ap.add_argument("--modes", default="", help="only these modes (bases, comma-separated, e.g. 2pc,co,client; "
                     "a variant such as co:par runs when its base is listed); default every mode of each point")
     ap.add_argument("--slices", type=int, default=10, help="rounds per point (one slice per mode each)")
@@ -211,6 +222,8 @@ def main(argv=None) -> int:
     bad = []
     if not a.report_only:
         loadgen.binary()   # fail early with the build hint
+        if "narayana" in exps:
+            jta.classpath()   # the same for the Java driver
         csv_path.unlink(missing_ok=True)
         t0 = time.time()
         meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "command": cmd,
@@ -225,7 +238,7 @@ def main(argv=None) -> int:
             for f in att_dir.glob("*.jsonl"):
                 f.unlink()
         with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit", "daemon"} & set(exps):
+            if {"micro", "levers", "ro", "autocommit", "daemon", "narayana"} & set(exps):
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
@@ -282,6 +295,12 @@ def main(argv=None) -> int:
                 point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
                       a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other})
                 env.use_binary(None)
+            if "narayana" in exps:
+                # The same point, tables and servers for both transaction managers, slice by
+                # slice: :jta runs the Java driver with Narayana in its process instead of
+                # the Rust driver through the daemon (the servers switched for the base).
+                set_fillfactor(env, 80)
+                point("narayana", "default", dflt, loadgen.micro_args(dflt), NARAYANA_MODES, a.clients)
             if "levers" in exps:
                 def lever(name, ff=80, modes=("2pc", "co"), extra=None):
                     # Every lever starts from the same physical layout (table rewritten, index

@@ -11,6 +11,10 @@ bench/results/ and the generated block of bench/RESULTS.md.
   --experiments daemon --other-daemon BINARY
                   two builds of the daemon side by side (micro default point, 2pc and co,
                   variants :other run by BINARY): a change's cost, before and after
+  --experiments narayana
+                  the micro default point through Narayana's in-process JTA TM (the Java
+                  driver, modes 2pc:jta, co:jta) beside the daemon (2pc, co); not in the
+                  default set; build it first: bash scripts/build-jta-load.sh
   --report-only   redo RESULTS.md from the CSVs in --out
   --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
   --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),

@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import jta
 from .core import cpu_snapshot
 
 DIP = "dip"
@@ -52,12 +53,17 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
               timeout: float | None = None) -> dict:
     """One slice in `mode` (the servers must already be switched: env.set_mode). Returns
     the driver's result plus the servers' CPU ms per committed transaction in the window
-    and the driver's own share of all CPU used in it."""
-    cmd = [str(binary()), "--mode", mode, "--pg", env.pg.dsn, "--my", env.my.dsn,
-           "--coord", env.daemon.url, "--clients", str(clients), "--warmup", str(warmup),
-           "--seconds", str(seconds), "--seed", str(seed), "--sync-stdin"] + workload_args + (extra or [])
-    if attempt_log is not None:
-        cmd += ["--attempt-log", str(attempt_log)]
+    and the driver's own share of all CPU used in it. A mode base:jta runs the Narayana
+    driver (jta.py) in mode base; any other label runs the Rust driver in the base mode."""
+    if jta.is_jta(mode):
+        cmd = jta.command(env, mode, workload_args, clients=clients, warmup=warmup, seconds=seconds, seed=seed,
+                          extra=extra)
+    else:
+        cmd = [str(binary()), "--mode", mode.partition(":")[0], "--pg", env.pg.dsn, "--my", env.my.dsn,
+               "--coord", env.daemon.url, "--clients", str(clients), "--warmup", str(warmup),
+               "--seconds", str(seconds), "--seed", str(seed), "--sync-stdin"] + workload_args + (extra or [])
+        if attempt_log is not None:
+            cmd += ["--attempt-log", str(attempt_log)]
     penv = dict(os.environ, COTX_TOKEN=env.daemon.token or "")
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=penv)
@@ -94,10 +100,16 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
     if cpu0 and cpu1:
         commits = max(1, int(result.get("commits") or 0))
         srv = {k: cpu1[k] - cpu0[k] for k in ("pg", "my", "coord")}
+        drv = float(result.get("cpu_s") or 0.0)
+        if jta.is_jta(mode):
+            # Narayana is the coordinator here and runs inside the driver: its share of
+            # the driver's CPU is booked as the coordinator's (the idle daemon's is kept).
+            tm = min(drv, jta.tm_cpu_s(result))
+            srv["coord"] += tm
+            drv -= tm
         for k, v in srv.items():
             result[f"cpu_ms_{k}"] = v * 1000.0 / commits
         result["cpu_ms_server"] = sum(srv.values()) * 1000.0 / commits
-        drv = float(result.get("cpu_s") or 0.0)
         result["cpu_ms_driver"] = drv * 1000.0 / commits
         used = sum(srv.values()) + drv
         result["driver_cpu_share"] = drv / used if used > 0 else 0.0

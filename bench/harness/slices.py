@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from . import canonical
+from . import canonical, jta
 from .core import log
 from .loadgen import run_slice
 from .reasons import pool as pool_reasons
@@ -139,10 +139,14 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
             switch[mode](env)
         return base
 
+    def drv(mode):
+        # The driver runs the base mode; a variant base:jta also picks the Narayana driver.
+        return mode if jta.is_jta(mode) else mode.split(":")[0]
+
     env.vacuum()
     for mode in list(modes):
         base = enter(mode)
-        r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=max(1.0, seconds / 2),
+        r = run_slice(env, drv(mode), workload_args, clients=clients, warmup=warmup, seconds=max(1.0, seconds / 2),
                       seed=999, extra=extra.get(mode))
         if r.get("skipped"):
             log(f"[{experiment} {point}] {mode}: skipped: {r['skipped']}")
@@ -158,7 +162,7 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
             base = enter(mode)
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             n += 1
-            r = run_slice(env, base, workload_args, clients=clients, warmup=warmup, seconds=seconds,
+            r = run_slice(env, drv(mode), workload_args, clients=clients, warmup=warmup, seconds=seconds,
                           seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=variant_log(attempt_log, mode))
             left = env.leftovers()
             chk = check(env) if check else ""

@@ -98,6 +98,12 @@ def targets(summary: list[dict], rows: list[dict]) -> str:
         if m == m:
             out.append(f"| (no target) microbenchmark default, {mode}: this daemon / the other build ({mode}:other) | "
                        f"{_ci(m, lo, hi)}; {verdict(m, lo, hi)} | - |")
+    for a, b, what in (("co:jta", "2pc:jta", "Narayana: co / plain XA"), ("2pc:jta", "2pc", "plain 2PC: Narayana / the daemon"),
+                       ("co:jta", "co", "co: Narayana / the daemon")):
+        m, lo, hi = pair_ratio(rows, "narayana", "default", a, b)
+        if m == m:
+            out.append(f"| (no target) microbenchmark default, {what} ({a} / {b}) | {_ci(m, lo, hi)}; "
+                       f"{verdict(m, lo, hi)} | - |")
     m, lo, hi = pair_ratio(rows, "autocommit", "autocommit reads 80%", "co:acr=ON", "co:acr=OFF")
     if m == m:
         out.append(f"| (no target) autocommit-read protection: co with it ON / OFF | {_ci(m, lo, hi)}; "
@@ -153,6 +159,8 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
                 ("micro_ro", "Read-only MariaDB branches vs client mode's slot write"),
                 ("tpcc", "TPC-C subset (new-order + payment)"),
                 ("daemon", "Two builds of the daemon, micro default point (mode:other: the build given by --other-daemon)"),
+                ("narayana", "Narayana (JTA, in the driver) beside the daemon, micro default point (mode:jta: the Java "
+                             "driver clients/java io.cotx.tm.Load; its TM's CPU is counted as coord)"),
                 ("autocommit", "MariaDB autocommit reads (80 % of transactions: six autocommit point reads on MariaDB; "
                                "acr = mysql_co_lock_autocommit_reads)")]
     for exp, title in sections:

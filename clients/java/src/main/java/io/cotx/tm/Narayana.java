@@ -81,6 +81,21 @@ public final class Narayana {
      */
     public static synchronized RecoveryManager startRecovery(Map<String, XADataSource> resources) throws SQLException {
         EngineEnforcement.require(resources);
+        return startRecoveryOver(resources);
+    }
+
+    /**
+     * Benchmark only: starts recovery over the data sources <em>without</em> the check of
+     * {@link #startRecovery}, so that plain XA (pg_co / mysql_co off) can be measured as
+     * the baseline beside the engines' commitment ordering ({@link Load}, mode 2pc). Plain
+     * 2PC is atomic, not serializable across the databases (the overdraft of
+     * {@code OverdraftTest} happens); an application must call {@link #startRecovery}.
+     */
+    public static synchronized RecoveryManager startRecoveryPlainXa(Map<String, XADataSource> resources) {
+        return startRecoveryOver(resources);
+    }
+
+    private static RecoveryManager startRecoveryOver(Map<String, XADataSource> resources) {
         if (recovery == null) {
             recovery = RecoveryManager.manager(RecoveryManager.INDIRECT_MANAGEMENT);
         }
