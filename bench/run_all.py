@@ -11,7 +11,10 @@ bench/results/ and the generated block of bench/RESULTS.md.
   --experiments daemon --other-daemon BINARY
                   two builds of the daemon side by side (micro default point, 2pc and co,
                   variants :other run by BINARY): a change's cost, before and after
-  --report-only   redo RESULTS.md from the CSVs in --out
+  --experiments scaling [--plots-dir DIR]
+                  the scaling study (S, clients, read-only share; not in the default
+                  set), its PNGs in bench/plots (--smoke: in --out)
+  --report-only   redo RESULTS.md (and the scaling PNGs) from the CSVs in --out
   --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
   --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),
                   its own options: --seconds --warmup --reps --clients --micro-points ...
