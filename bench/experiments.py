@@ -21,6 +21,10 @@ Experiments (--experiments, comma-separated):
             (the Java driver clients/java io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
             pg_co / mysql_co on) beside the daemon (2pc, co), interleaved; not in the
             default set (needs `bash scripts/build-jta-load.sh` first)
+  scaling   not in the default set (about 35 minutes): the micro default point swept one
+            parameter at a time, S = 2, 3, 5 branches, clients 1, 8, 32, 64, read-only share
+            0, 50, 100 %: 2pc, co, local (bench/harness/scaling.py); PNGs per sweep
+            (bench/harness/scaling_plots.py) into --plots-dir
 Every experiment starts with the quiet-machine check (refuses unless --force).
 
 Modes: local and 2pc run the daemon with enforcement = "none", co and dip with "engine",
@@ -43,7 +47,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import canonical, jta, loadgen, refusal_breakdown, slices, slices_report
+from bench.harness import canonical, jta, loadgen, refusal_breakdown, scaling, scaling_plots, slices, slices_report
 from bench.harness.core import Env, log, machine, read_csv
 from bench.micro import micro
 from bench.tpcc import tpcc
@@ -177,7 +181,11 @@ def estimate(a, exps) -> float:
         n += count(NARAYANA_MODES) * (a.slices + 0.5) + count(["2pc:jta", "co:jta"]) * (a.slices + 0.5) * 2 / (per + 1.0)
     if "autocommit" in exps:
         n += count(["2pc", "co:acr=OFF", "co:acr=ON"]) * (a.slices + 0.5)
-    rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
+    if "scaling" in exps:
+        # 64 clients open 128 sessions per slice: a few seconds more at those points.
+        n += scaling.slices_count(count(scaling.MODES), a.slices) * 1.1
+    rewrites = 8 if {"micro", "levers"} & set(exps) else 0
+    rewrites += 1 if "scaling" in exps else 0   # set_fillfactor: about 5 s each at N = 100000
     return n * (per + 1.0) / 60 + 1.5 + rewrites * 5 / 60
 
 
@@ -200,6 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--results-md", type=Path, default=ROOT / "bench" / "RESULTS.md")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--plots-dir", type=Path, default=None,
+                    help="where experiment scaling's PNGs go (default bench/plots; with --smoke, --out)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--other-daemon", metavar="BINARY",
                     help="experiment `daemon`: the micro default point with 2pc and co run by the installed "
@@ -215,6 +225,8 @@ def main(argv=None) -> int:
         a.warehouses, a.force = "2", True
         a.results_md = a.out / "RESULTS.md"
         items, customers, rows_n = 300, 20, 500
+    # A smoke run's pictures must not overwrite the measured ones in bench/plots.
+    plots_dir = a.plots_dir or (a.out if a.smoke else ROOT / "bench" / "plots")
     a.out.mkdir(parents=True, exist_ok=True)
     csv_path, sum_path, meta_path = a.out / "slices.csv", a.out / "slices_summary.csv", a.out / "slices_meta.txt"
     att_dir = a.out / "attempts"
@@ -238,7 +250,7 @@ def main(argv=None) -> int:
             for f in att_dir.glob("*.jsonl"):
                 f.unlink()
         with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit", "daemon", "narayana"} & set(exps):
+            if {"micro", "levers", "ro", "autocommit", "daemon", "narayana", "scaling"} & set(exps):
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
@@ -344,6 +356,15 @@ def main(argv=None) -> int:
                 point("autocommit", "autocommit reads 80%", p, wargs, ["2pc", "co:acr=OFF", "co:acr=ON"], a.clients,
                       switch={"2pc": acr("OFF"), "co:acr=OFF": acr("OFF"), "co:acr=ON": acr("ON")})
                 env.my.sql("SET GLOBAL mysql_co_lock_autocommit_reads = DEFAULT")
+            if "scaling" in exps:
+                # From the layout the micro point starts from (tables rewritten at fillfactor
+                # 80), so the study's default point compares with micro's default.
+                set_fillfactor(env, 80)
+                for pt in scaling.points():
+                    scaling.check_connections(env, pt, dflt["P"])
+                    p = scaling.params(pt, dflt)
+                    point(scaling.EXPERIMENT, scaling.name(pt), p, loadgen.micro_args(p) + scaling.driver_args(pt),
+                          scaling.MODES, pt["clients"])
             if "tpcc" in exps:
                 plan = [(int(w), a.ytd_split) for w in a.warehouses.split(",")]
                 if a.ytd_split:
@@ -375,6 +396,9 @@ def main(argv=None) -> int:
     slices_report.write_section(a.results_md, slices_report.markdown(summary, rows, meta, breakdowns))
     log(f"wrote {a.results_md}")
     print(slices_report.targets(summary, rows))
+    if any(s["experiment"] == scaling.EXPERIMENT for s in summary):
+        for path in scaling_plots.draw(summary, plots_dir):
+            log(f"wrote {path}")
     return 1 if bad else 0
 
 

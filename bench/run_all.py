@@ -15,7 +15,10 @@ bench/results/ and the generated block of bench/RESULTS.md.
                   the micro default point through Narayana's in-process JTA TM (the Java
                   driver, modes 2pc:jta, co:jta) beside the daemon (2pc, co); not in the
                   default set; build it first: bash scripts/build-jta-load.sh
-  --report-only   redo RESULTS.md from the CSVs in --out
+  --experiments scaling [--plots-dir DIR]
+                  the scaling study (S, clients, read-only share; not in the default
+                  set), its PNGs in bench/plots (--smoke: in --out)
+  --report-only   redo RESULTS.md (and the scaling PNGs) from the CSVs in --out
   --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
   --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),
                   its own options: --seconds --warmup --reps --clients --micro-points ...

@@ -5,6 +5,8 @@ mysql_co, the coordinator daemon), four modes on the same data, workloads plugge
                   interleaved repetitions, CSV, progress
   driver.Driver   runs one global transaction of sub-transactions in a mode
   report          medians, ratios to 2pc, PNG plots, markdown tables
+  scaling         the scaling study's points (S, clients, read-only share);
+  scaling_plots   its PNGs, one per sweep, from the slices summary CSV
 """
 MODES = ("local", "2pc", "co", "client")
 # The earlier name of mode client (Sonata's shims, now the product's client mode), still

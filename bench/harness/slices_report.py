@@ -162,7 +162,10 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
                 ("narayana", "Narayana (JTA, in the driver) beside the daemon, micro default point (mode:jta: the Java "
                              "driver clients/java io.cotx.tm.Load; its TM's CPU is counted as coord)"),
                 ("autocommit", "MariaDB autocommit reads (80 % of transactions: six autocommit point reads on MariaDB; "
-                               "acr = mysql_co_lock_autocommit_reads)")]
+                               "acr = mysql_co_lock_autocommit_reads)"),
+                ("scaling", "Scaling study: S, clients, read-only share swept one at a time around S=2, 8 clients, "
+                            "0 % (the point's clients as named; plots: scaling_S.png, scaling_clients.png, "
+                            "scaling_ro.png)")]
     for exp, title in sections:
         if any(s["experiment"] == exp for s in summary):
             out += [f"### {title}", "", table(summary, exp), ""]

@@ -72,6 +72,29 @@ def test_micro_every_mode(env, tmp_path):
     assert all(x["gtid"] and x["branches"][0]["gid"].endswith(":" + x["gtid"] + ":b0") for x in twopc)
 
 
+
+def test_micro_five_branches_and_ro_share(env, tmp_path):
+    """The scaling study's workload: S=5 (three branches on PostgreSQL, two on MariaDB,
+    each on its own table mt<i>) with half of the transactions read-only (--ro-share 0.5:
+    every branch's reads kept, its updates dropped)."""
+    from bench.harness import loadgen
+    from bench.micro import micro
+    micro.load(env, 500)
+    args = loadgen.micro_args(micro.parse_point("S=5:N=500")) + ["--ro-share", "0.5"]
+    log = tmp_path / "attempts.jsonl"
+    env.set_mode("co")
+    r = loadgen.run_slice(env, "co", args, clients=3, warmup=0.3, seconds=1.0, attempt_log=log)
+    assert not r.get("errors") and not r.get("error"), r
+    assert r["commits"] > 0, r
+    assert env.leftovers() == (0, 0)
+    kinds = set()
+    for x in map(json.loads, log.read_text().splitlines()):
+        b = x["branches"]
+        assert [(y["db"], y["table"]) for y in b] == [("pg", "mt0"), ("pg", "mt1"), ("pg", "mt2"), ("my", "mt3"), ("my", "mt4")]
+        assert all(len(y["read"]) == 6 for y in b)
+        kinds.add(tuple(len(y["written"]) for y in b))
+    assert kinds == {(0,) * 5, (6,) * 5}, kinds
+
 def test_a_mode_under_another_enforcement_is_refused(env):
     """The driver stops when the daemon registers branches under another enforcement than
     the mode's (here: mode client against the plain-2PC daemon): no result measured under

@@ -29,7 +29,8 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
    carries the finished acknowledgements on the next begin; per-step is the earlier protocol
    (the first branch with the begin, a request per further branch, one acknowledgement per
    transaction), which any daemon version understands]
-  micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0]
+  micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0 --ro-share 0]
+   --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
 Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
 Every branch registration must be answered with the mode's enforcement (the daemon's
@@ -237,6 +238,11 @@ async fn run(a: Args) -> i32 {
         "micro" => {
             let mut m = Micro::new(a.f("S", 2.0) as usize, a.f("R", 6.0) as usize, a.f("W", 6.0) as usize, a.f("P", 0.5), a.f("N", 100000.0) as i64, a.f("K", 0.0));
             m.autocommit_reads = a.f("autocommit-reads", 0.0);
+            m.ro_share = a.f("ro-share", 0.0);
+            if !(0.0..=1.0).contains(&m.ro_share) {
+                eprintln!("--ro-share {}: expected a share in [0, 1]\n{HELP}", m.ro_share);
+                return 2;
+            }
             Arc::new(m)
         }
         "tpcc" => {

@@ -121,6 +121,11 @@ pub struct Micro {
     cdf: Option<Vec<f64>>,
     /// Share of transactions that are R autocommit reads on the first MariaDB table instead.
     pub autocommit_reads: f64,
+    /// Share of global transactions that are read-only (--ro-share): every branch keeps its
+    /// R reads and drops its W updates (not R+W reads: the read part stays the same as the
+    /// writers', so only the writes differ between the two kinds). Still S branches through
+    /// the coordinator in the global modes: read-only branches are prepared like the others.
+    pub ro_share: f64,
 }
 
 impl Micro {
@@ -138,7 +143,7 @@ impl Micro {
         } else {
             None
         };
-        Micro { s, r, w, n, dbs, cdf, autocommit_reads: 0.0 }
+        Micro { s, r, w, n, dbs, cdf, autocommit_reads: 0.0, ro_share: 0.0 }
     }
 
     fn key(&self, rng: &mut Rng) -> i64 {
@@ -172,17 +177,20 @@ impl Workload for Micro {
                 return vec![Sub { session: format!("my{i}"), db: Db::My, ops, autocommit: true }];
             }
         }
+        // Drawn only when asked for, so that without --ro-share every client's key sequence
+        // (and so every earlier measurement's workload) stays what it was.
+        let w = if self.ro_share > 0.0 && rng.f64() < self.ro_share { 0 } else { self.w };
         self.dbs
             .iter()
             .enumerate()
             .map(|(i, &db)| {
                 let t = format!("mt{i}");
-                let mut ops = Vec::with_capacity(self.r + self.w);
+                let mut ops = Vec::with_capacity(self.r + w);
                 for _ in 0..self.r {
                     let k = self.key(rng);
                     ops.push(Op::new(format!("SELECT v FROM {t} WHERE k = ?"), vec![P::I(k)]).reads(&t, json!(k)));
                 }
-                let mut ws: Vec<i64> = (0..self.w).map(|_| self.key(rng)).collect();
+                let mut ws: Vec<i64> = (0..w).map(|_| self.key(rng)).collect();
                 ws.sort();
                 for k in ws {
                     ops.push(Op::new(format!("UPDATE {t} SET v = v + 1 WHERE k = ?"), vec![P::I(k)]).writes(&t, json!(k)));
@@ -347,5 +355,60 @@ impl Workload for Tpcc {
 
     fn txn(&self, rng: &mut Rng, wid: usize) -> Vec<Sub> {
         if rng.f64() < 0.5 { self.new_order(rng, wid) } else { self.payment(rng, wid) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writes(subs: &[Sub]) -> usize {
+        subs.iter().map(|s| s.ops.iter().filter(|o| o.touch.as_ref().is_some_and(|t| t.2)).count()).sum()
+    }
+
+    #[test]
+    fn five_branches_each_on_its_own_table_and_session() {
+        let m = Micro::new(5, 2, 1, 0.5, 100, 0.0);
+        // round(5 * 0.5) = 3 branches on PostgreSQL, the first ones.
+        assert_eq!(m.dbs, vec![Db::Pg, Db::Pg, Db::Pg, Db::My, Db::My]);
+        let names: Vec<String> = m.sessions().into_iter().map(|s| s.0).collect();
+        assert_eq!(names, ["pg0", "pg1", "pg2", "my3", "my4"]);
+        let subs = m.txn(&mut Rng::new(1), 0);
+        for (i, s) in subs.iter().enumerate() {
+            let (table, r, w) = s.touched();
+            assert_eq!(table, json!(format!("mt{i}")));
+            assert_eq!((r.len(), w.len()), (2, 1));
+        }
+    }
+
+    #[test]
+    fn ro_share_drops_the_writes_keeps_the_reads() {
+        let mut m = Micro::new(2, 3, 2, 0.5, 1000, 0.0);
+        m.ro_share = 1.0;
+        let subs = m.txn(&mut Rng::new(7), 0);
+        assert_eq!(writes(&subs), 0);
+        for s in &subs {
+            let (table, r, w) = s.touched();
+            assert!(table.is_string());
+            assert_eq!((r.len(), w.len()), (3, 0));
+        }
+        m.ro_share = 0.5;
+        let mut rng = Rng::new(3);
+        let ro = (0..2000).filter(|_| writes(&m.txn(&mut rng, 0)) == 0).count();
+        assert!((800..1200).contains(&ro), "{ro} of 2000 read-only at share 0.5");
+    }
+
+    #[test]
+    fn no_ro_share_draws_nothing_more() {
+        // ro_share = 0 draws no number for the share: the same transactions as before the
+        // option existed (uniform keys: one draw per key, S * (R + W) of them).
+        let m = Micro::new(2, 3, 2, 0.5, 1000, 0.0);
+        let mut a = Rng::new(5);
+        m.txn(&mut a, 0);
+        let mut b = Rng::new(5);
+        for _ in 0..2 * (3 + 2) {
+            b.next();
+        }
+        assert_eq!(a.next(), b.next());
     }
 }
