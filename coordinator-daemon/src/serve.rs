@@ -47,11 +47,7 @@ pub fn mark_restored(cfg: &config::Config) -> Result<(), String> {
 }
 
 pub fn serve(cfg: config::Config) -> Result<(), String> {
-    let rt = match std::env::var("COTX_RT").as_deref() {
-        Ok("current") => tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime"),
-        Ok(n) => tokio::runtime::Builder::new_multi_thread().worker_threads(n.parse().unwrap_or(2)).enable_all().build().expect("runtime"),
-        Err(_) => tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime"),
-    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async move {
         let nonce = coordinator::Coordinator::new_nonce();
         let store = match open_store(&cfg.store) {

@@ -145,16 +145,51 @@ impl Store {
     }
 }
 
+/// How long a write nobody waits for (a finished transaction's record marked for purging)
+/// may wait for a batch somebody waits for: alone it would cost a sync of its own, one
+/// more per transaction, when the next decision's sync can carry it.
+const LATER_MS: u64 = 100;
+
 fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, stats: &StoreStats) {
     let mut pending: Option<Req> = None;
+    // Writes nobody waits for, held for the next batch (until `due`).
+    let mut later: Vec<Op> = vec![];
+    let mut due = std::time::Instant::now();
     loop {
         stats.busy_since_ms.store(0, Ordering::Relaxed);
         let first = match pending.take() {
             Some(r) => r,
-            None => match rx.recv() {
+            None if later.is_empty() => match rx.recv() {
                 Ok(r) => r,
                 Err(_) => return,
             },
+            None => match rx.recv_timeout(due.saturating_duration_since(std::time::Instant::now())) {
+                Ok(r) => r,
+                Err(e) => {
+                    write_batch(log, std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect(), stats);
+                    if e == mpsc::RecvTimeoutError::Disconnected {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+        let first = match first {
+            Req::Write(op, None) if later.len() + 1 < max_batch => {
+                if later.is_empty() {
+                    due = std::time::Instant::now() + std::time::Duration::from_millis(LATER_MS);
+                }
+                later.push(op);
+                continue;
+            }
+            Req::Write(op, s) => Req::Write(op, s),
+            other => {
+                // Reads see every write queued before them.
+                if !later.is_empty() {
+                    write_batch(log, std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect(), stats);
+                }
+                other
+            }
         };
         stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
         match first {
@@ -183,15 +218,13 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
                 let _ = s.send(log.identity());
             }
             Req::Write(op, s) => {
-                // Group commit: everything that queued up while we were busy joins this batch.
-                let mut ops = vec![op];
-                let mut replies = vec![s];
-                while ops.len() < max_batch {
+                // Group commit: the held writes and everything that queued up while we were
+                // busy join this batch.
+                let mut batch: Vec<(Op, Option<Reply<OpResult>>)> = std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect();
+                batch.push((op, s));
+                while batch.len() < max_batch {
                     match rx.try_recv() {
-                        Ok(Req::Write(op, s)) => {
-                            ops.push(op);
-                            replies.push(s);
-                        }
+                        Ok(Req::Write(op, s)) => batch.push((op, s)),
                         Ok(other) => {
                             pending = Some(other);
                             break;
@@ -199,24 +232,31 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
                         Err(_) => break,
                     }
                 }
-                let res = log.write_batch(&ops);
-                stats.batches.fetch_add(1, Ordering::Relaxed);
-                stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
-                match res {
-                    Ok(results) => {
-                        for (s, r) in replies.into_iter().zip(results) {
-                            if let Some(s) = s {
-                                let _ = s.send(Ok(r));
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        stats.errors.fetch_add(1, Ordering::Relaxed);
-                        for s in replies.into_iter().flatten() {
-                            let _ = s.send(Err(e.clone()));
-                        }
-                    }
+                write_batch(log, batch, stats);
+            }
+        }
+    }
+}
+
+/// One transaction of the log for every op of the batch, each answered (if asked) with
+/// its result or the batch's error.
+fn write_batch(log: &mut dyn DecisionLog, batch: Vec<(Op, Option<Reply<OpResult>>)>, stats: &StoreStats) {
+    let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
+    let res = log.write_batch(&ops);
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
+    match res {
+        Ok(results) => {
+            for (s, r) in replies.into_iter().zip(results) {
+                if let Some(s) = s {
+                    let _ = s.send(Ok(r));
                 }
+            }
+        }
+        Err(e) => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            for s in replies.into_iter().flatten() {
+                let _ = s.send(Err(e.clone()));
             }
         }
     }
@@ -291,5 +331,24 @@ mod tests {
         assert!(sizes.len() < 50, "no batching happened: {sizes:?}");
         let sizes = run(1).await;
         assert_eq!(sizes.len(), 50, "group commit off must write one op per batch");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due() {
+        let sizes = Arc::new(Mutex::new(vec![]));
+        let store = Store::start(Box::new(SlowLog(sizes.clone())), 1024);
+        for i in 0..3 {
+            store.write_later(Op::Forget(format!("n.g-{i}")));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        store.decide(rec(9), None).await.unwrap();
+        assert_eq!(*sizes.lock().unwrap(), vec![4], "three held writes and the decision: one sync");
+        store.write_later(Op::Forget("n.g-5".into()));
+        tokio::time::sleep(std::time::Duration::from_millis(LATER_MS * 3)).await;
+        assert_eq!(*sizes.lock().unwrap(), vec![4, 1], "a held write goes alone once due");
+        // A read sees every write queued before it.
+        store.write_later(Op::Forget("n.g-6".into()));
+        store.get("n.g-6").await.unwrap();
+        assert_eq!(*sizes.lock().unwrap(), vec![4, 1, 1]);
     }
 }

@@ -50,7 +50,7 @@ impl SqliteLog {
 
     fn lease_row(conn: &Connection, node: &str) -> Result<Option<lease::Row>, rusqlite::Error> {
         let now = unix_ms() as i64;
-        match conn.query_row("SELECT holder, generation, expires_ms FROM nodes WHERE node = ?1", [node], |r| {
+        match conn.prepare_cached("SELECT holder, generation, expires_ms FROM nodes WHERE node = ?1")?.query_row([node], |r| {
             Ok(lease::Row { holder: r.get(0)?, generation: r.get(1)?, expires_in_ms: r.get::<_, i64>(2)? - now })
         }) {
             Ok(r) => Ok(Some(r)),
@@ -63,8 +63,7 @@ impl SqliteLog {
     /// watermark, or of an epoch sealed by a restore (cotx_protocol::answer::unknown_if_absent).
     fn purged(conn: &Connection, gtid: &str) -> Result<bool, rusqlite::Error> {
         let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else { return Ok(false) };
-        let (w, sealed): (Option<i64>, bool) = match conn.query_row(
-            "SELECT purged_seq, sealed_ms IS NOT NULL FROM epochs WHERE node = ?1 AND nonce = ?2",
+        let (w, sealed): (Option<i64>, bool) = match conn.prepare_cached("SELECT purged_seq, sealed_ms IS NOT NULL FROM epochs WHERE node = ?1 AND nonce = ?2")?.query_row(
             params![node, nonce as i64],
             |r| Ok((r.get(0)?, r.get(1)?)),
         ) {
@@ -76,13 +75,13 @@ impl SqliteLog {
     }
 
     fn tick(conn: &Connection) -> Result<(), rusqlite::Error> {
-        conn.execute("UPDATE meta SET tick = tick + 1 WHERE id = 1", []).map(|_| ())
+        conn.prepare_cached("UPDATE meta SET tick = tick + 1 WHERE id = 1")?.execute([]).map(|_| ())
     }
 
     fn apply(tx: &rusqlite::Transaction, op: &Op) -> Result<OpResult, rusqlite::Error> {
         Ok(match op {
             Op::Decide(r, fence) => {
-                let existing: Option<String> = match tx.query_row("SELECT outcome FROM decisions WHERE gtid = ?1", [&r.gtid], |x| x.get(0)) {
+                let existing: Option<String> = match tx.prepare_cached("SELECT outcome FROM decisions WHERE gtid = ?1")?.query_row([&r.gtid], |x| x.get(0)) {
                     Ok(o) => Some(o),
                     Err(rusqlite::Error::QueryReturnedNoRows) => None,
                     Err(x) => return Err(x),
@@ -101,8 +100,7 @@ impl SqliteLog {
                     }
                 }
                 // No row (read above, in this transaction of the store's only writer).
-                tx.execute(
-                    "INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)",
+                tx.prepare_cached("INSERT INTO decisions(gtid, outcome, branches, decided_ms, node, source) VALUES (?1,?2,?3,?4,?5,?6)")?.execute(
                     params![r.gtid, r.outcome.as_str(), branches_to_json(&r.branches), r.decided_unix_ms as i64, r.node, r.source],
                 )?;
                 OpResult::Decided(r.outcome)
@@ -122,7 +120,7 @@ impl SqliteLog {
                 OpResult::Done
             }
             Op::Forget(g) => {
-                tx.execute("UPDATE decisions SET finished_ms = ?2 WHERE gtid = ?1 AND finished_ms IS NULL", params![g, unix_ms() as i64])?;
+                tx.prepare_cached("UPDATE decisions SET finished_ms = ?2 WHERE gtid = ?1 AND finished_ms IS NULL")?.execute(params![g, unix_ms() as i64])?;
                 OpResult::Done
             }
             Op::Purge { older_than_ms } => {
