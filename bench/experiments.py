@@ -17,6 +17,10 @@ Experiments (--experiments, comma-separated):
             local; plus W=4 with the classic schema to compare
   autocommit MariaDB autocommit reads beside XA writers: 2pc, and co with
             mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
+  coordinator  what the coordinator costs: the micro default point in modes local, 2pc, co,
+            dip, and 2pc:per-step, co:per-step (the driver's calls as before batching: a
+            request per branch and per acknowledgement); with --other-daemon also 2pc:other,
+            co:other (that build, driven per step); not in the default set
   narayana  the micro default point through Narayana's in-process JTA transaction manager
             (the Java driver clients/java io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
             pg_co / mysql_co on) beside the daemon (2pc, co), interleaved; not in the
@@ -58,6 +62,9 @@ MICRO_MODES = ["2pc", "2pc:ser", "co", "dip", "client", "local"]
 RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
+COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step"]
+# The driver's calls as before batching: a request per branch and per acknowledgement.
+PER_STEP = ["--calls", "per-step"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
 NARAYANA_MODES = ["2pc", "co", "2pc:jta", "co:jta"]
 SETTLED = slices_report.SETTLED
@@ -174,6 +181,8 @@ def estimate(a, exps) -> float:
         n += count(RO_MODES) * (a.slices + 0.5)
     if "daemon" in exps:
         n += count(["2pc", "2pc:other", "co", "co:other"]) * (a.slices + 0.5)
+    if "coordinator" in exps:
+        n += (count(COORDINATOR_MODES) + (count(["2pc", "co"]) if a.other_daemon else 0)) * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
     if "narayana" in exps:
@@ -192,7 +201,7 @@ def estimate(a, exps) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="side-by-side experiments, Rust driver, interleaved slices")
     ap.add_argument("--experiments", default=ALL,
-                    help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon) and narayana "
+                    help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon), coordinator, scaling and narayana "
                          "(Narayana's JTA TM beside the daemon; build: bash scripts/build-jta-load.sh)")
     ap.add_argument("--modes", default="", help="only these modes (bases, comma-separated, e.g. 2pc,co,client; "
                     "a variant such as co:par runs when its base is listed); default every mode of each point")
@@ -212,8 +221,9 @@ def main(argv=None) -> int:
                     help="where experiment scaling's PNGs go (default bench/plots; with --smoke, --out)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--other-daemon", metavar="BINARY",
-                    help="experiment `daemon`: the micro default point with 2pc and co run by the installed "
-                         "daemon and by this build (modes 2pc:other, co:other), interleaved")
+                    help="experiments `daemon` and `coordinator`: the micro default point with 2pc and co also run "
+                         "by this build of the daemon (modes 2pc:other, co:other, driven with the per-step calls "
+                         "any version understands), interleaved")
     a = ap.parse_args(argv)
     if "daemon" in a.experiments.split(",") and not a.other_daemon:
         ap.error("--experiments daemon needs --other-daemon BINARY (the build to compare with)")
@@ -250,7 +260,7 @@ def main(argv=None) -> int:
             for f in att_dir.glob("*.jsonl"):
                 f.unlink()
         with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit", "daemon", "narayana", "scaling"} & set(exps):
+            if {"micro", "levers", "ro", "autocommit", "daemon", "coordinator", "narayana", "scaling"} & set(exps):
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
@@ -303,9 +313,26 @@ def main(argv=None) -> int:
                 # variants :other restart the daemon from the other binary (same config,
                 # store and port), the plain modes from the installed one.
                 set_fillfactor(env, 80)
+                # The other build is driven with the per-step calls every version understands.
                 mine, other = (lambda env: env.use_binary(None)), (lambda env: env.use_binary(a.other_daemon))
                 point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
-                      a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other})
+                      a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other},
+                      extra={"2pc:other": PER_STEP, "co:other": PER_STEP})
+                env.use_binary(None)
+            if "coordinator" in exps:
+                # What the coordinator costs: the micro default point in every mode with a
+                # coordinator and without one (local), the calls per step (:per-step, the
+                # protocol before batched calls) beside the batched ones, and with
+                # --other-daemon an earlier build driven per step (:other), interleaved.
+                set_fillfactor(env, 80)
+                mine = lambda env: env.use_binary(None)  # noqa: E731
+                modes = COORDINATOR_MODES + (["2pc:other", "co:other"] if a.other_daemon else [])
+                switch = {m: mine for m in COORDINATOR_MODES}
+                if a.other_daemon:
+                    other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
+                    switch.update({"2pc:other": other, "co:other": other})
+                point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
+                      extra={m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))})
                 env.use_binary(None)
             if "narayana" in exps:
                 # The same point, tables and servers for both transaction managers, slice by

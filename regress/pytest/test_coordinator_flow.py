@@ -315,3 +315,35 @@ def test_invalid_config_is_refused_with_line(daemon, tmp_path):
     r = subprocess.run([find_binary(), "check-config", "--config", str(bad)], capture_output=True, text=True)
     assert r.returncode != 0
     assert "line 5" in r.stderr and "kind" in r.stderr, r.stderr
+
+
+def test_acknowledgements_carried_by_the_next_begin(pg, mariadb):
+    """carry_acks: a committed transaction's "finished" is not a request of its own but
+    rides with the next begin (one request fewer per transaction), and flush_acks() sends
+    what is still held. Without carry_acks the acknowledgement goes at once (above)."""
+    d = make_daemon(pg, mariadb, timeouts={"transaction_ms": 10000, "owner_grace_ms": 60000})
+    with d, pg.connect() as pc:
+        coord = Coordinator(d.url, d.token, carry_acks=True)
+        mc = mariadb.connect()
+
+        def transfer(k):
+            with coord.transaction() as tx:
+                with tx.branch(pc, "pg"):
+                    pc.execute("INSERT INTO acct VALUES (%s, 1)", (k,))
+                with tx.branch(mc, "my"):
+                    mc.cursor().execute("INSERT INTO acct VALUES (%s, 1)", (k,))
+            return tx.gtid
+
+        def states(g):
+            return [(b["state"], b.get("finished_by")) for b in coord.get(g)["branches"]]
+
+        g1 = transfer(31)
+        # Committed at both databases, its acknowledgement held: the daemon has not heard.
+        assert nothing_prepared(pg, mariadb)
+        assert [s for s, _ in states(g1)] == ["prepared", "prepared"], states(g1)
+        g2 = transfer(32)
+        assert states(g1) == [("finished", "owner")] * 2, "carried by the second begin"
+        assert [s for s, _ in states(g2)] == ["prepared", "prepared"]
+        coord.flush_acks()
+        wait_until(lambda: states(g2) == [("finished", "owner")] * 2, 5)
+        mc.close()

@@ -55,7 +55,7 @@ class Branch:
             body = {"branch": reg}
             if self.tx._timeout_ms is not None:
                 body["timeout_ms"] = self.tx._timeout_ms
-            begun = self.tx._request("POST", "/v1/transactions", body)
+            begun = self.tx._request("POST", "/v1/transactions", self.tx.coord.carried_acks(body))
             self.tx._gtid = begun["gtid"]
             r = begun["branch"]
         else:

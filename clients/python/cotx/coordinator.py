@@ -6,6 +6,8 @@ The top of the client: it builds on cotx._http (the transport) and cotx.transact
 """
 from __future__ import annotations
 
+import threading
+
 from ._http import _Http, _q
 from .errors import CotxError
 from .propagation import HEADER as GTID_HEADER
@@ -19,19 +21,66 @@ class Coordinator:
     several daemons of one deployment (`Coordinator([url1, url2, url3], token)`): requests go
     to the first, and to the others when it cannot be reached."""
 
+    # Acknowledgements held for the next begin at most (then sent on their own).
+    MAX_HELD_ACKS = 64
+
     def __init__(self, url: str | list[str], token: str | None = None, timeout: float = 10.0,
-                 decision_timeout: float = 120.0, cafile: str | None = None):
+                 decision_timeout: float = 120.0, cafile: str | None = None, carry_acks: bool = False):
+        """carry_acks=True: a committed transaction's "finished" acknowledgement is not a
+        request of its own but rides with the next begin (one request fewer per
+        transaction). A process that stops beginning transactions should call
+        flush_acks(); one that never does leaves the daemon to confirm those branches
+        itself after its owner grace period (nothing is lost either way)."""
         urls = [url] if isinstance(url, str) else list(url)
         if not urls:
             raise ValueError("at least one coordinator url is needed")
         self.http = _Http(urls[0], token, timeout, cafile)
         self.http.alternates = urls[1:]
         self.decision_timeout = decision_timeout
+        self.carry_acks = carry_acks
+        self._acks: list[dict] = []
+        self._acks_lock = threading.Lock()
+
+    # --- acknowledgements ------------------------------------------------------------
+    def acknowledge(self, gtid: str, outcome: str, branches: list[str], traceparent: str | None = None) -> None:
+        """Branches finished on their owner's sessions: held for the next begin
+        (carry_acks), else sent at once; nobody waits for the answer."""
+        if not branches:
+            return
+        if self.carry_acks:
+            with self._acks_lock:
+                self._acks.append({"gtid": gtid, "outcome": outcome, "branches": list(branches)})
+                full = len(self._acks) >= self.MAX_HELD_ACKS
+            if full:
+                self.flush_acks()
+            return
+        if len(branches) == 1:
+            self.http.send_nowait("POST", f"/v1/transactions/{_q(gtid)}/branches/{_q(branches[0])}/finished",
+                                  {"outcome": outcome}, traceparent=traceparent)
+        else:
+            self.http.send_nowait("POST", f"/v1/transactions/{_q(gtid)}/finished",
+                                  {"outcome": outcome, "branches": list(branches)}, traceparent=traceparent)
+
+    def carried_acks(self, body: dict) -> dict:
+        """`body` of a begin with the held acknowledgements added (they leave the queue)."""
+        with self._acks_lock:
+            if self._acks:
+                body = {**body, "finished": self._acks}
+                self._acks = []
+        return body
+
+    def flush_acks(self) -> None:
+        """Sends every held acknowledgement on its own request (not waited for)."""
+        with self._acks_lock:
+            held, self._acks = self._acks, []
+        for a in held:
+            self.http.send_nowait("POST", f"/v1/transactions/{_q(a['gtid'])}/finished",
+                                  {"outcome": a["outcome"], "branches": a["branches"]})
 
     # --- plain API calls -------------------------------------------------------------
     def begin(self, timeout_ms: int | None = None, traceparent: str | None = None) -> str:
         body = {"timeout_ms": timeout_ms} if timeout_ms is not None else {}
-        return self.http.request("POST", "/v1/transactions", body, traceparent=traceparent)["gtid"]
+        return self.http.request("POST", "/v1/transactions", self.carried_acks(body), traceparent=traceparent)["gtid"]
 
     def get(self, gtid: str) -> dict:
         return self.http.request("GET", f"/v1/transactions/{_q(gtid)}")

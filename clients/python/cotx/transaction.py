@@ -190,8 +190,7 @@ class Transaction:
 
     def _ack(self, b: Branch, outcome: str) -> None:
         # Nobody waits for an acknowledgement: if it is lost, recovery confirms the branch.
-        self._send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/branches/{_q(b.branch_id)}/finished",
-                                    {"outcome": outcome})
+        self.coord.acknowledge(self.gtid, outcome, [b.branch_id], traceparent=self.trace.header())
 
     # --- both -------------------------------------------------------------------------
     def prepare_all(self, report: bool = True, skip: Branch | None = None) -> list[str]:
@@ -282,8 +281,7 @@ class Transaction:
             if done:
                 # One acknowledgement for all of them; if it is lost, recovery confirms
                 # the branches when it finds them no longer prepared.
-                self._send_nowait("POST", f"/v1/transactions/{_q(self.gtid)}/finished",
-                                            {"outcome": "commit", "branches": done})
+                self.coord.acknowledge(self.gtid, "commit", done, traceparent=self.trace.header())
             return
         self._rollback_local()
         self._raise_abort()
