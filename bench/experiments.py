@@ -17,6 +17,10 @@ Experiments (--experiments, comma-separated):
             local; plus W=4 with the classic schema to compare
   autocommit MariaDB autocommit reads beside XA writers: 2pc, and co with
             mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
+  store     (not in the default) the decision store: micro default point in 2pc and co with
+            the SQLite store (one daemon) and the PostgreSQL store in its own instance shared
+            by 1 or 3 daemons (variants :pg1, :pg3); then the store alone (bench-store)
+            (bench/harness/decision_store.py)
 Every experiment starts with the quiet-machine check (refuses unless --force).
 
 Modes: local and 2pc run the daemon with enforcement = "none", co and dip with "engine",
@@ -39,7 +43,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import canonical, loadgen, refusal_breakdown, slices, slices_report
+from bench.harness import canonical, decision_store, loadgen, refusal_breakdown, slices, slices_report
 from bench.harness.core import Env, log, machine, read_csv
 from bench.micro import micro
 from bench.tpcc import tpcc
@@ -168,6 +172,9 @@ def estimate(a, exps) -> float:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
     if "autocommit" in exps:
         n += count(["2pc", "co:acr=OFF", "co:acr=ON"]) * (a.slices + 0.5)
+    if "store" in exps:
+        # Every slice restarts the daemons (the store changes); plus the store alone.
+        n += count(decision_store.MODES) * (a.slices + 0.5) * 1.5 + 1
     rewrites = 8 if {"micro", "levers"} & set(exps) else 0   # set_fillfactor: about 5 s each at N = 100000
     return n * (per + 1.0) / 60 + 1.5 + rewrites * 5 / 60
 
@@ -225,7 +232,7 @@ def main(argv=None) -> int:
             for f in att_dir.glob("*.jsonl"):
                 f.unlink()
         with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit", "daemon"} & set(exps):
+            if {"micro", "levers", "ro", "autocommit", "daemon", "store"} & set(exps):
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
@@ -282,6 +289,14 @@ def main(argv=None) -> int:
                 point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
                       a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other})
                 env.use_binary(None)
+            if "store" in exps:
+                # The decision store: SQLite (one daemon) vs PostgreSQL shared by 1 and 3
+                # daemons, each mode switched to its store before its slice.
+                set_fillfactor(env, 80)
+                point("store", "default", dflt, loadgen.micro_args(dflt), decision_store.MODES, a.clients,
+                      switch=decision_store.switch_hooks())
+                env.use_store("sqlite")
+                meta["store_alone"] = decision_store.store_alone(env, a.out, smoke=a.smoke)
             if "levers" in exps:
                 def lever(name, ff=80, modes=("2pc", "co"), extra=None):
                     # Every lever starts from the same physical layout (table rewritten, index
