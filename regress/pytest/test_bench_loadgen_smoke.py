@@ -3,7 +3,8 @@ mode of the microbenchmark and the TPC-C subset (classic and split warehouse row
 second on real servers, with the attempt log. No timing is asserted. Each mode must run
 under its enforcement: the daemon's /metrics and every branch registration say none for
 2pc, engine for co and dip, client for client (whose branches then wrote their slots in
-the daemon's shim tables, while 2pc's wrote none)."""
+the daemon's shim tables, while 2pc's wrote none). The experiment `store`'s switch: the
+PostgreSQL decision store shared by 3 daemons, the driver's clients spread over them."""
 import json
 
 import pytest
