@@ -29,6 +29,10 @@ Experiments (--experiments, comma-separated):
             parameter at a time, S = 2, 3, 5 branches, clients 1, 8, 32, 64, read-only share
             0, 50, 100 %: 2pc, co, local (bench/harness/scaling.py); PNGs per sweep
             (bench/harness/scaling_plots.py) into --plots-dir
+  store     (not in the default) the decision store: micro default point in 2pc and co with
+            the SQLite store (one daemon) and the PostgreSQL store in its own instance shared
+            by 1 or 3 daemons (variants :pg1, :pg3); then the store alone (bench-store)
+            (bench/harness/decision_store.py)
 Every experiment starts with the quiet-machine check (refuses unless --force).
 
 Modes: local and 2pc run the daemon with enforcement = "none", co and dip with "engine",
@@ -51,7 +55,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import canonical, jta, loadgen, refusal_breakdown, scaling, scaling_plots, slices, slices_report
+from bench.harness import canonical, decision_store, jta, loadgen, refusal_breakdown, scaling, scaling_plots, slices, slices_report
 from bench.harness.core import Env, log, machine, read_csv
 from bench.micro import micro
 from bench.tpcc import tpcc
@@ -193,6 +197,9 @@ def estimate(a, exps) -> float:
     if "scaling" in exps:
         # 64 clients open 128 sessions per slice: a few seconds more at those points.
         n += scaling.slices_count(count(scaling.MODES), a.slices) * 1.1
+    if "store" in exps:
+        # Every slice restarts the daemons (the store changes); plus the store alone.
+        n += count(decision_store.MODES) * (a.slices + 0.5) * 1.5 + 1
     rewrites = 8 if {"micro", "levers"} & set(exps) else 0
     rewrites += 1 if "scaling" in exps else 0   # set_fillfactor: about 5 s each at N = 100000
     return n * (per + 1.0) / 60 + 1.5 + rewrites * 5 / 60
@@ -260,7 +267,7 @@ def main(argv=None) -> int:
             for f in att_dir.glob("*.jsonl"):
                 f.unlink()
         with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit", "daemon", "coordinator", "narayana", "scaling"} & set(exps):
+            if {"micro", "levers", "ro", "autocommit", "daemon", "coordinator", "narayana", "scaling", "store"} & set(exps):
                 micro.load(env, rows_n)
             dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
 
@@ -340,6 +347,14 @@ def main(argv=None) -> int:
                 # the Rust driver through the daemon (the servers switched for the base).
                 set_fillfactor(env, 80)
                 point("narayana", "default", dflt, loadgen.micro_args(dflt), NARAYANA_MODES, a.clients)
+            if "store" in exps:
+                # The decision store: SQLite (one daemon) vs PostgreSQL shared by 1 and 3
+                # daemons, each mode switched to its store before its slice.
+                set_fillfactor(env, 80)
+                point("store", "default", dflt, loadgen.micro_args(dflt), decision_store.MODES, a.clients,
+                      switch=decision_store.switch_hooks())
+                env.use_store("sqlite")
+                meta["store_alone"] = decision_store.store_alone(env, a.out, smoke=a.smoke)
             if "levers" in exps:
                 def lever(name, ff=80, modes=("2pc", "co"), extra=None):
                     # Every lever starts from the same physical layout (table rewritten, index

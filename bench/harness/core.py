@@ -13,6 +13,12 @@ the coordinator daemon; every mode runs on the same servers and data, switched b
                         (`auto`, the daemon's default, would move a daemon whose servers
                         run with pg_co off to client mode at its next recovery pass: the
                         plain-2PC baseline would silently get shims.)
+The decision store (Env.use_store, the experiment `store`): "sqlite" (default) is one
+daemon with its SQLite file; "pg1" / "pg3" are 1 or 3 daemons (node ids benchpg0..2,
+their own ports, one token) sharing a PostgreSQL store in its own PostgreSQL instance,
+started at the first use (what a user of a replicated store runs: a cluster of its own,
+not a database beside the application's; on this 2-core machine it still competes for
+the same CPU, and its CPU is reported apart: cpu_snapshot's "store").
 run_point() runs the modes interleaved (order rotated each repetition), each run being
 CLIENTS worker processes that open their sessions, then warm up, then measure for a fixed
 duration (only transactions that end inside the window count).
@@ -52,6 +58,8 @@ PG_CONF = {
     "enable_seqscan": "off",
 }
 MY_OPTIONS = ["--innodb-log-file-size=256M"]
+# The PostgreSQL decision store's database and table in its own instance (Env.use_store).
+STORE_DB, STORE_TABLE = "cotx_store", "cotx_decisions"
 # The coordinator's documented production defaults (docs/coordinator.md), not the test ones.
 COORD_TIMEOUTS = {"transaction_ms": 30000, "owner_grace_ms": 2000, "recovery_interval_ms": 5000,
                   "retry_initial_ms": 100, "retry_max_ms": 10000, "retention_ms": 60000}
@@ -84,13 +92,21 @@ class Env:
         self.pg.sql("CREATE EXTENSION IF NOT EXISTS pg_co")
         self.coord_dir = tempfile.mkdtemp(prefix="cotx-bench-coord-")
         self.daemon = None
+        # The daemons running now (self.daemon is the first): one, or several sharing a
+        # PostgreSQL store; built from _pool (one Daemon per node id, so that a node keeps
+        # its directory and port across restarts) by store kind (use_store).
+        self.daemons: list = []
+        self._pool: dict = {}
+        self.store = "sqlite"
+        self.store_pg = None         # the PostgreSQL instance of the store, started at first use
         self.decisions = True
         self.enforcement = None      # what the running daemon was configured with
         self.mode = None
         self.start_daemon("none")    # servers as loaded: pg_co / mysql_co on, but nothing runs yet
 
     def close(self) -> None:
-        for f in ((self.daemon.stop if self.daemon else None), self.my.destroy, self.pg.destroy):
+        for f in [d.stop for d in self._pool.values()] + [self.my.destroy, self.pg.destroy] \
+                + ([self.store_pg.destroy] if self.store_pg else []):
             try:
                 if f:
                     f()
@@ -104,27 +120,28 @@ class Env:
         (mode dip) unless in client mode (the daemon refuses that pair: a decision resource
         needs pg_co) or the daemon does not know the setting (an older daemon: then it runs
         without it)."""
-        from cotx.daemon import Daemon
-        if self.daemon is not None:
-            self.daemon.stop()
+        for d in self.daemons:
+            d.stop()
         for decisions in ((True, False) if self.decisions and enforcement != "client" else (False,)):
             pg_res = {"name": "pg", "kind": "postgres", "dsn": self.pg.dsn, "pool_size": 2, "enforcement": enforcement}
             if decisions:
                 pg_res["decisions"] = True
             resources = [pg_res, {"name": "my", "kind": "mariadb", "dsn": self.my.dsn, "pool_size": 2,
                                   "enforcement": enforcement}]
-            if self.daemon is None:
-                self.daemon = Daemon(resources, timeouts=COORD_TIMEOUTS, node_id="bench", workdir=self.coord_dir)
-            else:
-                self.daemon.resources = resources
-                self.daemon.write_config()
+            self.daemons = self._store_daemons(resources)
+            self.daemon = self.daemons[0]
+            for d in self.daemons:
+                d.resources = resources
+                d.write_config()
             try:
-                self.daemon.start()
+                for d in self.daemons:
+                    d.start()
                 break
             except RuntimeError:
                 if not decisions:
                     raise
-                self.daemon.stop()
+                for d in self.daemons:
+                    d.stop()
                 self.decisions = False
         self.enforcement = enforcement
         want = {"pg": enforcement, "my": enforcement}
@@ -134,6 +151,60 @@ class Env:
                 raise RuntimeError(f"the daemon configured with enforcement = {enforcement!r} reports {got}:\n"
                                    + self.daemon.log_tail())
             time.sleep(0.1)
+
+    def _store_daemons(self, resources: list[dict]) -> list:
+        """The daemons of the current store kind, from the pool: "sqlite" one (node id
+        bench, its SQLite file in coord_dir), "pgN" N of them on the PostgreSQL store. One
+        token for all: the driver has one (--coord lists their URLs)."""
+        from cotx.daemon import Daemon
+        if self.store == "sqlite":
+            specs = [("bench", None, self.coord_dir)]
+        else:
+            store = {"kind": "postgres", "dsn": self.store_dsn(), "table": STORE_TABLE}
+            specs = [(f"benchpg{i}", store, os.path.join(self.coord_dir, f"benchpg{i}"))
+                     for i in range(int(self.store[2:]))]
+        out = []
+        for node, store, workdir in specs:
+            if node not in self._pool:
+                os.makedirs(workdir, exist_ok=True)
+                d = Daemon(resources, timeouts=COORD_TIMEOUTS, store=store, node_id=node, workdir=workdir)
+                if self._pool:
+                    d.token = next(iter(self._pool.values())).token
+                self._pool[node] = d
+            out.append(self._pool[node])
+        return out
+
+    def use_store(self, store: str) -> None:
+        """Runs the daemon(s) on `store` from now on: "sqlite" (one daemon, its SQLite
+        file), or "pg1" / "pg3" (1 or 3 daemons, distinct node ids and ports, sharing the
+        PostgreSQL store of its own instance), restarting them when it changes (with the
+        running enforcement; what the last slice left prepared is decided first)."""
+        assert store == "sqlite" or (store.startswith("pg") and store[2:].isdigit() and int(store[2:]) >= 1), store
+        if store == self.store:
+            return
+        self.leftovers()
+        if store != "sqlite" and self.store_pg is None:
+            self.start_store_server()
+        for d in self.daemons:
+            d.stop()
+        self.daemons = []
+        self.store = store
+        self.start_daemon(self.enforcement)
+
+    def start_store_server(self) -> None:
+        """The decision store's PostgreSQL instance: no pg_co, PostgreSQL's default
+        isolation (READ COMMITTED, as a store a user sets up), fsync as the benchmark's
+        servers."""
+        from cotest import PgServer
+        self.store_pg = PgServer(preload=False, fsync=self.fsync,
+                                 conf={"default_transaction_isolation": "'read committed'", "max_connections": 50})
+        self.store_pg.start()
+        self.store_pg.sql(f"CREATE DATABASE {STORE_DB}")
+        log(f"decision store: {self.store_pg.version} on port {self.store_pg.port}, database {STORE_DB}")
+
+    def store_dsn(self) -> str | None:
+        """The PostgreSQL store's DSN (None before its first use)."""
+        return self.store_pg.dsn.replace("dbname=postgres", f"dbname={STORE_DB}") if self.store_pg else None
 
     def use_binary(self, path: str | None) -> None:
         """Runs the daemon from `path` (None: the installed one) from now on, restarting it
@@ -149,9 +220,16 @@ class Env:
 
     def daemon_enforcement(self) -> dict[str, str]:
         """What the daemon's /metrics say of each resource: cotx_resource_enforcement
-        {resource, mode} = 1 (engine, client, none, unknown, refused)."""
-        req = urllib.request.Request(self.daemon.url + "/metrics",
-                                     headers={"Authorization": f"Bearer {self.daemon.token}"})
+        {resource, mode} = 1 (engine, client, none, unknown, refused). Several daemons:
+        what they all say, or the disagreement (which no mode wants)."""
+        seen = [self._enforcement_of(d) for d in self.daemons]
+        if all(x == seen[0] for x in seen):
+            return seen[0]
+        return {"error": "daemons disagree: " + "; ".join(f"{d.node_id} {x}" for d, x in zip(self.daemons, seen))}
+
+    def _enforcement_of(self, daemon) -> dict[str, str]:
+        req = urllib.request.Request(daemon.url + "/metrics",
+                                     headers={"Authorization": f"Bearer {daemon.token}"})
         out = {}
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
@@ -313,24 +391,34 @@ def _proc_cpu(pid: int, children: bool = False) -> float:
     return t / os.sysconf("SC_CLK_TCK")
 
 
+def _postgres_cpu(data: Path) -> float:
+    """A PostgreSQL instance's CPU seconds: postmaster + live processes (exited backends
+    are in the postmaster's children time)."""
+    pm = int((data / "postmaster.pid").read_text().split()[0])
+    total = _proc_cpu(pm, children=True)
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pm:
+                    total += _proc_cpu(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return total
+
+
 def cpu_snapshot(env: "Env") -> dict:
-    """CPU seconds used so far: PostgreSQL (postmaster + live processes; exited backends
-    are in the postmaster's children time), mariadbd, the coordinator daemon, and the
-    finished worker processes of this harness (RUSAGE_CHILDREN)."""
+    """CPU seconds used so far: PostgreSQL, mariadbd, the coordinator daemons (all of
+    them when several share a PostgreSQL store), the PostgreSQL store's instance ("store",
+    0 with SQLite: then the store's work is in the daemon's own CPU), and the finished
+    worker processes of this harness (RUSAGE_CHILDREN)."""
     import resource
-    out = {"pg": 0.0, "my": 0.0, "coord": 0.0, "clients": 0.0}
+    out = {"pg": 0.0, "my": 0.0, "coord": 0.0, "store": 0.0, "clients": 0.0}
     try:
-        pm = int((env.pg.data / "postmaster.pid").read_text().split()[0])
-        out["pg"] = _proc_cpu(pm, children=True)
-        for d in Path("/proc").iterdir():
-            if d.name.isdigit():
-                try:
-                    if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pm:
-                        out["pg"] += _proc_cpu(int(d.name))
-                except (OSError, IndexError, ValueError):
-                    pass
+        out["pg"] = _postgres_cpu(env.pg.data)
         out["my"] = _proc_cpu(int(env.my.pid_file.read_text().split()[0]))
-        out["coord"] = _proc_cpu(env.daemon.proc.pid)
+        out["coord"] = sum(_proc_cpu(d.proc.pid) for d in (getattr(env, "daemons", None) or [env.daemon]) if d.proc)
+        if getattr(env, "store_pg", None) is not None and env.store != "sqlite":
+            out["store"] = _postgres_cpu(env.store_pg.data)
     except (OSError, ValueError, AttributeError):
         pass
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -1,6 +1,7 @@
 """Runs the Rust load driver (bench/loadgen, installed as $COTX_CACHE/bin/cotx-loadgen by
 scripts/build-loadgen.sh) for one slice: one workload, one mode, a warm-up then a measured
-window. The driver prints an event line when its window opens and when it closes; the
+window (several daemons sharing a PostgreSQL store: --coord lists their URLs, client i
+talks to the i-th mod n). The driver prints an event line when its window opens and when it closes; the
 servers' CPU (PostgreSQL, mariadbd, the coordinator: core.cpu_snapshot) is sampled at
 exactly those moments, so CPU per committed transaction covers the same window as the
 commits it is divided by (the driver keeps its sessions open until the second sample is
@@ -60,7 +61,7 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
                           extra=extra)
     else:
         cmd = [str(binary()), "--mode", mode.partition(":")[0], "--pg", env.pg.dsn, "--my", env.my.dsn,
-               "--coord", env.daemon.url, "--clients", str(clients), "--warmup", str(warmup),
+               "--coord", ",".join(d.url for d in env.daemons), "--clients", str(clients), "--warmup", str(warmup),
                "--seconds", str(seconds), "--seed", str(seed), "--sync-stdin"] + workload_args + (extra or [])
         if attempt_log is not None:
             cmd += ["--attempt-log", str(attempt_log)]
@@ -99,7 +100,9 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
         return {"mode": mode, "error": f"no result from the driver (exit {proc.returncode}): {err[-500:]}"}
     if cpu0 and cpu1:
         commits = max(1, int(result.get("commits") or 0))
-        srv = {k: cpu1[k] - cpu0[k] for k in ("pg", "my", "coord")}
+        # The PostgreSQL store's instance counts as a server ("store", 0 with SQLite, whose
+        # work is in the daemon's CPU), so that server CPU per transaction compares the two.
+        srv = {k: cpu1.get(k, 0.0) - cpu0.get(k, 0.0) for k in ("pg", "my", "coord", "store")}
         drv = float(result.get("cpu_s") or 0.0)
         if jta.is_jta(mode):
             # Narayana is the coordinator here and runs inside the driver: its share of

@@ -102,7 +102,7 @@ def require_quiet(force: bool, label: str) -> dict:
 SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clients", "seconds", "commits",
                 "tps", "attempts", "aborts", "abort_rate", "reasons", "p50_ms", "p99_ms", "cpu_ms_pg",
                 "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver", "driver_cpu_share",
-                "server_cpu_util", "client_branches", "enforcement", "check", "errors", "started_utc"]
+                "server_cpu_util", "client_branches", "enforcement", "check", "errors", "started_utc", "cpu_ms_store"]
 
 
 def variant_log(attempt_log: Path | None, mode: str) -> Path | None:
@@ -182,7 +182,7 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
                    "client_branches": r.get("client_branches", 0), "enforcement": seen,
                    "check": chk, "errors": " | ".join(r.get("errors") or ([r["error"]] if r.get("error") else []))[:500],
                    "started_utc": started}
-            for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver",
+            for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_store", "cpu_ms_server", "cpu_ms_driver",
                       "driver_cpu_share", "server_cpu_util"):
                 row[k] = r.get(k)
             rows.append(row)
@@ -266,7 +266,8 @@ def verdict(m: float, lo: float, hi: float) -> str:
 SUMMARY_FIELDS = ["experiment", "point", "params", "mode", "slices", "tps_median", "tps_lo", "tps_hi",
                   "ratio", "ratio_lo", "ratio_hi", "ratio_verdict", "cpu_ms_server", "cpu_ratio", "cpu_ratio_lo",
                   "cpu_ratio_hi", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "driver_cpu_share", "abort_rate",
-                  "abort_ratio", "abort_ratio_lo", "abort_ratio_hi", "p50_ms", "p99_ms", "reasons", "checks", "errors"]
+                  "abort_ratio", "abort_ratio_lo", "abort_ratio_hi", "p50_ms", "p99_ms", "reasons", "checks", "errors",
+                  "cpu_ms_store"]
 
 
 def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
@@ -297,7 +298,7 @@ def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
                         "ratio_verdict": "baseline" if mode == base else verdict(*ratio),
                         "cpu_ms_server": med("cpu_ms_server"), "cpu_ratio": cpu[0], "cpu_ratio_lo": cpu[1],
                         "cpu_ratio_hi": cpu[2], "cpu_ms_pg": med("cpu_ms_pg"), "cpu_ms_my": med("cpu_ms_my"),
-                        "cpu_ms_coord": med("cpu_ms_coord"), "driver_cpu_share": med("driver_cpu_share"),
+                        "cpu_ms_coord": med("cpu_ms_coord"), "cpu_ms_store": med("cpu_ms_store"), "driver_cpu_share": med("driver_cpu_share"),
                         "abort_rate": ab / att if att else 0.0, "abort_ratio": abr[0], "abort_ratio_lo": abr[1],
                         "abort_ratio_hi": abr[2], "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                         "reasons": pool_reasons(ok),

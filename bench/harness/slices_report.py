@@ -40,7 +40,9 @@ def table(summary: list[dict], exp: str) -> str:
         reasons = cell(s["reasons"], 100)
         chk = "" if s.get("checks") in ("", "ok", None) else f" (checks: {s['checks']})"
         err = f" ({s['errors']} slices with errors)" if int(_f(s.get("errors")) or 0) else ""
-        cpu = (f"{_f(s['cpu_ms_server']):.2f} ({_f(s['cpu_ms_pg']):.2f}/{_f(s['cpu_ms_my']):.2f}/{_f(s['cpu_ms_coord']):.2f})")
+        cpu = (f"{_f(s['cpu_ms_server']):.2f} ({_f(s['cpu_ms_pg']):.2f}/{_f(s['cpu_ms_my']):.2f}/{_f(s['cpu_ms_coord']):.2f}"
+               # The PostgreSQL decision store's own instance (experiment store), when it ran.
+               + (f", store {_f(s.get('cpu_ms_store')):.2f}" if _f(s.get("cpu_ms_store")) > 0 else "") + ")")
         cpu_r = "1" if s["ratio_verdict"] == "baseline" else _ci(_f(s["cpu_ratio"]), _f(s["cpu_ratio_lo"]), _f(s["cpu_ratio_hi"]))
         lines.append(f"| {s['point']} | {s['mode']} | {_ci(_f(s['tps_median']), _f(s['tps_lo']), _f(s['tps_hi']), '{:.0f}')} | "
                      f"{_ratio_cell(s)} | {cpu} | {cpu_r} | {100 * _f(s['abort_rate']):.2f} % | {_abort_ratio_cell(s)} | "
@@ -196,10 +198,14 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
                                "acr = mysql_co_lock_autocommit_reads)"),
                 ("scaling", "Scaling study: S, clients, read-only share swept one at a time around S=2, 8 clients, "
                             "0 % (the point's clients as named; plots: scaling_S.png, scaling_clients.png, "
-                            "scaling_ro.png)")]
+                            "scaling_ro.png)"),
+                ("store", "Decision store, micro default point: SQLite (one daemon) vs the PostgreSQL store with "
+                          "1 and 3 daemons (mode:pgN; coord = all daemons, store = the store's instance)")]
     for exp, title in sections:
         if any(s["experiment"] == exp for s in summary):
             out += [f"### {title}", "", table(summary, exp), ""]
+    from .decision_store import markdown as store_alone_md
+    out += store_alone_md(meta.get("store_alone") or [])
     if breakdowns:
         out += ["### Refusal breakdown (bench/harness/refusal_breakdown.py on the attempt logs)", ""]
         for k, v in breakdowns.items():

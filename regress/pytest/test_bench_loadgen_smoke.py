@@ -3,7 +3,8 @@ mode of the microbenchmark and the TPC-C subset (classic and split warehouse row
 second on real servers, with the attempt log. No timing is asserted. Each mode must run
 under its enforcement: the daemon's /metrics and every branch registration say none for
 2pc, engine for co and dip, client for client (whose branches then wrote their slots in
-the daemon's shim tables, while 2pc's wrote none)."""
+the daemon's shim tables, while 2pc's wrote none). The experiment `store`'s switch: the
+PostgreSQL decision store shared by 3 daemons, the driver's clients spread over them."""
 import json
 
 import pytest
@@ -160,3 +161,31 @@ def test_run_all_smoke(tmp_path):
     md = (tmp_path / "RESULTS.md").read_text()
     assert "<!-- slices:generated:begin -->" in md and "| target | measured: median [95% CI] | met? |" in md
     assert (tmp_path / "attempts" / "micro_default.jsonl").stat().st_size > 0
+
+
+def test_pg_store_three_daemons(env):
+    """The experiment `store`'s switch: the PostgreSQL store in its own instance shared by
+    3 daemons, the driver's clients spread over them (--coord URL,URL,URL), every daemon
+    deciding into the one store; their CPU summed, the store's apart; then back to the
+    SQLite daemon."""
+    from bench.harness import loadgen
+    from bench.harness.core import STORE_DB, STORE_TABLE
+    from bench.micro import micro
+    micro.load(env, 500)
+    args = loadgen.micro_args(micro.parse_point("N=500"))
+    try:
+        env.set_mode("2pc")
+        env.use_store("pg3")
+        assert [d.node_id for d in env.daemons] == ["benchpg0", "benchpg1", "benchpg2"]
+        assert len({d.url for d in env.daemons}) == 3 and env.daemon_enforcement() == {"pg": "none", "my": "none"}
+        r = loadgen.run_slice(env, "2pc", args, clients=3, warmup=0.3, seconds=1.0)
+        assert not r.get("errors") and not r.get("error"), r
+        assert r["commits"] > 0 and r["cpu_ms_coord"] > 0 and r["cpu_ms_store"] > 0, r
+        nodes = {n for (n,) in env.store_pg.sql(f"SELECT DISTINCT node FROM {STORE_TABLE}", dbname=STORE_DB)}
+        assert nodes == {"benchpg0", "benchpg1", "benchpg2"}, nodes
+        assert env.leftovers() == (0, 0)
+    finally:
+        env.use_store("sqlite")
+    assert [d.node_id for d in env.daemons] == ["bench"]
+    r = loadgen.run_slice(env, "2pc", args, clients=2, warmup=0.2, seconds=0.5)
+    assert r["commits"] > 0 and r["cpu_ms_store"] == 0, r

@@ -62,6 +62,9 @@ pub struct Cfg {
     pub mode: Mode,
     pub pg_dsn: String,
     pub my_url: String,
+    /// One daemon URL, or several comma-separated (daemons sharing a PostgreSQL store):
+    /// client `wid` talks to URL `wid mod n` for all its transactions, so each daemon
+    /// owns (begins, decides, finishes) the transactions of its clients.
     pub coord_url: String,
     pub token: Option<String>,
     pub lock_timeout_ms: u64,
@@ -200,7 +203,7 @@ impl Client {
             };
             sess.insert(name.clone(), s);
         }
-        let http = if cfg.mode == Mode::Local { None } else { Some(Http::new(&cfg.coord_url, cfg.token.clone())?) };
+        let http = if cfg.mode == Mode::Local { None } else { Some(Http::new(coord_url(&cfg.coord_url, wid), cfg.token.clone())?) };
         Ok(Client { wid, cfg, sess, http, enforcement: BTreeMap::new(), unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None, acks: vec![] })
     }
 
@@ -656,5 +659,22 @@ async fn rollback_unprepared(sess: &mut Sess, b: &Branch) {
             let _ = sess.simple(&format!("XA END {}", b.xid)).await;
             let _ = sess.simple(&format!("XA ROLLBACK {}", b.xid)).await;
         }
+    }
+}
+
+/// The daemon URL of client `wid` in a comma-separated list (`Cfg::coord_url`); a single
+/// URL is every client's.
+pub fn coord_url(list: &str, wid: usize) -> &str {
+    let urls: Vec<&str> = list.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    if urls.is_empty() { list } else { urls[wid % urls.len()] }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn coord_url_round_robin() {
+        assert_eq!(super::coord_url("http://a:1", 5), "http://a:1");
+        let l = "http://a:1,http://b:2, http://c:3";
+        assert_eq!([0, 1, 2, 3].map(|w| super::coord_url(l, w)), ["http://a:1", "http://b:2", "http://c:3", "http://a:1"]);
     }
 }

@@ -20,7 +20,7 @@ use client::{Cfg, Client, Failure, Mode};
 use workload::{Micro, Rng, Sub, Tpcc, Workload};
 
 const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|client|dip
-  --pg DSN --my URL [--coord URL --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
+  --pg DSN --my URL [--coord URL[,URL...] --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
   [--lock-timeout-ms 2000] [--parallel-prepare] [--parallel-finish] [--attempt-log FILE]
   [--my-isolation repeatable-read|serializable: MariaDB branches' level; default REPEATABLE READ
    in mode 2pc, SERIALIZABLE otherwise]
@@ -32,6 +32,8 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0 --ro-share 0]
    --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
+--coord with several URLs (daemons sharing a PostgreSQL store, one token): client i talks
+to URL i mod n.
 Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
 Every branch registration must be answered with the mode's enforcement (the daemon's
 [[resources]] enforcement): 2pc none, co and dip engine, client client; otherwise the client

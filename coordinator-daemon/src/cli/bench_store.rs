@@ -1,11 +1,18 @@
 //! `cotx-coordinator bench-store`: decisions per second of the store alone.
+//!
+//! SQLite (`--path`): one store, `clients` concurrent writers. PostgreSQL (`--pg-dsn`):
+//! `writers` store handles on one shared table, each with its own connection, writer
+//! thread (group commit) and node id under a lease it claimed, as that many daemons
+//! sharing a replicated store would be; every decision is fenced by its node's grant as
+//! the daemon writes it (the lease row read FOR SHARE in the same transaction).
 
 use crate::config;
+use crate::naming;
 use crate::serve::open_store;
 use crate::state;
-use crate::store;
+use crate::store::{self, Claim, Decided, Token};
 
-/// Decisions/s of the store alone: `clients` concurrent writers, `n` decisions in total.
+/// Decisions/s of the SQLite store alone: `clients` concurrent writers, `n` decisions in total.
 pub fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
@@ -48,3 +55,86 @@ pub fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<
     })
 }
 
+/// The value at quantile `p` of sorted `xs` (linear interpolation, as the bench harness).
+fn quantile(xs: &[f64], p: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let k = (xs.len() - 1) as f64 * p;
+    let lo = k as usize;
+    let hi = (lo + 1).min(xs.len() - 1);
+    xs[lo] + (xs[hi] - xs[lo]) * (k - lo as f64)
+}
+
+/// Decisions/s and per-decision p50/p99 of the PostgreSQL store alone: `writers` store
+/// handles (distinct node ids, each under its own lease) on table `table` of `dsn`,
+/// `clients` concurrent decisions spread over them (client c writes through handle
+/// c mod writers), `n` decisions in total. The gtids carry a fresh epoch (the start time)
+/// so that runs on the same table never collide; the leases are released (and their
+/// node rows forgotten) at the end.
+pub fn bench_pg_store(dsn: &str, table: &str, n: usize, clients: usize, writers: usize, group: bool) -> Result<(), String> {
+    let writers = writers.max(1);
+    let clients = clients.max(writers);
+    let cfg = config::StoreConfig::Postgres { dsn: dsn.to_string(), table: table.to_string(), group_commit: group, max_batch: 1024, tls: None };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let nonce = state::unix_ms();
+        let holder = format!("bench-store-{}", std::process::id());
+        let mut stores = vec![];
+        for w in 0..writers {
+            let s = open_store(&cfg)?;
+            let node = format!("benchstore{w}");
+            // fence_expired: a node row left by a killed earlier run is taken over once expired.
+            let generation = match s.claim_node(&node, &holder, "http://127.0.0.1:0", 600_000, true).await? {
+                Claim::Granted(g) => g,
+                Claim::HeldBy(l) => return Err(format!("node {node} of table {table} is held by {l:?}: another bench-store running?")),
+            };
+            stores.push((s, node, Token { holder: holder.clone(), generation }));
+        }
+        let t0 = std::time::Instant::now();
+        let mut hs = vec![];
+        for c in 0..clients {
+            let (s, node, token) = stores[c % writers].clone();
+            let per = n / clients + usize::from(c < n % clients);
+            hs.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per);
+                for i in 0..per {
+                    let rec = store::DecisionRecord {
+                        // Sequence numbers distinct per client within the node's epoch.
+                        gtid: naming::new_gtid(&node, nonce, ((c as u64) << 32) | i as u64),
+                        outcome: state::Outcome::Commit,
+                        branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
+                        decided_unix_ms: state::unix_ms(),
+                        node: node.clone(),
+                        source: "bench".into(),
+                    };
+                    let t = std::time::Instant::now();
+                    match s.decide(rec, Some(token.clone())).await? {
+                        Decided::Outcome(state::Outcome::Commit) => {}
+                        other => return Err(format!("decision not written as commit: {other:?}")),
+                    }
+                    lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                Ok::<Vec<f64>, String>(lat)
+            }));
+        }
+        let mut lat = Vec::with_capacity(n);
+        for h in hs {
+            lat.extend(h.await.map_err(|e| e.to_string())??);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let batches: u64 = stores.iter().map(|(s, _, _)| s.stats.batches.load(std::sync::atomic::Ordering::Relaxed)).sum();
+        for (s, node, _) in &stores {
+            let _ = s.release_node(node, &holder, true).await;
+        }
+        println!(
+            "{{\"store\": \"postgres\", \"writers\": {writers}, \"group_commit\": {group}, \"decisions\": {n}, \"clients\": {clients}, \"seconds\": {secs:.3}, \"decisions_per_s\": {:.0}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \"syncs\": {batches}, \"decisions_per_sync\": {:.1}}}",
+            n as f64 / secs,
+            quantile(&lat, 0.5),
+            quantile(&lat, 0.99),
+            n as f64 / batches.max(1) as f64
+        );
+        Ok(())
+    })
+}

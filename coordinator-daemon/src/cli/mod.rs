@@ -111,10 +111,20 @@ enum Cmd {
     /// every daemon stopped: seal the copy's epochs, so a commit recorded after the copy
     /// was taken is never presumed aborted (docs/ops.md, "Backup and restore").
     MarkRestored(ConfigArg),
-    /// Decisions/s of the SQLite store alone.
+    /// Decisions/s of the store alone: SQLite (--path) or PostgreSQL (--pg-dsn, with
+    /// --writers store handles of distinct node ids, as that many daemons sharing it).
     BenchStore {
-        #[arg(long, value_name = "FILE")]
-        path: String,
+        #[arg(long, value_name = "FILE", required_unless_present = "pg_dsn", conflicts_with = "pg_dsn")]
+        path: Option<String>,
+        /// A PostgreSQL store's DSN (its database must exist; the table is made if missing).
+        #[arg(long, value_name = "DSN")]
+        pg_dsn: Option<String>,
+        /// The PostgreSQL store's table (a scratch one: the bench's records stay in it).
+        #[arg(long, default_value = "cotx_bench_decisions", requires = "pg_dsn")]
+        table: String,
+        /// PostgreSQL: store handles writing concurrently, one node id and lease each.
+        #[arg(long, default_value_t = 1, requires = "pg_dsn")]
+        writers: usize,
         #[arg(long, default_value_t = 20000)]
         n: usize,
         #[arg(long, default_value_t = 64)]
@@ -191,7 +201,11 @@ pub fn main() {
         }
         Cmd::Audit(c) => client::audit(&target(&c)),
         Cmd::MarkRestored(c) => serve::mark_restored(&load_config(&c)),
-        Cmd::BenchStore { path, n, clients, no_group_commit } => bench_store::bench_store(&path, n, clients, !no_group_commit),
+        Cmd::BenchStore { path, pg_dsn, table, writers, n, clients, no_group_commit } => match (path, pg_dsn) {
+            (_, Some(dsn)) => bench_store::bench_pg_store(&dsn, &table, n, clients, writers, !no_group_commit),
+            (Some(path), None) => bench_store::bench_store(&path, n, clients, !no_group_commit),
+            (None, None) => Err("bench-store needs --path FILE (SQLite) or --pg-dsn DSN (PostgreSQL)".into()),
+        },
     };
     if let Err(e) = r {
         eprintln!("error: {e}");
