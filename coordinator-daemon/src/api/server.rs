@@ -34,6 +34,7 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
         None => route(c.clone(), req).await,
         Some(sp) => tracing::Instrument::instrument(route(c.clone(), req), sp.clone()).await,
     };
+    c.metrics.requests.fetch_add(1, Relaxed);
     let (status, resp) = match r {
         Ok((status, resp)) => (status, resp.unwrap_or_else(|v| reply(status, &v))),
         Err(e) => {

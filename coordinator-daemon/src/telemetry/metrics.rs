@@ -28,6 +28,8 @@ pub struct Metrics {
     pub decided_in_participant: AtomicU64,
     pub timeouts: AtomicU64,
     pub refused_requests: AtomicU64,
+    /// Every API request answered (the requests per transaction of a workload).
+    pub requests: AtomicU64,
     pub recovery_commit: AtomicU64,
     pub recovery_rollback: AtomicU64,
     pub recovery_runs: AtomicU64,
@@ -78,6 +80,7 @@ impl Metrics {
             counter("cotx_decided_in_participant", "Commits handed to a decision branch (co.decide).", v(&self.decided_in_participant)),
             counter("cotx_timeouts", "Transactions aborted by timeout.", v(&self.timeouts)),
             counter("cotx_refused_requests", "API requests refused with a 4xx.", v(&self.refused_requests)),
+            counter("cotx_requests", "API requests answered.", v(&self.requests)),
             labelled("cotx_recovery_actions", "Branches finished by recovery or completion.", MetricType::Counter, "action",
                 count(&[
                     ("recovery_commit", &self.recovery_commit),
