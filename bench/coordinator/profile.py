@@ -101,22 +101,26 @@ def main() -> None:
         out = {"mode": a.mode, "calls": a.calls, "daemon": a.daemon or "installed", "clients": a.clients}
 
         def slice_with(cmd):
-            w = windowed(env, warm + 0.5, a.seconds, cmd + ["-p", str(env.daemon.proc.pid)])
+            w = windowed(env, warm + 0.5, a.seconds, cmd if cmd[0] == "sleep" else cmd + ["-p", str(env.daemon.proc.pid)])
             r = loadgen.run_slice(env, a.mode, wargs, clients=a.clients, warmup=warm, seconds=a.seconds + 1.0)
             w["thread"].join()
             if r.get("error"):
                 raise SystemExit(f"the slice failed: {r['error']}")
             return w, r
 
-        w, r = slice_with(["perf", "stat", "-e", "task-clock,context-switches,cpu-migrations,probe_libc:malloc"])
+        # CPU and the daemon's counters with nothing attached (the malloc uprobe and strace
+        # cost the daemon CPU of their own).
+        w, r = slice_with(["sleep", str(a.seconds)])
         d = w["d"]
         n = max(1.0, d["commits"])
-        pc = perf_counts(w["out"])
         out.update(tx_per_s=round(r.get("tps", 0.0), 1), commits=int(d["commits"]),
                    daemon_cpu_ms_per_tx=round(w["cpu_s"] * 1000 / n, 3),
                    requests_per_tx=round(d["requests"] / n, 2), store_syncs_per_tx=round(d["store_batches"] / n, 3),
-                   store_ops_per_tx=round(d["store_ops"] / n, 2),
-                   context_switches_per_tx=round(pc.get("context-switches", 0) / n, 2),
+                   store_ops_per_tx=round(d["store_ops"] / n, 2))
+        w, r = slice_with(["perf", "stat", "-e", "task-clock,context-switches,cpu-migrations,probe_libc:malloc"])
+        n = max(1.0, w["d"]["commits"])
+        pc = perf_counts(w["out"])
+        out.update(context_switches_per_tx=round(pc.get("context-switches", 0) / n, 2),
                    mallocs_per_tx=round(pc.get("probe_libc:malloc", 0) / n, 1))
         w, _ = slice_with(["strace", "-c", "-f"])
         n = max(1.0, w["d"]["commits"])

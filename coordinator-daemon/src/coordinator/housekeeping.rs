@@ -47,7 +47,11 @@ fn watch_store(c: &Parts) {
 pub fn tick(c: &Arc<Parts>) {
     watch_store(c);
     let retention = Duration::from_millis(c.cfg.timeouts.retention_ms);
-    for g in c.registry.expire(Instant::now(), retention) {
+    let now = Instant::now();
+    if c.registry.sweep_due(now) {
+        c.registry.sweep(now, retention);
+    }
+    for g in c.registry.time_out(now) {
         c.metrics.timeouts.fetch_add(1, Relaxed);
         c.metrics.aborted.fetch_add(1, Relaxed);
         log("info", "transaction timed out; aborted", json!({"gtid": g}));
