@@ -581,8 +581,10 @@ impl Client {
         }
         br[d].state = BState::Done;
         let others: Vec<usize> = (0..br.len()).filter(|&i| i != d).collect();
-        let mut done = self.finish_commit(g, br, &others).await;
-        done.push(dbid);
+        // The decision branch first: a daemon that checks the list in order (before this
+        // one did not) refuses the others' commit while the transaction is still deciding.
+        let mut done = vec![dbid];
+        done.extend(self.finish_commit(g, br, &others).await);
         self.ack(g, "commit", done).await;
         Ok(())
     }

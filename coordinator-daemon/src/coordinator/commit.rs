@@ -193,7 +193,10 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
     let decided_here = answers::on(c, gtid, |e| {
         let mut next = e.tx.clone();
         let was = next.state;
-        for bid in bids {
+        // The decision branch first, wherever the list names it: its outcome is the
+        // decision the other branches' acknowledgements are checked against.
+        let decider = next.decide_in.clone().filter(|d| was == TxState::Deciding && bids.contains(d));
+        for bid in decider.iter().chain(bids.iter().filter(|b| Some(*b) != decider.as_ref())) {
             next.finish(bid, outcome, FinishedBy::Owner)?;
         }
         e.tx = next;

@@ -242,11 +242,16 @@ pub(crate) mod tests {
     }
 
     pub(crate) async fn coord_with(name: &str, enforcement: &str) -> Arc<Coordinator> {
+        coord_src(name, enforcement, "").await
+    }
+
+    /// `resource_extra`: more lines of the resource's table (e.g. `decisions = true`).
+    pub(crate) async fn coord_src(name: &str, enforcement: &str, resource_extra: &str) -> Arc<Coordinator> {
         let d = std::env::temp_dir().join(format!("cotx-coord-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let src = format!(
-            "allow_no_auth = true\nnode_id = \"u1\"\n[store]\nkind = \"sqlite\"\npath = \"{}\"\n[[resources]]\nname = \"pg\"\nkind = \"postgres\"\ndsn = \"host=127.0.0.1 port=1 user=x connect_timeout=1\"\nenforcement = \"{enforcement}\"\n",
+            "allow_no_auth = true\nnode_id = \"u1\"\n[store]\nkind = \"sqlite\"\npath = \"{}\"\n[[resources]]\nname = \"pg\"\nkind = \"postgres\"\ndsn = \"host=127.0.0.1 port=1 user=x connect_timeout=1\"\nenforcement = \"{enforcement}\"\n{resource_extra}",
             d.join("s.db").display()
         );
         let cfg = crate::config::parse(&src, None).unwrap();
@@ -295,6 +300,21 @@ pub(crate) mod tests {
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
             assert_eq!(c.resources_report().resources[0].enforcement.mode, "unknown");
         }
+    }
+
+    /// Decision in a participant: one acknowledgement for every branch, the decision
+    /// branch named anywhere in it (the others are checked against its outcome).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_acknowledgement_finishes_a_decision_in_a_participant_whatever_its_order() {
+        let c = coord_src("dip-ack", "none", "decisions = true\n").await;
+        let two = [("pg".to_string(), "b0".to_string()), ("pg".to_string(), "b1".to_string())];
+        let g = c.begin_with_branches(None, &two).await.unwrap().gtid;
+        let d = c.commit_decide_in(&g, &["b0".to_string()], "b1").await.unwrap();
+        assert_eq!(wire::to_json(&d)["decision"], "in_participant");
+        c.finished_many(&g, &["b0".to_string(), "b1".to_string()], Outcome::Commit).await.unwrap();
+        let t = wire::to_json(&c.get(&g).await.unwrap());
+        assert_eq!(t["state"], "committed", "{t}");
+        assert!(t["branches"].as_array().unwrap().iter().all(|b| b["state"] == "finished" && b["finished_by"] == "owner"), "{t}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
