@@ -27,6 +27,7 @@ pub mod begin;
 pub mod commit;
 pub mod completion;
 pub mod decisions;
+pub mod expiry;
 pub mod holds;
 pub mod housekeeping;
 pub mod operator;

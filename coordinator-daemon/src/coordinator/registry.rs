@@ -99,19 +99,15 @@ pub struct Registry {
     /// A bound on the undecided transactions without walking the map (every begin would
     /// walk the whole map under its lock once retention keeps `max_active` entries): how
     /// many were undecided at the last `expire` walk, plus every insert since.
-    undecided_bound: std::sync::atomic::AtomicUsize,
-    /// Every undecided transaction's deadline, soonest first (entries of transactions
+    pub(super) undecided_bound: std::sync::atomic::AtomicUsize,
+    /// (expiry.rs) Every undecided transaction's deadline, soonest first (entries of transactions
     /// decided or gone since are skipped when they come up): timeouts without a walk of
     /// the map at every tick.
-    deadlines: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
+    pub(super) deadlines: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
     /// When the retention sweep (a walk of the whole map) last ran.
-    last_sweep: Mutex<Option<Instant>>,
+    pub(super) last_sweep: Mutex<Option<Instant>>,
 }
 
-/// How often the retention sweep walks the map: retention is measured in seconds, and at
-/// every 50 ms tick the walk of tens of thousands of retained entries was a measured 4 %
-/// of the daemon's CPU under load (bench/RESULTS.md).
-pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Registry {
     /// Runs `f` on the gtid's entry and publishes its decision after.
@@ -294,60 +290,6 @@ impl Registry {
 
     /// Aborts the active transactions past their deadline (returned), and drops the
     /// finished ones older than the retention.
-    /// Times out and sweeps (`time_out`, then `sweep`).
-    pub fn expire(&self, now: Instant, retention: Duration) -> Vec<String> {
-        let timed_out = self.time_out(now);
-        self.sweep(now, retention);
-        timed_out
-    }
-
-    /// Aborts every active transaction past its deadline (the tick's); returns their gtids.
-    pub fn time_out(&self, now: Instant) -> Vec<String> {
-        let mut timed_out = vec![];
-        let mut txs = self.txs.lock().unwrap();
-        let mut due = self.deadlines.lock().unwrap();
-        while due.peek().is_some_and(|Reverse((d, _))| *d <= now) {
-            let Reverse((_, gtid)) = due.pop().expect("peeked");
-            if let Some(e) = txs.get_mut(&gtid) {
-                if e.tx.state == TxState::Active && now >= e.tx.deadline {
-                    e.tx.abort("timeout: not decided in time".into(), true);
-                    e.publish();
-                    timed_out.push(gtid);
-                }
-            }
-        }
-        timed_out
-    }
-
-    /// Whether the retention sweep is due (at most once per SWEEP_EVERY); marks it run.
-    pub fn sweep_due(&self, now: Instant) -> bool {
-        let mut last = self.last_sweep.lock().unwrap();
-        if last.is_some_and(|t| now.saturating_duration_since(t) < SWEEP_EVERY) {
-            return false;
-        }
-        *last = Some(now);
-        true
-    }
-
-    /// Drops what retention no longer keeps, and counts the undecided (the cap's bound).
-    pub fn sweep(&self, now: Instant, retention: Duration) {
-        let mut txs = self.txs.lock().unwrap();
-        let mut undecided = 0;
-        txs.retain(|_, e| {
-            let old = e.tx.decided.map(|d| now.saturating_duration_since(d) >= retention).unwrap_or(false);
-            let keep = match e.tx.state {
-                TxState::Committed => !(old && e.tx.all_finished() && !e.completing),
-                TxState::Aborted => !(old && !e.tx.in_doubt() && !e.completing),
-                TxState::OnePhase => now < e.tx.deadline + retention,
-                _ => true,
-            };
-            undecided += usize::from(keep && e.tx.is_undecided());
-            keep
-        });
-        // Under the lock: no insert falls between the walk and the reset.
-        self.undecided_bound.store(undecided, Relaxed);
-    }
-
     /// Undecided transactions (the "active set"): their prepared branches are left alone.
     pub fn active_set(&self) -> HashSet<String> {
         self.txs.lock().unwrap().values().filter(|e| e.tx.is_undecided()).map(|e| e.tx.gtid.clone()).collect()
