@@ -347,3 +347,22 @@ def test_acknowledgements_carried_by_the_next_begin(pg, mariadb):
         coord.flush_acks()
         wait_until(lambda: states(g2) == [("finished", "owner")] * 2, 5)
         mc.close()
+
+
+def test_a_refused_begin_applies_no_acknowledgement(pg, mariadb):
+    """Every check of a begin comes before any effect: a begin refused for its branches
+    leaves the acknowledgements it carried unapplied."""
+    d = make_daemon(pg, mariadb, timeouts={"transaction_ms": 10000, "owner_grace_ms": 60000})
+    with d:
+        h = Coordinator(d.url, d.token).http
+        g = h.request("POST", "/v1/transactions", {"branches": [{"resource": "pg", "branch_id": "b1"}]})["gtid"]
+        assert h.request("POST", f"/v1/transactions/{g}/commit", {"prepared": ["b1"]})["decision"] == "commit"
+        ack = [{"gtid": g, "outcome": "commit", "branches": ["b1"]}]
+        both = {"branch": {"resource": "pg", "branch_id": "x"}, "branches": [{"resource": "pg", "branch_id": "y"}]}
+        for bad in (both, {"branches": []}):
+            with pytest.raises(CoordinatorError) as e:
+                h.request("POST", "/v1/transactions", {**bad, "finished": ack})
+            assert e.value.code == "invalid_field"
+            assert [b["state"] for b in h.request("GET", f"/v1/transactions/{g}")["branches"]] == ["prepared"]
+        h.request("POST", "/v1/transactions", {"finished": ack})
+        assert [b["state"] for b in h.request("GET", f"/v1/transactions/{g}")["branches"]] == ["finished"]

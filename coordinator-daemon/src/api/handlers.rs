@@ -48,6 +48,14 @@ pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: BeginRequest = parse(&r.body)?;
+    // Every check before any effect: a refused request changes nothing, acknowledgements
+    // included.
+    if b.branch.is_some() && b.branches.is_some() {
+        return refuse(RefusalCode::InvalidField, "branch and branches exclude each other");
+    }
+    if b.branches.as_ref().is_some_and(|all| all.is_empty() || all.len() > 1000) {
+        return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches");
+    }
     if let Some(acks) = &b.finished {
         if acks.len() > 1000 {
             return refuse(RefusalCode::InvalidField, "finished lists at most 1000 acknowledgements");
@@ -58,13 +66,9 @@ pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
         }
     }
     match (b.branch, b.branches) {
-        (Some(_), Some(_)) => refuse(RefusalCode::InvalidField, "branch and branches exclude each other"),
         (None, None) => created(c.begin(b.timeout_ms)?),
-        (Some(br), None) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
+        (Some(br), _) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
         (None, Some(all)) => {
-            if all.is_empty() || all.len() > 1000 {
-                return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches");
-            }
             let all: Vec<(String, String)> = all.into_iter().map(|b| (b.resource, b.branch_id)).collect();
             created(c.begin_with_branches(b.timeout_ms, &all).await?)
         }
