@@ -16,7 +16,9 @@ use super::registry::Registry;
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Registry {
-    /// Times out and sweeps (`time_out`, then `sweep`).
+    /// Times out and sweeps (`time_out`, then `sweep`): the unit tests' one call (the
+    /// tick sweeps only when due).
+    #[cfg(test)]
     pub fn expire(&self, now: Instant, retention: Duration) -> Vec<String> {
         let timed_out = self.time_out(now);
         self.sweep(now, retention);
