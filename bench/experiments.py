@@ -19,7 +19,9 @@ Experiments (--experiments, comma-separated):
             mysql_co_lock_autocommit_reads OFF and ON (variants interleaved like modes)
   coordinator  what the coordinator costs: the micro default point in modes local, 2pc, co,
             dip, and 2pc:per-step, co:per-step (the driver's calls as before batching: a
-            request per branch and per acknowledgement); with --other-daemon also 2pc:other,
+            request per branch and per acknowledgement), and 2pc:inproc, co:inproc,
+            dip:inproc (the coordinator in the driver's process, its CPU booked as the
+            coordinator's); with --other-daemon also 2pc:other,
             co:other (that build, driven per step); not in the default set
   narayana  the micro default point through Narayana's in-process JTA transaction manager
             (the Java driver clients/java io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
@@ -66,7 +68,10 @@ MICRO_MODES = ["2pc", "2pc:ser", "co", "dip", "client", "local"]
 RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
-COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step"]
+COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc"]
+# The coordinator in the driver's process (bench/loadgen --coord inproc:CONFIG), its config
+# written by the mode switch with the mode's enforcement (core.Env.in_process_config).
+IN_PROCESS = ["--coord", "inproc:" + "{in_process_config}"]
 # The driver's calls as before batching: a request per branch and per acknowledgement.
 PER_STEP = ["--calls", "per-step"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
@@ -338,8 +343,12 @@ def main(argv=None) -> int:
                 if a.other_daemon:
                     other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
                     switch.update({"2pc:other": other, "co:other": other})
+                in_process = [m for m in modes if m.endswith(":inproc")]
+                switch.update({m: lambda env: (env.use_binary(None), env.in_process_config()) for m in in_process})
+                extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
+                extra.update({m: [x.format(in_process_config=env.in_process_path) for x in IN_PROCESS] for m in in_process})
                 point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
-                      extra={m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))})
+                      extra=extra)
                 env.use_binary(None)
             if "narayana" in exps:
                 # The same point, tables and servers for both transaction managers, slice by

@@ -218,6 +218,21 @@ class Env:
             os.environ["COTX_COORDINATOR_BIN"] = path
         self.start_daemon(self.enforcement)
 
+    @property
+    def in_process_path(self) -> str:
+        """The config of the coordinator in the driver's process (--coord inproc:PATH)."""
+        return os.path.join(self.coord_dir, "inproc", "coordinator.toml")
+
+    def in_process_config(self) -> str:
+        """Writes the in-process coordinator's config: the running daemon's resources (so
+        the mode's enforcement) and timeouts, with a node id and a SQLite store of its own
+        (a node is owned by one coordinator at a time; the daemon keeps its own)."""
+        from cotx.daemon import Daemon
+        workdir = os.path.dirname(self.in_process_path)
+        os.makedirs(workdir, exist_ok=True)
+        Daemon(self.daemon.resources, timeouts=COORD_TIMEOUTS, node_id="benchinproc", workdir=workdir)  # writes it
+        return self.in_process_path
+
     def daemon_enforcement(self) -> dict[str, str]:
         """What the daemon's /metrics say of each resource: cotx_resource_enforcement
         {resource, mode} = 1 (engine, client, none, unknown, refused). Several daemons:

@@ -104,9 +104,10 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
         # work is in the daemon's CPU), so that server CPU per transaction compares the two.
         srv = {k: cpu1.get(k, 0.0) - cpu0.get(k, 0.0) for k in ("pg", "my", "coord", "store")}
         drv = float(result.get("cpu_s") or 0.0)
-        if jta.is_jta(mode):
-            # Narayana is the coordinator here and runs inside the driver: its share of
-            # the driver's CPU is booked as the coordinator's (the idle daemon's is kept).
+        if jta.is_jta(mode) or result.get("coordinator") == "in-process":
+            # Narayana, or our coordinator in the driver's process (--coord inproc:...),
+            # is the coordinator here and runs inside the driver: its share of the
+            # driver's CPU is booked as the coordinator's (the idle daemon's is kept).
             tm = min(drv, jta.tm_cpu_s(result))
             srv["coord"] += tm
             drv -= tm

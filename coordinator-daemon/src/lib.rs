@@ -7,6 +7,7 @@ pub mod config;
 pub mod coordinator;
 pub mod dbtls;
 pub mod ha;
+pub mod in_process;
 pub mod naming;
 pub mod participants;
 pub mod refusal;

@@ -1,6 +1,7 @@
 //! `serve`: the daemon's start-up order (store → witness → node lease → resource locks →
 //! records → recovery, ticks and the API) and its stop; opening the decision store.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api;
@@ -49,11 +50,6 @@ pub fn mark_restored(cfg: &config::Config) -> Result<(), String> {
 pub fn serve(cfg: config::Config) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     rt.block_on(async move {
-        let nonce = coordinator::Coordinator::new_nonce();
-        let store = match open_store(&cfg.store) {
-            Ok(s) => s,
-            Err(e) => die(&format!("cannot open the decision store: {e}")),
-        };
         let tls = match cfg.tls.as_ref().map(api::tls_acceptor).transpose() {
             Ok(t) => t,
             Err(e) => die(&format!("cannot set up TLS: {e}")),
@@ -62,54 +58,11 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
             Ok(l) => l,
             Err(e) => die(&format!("cannot listen on {}: {e}", cfg.listen)),
         };
-        let c = match coordinator::Coordinator::new(cfg, store, Some(nonce)) {
+        let c = match start(cfg).await {
             Ok(c) => c,
             Err(e) => die(&e),
         };
-        // A store that went back to an older copy is not acted on (crate::ha::witness).
-        if let Err(e) = lease::check_witness(c.parts()).await {
-            die(&format!("refusing to start: {e}"));
-        }
-        // Own the node id (store lease, then the lock at every resource) before anything else.
-        if let Err(e) = lease::claim_at_start(c.parts()).await {
-            die(&format!("cannot own node {}: {e}", c.cfg.node_id));
-        }
-        if let Err(e) = lease::check_witness(c.parts()).await {
-            die(&format!("refusing to start: {e}"));
-        }
-        if let Err(e) = lease::lock_resources_at_start(c.parts()).await {
-            die(&format!("cannot own node {}: {e}", c.cfg.node_id));
-        }
-        match c.store.load().await {
-            Ok(l) => {
-                for q in &l.corrupt {
-                    c.quarantine(q);
-                }
-                let n = c.adopt_records(&l.records);
-                tracing::info!(records = n, quarantined = l.corrupt.len(), "decisions loaded");
-            }
-            Err(e) => die(&format!("cannot read the decision store: {e}")),
-        }
         tracing::info!(addr = %c.cfg.listen, node_id = %c.cfg.node_id, holder = %c.holder(), advertise_url = %c.cfg.advertise_url, "listening");
-        if let Some(e) = &c.cfg.telemetry.otlp_endpoint {
-            otlp::start(e, &c.cfg.node_id);
-        }
-        lease::spawn_renewal(c.parts().clone());
-        // Recovery at start, then periodically.
-        let rc = c.parts().clone();
-        tokio::spawn(async move {
-            loop {
-                recovery::run_pass(&rc).await;
-                tokio::time::sleep(Duration::from_millis(rc.cfg.timeouts.recovery_interval_ms)).await;
-            }
-        });
-        let tc = c.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                tc.tick();
-            }
-        });
         let server = tokio::spawn(api::serve(c.clone(), listener, tls));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
         tokio::select! {
@@ -117,15 +70,59 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
             _ = tokio::signal::ctrl_c() => {}
             _ = server => {}
         }
-        // Every acknowledged decision is already durable: stopping needs no flush. The lease
-        // is marked expired: a restart owns the node at once, and whatever is still in
-        // doubt is taken over by another daemon meanwhile.
-        // Client mode: helpers of branches that no longer need them go now (the others
-        // stay for recovery: their branches may still commit).
-        let _ = tokio::time::timeout(Duration::from_secs(5), c.release_settled_holds()).await;
-        let _ = c.store.release_node(&c.cfg.node_id, c.holder(), false).await;
-        tracing::info!("stopping");
+        stop(&c).await;
     });
     std::process::exit(0);
 }
 
+/// Everything the daemon does before it serves, in its order, and the tasks that run
+/// beside the API (lease renewal, recovery passes, the tick): the daemon and the
+/// coordinator in a caller's process (crate::in_process) start the same way.
+pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>, String> {
+    let nonce = coordinator::Coordinator::new_nonce();
+    let store = open_store(&cfg.store).map_err(|e| format!("cannot open the decision store: {e}"))?;
+    let c = coordinator::Coordinator::new(cfg, store, Some(nonce))?;
+    // A store that went back to an older copy is not acted on (crate::ha::witness).
+    lease::check_witness(c.parts()).await.map_err(|e| format!("refusing to start: {e}"))?;
+    // Own the node id (store lease, then the lock at every resource) before anything else.
+    lease::claim_at_start(c.parts()).await.map_err(|e| format!("cannot own node {}: {e}", c.cfg.node_id))?;
+    lease::check_witness(c.parts()).await.map_err(|e| format!("refusing to start: {e}"))?;
+    lease::lock_resources_at_start(c.parts()).await.map_err(|e| format!("cannot own node {}: {e}", c.cfg.node_id))?;
+    let l = c.store.load().await.map_err(|e| format!("cannot read the decision store: {e}"))?;
+    for q in &l.corrupt {
+        c.quarantine(q);
+    }
+    let n = c.adopt_records(&l.records);
+    tracing::info!(records = n, quarantined = l.corrupt.len(), "decisions loaded");
+    if let Some(e) = &c.cfg.telemetry.otlp_endpoint {
+        otlp::start(e, &c.cfg.node_id);
+    }
+    lease::spawn_renewal(c.parts().clone());
+    // Recovery at start, then periodically.
+    let rc = c.parts().clone();
+    tokio::spawn(async move {
+        loop {
+            recovery::run_pass(&rc).await;
+            tokio::time::sleep(Duration::from_millis(rc.cfg.timeouts.recovery_interval_ms)).await;
+        }
+    });
+    let tc = c.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tc.tick();
+        }
+    });
+    Ok(c)
+}
+
+/// The orderly stop. Every acknowledged decision is already durable: stopping needs no
+/// flush. The lease is marked expired: a restart owns the node at once, and whatever is
+/// still in doubt is taken over by another daemon meanwhile. Client mode: helpers of
+/// branches that no longer need them go now (the others stay for recovery: their branches
+/// may still commit).
+pub async fn stop(c: &coordinator::Coordinator) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.release_settled_holds()).await;
+    let _ = c.store.release_node(&c.cfg.node_id, c.holder(), false).await;
+    tracing::info!("stopping");
+}

@@ -189,3 +189,101 @@ def test_pg_store_three_daemons(env):
     assert [d.node_id for d in env.daemons] == ["bench"]
     r = loadgen.run_slice(env, "2pc", args, clients=2, warmup=0.2, seconds=0.5)
     assert r["commits"] > 0 and r["cpu_ms_store"] == 0, r
+
+
+def test_in_process_coordinator(env, tmp_path):
+    """--coord inproc:CONFIG: the coordinator runs in the driver's process (the daemon's
+    own crate, coordinator_daemon::in_process) on a node and SQLite store of its own; every
+    mode with a coordinator commits through it, its decisions land in its store (not the
+    daemon's), its CPU is reported apart and booked as the coordinator's. A config that
+    cannot be read is refused by name before anything starts."""
+    import sqlite3
+    import subprocess
+    from bench.harness import loadgen
+    from bench.micro import micro
+    micro.load(env, 500)
+    args = loadgen.micro_args(micro.parse_point("N=500"))
+    for mode in ("2pc", "co", "dip"):
+        env.set_mode(mode)
+        path = env.in_process_config()
+        r = loadgen.run_slice(env, mode, args, clients=3, warmup=0.3, seconds=1.0, extra=["--coord", "inproc:" + path])
+        assert not r.get("errors") and not r.get("error"), r
+        if mode == "dip" and r.get("skipped"):
+            continue
+        assert r["commits"] > 0 and r["coordinator"] == "in-process", r
+        assert r["cpu_tm_s"] > 0 and r["cpu_tm_calls_s"] > 0 and r["cpu_ms_coord"] > 0, r
+        assert env.leftovers() == (0, 0)
+    with sqlite3.connect(f"file:{env.in_process_path.replace('coordinator.toml', 'decisions.db')}?mode=ro", uri=True) as c:
+        assert c.execute("SELECT count(*) FROM decisions WHERE node = 'benchinproc'").fetchone()[0] > 0
+    bad = subprocess.run([str(loadgen.binary()), "--mode", "co", "--pg", env.pg.dsn, "--my", env.my.dsn,
+                          "--coord", f"inproc:{tmp_path}/missing.toml", "--seconds", "1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and f"{tmp_path}/missing.toml" in bad.stderr and "did not start" in bad.stderr, bad.stderr
+
+
+def test_in_process_coordinator_killed_then_a_daemon_finishes_its_branches(env, tmp_path):
+    """kill -9 of a process with the coordinator in it, stopped while branches are
+    prepared: a daemon started on the same config takes the node over once the dead
+    process's lease has run out, and finishes every prepared branch from the store: those
+    of a transaction with a commit record committed, the others rolled back (presumed
+    abort), nothing left prepared."""
+    import json
+    import signal
+    import sqlite3
+    import subprocess
+    import time
+    from cotx.daemon import Daemon
+    from bench.harness import loadgen
+    from bench.harness.core import COORD_TIMEOUTS
+    from bench.micro import micro
+    micro.load(env, 500)
+    env.set_mode("co")
+    lease = {"ttl_ms": 1500, "renew_ms": 300}
+    timeouts = dict(COORD_TIMEOUTS, recovery_interval_ms=500)
+    cfg = Daemon(env.daemon.resources, timeouts=timeouts, node_id="inprockill", workdir=str(tmp_path), lease=lease)
+    cmd = [str(loadgen.binary()), "--mode", "co", "--pg", env.pg.dsn, "--my", env.my.dsn, "--coord", f"inproc:{cfg.config}",
+           "--clients", "4", "--warmup", "0", "--seconds", "120"] + loadgen.micro_args(micro.parse_point("N=500"))
+    def snapshot():
+        """The gtids of the prepared branches (one per branch), and the store's commits."""
+        pg = [g.split(":")[1] for (g,) in env.pg.sql("SELECT gid FROM pg_prepared_xacts")]
+        my = [bytes(x[3])[:int(x[1])].decode() if isinstance(x[3], (bytes, bytearray)) else str(x[3])[:int(x[1])]
+              for x in env.my.sql("XA RECOVER")]
+        with sqlite3.connect(f"file:{tmp_path / 'decisions.db'}?mode=ro", uri=True) as c:
+            committed = {g for (g,) in c.execute("SELECT gtid FROM decisions WHERE outcome = 'commit'")}
+        return pg + my, committed
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # Stopped again and again until it is caught with a decided transaction's branch
+        # still prepared (between the decision and COMMIT PREPARED): the harder case.
+        deadline = time.time() + 60
+        time.sleep(1.0)
+        while True:
+            proc.send_signal(signal.SIGSTOP)
+            branches, committed = snapshot()
+            if any(g in committed for g in branches) or time.time() > deadline:
+                break
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    branches, committed = snapshot()
+    assert any(g in committed for g in branches), f"never caught a decided branch still prepared: {branches}"
+    want_commit = sum(1 for g in branches if g in committed)
+    d = Daemon(env.daemon.resources, timeouts=timeouts, node_id="inprockill", workdir=str(tmp_path), lease=lease)
+    assert d.config == cfg.config
+    d.start()
+    try:
+        assert env.leftovers() == (0, 0), d.log_tail()
+        done = {"committed": 0, "rolled_back": 0}
+        for line in d.log_file.read_text().splitlines():
+            x = json.loads(line) if line.startswith("{") else {}
+            if x.get("fields", x).get("message", x.get("msg")) == "recovery pass" or "recovery pass" in line:
+                f = {**x, **x.get("fields", {})}
+                done["committed"] += int(f.get("committed", 0))
+                done["rolled_back"] += int(f.get("rolled_back", 0))
+        assert done == {"committed": want_commit, "rolled_back": len(branches) - want_commit}, (done, branches, d.log_tail())
+    finally:
+        d.stop()

@@ -8,6 +8,7 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 
 use crate::db::{DbError, MySession, PgSession};
+use crate::coord::Coord;
 use crate::http::{CoordError, Http};
 use crate::workload::{Db, Op, Sub, P};
 
@@ -77,6 +78,8 @@ pub struct Cfg {
     /// the next begin (two requests per transaction instead of S + 2); otherwise the
     /// per-step protocol that any daemon version understands.
     pub batched: bool,
+    /// `--coord inproc:CONFIG`: the coordinator in this process, shared by every client.
+    pub in_process: Option<coordinator_daemon::in_process::InProcess>,
 }
 
 /// Acknowledgements held for the next begin at most (then sent on their own).
@@ -177,7 +180,7 @@ pub struct Client {
     pub wid: usize,
     cfg: Arc<Cfg>,
     sess: HashMap<String, Sess>,
-    http: Option<Http>,
+    http: Option<Coord>,
     /// Branch registrations by "resource:enforcement" as the coordinator answered them.
     pub enforcement: BTreeMap<String, u64>,
     /// Branches of committed transactions that could not be finished on their session.
@@ -203,7 +206,11 @@ impl Client {
             };
             sess.insert(name.clone(), s);
         }
-        let http = if cfg.mode == Mode::Local { None } else { Some(Http::new(coord_url(&cfg.coord_url, wid), cfg.token.clone())?) };
+        let http = match &cfg.in_process {
+            _ if cfg.mode == Mode::Local => None,
+            Some(c) => Some(Coord::InProcess(c.clone())),
+            None => Some(Coord::Http(Http::new(coord_url(&cfg.coord_url, wid), cfg.token.clone())?)),
+        };
         Ok(Client { wid, cfg, sess, http, enforcement: BTreeMap::new(), unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None, acks: vec![] })
     }
 

@@ -5,6 +5,7 @@
 //! Usage: see `--help`; bench/harness/loadgen.py runs it.
 
 mod client;
+mod coord;
 mod db;
 mod http;
 mod workload;
@@ -33,7 +34,8 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
    --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
 --coord with several URLs (daemons sharing a PostgreSQL store, one token): client i talks
-to URL i mod n.
+to URL i mod n. --coord inproc:CONFIG: the coordinator in this process, started from a daemon
+config of its own (node_id, store); its CPU is reported apart as cpu_tm_s.
 Prints {\"event\":\"measure_start\"}, {\"event\":\"measure_end\"}, then one result line.
 Every branch registration must be answered with the mode's enforcement (the daemon's
 [[resources]] enforcement): 2pc none, co and dip engine, client client; otherwise the client
@@ -285,17 +287,30 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     };
+    let coord_url = a.s("coord", "http://127.0.0.1:7420");
+    let in_process = match coord_url.strip_prefix("inproc:") {
+        Some(_) if mode == Mode::Local => None,
+        Some(path) => match coordinator_daemon::in_process::InProcess::start(path).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("--coord {coord_url}: the coordinator in this process did not start: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     let cfg = Arc::new(Cfg {
         mode,
         pg_dsn: a.s("pg", "host=127.0.0.1 user=postgres dbname=postgres"),
         my_url: a.s("my", "mysql://root@127.0.0.1:3306/test"),
-        coord_url: a.s("coord", "http://127.0.0.1:7420"),
+        coord_url,
         token: a.0.get("token").cloned().or_else(|| std::env::var("COTX_TOKEN").ok()),
         lock_timeout_ms: a.f("lock-timeout-ms", 2000.0) as u64,
         parallel_prepare: a.flag("parallel-prepare"),
         parallel_finish: a.flag("parallel-finish"),
         my_isolation,
         batched,
+        in_process,
     });
     let clients = a.f("clients", 8.0) as usize;
     let warmup = a.f("warmup", 1.0);
@@ -345,10 +360,10 @@ async fn run(a: Args) -> i32 {
         handles.push(tokio::spawn(client_loop(c, wl.clone(), mode, mode_name.clone(), s, t_measure, t_end, want_log)));
     }
     tokio::time::sleep_until(t_measure.into()).await;
-    let cpu0 = cpu_self();
+    let (cpu0, tm0) = (cpu_self(), coord::in_process_cpu_s());
     emit(&json!({"event": "measure_start"}));
     tokio::time::sleep_until(t_end.into()).await;
-    let cpu1 = cpu_self();
+    let (cpu1, tm1) = (cpu_self(), coord::in_process_cpu_s());
     emit(&json!({"event": "measure_end"}));
     let mut all = Stats::default();
     let mut errors = vec![];
@@ -385,6 +400,10 @@ async fn run(a: Args) -> i32 {
         .await;
     }
     drop(keep);
+    if let Some(c) = &cfg.in_process {
+        // The node's lease released: the next driver on this config owns it at once.
+        c.stop().await;
+    }
     if let Some(path) = a.0.get("attempt-log") {
         if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
             let mut w = std::io::BufWriter::new(f);
@@ -409,6 +428,14 @@ async fn run(a: Args) -> i32 {
     v["p99_ms"] = json!(percentile(&mut all.lat_ms, 0.99));
     v["cpu_s"] = json!(cpu1 - cpu0);
     v["cpu_s_total"] = json!(cpu_self());
+    if cfg.in_process.is_some() {
+        // The in-process coordinator's share of cpu_s (the harness books it as the
+        // coordinator's, as it does for Narayana in the Java driver).
+        v["cpu_tm_s"] = json!((tm1.0 + tm1.1) - (tm0.0 + tm0.1));
+        v["cpu_tm_calls_s"] = json!(tm1.0 - tm0.0);
+        v["cpu_tm_store_s"] = json!(tm1.1 - tm0.1);
+        v["coordinator"] = json!("in-process");
+    }
     // Branch registrations by "resource:enforcement" (warm-up included), and how many of
     // them ran in client mode (each wrote its shim slot; on PostgreSQL each had a helper).
     v["client_branches"] = json!(all.enforcement.iter().filter(|(k, _)| k.ends_with(":client")).map(|(_, n)| n).sum::<u64>());

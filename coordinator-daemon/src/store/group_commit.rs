@@ -42,6 +42,10 @@ impl StoreStats {
     }
 }
 
+/// The writer thread's name: what a profile or /proc/<pid>/task shows, and how the load
+/// driver finds the in-process coordinator's store thread to count its CPU.
+pub const STORE_THREAD: &str = "decision-store";
+
 /// Front of the store: cheap to clone, usable from async code.
 #[derive(Clone)]
 pub struct Store {
@@ -67,7 +71,7 @@ impl Store {
         let stats = Arc::new(StoreStats::default());
         let st = stats.clone();
         std::thread::Builder::new()
-            .name("decision-store".into())
+            .name(STORE_THREAD.into())
             .spawn(move || match open() {
                 Ok(mut log) => {
                     let _ = ready_tx.send(Ok(()));

@@ -14,7 +14,7 @@ pub mod postgres;
 mod record;
 pub mod sqlite;
 
-pub use group_commit::{Store, StoreStats};
+pub use group_commit::{Store, StoreStats, STORE_THREAD};
 pub use record::{
     branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, CorruptRecord, DecisionRecord, Loaded, Stored,
 };
