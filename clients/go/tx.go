@@ -156,6 +156,7 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 		if t.timeoutMs > 0 {
 			body["timeout_ms"] = t.timeoutMs
 		}
+		t.coord.carryAcks(body)
 		var begun struct {
 			GTID   string     `json:"gtid"`
 			Branch registered `json:"branch"`
@@ -488,13 +489,17 @@ func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
 	if err := b.commitOnePhase(); err != nil {
 		b.rollbackUnprepared()
 		b.state = stRolledBack
-		b.ack("abort")
+		if !t.coord.holdAck(ctx, t.gtid, "abort", []string{b.ID}) {
+			b.ack("abort")
+		}
 		t.Outcome = "abort"
 		retry := IsRetryableDBError(err)
 		return true, &AbortedError{GTID: t.gtid, Reason: b.Resource + ": commit refused: " + describeDBError(err), Retryable: retry, Refused: retry, Err: err}
 	}
 	b.state = stFinished
-	b.ack("commit")
+	if !t.coord.holdAck(ctx, t.gtid, "commit", []string{b.ID}) {
+		b.ack("commit")
+	}
 	t.Outcome = "commit"
 	return true, nil
 }
@@ -610,7 +615,7 @@ func (t *Tx) finishAll(ctx context.Context, decision string) error {
 			}
 			done = append(done, b.ID)
 		}
-		if len(done) > 0 {
+		if len(done) > 0 && !t.coord.holdAck(ctx, t.gtid, "commit", done) {
 			// One acknowledgement for all; recovery confirms the branches if it is lost.
 			_ = t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/finished",
 				map[string]interface{}{"outcome": "commit", "branches": done}, nil, 0)
