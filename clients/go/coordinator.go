@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,6 +25,78 @@ type Coordinator struct {
 	// DecisionTimeout bounds the wait for the root's decision (default 120 s); after it a
 	// participant gets OutcomeUnknownError and its branches stay prepared.
 	DecisionTimeout time.Duration
+	// CarryAcks (default off; set before use): a committed transaction's "finished"
+	// acknowledgement is not a request of its own but is held and sent with the next
+	// begin (`finished` in POST /v1/transactions): one request fewer per transaction. At
+	// most MaxHeldAcks are held; then they are sent on their own. A process that stops
+	// beginning transactions should call FlushAcks; one that never does leaves the daemon
+	// to confirm those branches itself after its owner grace period (the outcome is
+	// durable and the branches completed: nothing is lost, the daemon does more work).
+	CarryAcks bool
+
+	acksMu sync.Mutex
+	acks   []finishedAck
+}
+
+// MaxHeldAcks bounds the acknowledgements held for the next begin (CarryAcks).
+const MaxHeldAcks = 64
+
+// finishedAck is one transaction's acknowledgement: its branches finished on their
+// owner's sessions with outcome ("commit" or "abort").
+type finishedAck struct {
+	GTID     string   `json:"gtid"`
+	Outcome  string   `json:"outcome"`
+	Branches []string `json:"branches"`
+}
+
+// holdAck keeps an acknowledgement for the next begin when CarryAcks is on (false: it is
+// off, the caller sends the acknowledgement itself). The MaxHeldAcks-th is sent at once
+// with the others held, on their own requests.
+func (c *Coordinator) holdAck(ctx context.Context, gtid, outcome string, branches []string) bool {
+	if !c.CarryAcks {
+		return false
+	}
+	if len(branches) == 0 {
+		return true
+	}
+	c.acksMu.Lock()
+	c.acks = append(c.acks, finishedAck{GTID: gtid, Outcome: outcome, Branches: append([]string(nil), branches...)})
+	full := len(c.acks) >= MaxHeldAcks
+	c.acksMu.Unlock()
+	if full {
+		_ = c.FlushAcks(ctx)
+	}
+	return true
+}
+
+// carryAcks adds the held acknowledgements to a begin's body (they leave the queue: if
+// the begin is lost, the daemon confirms those branches after its owner grace period).
+func (c *Coordinator) carryAcks(body map[string]interface{}) {
+	c.acksMu.Lock()
+	defer c.acksMu.Unlock()
+	if len(c.acks) > 0 {
+		body["finished"] = c.acks
+		c.acks = nil
+	}
+}
+
+// FlushAcks sends every held acknowledgement (CarryAcks) on its own request,
+// POST /v1/transactions/{gtid}/finished, and returns the first error. One that is lost
+// is not retried: the daemon confirms those branches after its owner grace period.
+func (c *Coordinator) FlushAcks(ctx context.Context) error {
+	c.acksMu.Lock()
+	held := c.acks
+	c.acks = nil
+	c.acksMu.Unlock()
+	var first error
+	for _, a := range held {
+		err := c.do(ctx, "POST", "/v1/transactions/"+q(a.GTID)+"/finished",
+			map[string]interface{}{"outcome": a.Outcome, "branches": a.Branches}, nil, 0)
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // New: New("http://127.0.0.1:7420", token).
@@ -149,6 +222,7 @@ func (c *Coordinator) Begin(ctx context.Context, timeoutMs int) (string, error) 
 	if timeoutMs > 0 {
 		body["timeout_ms"] = timeoutMs
 	}
+	c.carryAcks(body)
 	var r struct {
 		GTID string `json:"gtid"`
 	}

@@ -53,6 +53,12 @@ func freePort() (int, error) {
 type resource struct{ name, kind, dsn, enforcement string }
 
 func startDaemon(resources []resource) (*daemon, error) {
+	return startDaemonAs(resources, "g1", 2000)
+}
+
+// startDaemonAs: node id node (another daemon's branches on the same servers are left
+// alone by each), owner grace period ownerGraceMs.
+func startDaemonAs(resources []resource, node string, ownerGraceMs int) (*daemon, error) {
 	bin, err := daemonBinary()
 	if err != nil {
 		return nil, err
@@ -69,8 +75,9 @@ func startDaemon(resources []resource) (*daemon, error) {
 	_, _ = rand.Read(tok)
 	d := &daemon{dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d", port), token: hex.EncodeToString(tok)}
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "node_id = \"g1\"\nlisten = \"127.0.0.1:%d\"\ntoken = %q\n\n[timeouts]\n", port, d.token)
-	cfg.WriteString("transaction_ms = 30000\nowner_grace_ms = 2000\nrecovery_interval_ms = 500\nretry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
+	fmt.Fprintf(&cfg, "node_id = %q\nlisten = \"127.0.0.1:%d\"\ntoken = %q\n\n[timeouts]\n", node, port, d.token)
+	fmt.Fprintf(&cfg, "transaction_ms = 30000\nowner_grace_ms = %d\n", ownerGraceMs)
+	cfg.WriteString("recovery_interval_ms = 500\nretry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
 	fmt.Fprintf(&cfg, "\n[store]\nkind = \"sqlite\"\npath = %q\n", filepath.Join(dir, "decisions.db"))
 	for _, r := range resources {
 		fmt.Fprintf(&cfg, "\n[[resources]]\nname = %q\nkind = %q\ndsn = %q\npool_size = 2\n", r.name, r.kind, r.dsn)

@@ -38,6 +38,10 @@
 // mysql_co, a serialization failure, deadlock or lock timeout, a retryable abort such as
 // a timeout) satisfy IsRetryable.
 //
+// Fewer requests (opt-in): with Coordinator.CarryAcks a committed transaction's
+// acknowledgement rides with the next begin instead of a request of its own (FlushAcks
+// sends what is held); Tx.Branches registers every branch with the begin in one request.
+//
 // Every request of a transaction carries a W3C traceparent: the context's
 // (WithTraceparent, Middleware) or one trace id per transaction (Tx.TraceID). A `421
 // wrong_node` answer (another daemon of the deployment owns the gtid) is followed to the

@@ -139,23 +139,18 @@ type registered struct {
 // session is set to SERIALIZABLE and read back before XA START.
 func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, branchID string, opts ...BranchOption) (*Branch, error) {
 	ctx = t.traced(ctx)
-	if branchID == "" {
-		branchID = shorten(resource, 24) + "-" + randomHex(8)
+	b, err := t.newBranch(BranchSpec{Conn: conn, Kind: kind, Resource: resource, ID: branchID, Options: opts})
+	if err != nil {
+		return nil, err
 	}
-	b := &Branch{tx: t, Conn: conn, Kind: kind, Resource: resource, ID: branchID, Isolation: Serializable}
-	for _, o := range opts {
-		o(b)
-	}
-	if b.Isolation != Serializable && b.Isolation != RepeatableRead && b.Isolation != ReadCommitted {
-		return nil, fmt.Errorf("cotx: unsupported isolation level %q", b.Isolation)
-	}
-	reg := map[string]string{"resource": resource, "branch_id": branchID}
+	reg := map[string]string{"resource": b.Resource, "branch_id": b.ID}
 	var r registered
 	if t.gtid == "" {
 		body := map[string]interface{}{"branch": reg}
 		if t.timeoutMs > 0 {
 			body["timeout_ms"] = t.timeoutMs
 		}
+		t.coord.carryAcks(body)
 		var begun struct {
 			GTID   string     `json:"gtid"`
 			Branch registered `json:"branch"`
@@ -167,16 +162,109 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 	} else if err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/branches", reg, &r, 0); err != nil {
 		return nil, err
 	}
-	if Kind(r.Kind) != kind {
+	if err := b.opened(ctx, r); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// BranchSpec is one branch for Tx.Branches: the arguments of Tx.Branch.
+type BranchSpec struct {
+	Conn     *sql.Conn
+	Kind     Kind
+	Resource string
+	ID       string // "" = a random one
+	Options  []BranchOption
+}
+
+// Branches is Branch for several branches known up front, in order. A transaction not
+// begun yet is begun with all of them registered in the same request (`branches` in
+// POST /v1/transactions: one request instead of one per branch; all or nothing: a
+// refused registration leaves no branch registered and the transaction aborted or never
+// begun). A transaction already begun registers them one by one, as Branch does. The
+// branches are then opened in order; if one cannot be, the error is returned with the
+// branches opened before it (in the transaction, as after as many Branch calls), and the
+// global transaction is aborted.
+func (t *Tx) Branches(ctx context.Context, specs ...BranchSpec) ([]*Branch, error) {
+	ctx = t.traced(ctx)
+	if t.gtid != "" || len(specs) == 0 {
+		var out []*Branch
+		for _, s := range specs {
+			b, err := t.Branch(ctx, s.Conn, s.Kind, s.Resource, s.ID, s.Options...)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, b)
+		}
+		return out, nil
+	}
+	all := make([]*Branch, len(specs))
+	regs := make([]map[string]string, len(specs))
+	for i, s := range specs {
+		b, err := t.newBranch(s)
+		if err != nil {
+			return nil, err
+		}
+		all[i], regs[i] = b, map[string]string{"resource": b.Resource, "branch_id": b.ID}
+	}
+	body := map[string]interface{}{"branches": regs}
+	if t.timeoutMs > 0 {
+		body["timeout_ms"] = t.timeoutMs
+	}
+	t.coord.carryAcks(body)
+	var begun struct {
+		GTID     string       `json:"gtid"`
+		Branches []registered `json:"branches"`
+	}
+	if err := t.coord.do(ctx, "POST", "/v1/transactions", body, &begun, 0); err != nil {
+		return nil, err
+	}
+	if len(begun.Branches) != len(all) {
+		t.gtid = begun.GTID
+		_ = t.coord.Abort(ctx, t.gtid, "registration answer without every branch")
+		t.Outcome = "abort"
+		return nil, fmt.Errorf("cotx: the coordinator answered %d registrations for %d branches", len(begun.Branches), len(all))
+	}
+	t.gtid = begun.GTID
+	var out []*Branch
+	for i, b := range all {
+		if err := b.opened(ctx, begun.Branches[i]); err != nil {
+			return out, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// newBranch: a branch of t as spec describes it, not registered yet.
+func (t *Tx) newBranch(s BranchSpec) (*Branch, error) {
+	id := s.ID
+	if id == "" {
+		id = shorten(s.Resource, 24) + "-" + randomHex(8)
+	}
+	b := &Branch{tx: t, Conn: s.Conn, Kind: s.Kind, Resource: s.Resource, ID: id, Isolation: Serializable}
+	for _, o := range s.Options {
+		o(b)
+	}
+	if b.Isolation != Serializable && b.Isolation != RepeatableRead && b.Isolation != ReadCommitted {
+		return nil, fmt.Errorf("cotx: unsupported isolation level %q", b.Isolation)
+	}
+	return b, nil
+}
+
+// opened: a registered branch (its answer r) is checked and opened, then joins the
+// transaction; if it cannot be, the coordinator is told (the global transaction aborts).
+func (b *Branch) opened(ctx context.Context, r registered) error {
+	if Kind(r.Kind) != b.Kind {
 		b.reportFailed(ctx, "resource kind mismatch", false)
-		return nil, fmt.Errorf("cotx: resource %q is %s at the coordinator but the branch is %s", resource, r.Kind, kind)
+		return fmt.Errorf("cotx: resource %q is %s at the coordinator but the branch is %s", b.Resource, r.Kind, b.Kind)
 	}
 	if err := b.open(ctx, r); err != nil {
 		b.reportFailed(ctx, "begin failed: "+err.Error(), false)
-		return nil, fmt.Errorf("cotx: opening branch %s: %w", branchID, err)
+		return fmt.Errorf("cotx: opening branch %s: %w", b.ID, err)
 	}
-	t.branches = append(t.branches, b)
-	return b, nil
+	b.tx.branches = append(b.tx.branches, b)
+	return nil
 }
 
 // open: the enforcement from the registration's answer r, then BEGIN / XA START.
@@ -488,13 +576,17 @@ func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
 	if err := b.commitOnePhase(); err != nil {
 		b.rollbackUnprepared()
 		b.state = stRolledBack
-		b.ack("abort")
+		if !t.coord.holdAck(ctx, t.gtid, "abort", []string{b.ID}) {
+			b.ack("abort")
+		}
 		t.Outcome = "abort"
 		retry := IsRetryableDBError(err)
 		return true, &AbortedError{GTID: t.gtid, Reason: b.Resource + ": commit refused: " + describeDBError(err), Retryable: retry, Refused: retry, Err: err}
 	}
 	b.state = stFinished
-	b.ack("commit")
+	if !t.coord.holdAck(ctx, t.gtid, "commit", []string{b.ID}) {
+		b.ack("commit")
+	}
 	t.Outcome = "commit"
 	return true, nil
 }
@@ -610,7 +702,7 @@ func (t *Tx) finishAll(ctx context.Context, decision string) error {
 			}
 			done = append(done, b.ID)
 		}
-		if len(done) > 0 {
+		if len(done) > 0 && !t.coord.holdAck(ctx, t.gtid, "commit", done) {
 			// One acknowledgement for all; recovery confirms the branches if it is lost.
 			_ = t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/finished",
 				map[string]interface{}{"outcome": "commit", "branches": done}, nil, 0)
