@@ -136,7 +136,8 @@ pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], b
     })
     .await?;
     c.metrics.decided_in_participant.fetch_add(1, Relaxed);
-    decisions::spawn_resolution(c, gtid);
+    // Silent past the grace period: the tick reads the decision from the resource.
+    c.registry.grace_until(gtid, Instant::now() + Duration::from_millis(c.cfg.timeouts.owner_grace_ms));
     Ok(Decision { branch_id: Some(bid.to_string()), ..Decision::new(gtid, wire::Decided::InParticipant) })
 }
 

@@ -107,13 +107,13 @@ pub fn decision_resources(c: &Parts) -> Vec<String> {
     decision_resources_of(&c.cfg.resources)
 }
 
-/// After the owners' grace period, a transaction still deciding is resolved at its
-/// decision branch's resource; retried with backoff until that resource answers.
+/// After the owners' grace period (the tick finds it over: Registry::grace_over), a
+/// transaction still deciding is resolved at its decision branch's resource; retried with
+/// backoff until that resource answers.
 pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
     let me = c.clone();
     let gtid = gtid.to_string();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(me.cfg.timeouts.owner_grace_ms)).await;
         let mut delay = me.cfg.timeouts.retry_initial_ms;
         loop {
             let res = {

@@ -1,5 +1,6 @@
 //! Expiry of the registry's transactions: timeouts of undecided ones from a deadline heap
-//! (no walk of the map at every tick), and the retention sweep, once a second, that drops
+//! (no walk of the map at every tick), the end of the owner's grace period of those
+//! deciding in a participant (another heap), and the retention sweep, once a second, that drops
 //! what retention no longer keeps and refreshes the bound on undecided transactions that
 //! `Registry::insert_capped` checks the cap against.
 
@@ -43,6 +44,26 @@ impl Registry {
         timed_out
     }
 
+    /// Waits for the owner of a transaction deciding in a participant until `until`.
+    pub fn grace_until(&self, gtid: &str, until: Instant) {
+        self.graces.lock().unwrap().push(Reverse((until, gtid.to_string())));
+    }
+
+    /// The transactions still deciding in a participant whose owner's grace period is
+    /// over (the tick's): their decision is then read from the decision branch's resource.
+    pub fn grace_over(&self, now: Instant) -> Vec<String> {
+        let txs = self.txs.lock().unwrap();
+        let mut due = self.graces.lock().unwrap();
+        let mut over = vec![];
+        while due.peek().is_some_and(|Reverse((d, _))| *d <= now) {
+            let Reverse((_, gtid)) = due.pop().expect("peeked");
+            if txs.get(&gtid).is_some_and(|e| e.tx.state == TxState::Deciding) {
+                over.push(gtid);
+            }
+        }
+        over
+    }
+
     /// Whether the retention sweep is due (at most once per SWEEP_EVERY); marks it run.
     pub fn sweep_due(&self, now: Instant) -> bool {
         let mut last = self.last_sweep.lock().unwrap();
@@ -72,4 +93,32 @@ impl Registry {
         self.undecided_bound.store(undecided, Relaxed);
     }
 
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::coordinator::tests::coord_src;
+    use crate::state::Outcome;
+    use std::time::{Duration, Instant};
+
+    /// A transaction deciding in a participant waits for its owner's report until the
+    /// grace period is over, then (once) comes up for resolution at the resource; one
+    /// whose owner reported in time never does. No task or timer per transaction.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_silent_owner_is_resolved_after_the_grace_period_only() {
+        let c = coord_src("grace", "none", "decisions = true\n").await;
+        let two = [("pg".to_string(), "b0".to_string()), ("pg".to_string(), "b1".to_string())];
+        let silent = c.begin_with_branches(None, &two).await.unwrap().gtid;
+        let reported = c.begin_with_branches(None, &two).await.unwrap().gtid;
+        for g in [&silent, &reported] {
+            c.commit_decide_in(g, &["b0".to_string()], "b1").await.unwrap();
+        }
+        c.finished_many(&reported, &["b1".to_string(), "b0".to_string()], Outcome::Commit).await.unwrap();
+        let r = &c.parts().registry;
+        let grace = Duration::from_millis(c.cfg.timeouts.owner_grace_ms);
+        assert!(r.grace_over(Instant::now()).is_empty(), "still within the grace period");
+        let later = Instant::now() + grace + Duration::from_millis(1);
+        assert_eq!(r.grace_over(later), vec![silent.clone()]);
+        assert!(r.grace_over(later).is_empty(), "resolution is started once");
+    }
 }

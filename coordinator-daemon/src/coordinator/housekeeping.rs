@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::completion;
+use super::decisions;
 use super::holds;
 use super::parts::Parts;
 
@@ -43,7 +44,8 @@ fn watch_store(c: &Parts) {
     }
 }
 
-/// Abort what timed out, drop what is finished and old.
+/// Abort what timed out, resolve what its owner left deciding past the grace period, drop
+/// what is finished and old.
 pub fn tick(c: &Arc<Parts>) {
     watch_store(c);
     let retention = Duration::from_millis(c.cfg.timeouts.retention_ms);
@@ -56,6 +58,9 @@ pub fn tick(c: &Arc<Parts>) {
         c.metrics.aborted.fetch_add(1, Relaxed);
         log("info", "transaction timed out; aborted", json!({"gtid": g}));
         completion::spawn_completion(c, &g);
+    }
+    for g in c.registry.grace_over(now) {
+        decisions::spawn_resolution(c, &g);
     }
     if c.enforcement.held_count() > 0 {
         let me = c.clone();

@@ -13,7 +13,7 @@
 //!     │      │          │         └─► answers ─► decisions ─► completion
 //!     │      └──────────┴─────────────────────────────────────────┘
 //!     ├─► recovery ─► ha::lease, decisions, holds, completion
-//!     ├─► housekeeping ─► holds, completion
+//!     ├─► housekeeping ─► holds, decisions, completion
 //!     ▼
 //!   parts    Parts: cfg, store, metrics, resources, incidents, and:
 //!     ├─► registry       live transactions, quarantine, Lookup (memory only)

@@ -106,6 +106,9 @@ pub struct Registry {
     pub(super) deadlines: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
     /// When the retention sweep (a walk of the whole map) last ran.
     pub(super) last_sweep: Mutex<Option<Instant>>,
+    /// (expiry.rs) When each transaction deciding in a participant stops waiting for its
+    /// owner's report, soonest first: one heap entry instead of a task and timer each.
+    pub(super) graces: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
 }
 
 
