@@ -335,11 +335,34 @@ func setChecks(t *testing.T, on bool) {
 		err = conn.QueryRowContext(context.Background(), "SHOW pg_co.enabled").Scan(&got)
 		conn.Close()
 		if err == nil && got == v {
+			if on {
+				waitEngines(t)
+			}
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("pg_co.enabled did not change")
+}
+
+// waitEngines waits until the shared daemon (enforcement auto) says both resources are in
+// engine mode again. It probes them at every recovery pass (500 ms): a pass while checks
+// were off put them in client mode, and a test that registers its branches before the
+// next pass would run in client mode, not the engine mode it tests.
+func waitEngines(t *testing.T) {
+	t.Helper()
+	if env.d == nil {
+		return
+	}
+	var m map[string]string
+	var err error
+	for i := 0; i < 200; i++ {
+		if m, err = env.d.modes(); err == nil && m["savings"] == "engine" && m["checking"] == "engine" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the daemon does not see the engines enforce again: %v %v", m, err)
 }
 
 func mustExec(t *testing.T, db *sql.DB, q string, args ...interface{}) {
