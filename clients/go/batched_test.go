@@ -97,16 +97,7 @@ func all(states []string, want string, n int) bool {
 func transfer(t *testing.T, c *cotx.Coordinator, u string, upFront bool) string {
 	t.Helper()
 	ctx := context.Background()
-	pc, err := env.pg.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	mc, err := env.my.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
+	pc, mc := bothConns(t, ctx)
 	tx := c.Transaction(0)
 	if upFront {
 		bs, err := tx.Branches(ctx,

@@ -345,6 +345,22 @@ func setChecks(t *testing.T, on bool) {
 	t.Fatal("pg_co.enabled did not change")
 }
 
+// bothConns: a PostgreSQL and a MariaDB session of the test's, closed when it ends.
+func bothConns(t *testing.T, ctx context.Context) (*sql.Conn, *sql.Conn) {
+	t.Helper()
+	pc, err := env.pg.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	mc, err := env.my.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	return pc, mc
+}
+
 // waitEngines waits until the shared daemon (enforcement auto) says both resources are in
 // engine mode again. It probes them at every recovery pass (500 ms): a pass while checks
 // were off put them in client mode, and a test that registers its branches before the
@@ -609,16 +625,7 @@ func TestMariaDBRefusesNonSerializableBranch(t *testing.T) {
 	ctx := context.Background()
 	mustExec(t, env.pg, "INSERT INTO savings VALUES ('go-rr', 10, '')")
 	mustExec(t, env.my, "INSERT INTO checking VALUES ('go-rr', 10, '')")
-	pc, err := env.pg.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	mc, err := env.my.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
+	pc, mc := bothConns(t, ctx)
 	tx := env.coord.Transaction(0)
 	if _, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", ""); err != nil {
 		t.Fatal(err)
@@ -632,7 +639,7 @@ func TestMariaDBRefusesNonSerializableBranch(t *testing.T) {
 	if _, err := mc.ExecContext(ctx, "UPDATE checking SET bal = bal - 1 WHERE u = 'go-rr'"); err != nil {
 		t.Fatal(err)
 	}
-	err = tx.Commit(ctx)
+	err := tx.Commit(ctx)
 	var ab *cotx.AbortedError
 	if !errors.As(err, &ab) || cotx.IsRetryable(err) {
 		t.Fatalf("want a non-retryable abort, got %v", err)

@@ -33,6 +33,16 @@ pub struct Refused {
     pub body: Value,
 }
 
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = &self.body["error"];
+        write!(f, "coordinator {} {}: {}", self.status, e["code"].as_str().unwrap_or("unknown"), e["message"].as_str().unwrap_or(""))
+    }
+}
+
+/// So that `?` carries a refusal into a caller's `Box<dyn Error>`.
+impl std::error::Error for Refused {}
+
 #[derive(Clone)]
 pub struct InProcess {
     c: Arc<Coordinator>,
@@ -114,5 +124,6 @@ mod tests {
         assert_eq!((r.status, r.body["error"]["code"].as_str()), (405, Some("method_not_allowed")), "{:?}", r.body);
         let r = c.call("POST", &format!("/v1/transactions/{gtid}/commit"), &json!({"prepared": ["b9"]})).await.unwrap_err();
         assert!(r.status >= 400 && r.body["error"]["message"].as_str().unwrap().contains("b9"), "{:?}", r.body);
+        assert!(r.to_string().starts_with(&format!("coordinator {} ", r.status)) && r.to_string().contains("b9"), "{r}");
     }
 }
