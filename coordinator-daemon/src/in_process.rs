@@ -13,16 +13,14 @@
 //! once the lease has run out and finishes them from the store (docs/coordinator.md,
 //! "In the caller's process").
 
-use crate::api::dto::{Call, Error, ErrorDetail};
-use crate::api::router::find_route;
+use crate::api::dto::{error_body, Call};
+use crate::api::router::{count, find_route, unmatched};
 use crate::config;
 use crate::coordinator::Coordinator;
-use crate::refusal::{refuse, RefusalCode};
 use crate::serve;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// A refused call: the HTTP status the daemon would answer and its error body
@@ -69,10 +67,9 @@ impl InProcess {
                 let body = if body.is_null() { Bytes::new() } else { Bytes::from(serde_json::to_vec(body).expect("a JSON value serializes")) };
                 (m.route.handler)(self.c.clone(), Call { p: p.into_iter().map(str::to_string).collect(), q, body }).await
             }
-            Err(false) => refuse(RefusalCode::NotFound, format!("no route {path}")),
-            Err(true) => refuse(RefusalCode::MethodNotAllowed, format!("method not allowed on {path}")),
+            Err(known_path) => Err(unmatched(known_path, path)),
         };
-        self.c.metrics.requests.fetch_add(1, Relaxed);
+        count(&self.c, &routed);
         match routed {
             Ok((status, Err(v))) if status < 400 => Ok(v),
             Ok((status, Err(v))) => Err(Refused { status, body: v }),
@@ -83,13 +80,7 @@ impl InProcess {
                 let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
                 if status < 400 { Ok(v) } else { Err(Refused { status, body: v }) }
             }
-            Err(r) => {
-                if r.code.http_status() < 500 {
-                    self.c.metrics.refused_requests.fetch_add(1, Relaxed);
-                }
-                let e = Error { error: ErrorDetail { code: r.code, message: r.message, owner_url: r.owner_url } };
-                Err(Refused { status: e.error.code.http_status(), body: crate::wire::to_json(&e) })
-            }
+            Err(r) => Err(Refused { status: r.code.http_status(), body: error_body(&r) }),
         }
     }
 

@@ -220,12 +220,16 @@ pub fn reply(status: u16, v: &Value) -> Response<Full<Bytes>> {
         .unwrap()
 }
 
+/// A refusal's body: `{"error": {"code", "message"[, "owner_url"]}}`.
+pub fn error_body(r: &Refusal) -> Value {
+    json!(Error { error: ErrorDetail { code: r.code, message: r.message.clone(), owner_url: r.owner_url.clone() } })
+}
+
 /// A refusal as its HTTP answer: the code's status, the error body, and Retry-After when
 /// trying again later may work.
 pub fn error_reply(r: &Refusal) -> Response<Full<Bytes>> {
-    let body = Error { error: ErrorDetail { code: r.code, message: r.message.clone(), owner_url: r.owner_url.clone() } };
     let status = r.code.http_status();
-    let mut resp = reply(status, &json!(body));
+    let mut resp = reply(status, &error_body(r));
     if status == 429 || status == 503 {
         resp.headers_mut().insert("retry-after", hyper::header::HeaderValue::from_static("1"));
     }

@@ -16,7 +16,8 @@ use crate::api::dto::{ok, query, Call, Error, NoQuery, Routed};
 use crate::api::openapi::{self as doc, route_doc, RouteDoc};
 use crate::api::{console, handlers as h};
 use crate::coordinator::Coordinator;
-use crate::refusal::{refuse, RefusalCode};
+use crate::refusal::{refuse, Refusal, RefusalCode};
+use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -155,6 +156,25 @@ fn bearer(req: &Request<Incoming>) -> Option<&str> {
     req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))
 }
 
+/// The refusal of a request no route matches: an unknown path, or a known path asked with
+/// another method (`find_route`'s `Err(true)`).
+pub fn unmatched(known_path: bool, path: &str) -> Refusal {
+    if known_path {
+        Refusal::new(RefusalCode::MethodNotAllowed, format!("method not allowed on {path}"))
+    } else {
+        Refusal::new(RefusalCode::NotFound, format!("no route {path}"))
+    }
+}
+
+/// Counts an answered request in `cotx_requests_total`, and a refusal below 500 in the
+/// refused requests: the daemon's requests and in-process calls alike.
+pub fn count(c: &Coordinator, r: &Routed) {
+    c.metrics.requests.fetch_add(1, Relaxed);
+    if r.as_ref().is_err_and(|e| e.code.http_status() < 500) {
+        c.metrics.refused_requests.fetch_add(1, Relaxed);
+    }
+}
+
 /// Match, check the credential against the route's role, read the body, call the handler.
 pub async fn route(c: Arc<Coordinator>, req: Request<Incoming>) -> Routed {
     let path = req.uri().path().to_string();
@@ -176,8 +196,7 @@ pub async fn route(c: Arc<Coordinator>, req: Request<Incoming>) -> Routed {
     }
     let (m, p) = match found {
         Ok((m, p)) => (m, p.into_iter().map(str::to_string).collect()),
-        Err(false) => return refuse(RefusalCode::NotFound, format!("no route {path}")),
-        Err(true) => return refuse(RefusalCode::MethodNotAllowed, format!("method not allowed on {path}")),
+        Err(known_path) => return Err(unmatched(known_path, &path)),
     };
     let body = if need == Role::Public {
         Bytes::new()

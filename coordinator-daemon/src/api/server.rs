@@ -3,7 +3,7 @@
 //! context, its span and the error body of a refusal.
 
 use crate::api::dto::{error_reply, reply};
-use crate::api::router::{find_route, route};
+use crate::api::router::{count, find_route, route};
 use crate::coordinator::Coordinator;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -34,15 +34,10 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
         None => route(c.clone(), req).await,
         Some(sp) => tracing::Instrument::instrument(route(c.clone(), req), sp.clone()).await,
     };
-    c.metrics.requests.fetch_add(1, Relaxed);
+    count(&c, &r);
     let (status, resp) = match r {
         Ok((status, resp)) => (status, resp.unwrap_or_else(|v| reply(status, &v))),
-        Err(e) => {
-            if e.code.http_status() < 500 {
-                c.metrics.refused_requests.fetch_add(1, Relaxed);
-            }
-            (e.code.http_status(), error_reply(&e))
-        }
+        Err(e) => (e.code.http_status(), error_reply(&e)),
     };
     if let Some(t) = trace {
         let gtid = path.strip_prefix("/v1/transactions/").and_then(|r| r.split('/').next());

@@ -6,6 +6,7 @@
 
 use crate::state::TxState;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -28,20 +29,18 @@ impl Registry {
 
     /// Aborts every active transaction past its deadline (the tick's); returns their gtids.
     pub fn time_out(&self, now: Instant) -> Vec<String> {
-        let mut timed_out = vec![];
         let mut txs = self.txs.lock().unwrap();
-        let mut due = self.deadlines.lock().unwrap();
-        while due.peek().is_some_and(|Reverse((d, _))| *d <= now) {
-            let Reverse((_, gtid)) = due.pop().expect("peeked");
-            if let Some(e) = txs.get_mut(&gtid) {
-                if e.tx.state == TxState::Active && now >= e.tx.deadline {
+        let due = pop_due(&mut self.deadlines.lock().unwrap(), now);
+        due.into_iter()
+            .filter(|gtid| match txs.get_mut(gtid) {
+                Some(e) if e.tx.state == TxState::Active && now >= e.tx.deadline => {
                     e.tx.abort("timeout: not decided in time".into(), true);
                     e.publish();
-                    timed_out.push(gtid);
+                    true
                 }
-            }
-        }
-        timed_out
+                _ => false,
+            })
+            .collect()
     }
 
     /// Waits for the owner of a transaction deciding in a participant until `until`.
@@ -53,15 +52,8 @@ impl Registry {
     /// over (the tick's): their decision is then read from the decision branch's resource.
     pub fn grace_over(&self, now: Instant) -> Vec<String> {
         let txs = self.txs.lock().unwrap();
-        let mut due = self.graces.lock().unwrap();
-        let mut over = vec![];
-        while due.peek().is_some_and(|Reverse((d, _))| *d <= now) {
-            let Reverse((_, gtid)) = due.pop().expect("peeked");
-            if txs.get(&gtid).is_some_and(|e| e.tx.state == TxState::Deciding) {
-                over.push(gtid);
-            }
-        }
-        over
+        let due = pop_due(&mut self.graces.lock().unwrap(), now);
+        due.into_iter().filter(|gtid| txs.get(gtid).is_some_and(|e| e.tx.state == TxState::Deciding)).collect()
     }
 
     /// Whether the retention sweep is due (at most once per SWEEP_EVERY); marks it run.
@@ -92,7 +84,16 @@ impl Registry {
         // Under the lock: no insert falls between the walk and the reset.
         self.undecided_bound.store(undecided, Relaxed);
     }
+}
 
+/// Takes every gtid due at `now` off a heap of (when, gtid), soonest first. An entry may
+/// be stale (its transaction decided or gone since): the caller checks the registry.
+fn pop_due(heap: &mut BinaryHeap<Reverse<(Instant, String)>>, now: Instant) -> Vec<String> {
+    let mut due = vec![];
+    while heap.peek().is_some_and(|Reverse((d, _))| *d <= now) {
+        due.push(heap.pop().expect("peeked").0 .1);
+    }
+    due
 }
 
 #[cfg(test)]

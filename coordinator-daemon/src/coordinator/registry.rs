@@ -98,7 +98,7 @@ pub struct Registry {
     pub decisions_to_forget: Mutex<Vec<String>>,
     /// A bound on the undecided transactions without walking the map (every begin would
     /// walk the whole map under its lock once retention keeps `max_active` entries): how
-    /// many were undecided at the last `expire` walk, plus every insert since.
+    /// many were undecided at the last retention sweep (expiry.rs), plus every insert since.
     pub(super) undecided_bound: std::sync::atomic::AtomicUsize,
     /// (expiry.rs) Every undecided transaction's deadline, soonest first (entries of transactions
     /// decided or gone since are skipped when they come up): timeouts without a walk of
@@ -110,7 +110,6 @@ pub struct Registry {
     /// owner's report, soonest first: one heap entry instead of a task and timer each.
     pub(super) graces: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
 }
-
 
 impl Registry {
     /// Runs `f` on the gtid's entry and publishes its decision after.
@@ -291,8 +290,6 @@ impl Registry {
         }
     }
 
-    /// Aborts the active transactions past their deadline (returned), and drops the
-    /// finished ones older than the retention.
     /// Undecided transactions (the "active set"): their prepared branches are left alone.
     pub fn active_set(&self) -> HashSet<String> {
         self.txs.lock().unwrap().values().filter(|e| e.tx.is_undecided()).map(|e| e.tx.gtid.clone()).collect()
