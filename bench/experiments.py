@@ -69,9 +69,6 @@ RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc"]
-# The coordinator in the driver's process (bench/loadgen --coord inproc:CONFIG), its config
-# written by the mode switch with the mode's enforcement (core.Env.in_process_config).
-IN_PROCESS = ["--coord", "inproc:" + "{in_process_config}"]
 # The driver's calls as before batching: a request per branch and per acknowledgement.
 PER_STEP = ["--calls", "per-step"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
@@ -343,10 +340,15 @@ def main(argv=None) -> int:
                 if a.other_daemon:
                     other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
                     switch.update({"2pc:other": other, "co:other": other})
-                in_process = [m for m in modes if m.endswith(":inproc")]
-                switch.update({m: lambda env: (env.use_binary(None), env.in_process_config()) for m in in_process})
+                # :inproc, the coordinator in the driver's process (bench/loadgen --coord
+                # inproc:CONFIG): its config written at the switch with the mode's enforcement.
+                def in_process(env):
+                    env.use_binary(None)
+                    env.in_process_config()
+                inproc = [m for m in modes if m.endswith(":inproc")]
+                switch.update({m: in_process for m in inproc})
                 extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
-                extra.update({m: [x.format(in_process_config=env.in_process_path) for x in IN_PROCESS] for m in in_process})
+                extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
                 point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
                       extra=extra)
                 env.use_binary(None)
