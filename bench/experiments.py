@@ -21,7 +21,8 @@ Experiments (--experiments, comma-separated):
             dip, and 2pc:per-step, co:per-step (the driver's calls as before batching: a
             request per branch and per acknowledgement), and 2pc:inproc, co:inproc,
             dip:inproc (the coordinator in the driver's process, its CPU booked as the
-            coordinator's); with --other-daemon also 2pc:other,
+            coordinator's), 2pc:inproc-delay, co:inproc-delay (the same with the
+            store's commit_delay_us = 1000); with --other-daemon also 2pc:other,
             co:other (that build, driven per step); not in the default set
   narayana  the micro default point through Narayana's in-process JTA transaction manager
             (the Java driver clients/java io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
@@ -68,7 +69,11 @@ MICRO_MODES = ["2pc", "2pc:ser", "co", "dip", "client", "local"]
 RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
-COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc"]
+COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
+                     "2pc:inproc-delay", "co:inproc-delay"]
+# store.commit_delay_us of the :inproc-delay modes (bench/RESULTS.md, "The decision store's
+# commit delay": 1 ms gathered about three decisions per sync at the micro default point).
+INPROC_COMMIT_DELAY_US = 1000
 # The driver's calls as before batching: a request per branch and per acknowledgement.
 PER_STEP = ["--calls", "per-step"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
@@ -164,10 +169,11 @@ def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
 
 
 def only(modes, wanted: str) -> list[str]:
-    """A point's modes narrowed to those whose base is in `wanted` (--modes, comma-separated;
-    empty: all), in the point's order; shim is spelled client."""
+    """A point's modes narrowed to those in `wanted` (--modes, comma-separated; empty: all),
+    by name or by base (2pc keeps 2pc's variants too), in the point's order; shim is
+    spelled client."""
     keep = {canonical(m) for m in wanted.split(",") if m}
-    return [m for m in map(canonical, modes) if not keep or m.partition(":")[0] in keep]
+    return [m for m in map(canonical, modes) if not keep or m in keep or m.partition(":")[0] in keep]
 
 
 def estimate(a, exps) -> float:
@@ -212,8 +218,8 @@ def main(argv=None) -> int:
     ap.add_argument("--experiments", default=ALL,
                     help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon), coordinator, scaling and narayana "
                          "(Narayana's JTA TM beside the daemon; build: bash scripts/build-jta-load.sh)")
-    ap.add_argument("--modes", default="", help="only these modes (bases, comma-separated, e.g. 2pc,co,client; "
-                    "a variant such as co:par runs when its base is listed); default every mode of each point")
+    ap.add_argument("--modes", default="", help="only these modes (comma-separated, e.g. 2pc,co,client; a base such as co "
+                    "also runs its variants, co:par, and a variant may be named alone); default every mode of each point")
     ap.add_argument("--slices", type=int, default=10, help="rounds per point (one slice per mode each)")
     ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per slice")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per slice")
@@ -342,11 +348,13 @@ def main(argv=None) -> int:
                     switch.update({"2pc:other": other, "co:other": other})
                 # :inproc, the coordinator in the driver's process (bench/loadgen --coord
                 # inproc:CONFIG): its config written at the switch with the mode's enforcement.
-                def in_process(env):
-                    env.use_binary(None)
-                    env.in_process_config()
-                inproc = [m for m in modes if m.endswith(":inproc")]
-                switch.update({m: in_process for m in inproc})
+                def in_process(delay_us):
+                    def switch_to(env):
+                        env.use_binary(None)
+                        env.in_process_config(commit_delay_us=delay_us)
+                    return switch_to
+                inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay"))]
+                switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0) for m in inproc})
                 extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
                 extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
                 point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
@@ -443,6 +451,9 @@ def main(argv=None) -> int:
     else:
         meta = ast.literal_eval(meta_path.read_text())
         breakdowns = meta.get("breakdowns", {})
+    if not csv_path.exists():
+        log(f"nothing was measured: no mode of experiments {','.join(exps)} is in --modes {a.modes}")
+        return 2
     rows = read_csv(csv_path)
     summary = slices.summarize(rows)
     slices.write_csv(summary, sum_path, slices.SUMMARY_FIELDS)

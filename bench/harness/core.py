@@ -223,14 +223,17 @@ class Env:
         """The config of the coordinator in the driver's process (--coord inproc:PATH)."""
         return os.path.join(self.coord_dir, "inproc", "coordinator.toml")
 
-    def in_process_config(self) -> str:
+    def in_process_config(self, commit_delay_us: int = 0) -> str:
         """Writes the in-process coordinator's config: the running daemon's resources (so
         the mode's enforcement) and timeouts, with a node id and a SQLite store of its own
-        (a node is owned by one coordinator at a time; the daemon keeps its own)."""
+        (a node is owned by one coordinator at a time; the daemon keeps its own), and the
+        store's commit_delay_us."""
         from cotx.daemon import Daemon
         workdir = os.path.dirname(self.in_process_path)
         os.makedirs(workdir, exist_ok=True)
-        Daemon(self.daemon.resources, timeouts=COORD_TIMEOUTS, node_id="benchinproc", workdir=workdir)  # writes it
+        store = {"kind": "sqlite", "path": os.path.join(workdir, "decisions.db"), "commit_delay_us": commit_delay_us}
+        Daemon(self.daemon.resources, timeouts=COORD_TIMEOUTS, store=store, node_id="benchinproc",
+               workdir=workdir)  # writes it
         return self.in_process_path
 
     def daemon_enforcement(self) -> dict[str, str]:

@@ -27,13 +27,14 @@ pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>
 }
 
 pub fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
-    let max_batch = match cfg {
-        config::StoreConfig::Sqlite { group_commit, max_batch, .. } | config::StoreConfig::Postgres { group_commit, max_batch, .. } => {
-            if *group_commit { *max_batch } else { 1 }
+    let (max_batch, delay_us) = match cfg {
+        config::StoreConfig::Sqlite { group_commit, max_batch, commit_delay_us, .. }
+        | config::StoreConfig::Postgres { group_commit, max_batch, commit_delay_us, .. } => {
+            if *group_commit { (*max_batch, *commit_delay_us) } else { (1, 0) }
         }
     };
     let cfg = cfg.clone();
-    store::Store::open_in_thread(move || open_log(&cfg), max_batch)
+    store::Store::open_in_thread(move || open_log(&cfg), max_batch, std::time::Duration::from_micros(delay_us))
 }
 
 pub fn mark_restored(cfg: &config::Config) -> Result<(), String> {

@@ -195,7 +195,8 @@ def test_in_process_coordinator(env, tmp_path):
     """--coord inproc:CONFIG: the coordinator runs in the driver's process (the daemon's
     own crate, coordinator_daemon::in_process) on a node and SQLite store of its own; every
     mode with a coordinator commits through it, its decisions land in its store (not the
-    daemon's), its CPU is reported apart and booked as the coordinator's. A config that
+    daemon's), its CPU is reported apart and booked as the coordinator's, with the store's
+    commit delay on as well. A config that
     cannot be read is refused by name before anything starts."""
     import sqlite3
     import subprocess
@@ -203,9 +204,10 @@ def test_in_process_coordinator(env, tmp_path):
     from bench.micro import micro
     micro.load(env, 500)
     args = loadgen.micro_args(micro.parse_point("N=500"))
-    for mode in ("2pc", "co", "dip"):
+    # ... and with the store's commit delay (store.commit_delay_us) on.
+    for mode, delay_us in (("2pc", 0), ("co", 0), ("dip", 0), ("2pc", 1000)):
         env.set_mode(mode)
-        path = env.in_process_config()
+        path = env.in_process_config(commit_delay_us=delay_us)
         r = loadgen.run_slice(env, mode, args, clients=3, warmup=0.3, seconds=1.0, extra=["--coord", "inproc:" + path])
         assert not r.get("errors") and not r.get("error"), r
         if mode == "dip" and r.get("skipped"):

@@ -73,3 +73,5 @@ def test_modes_narrowed_and_shim_spelled_client():
     # A variant runs with its base; the old name selects client mode.
     assert experiments.only(point, "local,2pc,co,shim") == ["2pc", "2pc:ser", "co", "client", "local"]
     assert experiments.only(["2pc", "co:acr=ON"], "client") == []
+    # A variant named alone runs alone (before, it matched nothing and the run measured nothing).
+    assert experiments.only(experiments.COORDINATOR_MODES, "local,2pc:inproc") == ["local", "2pc:inproc"]

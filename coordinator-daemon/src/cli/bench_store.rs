@@ -17,7 +17,7 @@ pub fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
     let _ = std::fs::remove_file(format!("{path}-shm"));
-    let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024 };
+    let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024, commit_delay_us: 0 };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let s = open_store(&cfg)?;
@@ -75,7 +75,7 @@ fn quantile(xs: &[f64], p: f64) -> f64 {
 pub fn bench_pg_store(dsn: &str, table: &str, n: usize, clients: usize, writers: usize, group: bool) -> Result<(), String> {
     let writers = writers.max(1);
     let clients = clients.max(writers);
-    let cfg = config::StoreConfig::Postgres { dsn: dsn.to_string(), table: table.to_string(), group_commit: group, max_batch: 1024, tls: None };
+    let cfg = config::StoreConfig::Postgres { dsn: dsn.to_string(), table: table.to_string(), group_commit: group, max_batch: 1024, commit_delay_us: 0, tls: None };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let nonce = state::unix_ms();

@@ -109,7 +109,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         None => None,
     };
     let store = match &raw.store {
-        None => StoreConfig::Sqlite { path: "cotx-decisions.db".into(), group_commit: true, max_batch: 1024 },
+        None => StoreConfig::Sqlite { path: "cotx-decisions.db".into(), group_commit: true, max_batch: 1024, commit_delay_us: 0 },
         Some(s) => {
             let sp = s.span();
             let s = s.get_ref();
@@ -121,6 +121,18 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                 Some(m) => *m.get_ref() as usize,
             };
             let group_commit = s.group_commit.unwrap_or(true);
+            // As PostgreSQL's commit_delay (0 to 100000 microseconds); it only has decisions
+            // to gather with group commit on.
+            let commit_delay_us = match &s.commit_delay_us {
+                None => 0,
+                Some(d) if *d.get_ref() > 100_000 => {
+                    return cx.err(Some(d.span()), "store.commit_delay_us", "must be between 0 and 100000 (microseconds)")
+                }
+                Some(d) if *d.get_ref() > 0 && !group_commit => {
+                    return cx.err(Some(d.span()), "store.commit_delay_us", "needs group_commit = true (with one decision per sync there is nothing to wait for)")
+                }
+                Some(d) => *d.get_ref(),
+            };
             match s.kind.get_ref().as_str() {
                 "sqlite" => {
                     if let Some(d) = &s.dsn {
@@ -137,7 +149,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                         None => return cx.err(Some(sp), "store.path", "required for kind = \"sqlite\""),
                     };
                     let path = relative_to(base, &path).display().to_string();
-                    StoreConfig::Sqlite { path, group_commit, max_batch }
+                    StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us }
                 }
                 "postgres" => {
                     if let Some(p) = &s.path {
@@ -165,7 +177,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                         }
                     };
                     let tls = cx.db_tls(base, "store.", ResourceKind::Postgres, s.dsn.as_ref().unwrap(), &s.tls, &s.tls_ca_file)?;
-                    StoreConfig::Postgres { dsn, table, group_commit, max_batch, tls }
+                    StoreConfig::Postgres { dsn, table, group_commit, max_batch, commit_delay_us, tls }
                 }
                 other => {
                     return cx.err(Some(s.kind.span()), "store.kind", format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""))
@@ -341,6 +353,18 @@ pool_size = 4
 
     fn err(src: &str) -> ConfigError {
         parse(src, None).unwrap_err()
+    }
+
+    #[test]
+    fn commit_delay_is_bounded_and_needs_group_commit() {
+        let delay = |v: &str| GOOD.replace("path = \"/tmp/x.db\"", &format!("path = \"/tmp/x.db\"\n{v}"));
+        let c = parse(&delay("commit_delay_us = 500"), None).unwrap();
+        assert!(matches!(c.store, StoreConfig::Sqlite { commit_delay_us: 500, .. }), "{:?}", c.store);
+        assert!(matches!(parse(GOOD, None).unwrap().store, StoreConfig::Sqlite { commit_delay_us: 0, .. }), "off by default");
+        let e = err(&delay("commit_delay_us = 100001"));
+        assert_eq!(e.field, "store.commit_delay_us", "{e}");
+        let e = err(&delay("group_commit = false\ncommit_delay_us = 500"));
+        assert!(e.field == "store.commit_delay_us" && e.message.contains("group_commit"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::log::*;
 use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 type Reply<T> = oneshot::Sender<Result<T, String>>;
@@ -27,6 +28,8 @@ pub struct StoreStats {
     pub batches: AtomicU64,
     pub ops: AtomicU64,
     pub errors: AtomicU64,
+    /// Batches that waited `commit_delay` for more decisions to join them.
+    pub delayed: AtomicU64,
     /// Unix ms at which the writer began the request it is working on; 0 when idle. A
     /// store that stops answering (paused, partitioned) shows here: the daemon warns.
     pub busy_since_ms: AtomicU64,
@@ -57,12 +60,12 @@ impl Store {
     /// Starts the writer thread. `max_batch` = 1 disables group commit.
     #[cfg(test)]
     pub fn start(log: Box<dyn DecisionLog>, max_batch: usize) -> Store {
-        Store::open_in_thread(move || Ok(log), max_batch).expect("store thread")
+        Store::open_in_thread(move || Ok(log), max_batch, Duration::ZERO).expect("store thread")
     }
 
     /// Opens the log inside the writer thread (the synchronous PostgreSQL client runs its
     /// own runtime and must not be created on an async worker) and starts the writer.
-    pub fn open_in_thread<F>(open: F, max_batch: usize) -> Result<Store, String>
+    pub fn open_in_thread<F>(open: F, max_batch: usize, commit_delay: Duration) -> Result<Store, String>
     where
         F: FnOnce() -> Result<Box<dyn DecisionLog>, String> + Send + 'static,
     {
@@ -75,7 +78,7 @@ impl Store {
             .spawn(move || match open() {
                 Ok(mut log) => {
                     let _ = ready_tx.send(Ok(()));
-                    writer_loop(&mut *log, rx, max_batch.max(1), &st)
+                    writer_loop(&mut *log, rx, max_batch.max(1), Delay::new(commit_delay), &st)
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -154,7 +157,46 @@ impl Store {
 /// more per transaction, when the next decision's sync can carry it.
 const LATER_MS: u64 = 100;
 
-fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, stats: &StoreStats) {
+/// After a wait that no other decision joined, the next this many batches do not wait: a
+/// lone caller pays the delay on one decision in nine, not on each.
+const SKIP_AFTER_IDLE_WAIT: u32 = 8;
+
+/// `store.commit_delay_us`, as PostgreSQL's commit_delay: a batch with room waits this
+/// long before its sync, so that decisions arriving meanwhile share it. A sync costs the
+/// decision store's thread more CPU than anything else it does (bench/RESULTS.md, "The
+/// decision store's commit delay"); waiting trades a little latency for fewer syncs,
+/// and only while the waits pay (other decisions join them).
+struct Delay {
+    wait: Duration,
+    skip: u32,
+}
+
+impl Delay {
+    fn new(wait: Duration) -> Delay {
+        Delay { wait, skip: 0 }
+    }
+
+    /// Whether this batch waits (and counts it down while waits do not pay).
+    fn now(&mut self) -> bool {
+        if self.wait.is_zero() {
+            return false;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        true
+    }
+
+    /// After a wait: did another decision join?
+    fn paid(&mut self, joined: bool) {
+        if !joined {
+            self.skip = SKIP_AFTER_IDLE_WAIT;
+        }
+    }
+}
+
+fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, mut delay: Delay, stats: &StoreStats) {
     let mut pending: Option<Req> = None;
     // Writes nobody waits for, held for the next batch (until `due`).
     let mut later: Vec<Op> = vec![];
@@ -226,18 +268,33 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
                 // busy join this batch.
                 let mut batch: Vec<(Op, Option<Reply<OpResult>>)> = std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect();
                 batch.push((op, s));
-                while batch.len() < max_batch {
-                    match rx.try_recv() {
-                        Ok(Req::Write(op, s)) => batch.push((op, s)),
-                        Ok(other) => {
-                            pending = Some(other);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
+                drain_writes(&rx, &mut batch, max_batch, &mut pending);
+                let waited_for = batch.iter().any(|(_, s)| s.is_some());
+                if waited_for && pending.is_none() && batch.len() < max_batch && delay.now() {
+                    // Asleep, not in recv: the decisions that come meanwhile do not wake us.
+                    std::thread::sleep(delay.wait);
+                    let waiting = batch.iter().filter(|(_, s)| s.is_some()).count();
+                    drain_writes(&rx, &mut batch, max_batch, &mut pending);
+                    delay.paid(batch.iter().filter(|(_, s)| s.is_some()).count() > waiting);
+                    stats.delayed.fetch_add(1, Ordering::Relaxed);
                 }
                 write_batch(log, batch, stats);
             }
+        }
+    }
+}
+
+/// Every write already queued joins the batch (up to `max_batch`); the first other
+/// request stops it and is kept for after the batch.
+fn drain_writes(rx: &mpsc::Receiver<Req>, batch: &mut Vec<(Op, Option<Reply<OpResult>>)>, max_batch: usize, pending: &mut Option<Req>) {
+    while batch.len() < max_batch {
+        match rx.try_recv() {
+            Ok(Req::Write(op, s)) => batch.push((op, s)),
+            Ok(other) => {
+                *pending = Some(other);
+                return;
+            }
+            Err(_) => return,
         }
     }
 }
@@ -335,6 +392,84 @@ mod tests {
         assert!(sizes.len() < 50, "no batching happened: {sizes:?}");
         let sizes = run(1).await;
         assert_eq!(sizes.len(), 50, "group commit off must write one op per batch");
+    }
+
+    /// A log that syncs at once and records batch sizes.
+    struct FastLog(Arc<Mutex<Vec<usize>>>);
+    impl DecisionLog for FastLog {
+        fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+            self.0.lock().unwrap().push(ops.len());
+            Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
+        }
+        fn load(&mut self) -> Result<Loaded, String> {
+            Ok(Loaded::default())
+        }
+        fn get(&mut self, _: &str) -> Result<Stored, String> {
+            Ok(Stored::Absent { forgotten: false })
+        }
+        fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+            Ok(vec![])
+        }
+        fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
+            Ok(Claim::Granted(1))
+        }
+        fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, String> {
+            Ok(Renewal::Renewed)
+        }
+        fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
+            Ok(())
+        }
+        fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+            Ok(vec![])
+        }
+        fn identity(&mut self) -> Result<Identity, String> {
+            Ok(Identity { store_id: "fast".into(), restores: 0, tick: 0 })
+        }
+        fn mark_restored(&mut self) -> Result<Restored, String> {
+            Ok(Restored { sealed: 0, restores: 1 })
+        }
+    }
+
+    /// 12 decisions 5 ms apart, each from its own caller: batches and waits.
+    async fn spaced(delay_ms: u64) -> (Vec<usize>, u64) {
+        let sizes = Arc::new(Mutex::new(vec![]));
+        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(FastLog(s)) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(delay_ms)).unwrap();
+        let mut hs = vec![];
+        for i in 0..12 {
+            let s = store.clone();
+            hs.push(tokio::spawn(async move { s.decide(rec(i), None).await }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for h in hs {
+            h.await.unwrap().unwrap();
+        }
+        let v = sizes.lock().unwrap().clone();
+        (v, store.stats.delayed.load(Ordering::Relaxed))
+    }
+
+    /// commit_delay: decisions that come within the delay share a sync; without it, a
+    /// fast log syncs each alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commit_delay_gathers_decisions_that_come_meanwhile() {
+        let (sizes, delayed) = spaced(0).await;
+        assert!(sizes.len() >= 10 && delayed == 0, "no delay: one sync per decision: {sizes:?}");
+        let (sizes, delayed) = spaced(30).await;
+        assert_eq!(sizes.iter().sum::<usize>(), 12);
+        assert!(sizes.len() <= 4, "a 30 ms delay gathers decisions 5 ms apart: {sizes:?}");
+        assert_eq!(delayed as usize, sizes.len(), "each batch waited (each wait paid)");
+    }
+
+    /// A lone caller (each decision awaited before the next) finds nobody joining its
+    /// waits: after one, the next SKIP_AFTER_IDLE_WAIT decisions do not wait.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lone_caller_waits_only_when_waits_might_pay() {
+        let sizes = Arc::new(Mutex::new(vec![]));
+        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(FastLog(s)) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(5)).unwrap();
+        for i in 0..18 {
+            store.decide(rec(i), None).await.unwrap();
+        }
+        assert_eq!(store.stats.delayed.load(Ordering::Relaxed), 2, "the 1st and the 10th decision waited, no other");
+        assert_eq!(sizes.lock().unwrap().len(), 18);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
