@@ -84,6 +84,12 @@ impl InProcess {
         }
     }
 
+    /// The decision store's syncs (batches written) so far, and the writes they carried.
+    pub fn store_syncs(&self) -> (u64, u64) {
+        let s = &self.c.store.stats;
+        (s.batches.load(std::sync::atomic::Ordering::Relaxed), s.ops.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// The daemon's orderly stop: the node's lease released, so that a daemon on the same
     /// config owns it at once.
     pub async fn stop(&self) {

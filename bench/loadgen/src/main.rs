@@ -360,10 +360,11 @@ async fn run(a: Args) -> i32 {
         handles.push(tokio::spawn(client_loop(c, wl.clone(), mode, mode_name.clone(), s, t_measure, t_end, want_log)));
     }
     tokio::time::sleep_until(t_measure.into()).await;
-    let (cpu0, tm0) = (cpu_self(), coord::in_process_cpu_s());
+    let syncs = || cfg.in_process.as_ref().map(|c| c.store_syncs()).unwrap_or_default();
+    let (cpu0, tm0, sy0) = (cpu_self(), coord::in_process_cpu_s(), syncs());
     emit(&json!({"event": "measure_start"}));
     tokio::time::sleep_until(t_end.into()).await;
-    let (cpu1, tm1) = (cpu_self(), coord::in_process_cpu_s());
+    let (cpu1, tm1, sy1) = (cpu_self(), coord::in_process_cpu_s(), syncs());
     emit(&json!({"event": "measure_end"}));
     let mut all = Stats::default();
     let mut errors = vec![];
@@ -434,6 +435,9 @@ async fn run(a: Args) -> i32 {
         v["cpu_tm_s"] = json!((tm1.0 + tm1.1) - (tm0.0 + tm0.1));
         v["cpu_tm_calls_s"] = json!(tm1.0 - tm0.0);
         v["cpu_tm_store_s"] = json!(tm1.1 - tm0.1);
+        // The store's syncs and the writes they carried in the window.
+        v["store_syncs"] = json!(sy1.0 - sy0.0);
+        v["store_writes"] = json!(sy1.1 - sy0.1);
         v["coordinator"] = json!("in-process");
     }
     // Branch registrations by "resource:enforcement" (warm-up included), and how many of

@@ -157,9 +157,10 @@ impl Store {
 /// more per transaction, when the next decision's sync can carry it.
 const LATER_MS: u64 = 100;
 
-/// After a wait that no other decision joined, the next this many batches do not wait: a
-/// lone caller pays the delay on one decision in nine, not on each.
-const SKIP_AFTER_IDLE_WAIT: u32 = 8;
+/// While waits seldom pay (fewer than a quarter of the recent ones gathered another
+/// decision), only one batch in this many + 1 waits, to find out whether they pay again: a
+/// lone caller pays the delay on a few decisions, then on one in nine.
+const SKIP_WHILE_WAITS_DO_NOT_PAY: u32 = 8;
 
 /// `store.commit_delay_us`, as PostgreSQL's commit_delay: a batch with room waits this
 /// long before its sync, so that decisions arriving meanwhile share it. A sync costs the
@@ -168,31 +169,32 @@ const SKIP_AFTER_IDLE_WAIT: u32 = 8;
 /// and only while the waits pay (other decisions join them).
 struct Delay {
     wait: Duration,
-    skip: u32,
+    /// How often recent waits gathered another decision (moving average, 0..1).
+    payoff: f32,
+    skipped: u32,
 }
 
 impl Delay {
     fn new(wait: Duration) -> Delay {
-        Delay { wait, skip: 0 }
+        Delay { wait, payoff: 0.5, skipped: 0 }
     }
 
-    /// Whether this batch waits (and counts it down while waits do not pay).
+    /// Whether this batch waits.
     fn now(&mut self) -> bool {
         if self.wait.is_zero() {
             return false;
         }
-        if self.skip > 0 {
-            self.skip -= 1;
-            return false;
+        if self.payoff >= 0.25 || self.skipped >= SKIP_WHILE_WAITS_DO_NOT_PAY {
+            self.skipped = 0;
+            return true;
         }
-        true
+        self.skipped += 1;
+        false
     }
 
     /// After a wait: did another decision join?
     fn paid(&mut self, joined: bool) {
-        if !joined {
-            self.skip = SKIP_AFTER_IDLE_WAIT;
-        }
+        self.payoff = 0.75 * self.payoff + if joined { 0.25 } else { 0.0 };
     }
 }
 
@@ -460,7 +462,7 @@ mod tests {
     }
 
     /// A lone caller (each decision awaited before the next) finds nobody joining its
-    /// waits: after one, the next SKIP_AFTER_IDLE_WAIT decisions do not wait.
+    /// waits: after three, only one decision in nine waits.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lone_caller_waits_only_when_waits_might_pay() {
         let sizes = Arc::new(Mutex::new(vec![]));
@@ -468,7 +470,7 @@ mod tests {
         for i in 0..18 {
             store.decide(rec(i), None).await.unwrap();
         }
-        assert_eq!(store.stats.delayed.load(Ordering::Relaxed), 2, "the 1st and the 10th decision waited, no other");
+        assert_eq!(store.stats.delayed.load(Ordering::Relaxed), 4, "the first three decisions waited, then the 12th, no other");
         assert_eq!(sizes.lock().unwrap().len(), 18);
     }
 
