@@ -98,6 +98,10 @@ def provided(earlier: list[Block]) -> set[str]:
             names |= {p.name for p in Path(d).glob("*")}
         names |= {Path(f).name for f in re.findall(r"^install (?:-m \d+ )?(\S+) /\S+/\s", b.text, re.M)}
         names |= set(re.findall(r"apt install \./(?:\S*/)?([a-z0-9.+-]+)_[^_\s]+_\w+\.deb", b.text))
+        # Debian packages a block installs by name (apt-get install podman runc): their
+        # commands exist once it has run, on the machine the block is for.
+        for pkgs in re.findall(r"apt(?:-get)? install ((?:[a-z0-9][a-z0-9.+-]* ?)+)", b.text):
+            names |= set(pkgs.split())
     return names
 
 

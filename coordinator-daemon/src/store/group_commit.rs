@@ -331,12 +331,22 @@ mod tests {
     use crate::state::Outcome;
     use std::sync::Mutex;
 
-    /// A log that records batch sizes and is slow to "sync", so requests pile up.
-    struct SlowLog(Arc<Mutex<Vec<usize>>>);
-    impl DecisionLog for SlowLog {
+    /// A log that records batch sizes and takes `sync` to "sync" (a slow one lets requests
+    /// pile up).
+    struct TestLog {
+        sizes: Arc<Mutex<Vec<usize>>>,
+        sync: Duration,
+    }
+
+    /// A log whose syncs take 20 ms.
+    fn slow_log(sizes: Arc<Mutex<Vec<usize>>>) -> TestLog {
+        TestLog { sizes, sync: Duration::from_millis(20) }
+    }
+
+    impl DecisionLog for TestLog {
         fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            self.0.lock().unwrap().push(ops.len());
+            std::thread::sleep(self.sync);
+            self.sizes.lock().unwrap().push(ops.len());
             Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
         }
         fn load(&mut self) -> Result<Loaded, String> {
@@ -361,7 +371,7 @@ mod tests {
             Ok(vec![])
         }
         fn identity(&mut self) -> Result<Identity, String> {
-            Ok(Identity { store_id: "slow".into(), restores: 0, tick: 0 })
+            Ok(Identity { store_id: "test".into(), restores: 0, tick: 0 })
         }
         fn mark_restored(&mut self) -> Result<Restored, String> {
             Ok(Restored { sealed: 0, restores: 1 })
@@ -374,7 +384,7 @@ mod tests {
 
     async fn run(max_batch: usize) -> Vec<usize> {
         let sizes = Arc::new(Mutex::new(vec![]));
-        let store = Store::start(Box::new(SlowLog(sizes.clone())), max_batch);
+        let store = Store::start(Box::new(slow_log(sizes.clone())), max_batch);
         let mut hs = vec![];
         for i in 0..50 {
             let s = store.clone();
@@ -396,46 +406,10 @@ mod tests {
         assert_eq!(sizes.len(), 50, "group commit off must write one op per batch");
     }
 
-    /// A log that syncs at once and records batch sizes.
-    struct FastLog(Arc<Mutex<Vec<usize>>>);
-    impl DecisionLog for FastLog {
-        fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
-            self.0.lock().unwrap().push(ops.len());
-            Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
-        }
-        fn load(&mut self) -> Result<Loaded, String> {
-            Ok(Loaded::default())
-        }
-        fn get(&mut self, _: &str) -> Result<Stored, String> {
-            Ok(Stored::Absent { forgotten: false })
-        }
-        fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
-            Ok(vec![])
-        }
-        fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
-            Ok(Claim::Granted(1))
-        }
-        fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, String> {
-            Ok(Renewal::Renewed)
-        }
-        fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
-            Ok(())
-        }
-        fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
-            Ok(vec![])
-        }
-        fn identity(&mut self) -> Result<Identity, String> {
-            Ok(Identity { store_id: "fast".into(), restores: 0, tick: 0 })
-        }
-        fn mark_restored(&mut self) -> Result<Restored, String> {
-            Ok(Restored { sealed: 0, restores: 1 })
-        }
-    }
-
     /// 12 decisions 5 ms apart, each from its own caller: batches and waits.
     async fn spaced(delay_ms: u64) -> (Vec<usize>, u64) {
         let sizes = Arc::new(Mutex::new(vec![]));
-        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(FastLog(s)) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(delay_ms)).unwrap();
+        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(delay_ms)).unwrap();
         let mut hs = vec![];
         for i in 0..12 {
             let s = store.clone();
@@ -466,7 +440,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lone_caller_waits_only_when_waits_might_pay() {
         let sizes = Arc::new(Mutex::new(vec![]));
-        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(FastLog(s)) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(5)).unwrap();
+        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(5)).unwrap();
         for i in 0..18 {
             store.decide(rec(i), None).await.unwrap();
         }
@@ -477,7 +451,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due() {
         let sizes = Arc::new(Mutex::new(vec![]));
-        let store = Store::start(Box::new(SlowLog(sizes.clone())), 1024);
+        let store = Store::start(Box::new(slow_log(sizes.clone())), 1024);
         for i in 0..3 {
             store.write_later(Op::Forget(format!("n.g-{i}")));
         }
