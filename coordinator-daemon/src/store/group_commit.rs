@@ -271,13 +271,13 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
                 let mut batch: Vec<(Op, Option<Reply<OpResult>>)> = std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect();
                 batch.push((op, s));
                 drain_writes(&rx, &mut batch, max_batch, &mut pending);
-                let waited_for = batch.iter().any(|(_, s)| s.is_some());
-                if waited_for && pending.is_none() && batch.len() < max_batch && delay.now() {
+                let waiting = |b: &[(Op, Option<Reply<OpResult>>)]| b.iter().filter(|(_, s)| s.is_some()).count();
+                let before = waiting(&batch);
+                if before > 0 && pending.is_none() && batch.len() < max_batch && delay.now() {
                     // Asleep, not in recv: the decisions that come meanwhile do not wake us.
                     std::thread::sleep(delay.wait);
-                    let waiting = batch.iter().filter(|(_, s)| s.is_some()).count();
                     drain_writes(&rx, &mut batch, max_batch, &mut pending);
-                    delay.paid(batch.iter().filter(|(_, s)| s.is_some()).count() > waiting);
+                    delay.paid(waiting(&batch) > before);
                     stats.delayed.fetch_add(1, Ordering::Relaxed);
                 }
                 write_batch(log, batch, stats);
