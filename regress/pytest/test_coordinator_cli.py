@@ -39,3 +39,31 @@ def test_config_and_token_from_the_environment(tmp_path):
     assert r.returncode == 0 and "config ok: node c1" in r.stdout, r
     r = run("check-config", env={"COTX_CONFIG": EXAMPLE, "COTX_TOKEN": "short"})
     assert r.returncode == 2 and "COTX_TOKEN" in r.stderr
+
+
+def test_bench_store_writes_as_the_daemon_does(tmp_path):
+    """bench-store's SQLite decisions are the daemon's: gtids of an epoch registered first,
+    fenced by the node's lease, marked finished with --finish; it reports the store
+    thread's CPU per decision. Bad options are refused by name, before anything runs."""
+    import json
+    import sqlite3
+    db = str(tmp_path / "s.db")
+    r = run("bench-store", "--path", db, "--n", "200", "--clients", "4", "--finish", "--pace-ms", "1")
+    assert r.returncode == 0, r
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (out["decisions"], out["finish"], out["pace_ms"]) == (200, True, 1), out
+    assert out["store_cpu_ms_per_decision"] > 0 and out["syncs"] >= 1, out
+    con = sqlite3.connect(db)
+    (nonce,) = con.execute("SELECT nonce FROM epochs WHERE node = 'bench'").fetchone()
+    gtids = [g for (g,) in con.execute("SELECT gtid FROM decisions")]
+    assert len(gtids) == 200 and all(g.startswith("bench.") for g in gtids), gtids[:3]
+    assert con.execute("SELECT count(*) FROM nodes WHERE node = 'bench' AND holder = 'bench-store'").fetchone() == (1,)
+    # The last batch's marks may not be written before the process exits.
+    assert con.execute("SELECT count(*) FROM decisions WHERE finished_ms IS NOT NULL").fetchone()[0] >= 100
+    assert nonce > 0
+    for bad, says in [(["--pace-ms", "nan"], "is not a pause in milliseconds"),
+                      (["--commit-delay-us", "200000"], "not in 0..=100000"),
+                      (["--commit-delay-us", "100", "--no-group-commit"], "cannot be used with"),
+                      (["--finish", "--pg-dsn", "host=x"], "cannot be used with")]:
+        r = run("bench-store", "--path", str(tmp_path / "t.db"), *bad) if "--pg-dsn" not in bad else run("bench-store", *bad)
+        assert r.returncode == 2 and says in r.stderr, (bad, r)

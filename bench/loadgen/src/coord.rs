@@ -69,19 +69,7 @@ impl<F: Future> Future for Metered<F> {
 }
 
 /// CPU seconds the in-process coordinator has used so far: its calls' polls, and its
-/// decision store's thread (named by the daemon's store module; /proc's schedstat gives
-/// nanoseconds on CPU).
+/// decision store's thread.
 pub fn in_process_cpu_s() -> (f64, f64) {
-    let calls = CALLS_NS.load(Relaxed);
-    let mut ns = 0;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for t in tasks.flatten() {
-            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            if comm.trim() == coordinator_daemon::store::STORE_THREAD {
-                let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-                ns += s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-            }
-        }
-    }
-    (calls as f64 / 1e9, ns as f64 / 1e9)
+    (CALLS_NS.load(Relaxed) as f64 / 1e9, coordinator_daemon::store::store_thread_cpu_s())
 }

@@ -12,31 +12,70 @@ use crate::serve::open_store;
 use crate::state;
 use crate::store::{self, Claim, Decided, Token};
 
-/// Decisions/s of the SQLite store alone: `clients` concurrent writers, `n` decisions in total.
-pub fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<(), String> {
+/// What `bench-store --path` runs.
+pub struct SqliteBench {
+    /// Decisions in total.
+    pub n: usize,
+    /// Concurrent writers.
+    pub clients: usize,
+    pub group_commit: bool,
+    /// Each decision is then marked finished, as the daemon does once its branches are
+    /// done (a write nobody waits for, riding with a later sync).
+    pub finish: bool,
+    /// Each writer pauses this long after each decision: the pace of transactions that
+    /// spend their time in the databases, so that the store's thread waits for work.
+    pub pace: Option<std::time::Duration>,
+    /// store.commit_delay_us.
+    pub commit_delay_us: u64,
+}
+
+/// Decisions/s of the SQLite store alone, the decisions written as the daemon writes
+/// them: gtids of a registered epoch, each fenced by the node's lease grant. Also prints
+/// the store thread's CPU per decision: where the in-process coordinator's profile puts
+/// most of its cost, measured here without the databases beside it.
+pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
+    let SqliteBench { n, clients, group_commit: group, finish, pace, commit_delay_us } = *b;
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
     let _ = std::fs::remove_file(format!("{path}-shm"));
-    let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024, commit_delay_us: 0 };
+    let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024, commit_delay_us };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let s = open_store(&cfg)?;
+        let (node, nonce) = ("bench".to_string(), state::unix_ms());
+        let generation = match s.claim_node(&node, "bench-store", "http://127.0.0.1:0", 600_000, true).await? {
+            Claim::Granted(g) => g,
+            Claim::HeldBy(l) => return Err(format!("node {node} of {path} is held by {l:?}")),
+        };
+        let token = Token { holder: "bench-store".into(), generation };
+        s.write(store::Op::RegisterEpoch { node: node.clone(), nonce }).await?;
+        let (cpu0, batches0) = (store::store_thread_cpu_s(), s.stats.batches.load(std::sync::atomic::Ordering::Relaxed));
         let t0 = std::time::Instant::now();
         let mut hs = vec![];
         for c in 0..clients {
-            let s = s.clone();
+            let (s, node, token) = (s.clone(), node.clone(), token.clone());
             let per = n / clients + usize::from(c < n % clients);
             hs.push(tokio::spawn(async move {
                 for i in 0..per {
                     let rec = store::DecisionRecord {
-                        gtid: format!("b.{c}-{i}"),
+                        gtid: naming::new_gtid(&node, nonce, ((c as u64) << 32) | i as u64),
                         outcome: state::Outcome::Commit,
                         branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
                         decided_unix_ms: state::unix_ms(),
-                        node: "b".into(),
+                        node: node.clone(),
                         source: "bench".into(),
                     };
-                    s.decide(rec, None).await?;
+                    let gtid = rec.gtid.clone();
+                    match s.decide(rec, Some(token.clone())).await? {
+                        Decided::Outcome(state::Outcome::Commit) => {}
+                        other => return Err(format!("decision not written as commit: {other:?}")),
+                    }
+                    if finish {
+                        s.write_later(store::Op::Forget(gtid));
+                    }
+                    if let Some(p) = pace {
+                        tokio::time::sleep(p).await;
+                    }
                 }
                 Ok::<(), String>(())
             }));
@@ -45,11 +84,14 @@ pub fn bench_store(path: &str, n: usize, clients: usize, group: bool) -> Result<
             h.await.map_err(|e| e.to_string())??;
         }
         let secs = t0.elapsed().as_secs_f64();
-        let batches = s.stats.batches.load(std::sync::atomic::Ordering::Relaxed);
+        let cpu = store::store_thread_cpu_s() - cpu0;
+        let batches = s.stats.batches.load(std::sync::atomic::Ordering::Relaxed) - batches0;
         println!(
-            "{{\"store\": \"sqlite\", \"group_commit\": {group}, \"decisions\": {n}, \"clients\": {clients}, \"seconds\": {secs:.3}, \"decisions_per_s\": {:.0}, \"syncs\": {batches}, \"decisions_per_sync\": {:.1}}}",
+            "{{\"store\": \"sqlite\", \"group_commit\": {group}, \"finish\": {finish}, \"pace_ms\": {}, \"commit_delay_us\": {commit_delay_us}, \"decisions\": {n}, \"clients\": {clients}, \"seconds\": {secs:.3}, \"decisions_per_s\": {:.0}, \"syncs\": {batches}, \"decisions_per_sync\": {:.1}, \"store_cpu_ms_per_decision\": {:.4}}}",
+            pace.map_or(0.0, |p| p.as_secs_f64() * 1000.0),
             n as f64 / secs,
-            n as f64 / batches.max(1) as f64
+            n as f64 / batches.max(1) as f64,
+            cpu * 1000.0 / n as f64
         );
         Ok(())
     })

@@ -131,9 +131,29 @@ enum Cmd {
         clients: usize,
         #[arg(long)]
         no_group_commit: bool,
+        /// SQLite: mark each decision finished after it is written, as the daemon does.
+        #[arg(long, conflicts_with = "pg_dsn")]
+        finish: bool,
+        /// SQLite: each client pauses this long after each decision (the pace of
+        /// transactions that spend their time in the databases), so the store's thread
+        /// waits for work as it does in a daemon.
+        #[arg(long, value_name = "MS", conflicts_with = "pg_dsn", value_parser = pace_ms)]
+        pace_ms: Option<std::time::Duration>,
+        /// SQLite: the store's commit delay (store.commit_delay_us of the config).
+        #[arg(long, default_value_t = 0, conflicts_with_all = ["pg_dsn", "no_group_commit"],
+              value_parser = clap::value_parser!(u64).range(0..=100_000))]
+        commit_delay_us: u64,
     },
 }
 
+
+/// `--pace-ms`: milliseconds, a finite number from 0 to 60000.
+fn pace_ms(s: &str) -> Result<std::time::Duration, String> {
+    match s.parse::<f64>() {
+        Ok(ms) if (0.0..=60_000.0).contains(&ms) => Ok(std::time::Duration::from_secs_f64(ms / 1000.0)),
+        _ => Err(format!("{s:?} is not a pause in milliseconds from 0 to 60000")),
+    }
+}
 
 fn load_config(a: &ConfigArg) -> config::Config {
     let mut c = match config::load(&a.config) {
@@ -201,9 +221,12 @@ pub fn main() {
         }
         Cmd::Audit(c) => client::audit(&target(&c)),
         Cmd::MarkRestored(c) => serve::mark_restored(&load_config(&c)),
-        Cmd::BenchStore { path, pg_dsn, table, writers, n, clients, no_group_commit } => match (path, pg_dsn) {
+        Cmd::BenchStore { path, pg_dsn, table, writers, n, clients, no_group_commit, finish, pace_ms, commit_delay_us } => match (path, pg_dsn) {
             (_, Some(dsn)) => bench_store::bench_pg_store(&dsn, &table, n, clients, writers, !no_group_commit),
-            (Some(path), None) => bench_store::bench_store(&path, n, clients, !no_group_commit),
+            (Some(path), None) => bench_store::bench_store(
+                &path,
+                &bench_store::SqliteBench { n, clients, group_commit: !no_group_commit, finish, pace: pace_ms, commit_delay_us },
+            ),
             (None, None) => Err("bench-store needs --path FILE (SQLite) or --pg-dsn DSN (PostgreSQL)".into()),
         },
     };

@@ -19,3 +19,20 @@ pub use record::{
     branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, CorruptRecord, DecisionRecord, Loaded, Stored,
 };
 pub use log::{existing_outcome, newer_schema, Claim, Decided, DecisionLog, Identity, NodeLease, Op, OpResult, Restored, Renewal, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION};
+
+/// CPU seconds this process's decision-store threads have used so far (/proc's schedstat
+/// gives nanoseconds on CPU): what the store costs when the coordinator runs in the
+/// caller's process, and in `bench-store`.
+pub fn store_thread_cpu_s() -> f64 {
+    let mut ns = 0u64;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for t in tasks.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == STORE_THREAD {
+                let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+                ns += s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    ns as f64 / 1e9
+}
