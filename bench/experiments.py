@@ -32,6 +32,10 @@ Experiments (--experiments, comma-separated):
             parameter at a time, S = 2, 3, 5 branches, clients 1, 8, 32, 64, read-only share
             0, 50, 100 %: 2pc, co, local (bench/harness/scaling.py); PNGs per sweep
             (bench/harness/scaling_plots.py) into --plots-dir
+  profile   (not in the default; alone) where the daemon's cost per transaction goes:
+            bench/coordinator/profile.py for this build with batched calls, and with
+            --other-daemon for that build per step; JSON and a before/after table in
+            --out/profile (bench/coordinator/profile_pair.py; needs strace and perf)
   store     (not in the default) the decision store: micro default point in 2pc and co with
             the SQLite store (one daemon) and the PostgreSQL store in its own instance shared
             by 1 or 3 daemons (variants :pg1, :pg3); then the store alone (bench-store)
@@ -216,7 +220,8 @@ def estimate(a, exps) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="side-by-side experiments, Rust driver, interleaved slices")
     ap.add_argument("--experiments", default=ALL,
-                    help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon), coordinator, scaling and narayana "
+                    help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon), coordinator, scaling, store, profile "
+                         "(alone; needs strace and perf) and narayana "
                          "(Narayana's JTA TM beside the daemon; build: bash scripts/build-jta-load.sh)")
     ap.add_argument("--modes", default="", help="only these modes (comma-separated, e.g. 2pc,co,client; a base such as co "
                     "also runs its variants, co:par, and a variant may be named alone); default every mode of each point")
@@ -238,12 +243,21 @@ def main(argv=None) -> int:
     ap.add_argument("--other-daemon", metavar="BINARY",
                     help="experiments `daemon` and `coordinator`: the micro default point with 2pc and co also run "
                          "by this build of the daemon (modes 2pc:other, co:other, driven with the per-step calls "
-                         "any version understands), interleaved")
+                         "any version understands), interleaved; experiment `profile`: the build profiled as before")
     a = ap.parse_args(argv)
     if "daemon" in a.experiments.split(",") and not a.other_daemon:
         ap.error("--experiments daemon needs --other-daemon BINARY (the build to compare with)")
     cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or []))
     exps = [e for e in a.experiments.split(",") if e]
+    if "profile" in exps:
+        # Not slices: its own servers and daemon, counted by strace and perf (profile_pair.py).
+        if exps != ["profile"]:
+            ap.error("--experiments profile runs alone (it counts with strace and perf, which slow the daemon)")
+        from bench.coordinator import profile_pair
+        if missing := profile_pair.missing_tools():   # before the quiet check: nothing to wait for
+            ap.error(f"--experiments profile needs {' and '.join(missing)} (apt-get install strace linux-perf)")
+        slices.require_quiet(a.force or a.smoke, "start")
+        return profile_pair.run(a.out, a.other_daemon, 2.0 if a.smoke else a.seconds, a.smoke)
     items, customers, rows_n = 10000, 300, 100000
     if a.smoke:
         a.slices, a.seconds, a.warmup, a.clients, a.tpcc_clients_per_warehouse = 2, 0.6, 0.2, 2, 1

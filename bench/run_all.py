@@ -15,6 +15,10 @@ bench/results/ and the generated block of bench/RESULTS.md.
                   the micro default point through Narayana's in-process JTA TM (the Java
                   driver, modes 2pc:jta, co:jta) beside the daemon (2pc, co); not in the
                   default set; build it first: bash scripts/build-jta-load.sh
+  --experiments profile [--other-daemon BINARY]
+                  where the daemon's cost per transaction goes (requests, syncs, syscalls,
+                  context switches, mallocs, CPU; a perf profile), this build and the
+                  other one, a before/after table in --out/profile; needs strace and perf
   --experiments scaling [--plots-dir DIR]
                   the scaling study (S, clients, read-only share; not in the default
                   set), its PNGs in bench/plots (--smoke: in --out)

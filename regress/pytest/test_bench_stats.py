@@ -75,3 +75,27 @@ def test_modes_narrowed_and_shim_spelled_client():
     assert experiments.only(["2pc", "co:acr=ON"], "client") == []
     # A variant named alone runs alone (before, it matched nothing and the run measured nothing).
     assert experiments.only(experiments.COORDINATOR_MODES, "local,2pc:inproc") == ["local", "2pc:inproc"]
+
+
+def test_profile_experiment_table_and_refusals(tmp_path):
+    """`run_all.py --experiments profile` reproduces RESULTS' profile before/after: its
+    table from the stored JSON lines (a build without the request counter says so), and
+    clear refusals when it is mixed with slices or strace/perf are missing."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from bench.coordinator import profile_pair
+    res = Path(__file__).resolve().parents[2] / "bench" / "results" / "profile"
+    runs = {k: json.loads((res / f"{k}.json").read_text()) for k in ("before", "after")}
+    t = profile_pair.table(runs)
+    assert "| daemon CPU ms per transaction | 0.661 | 0.459 |" in t, t
+    assert "| API requests per transaction | no counter | 2.01 |" in t, t
+    assert "fdatasync 0.84" in t and t.count("\n") == 2 + len(profile_pair.ROWS) + 2, t
+    run_all = [sys.executable, str(res.parents[1] / "run_all.py")]
+    r = subprocess.run(run_all + ["--experiments", "profile,micro", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "runs alone" in r.stderr, r
+    r = subprocess.run(run_all + ["--experiments", "profile", "--out", str(tmp_path)], capture_output=True, text=True,
+                       env={**os.environ, "PATH": str(tmp_path)})
+    assert r.returncode == 2 and "needs strace and perf" in r.stderr and not (tmp_path / "profile").exists(), r
