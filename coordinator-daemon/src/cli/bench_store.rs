@@ -43,11 +43,7 @@ pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
     rt.block_on(async move {
         let s = open_store(&cfg)?;
         let (node, nonce) = ("bench".to_string(), state::unix_ms());
-        let generation = match s.claim_node(&node, "bench-store", "http://127.0.0.1:0", 600_000, true).await? {
-            Claim::Granted(g) => g,
-            Claim::HeldBy(l) => return Err(format!("node {node} of {path} is held by {l:?}")),
-        };
-        let token = Token { holder: "bench-store".into(), generation };
+        let token = claim(&s, &node, "bench-store", path).await?;
         s.write(store::Op::RegisterEpoch { node: node.clone(), nonce }).await?;
         let (cpu0, batches0) = (store::store_thread_cpu_s(), s.stats.batches.load(std::sync::atomic::Ordering::Relaxed));
         let t0 = std::time::Instant::now();
@@ -57,19 +53,7 @@ pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
             let per = n / clients + usize::from(c < n % clients);
             hs.push(tokio::spawn(async move {
                 for i in 0..per {
-                    let rec = store::DecisionRecord {
-                        gtid: naming::new_gtid(&node, nonce, ((c as u64) << 32) | i as u64),
-                        outcome: state::Outcome::Commit,
-                        branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
-                        decided_unix_ms: state::unix_ms(),
-                        node: node.clone(),
-                        source: "bench".into(),
-                    };
-                    let gtid = rec.gtid.clone();
-                    match s.decide(rec, Some(token.clone())).await? {
-                        Decided::Outcome(state::Outcome::Commit) => {}
-                        other => return Err(format!("decision not written as commit: {other:?}")),
-                    }
+                    let gtid = decide_commit(&s, &node, nonce, c, i, &token).await?;
                     if finish {
                         s.write_later(store::Op::Forget(gtid));
                     }
@@ -95,6 +79,34 @@ pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
         );
         Ok(())
     })
+}
+
+/// The lease of `node` for `holder`, as a daemon claims it at start (`store`: where, for
+/// the refusal). fence_expired: a node row left by a killed earlier run is taken over once
+/// expired.
+async fn claim(s: &store::Store, node: &str, holder: &str, store: &str) -> Result<Token, String> {
+    match s.claim_node(node, holder, "http://127.0.0.1:0", 600_000, true).await? {
+        Claim::Granted(generation) => Ok(Token { holder: holder.to_string(), generation }),
+        Claim::HeldBy(l) => Err(format!("node {node} of {store} is held by {l:?}: another bench-store running?")),
+    }
+}
+
+/// Decision `i` of writer `c` written as the daemon writes a commit: a gtid of the node's
+/// epoch (sequence numbers distinct per writer), fenced by its lease. Returns the gtid.
+async fn decide_commit(s: &store::Store, node: &str, nonce: u64, c: usize, i: usize, token: &Token) -> Result<String, String> {
+    let gtid = naming::new_gtid(node, nonce, ((c as u64) << 32) | i as u64);
+    let rec = store::DecisionRecord {
+        gtid: gtid.clone(),
+        outcome: state::Outcome::Commit,
+        branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
+        decided_unix_ms: state::unix_ms(),
+        node: node.to_string(),
+        source: "bench".into(),
+    };
+    match s.decide(rec, Some(token.clone())).await? {
+        Decided::Outcome(state::Outcome::Commit) => Ok(gtid),
+        other => Err(format!("decision not written as commit: {other:?}")),
+    }
 }
 
 /// The value at quantile `p` of sorted `xs` (linear interpolation, as the bench harness).
@@ -126,12 +138,8 @@ pub fn bench_pg_store(dsn: &str, table: &str, n: usize, clients: usize, writers:
         for w in 0..writers {
             let s = open_store(&cfg)?;
             let node = format!("benchstore{w}");
-            // fence_expired: a node row left by a killed earlier run is taken over once expired.
-            let generation = match s.claim_node(&node, &holder, "http://127.0.0.1:0", 600_000, true).await? {
-                Claim::Granted(g) => g,
-                Claim::HeldBy(l) => return Err(format!("node {node} of table {table} is held by {l:?}: another bench-store running?")),
-            };
-            stores.push((s, node, Token { holder: holder.clone(), generation }));
+            let token = claim(&s, &node, &holder, &format!("table {table}")).await?;
+            stores.push((s, node, token));
         }
         let t0 = std::time::Instant::now();
         let mut hs = vec![];
@@ -141,20 +149,8 @@ pub fn bench_pg_store(dsn: &str, table: &str, n: usize, clients: usize, writers:
             hs.push(tokio::spawn(async move {
                 let mut lat = Vec::with_capacity(per);
                 for i in 0..per {
-                    let rec = store::DecisionRecord {
-                        // Sequence numbers distinct per client within the node's epoch.
-                        gtid: naming::new_gtid(&node, nonce, ((c as u64) << 32) | i as u64),
-                        outcome: state::Outcome::Commit,
-                        branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
-                        decided_unix_ms: state::unix_ms(),
-                        node: node.clone(),
-                        source: "bench".into(),
-                    };
                     let t = std::time::Instant::now();
-                    match s.decide(rec, Some(token.clone())).await? {
-                        Decided::Outcome(state::Outcome::Commit) => {}
-                        other => return Err(format!("decision not written as commit: {other:?}")),
-                    }
+                    decide_commit(&s, &node, nonce, c, i, &token).await?;
                     lat.push(t.elapsed().as_secs_f64() * 1000.0);
                 }
                 Ok::<Vec<f64>, String>(lat)
