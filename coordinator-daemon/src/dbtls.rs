@@ -83,18 +83,28 @@ impl ServerCertVerifier for Verifier {
     ) -> Result<ServerCertVerified, Error> {
         let Some(v) = &self.inner else { return Ok(ServerCertVerified::assertion()) };
         match v.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
-            Err(Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) if !self.check_name => {
-                Ok(ServerCertVerified::assertion())
-            }
+            Err(Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
             r => r,
         }
     }
 
-    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, Error> {
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
         rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
-    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, Error> {
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
         rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
@@ -127,7 +137,10 @@ pub fn client_config(mode: Mode, ca_file: Option<&str>) -> Result<rustls::Client
 /// A PostgreSQL connection's settings and TLS connector: `tls` set overrides the DSN's
 /// `sslmode`; unset, the DSN's sslmode (disable, prefer — the default — or require)
 /// applies, encrypting without checking the certificate as libpq does without a root file.
-pub fn pg(dsn: &str, tls: Option<&DbTls>) -> Result<(tokio_postgres::Config, tokio_postgres_rustls::MakeRustlsConnect), String> {
+pub fn pg(
+    dsn: &str,
+    tls: Option<&DbTls>,
+) -> Result<(tokio_postgres::Config, tokio_postgres_rustls::MakeRustlsConnect), String> {
     use tokio_postgres::config::SslMode;
     let mut cfg: tokio_postgres::Config = dsn.parse().map_err(|e| format!("{e}"))?;
     let mode = match tls {
@@ -151,7 +164,10 @@ pub fn pg(dsn: &str, tls: Option<&DbTls>) -> Result<(tokio_postgres::Config, tok
 /// verify_identity); unset, they apply as mysql_async reads them.
 pub fn maria(opts: mysql_async::OptsBuilder, tls: Option<&DbTls>) -> mysql_async::OptsBuilder {
     let Some(t) = tls else { return opts };
-    let with_roots = |o: mysql_async::SslOpts| o.with_root_certs(t.ca_file.iter().map(|p| std::path::PathBuf::from(p).into()).collect()).with_disable_built_in_roots(true);
+    let with_roots = |o: mysql_async::SslOpts| {
+        o.with_root_certs(t.ca_file.iter().map(|p| std::path::PathBuf::from(p).into()).collect())
+            .with_disable_built_in_roots(true)
+    };
     let ssl = match t.mode {
         Mode::Disable | Mode::Prefer => None,
         Mode::Require => Some(mysql_async::SslOpts::default().with_danger_accept_invalid_certs(true)),

@@ -34,7 +34,13 @@ pub struct Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let e = &self.body["error"];
-        write!(f, "coordinator {} {}: {}", self.status, e["code"].as_str().unwrap_or("unknown"), e["message"].as_str().unwrap_or(""))
+        write!(
+            f,
+            "coordinator {} {}: {}",
+            self.status,
+            e["code"].as_str().unwrap_or("unknown"),
+            e["message"].as_str().unwrap_or("")
+        )
     }
 }
 
@@ -64,8 +70,13 @@ impl InProcess {
         };
         let routed = match find_route(method, path) {
             Ok((m, p)) => {
-                let body = if body.is_null() { Bytes::new() } else { Bytes::from(serde_json::to_vec(body).expect("a JSON value serializes")) };
-                (m.route.handler)(self.c.clone(), Call { p: p.into_iter().map(str::to_string).collect(), q, body }).await
+                let body = if body.is_null() {
+                    Bytes::new()
+                } else {
+                    Bytes::from(serde_json::to_vec(body).expect("a JSON value serializes"))
+                };
+                (m.route.handler)(self.c.clone(), Call { p: p.into_iter().map(str::to_string).collect(), q, body })
+                    .await
             }
             Err(known_path) => Err(unmatched(known_path, path)),
         };
@@ -77,8 +88,13 @@ impl InProcess {
             // JSON string, or the JSON it holds.
             Ok((status, Ok(resp))) => {
                 let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-                if status < 400 { Ok(v) } else { Err(Refused { status, body: v }) }
+                let v = serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+                if status < 400 {
+                    Ok(v)
+                } else {
+                    Err(Refused { status, body: v })
+                }
             }
             Err(r) => Err(Refused { status: r.code.http_status(), body: error_body(&r) }),
         }
@@ -108,19 +124,29 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_answer_as_the_api_does() {
         let c = InProcess { c: crate::coordinator::tests::coord("in-process").await };
-        let b = c.call("POST", "/v1/transactions", &json!({"branches": [{"resource": "pg", "branch_id": "b0"}]})).await.unwrap();
+        let b = c
+            .call("POST", "/v1/transactions", &json!({"branches": [{"resource": "pg", "branch_id": "b0"}]}))
+            .await
+            .unwrap();
         let gtid = b["gtid"].as_str().unwrap().to_string();
         assert_eq!(b["branches"][0]["branch_id"], "b0", "{b}");
         let got = c.call("GET", &format!("/v1/transactions/{gtid}"), &Value::Null).await.unwrap();
         assert_eq!(got["state"], "active", "{got}");
-        let r = c.call("POST", "/v1/transactions", &json!({"branches": [{"resource": "nope", "branch_id": "b0"}]})).await.unwrap_err();
+        let r = c
+            .call("POST", "/v1/transactions", &json!({"branches": [{"resource": "nope", "branch_id": "b0"}]}))
+            .await
+            .unwrap_err();
         assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("unknown_resource")), "{:?}", r.body);
         let r = c.call("GET", "/v1/nothing", &Value::Null).await.unwrap_err();
         assert_eq!((r.status, r.body["error"]["code"].as_str()), (404, Some("not_found")), "{:?}", r.body);
         let r = c.call("DELETE", &format!("/v1/transactions/{gtid}"), &Value::Null).await.unwrap_err();
         assert_eq!((r.status, r.body["error"]["code"].as_str()), (405, Some("method_not_allowed")), "{:?}", r.body);
-        let r = c.call("POST", &format!("/v1/transactions/{gtid}/commit"), &json!({"prepared": ["b9"]})).await.unwrap_err();
+        let r =
+            c.call("POST", &format!("/v1/transactions/{gtid}/commit"), &json!({"prepared": ["b9"]})).await.unwrap_err();
         assert!(r.status >= 400 && r.body["error"]["message"].as_str().unwrap().contains("b9"), "{:?}", r.body);
-        assert!(r.to_string().starts_with(&format!("coordinator {} ", r.status)) && r.to_string().contains("b9"), "{r}");
+        assert!(
+            r.to_string().starts_with(&format!("coordinator {} ", r.status)) && r.to_string().contains("b9"),
+            "{r}"
+        );
     }
 }

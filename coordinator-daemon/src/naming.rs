@@ -42,7 +42,10 @@ pub fn check_id(what: &str, s: &str) -> Result<(), IdError> {
         });
     }
     if !id_chars_ok(s, true) {
-        return Err(IdError { code: RefusalCode::InvalidId, message: format!("{what} may contain only A-Z a-z 0-9 . _ -") });
+        return Err(IdError {
+            code: RefusalCode::InvalidId,
+            message: format!("{what} may contain only A-Z a-z 0-9 . _ -"),
+        });
     }
     Ok(())
 }

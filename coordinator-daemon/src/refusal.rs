@@ -54,7 +54,49 @@ pub enum RefusalCode {
 
 impl RefusalCode {
     /// Every code, for the tests and the OpenAPI document.
-    pub const ALL: &'static [RefusalCode] = &[RefusalCode::InvalidJson, RefusalCode::InvalidBody, RefusalCode::InvalidField, RefusalCode::InvalidId, RefusalCode::IdTooLong, RefusalCode::ConfirmationRequired, RefusalCode::Unauthorized, RefusalCode::Forbidden, RefusalCode::NotFound, RefusalCode::UnknownTransaction, RefusalCode::UnknownBranch, RefusalCode::UnknownResource, RefusalCode::ResourceRefused, RefusalCode::OutcomeForgotten, RefusalCode::MethodNotAllowed, RefusalCode::DuplicateBranch, RefusalCode::AlreadyPrepared, RefusalCode::BranchNotPrepared, RefusalCode::NoBranches, RefusalCode::NotSingleBranch, RefusalCode::NotDecided, RefusalCode::OutcomeMismatch, RefusalCode::TransactionAborted, RefusalCode::TransactionCommitted, RefusalCode::TransactionOnePhase, RefusalCode::WrongState, RefusalCode::TransactionDeciding, RefusalCode::NotADecisionResource, RefusalCode::ContradictsDecision, RefusalCode::PayloadTooLarge, RefusalCode::WrongNode, RefusalCode::TooManyTransactions, RefusalCode::StoreUnavailable, RefusalCode::OwnerUnavailable, RefusalCode::Quarantined, RefusalCode::LeaseUnconfirmed, RefusalCode::LeaseLost, RefusalCode::TooManyConnections, RefusalCode::ResourceUnavailable, RefusalCode::ResourceBusy, RefusalCode::RestartGate];
+    pub const ALL: &'static [RefusalCode] = &[
+        RefusalCode::InvalidJson,
+        RefusalCode::InvalidBody,
+        RefusalCode::InvalidField,
+        RefusalCode::InvalidId,
+        RefusalCode::IdTooLong,
+        RefusalCode::ConfirmationRequired,
+        RefusalCode::Unauthorized,
+        RefusalCode::Forbidden,
+        RefusalCode::NotFound,
+        RefusalCode::UnknownTransaction,
+        RefusalCode::UnknownBranch,
+        RefusalCode::UnknownResource,
+        RefusalCode::ResourceRefused,
+        RefusalCode::OutcomeForgotten,
+        RefusalCode::MethodNotAllowed,
+        RefusalCode::DuplicateBranch,
+        RefusalCode::AlreadyPrepared,
+        RefusalCode::BranchNotPrepared,
+        RefusalCode::NoBranches,
+        RefusalCode::NotSingleBranch,
+        RefusalCode::NotDecided,
+        RefusalCode::OutcomeMismatch,
+        RefusalCode::TransactionAborted,
+        RefusalCode::TransactionCommitted,
+        RefusalCode::TransactionOnePhase,
+        RefusalCode::WrongState,
+        RefusalCode::TransactionDeciding,
+        RefusalCode::NotADecisionResource,
+        RefusalCode::ContradictsDecision,
+        RefusalCode::PayloadTooLarge,
+        RefusalCode::WrongNode,
+        RefusalCode::TooManyTransactions,
+        RefusalCode::StoreUnavailable,
+        RefusalCode::OwnerUnavailable,
+        RefusalCode::Quarantined,
+        RefusalCode::LeaseUnconfirmed,
+        RefusalCode::LeaseLost,
+        RefusalCode::TooManyConnections,
+        RefusalCode::ResourceUnavailable,
+        RefusalCode::ResourceBusy,
+        RefusalCode::RestartGate,
+    ];
 
     /// The wire name (what `Serialize` writes).
     pub fn as_str(self) -> &'static str {

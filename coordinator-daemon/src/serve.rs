@@ -22,7 +22,9 @@ pub fn die(msg: &str) -> ! {
 pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, String> {
     Ok(match cfg {
         config::StoreConfig::Sqlite { path, .. } => Box::new(store::sqlite::SqliteLog::open(path)?),
-        config::StoreConfig::Postgres { dsn, table, tls, .. } => Box::new(store::postgres::PgLog::open(dsn, table, tls.as_ref())?),
+        config::StoreConfig::Postgres { dsn, table, tls, .. } => {
+            Box::new(store::postgres::PgLog::open(dsn, table, tls.as_ref())?)
+        }
     })
 }
 
@@ -30,7 +32,11 @@ pub fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
     let (max_batch, delay_us) = match cfg {
         config::StoreConfig::Sqlite { group_commit, max_batch, commit_delay_us, .. }
         | config::StoreConfig::Postgres { group_commit, max_batch, commit_delay_us, .. } => {
-            if *group_commit { (*max_batch, *commit_delay_us) } else { (1, 0) }
+            if *group_commit {
+                (*max_batch, *commit_delay_us)
+            } else {
+                (1, 0)
+            }
         }
     };
     let cfg = cfg.clone();

@@ -7,8 +7,8 @@
 //! `Point::Decision`: rule A as at PREPARE, B and C as at COMMIT.
 
 use crate::bounded_wait;
-use crate::read_only;
 use crate::gucs::{self, ConflictAction};
+use crate::read_only;
 use crate::refusal::{self, Refusal};
 use crate::shmem::{self, Counter};
 use crate::ssi_ffi::{self, SsiLock};
@@ -102,7 +102,11 @@ fn check(point: Point) {
         }
         shmem::bump(Counter::ChecksCommit, 1);
     }
-    let settings = Settings { rule_c: gucs::RULE_C.get(), rule_s: gucs::RULE_S.get(), rule_c_read_only: gucs::RULE_C_READ_ONLY.get() };
+    let settings = Settings {
+        rule_c: gucs::RULE_C.get(),
+        rule_s: gucs::RULE_S.get(),
+        rule_c_read_only: gucs::RULE_C_READ_ONLY.get(),
+    };
     // Rule S's fact, read before SerializableXactHashLock (PostgreSQL's lock order); it
     // cannot become false while this transaction is open (docs/pg_co.md, "Rule S").
     let summarized_reader = point == Point::LocalCommit
@@ -122,7 +126,10 @@ fn check(point: Point) {
         snap.me.summarized_concurrent_reader = summarized_reader;
         let verdict = decide(point, &snap.me, &snap.out_edges, &snap.in_edges, &settings);
         let summarized = snap.me.flags & (flags::SUMMARY_CONFLICT_IN | flags::SUMMARY_CONFLICT_OUT) != 0;
-        let context = |waited: Option<Instant>| refusal::Context { summarized, waited_ms: waited.map(|w| w.elapsed().as_millis() as u64) };
+        let context = |waited: Option<Instant>| refusal::Context {
+            summarized,
+            waited_ms: waited.map(|w| w.elapsed().as_millis() as u64),
+        };
         let observe_only = gucs::OBSERVE_ONLY.get();
         if verdict == Verdict::Allow {
             mark(point, snap.sxact);
@@ -205,7 +212,14 @@ fn finish_timing(t0: Instant, wait_started: Option<Instant>) {
 /// honours lock_timeout, statement_timeout, cancel and the deadlock detector.
 fn wait_for(xid: u32, started: Instant) {
     if xid != 0 {
-        unsafe { pg_sys::XactLockTableWait(pg_sys::TransactionId::from_inner(xid), std::ptr::null_mut(), std::ptr::null_mut(), pg_sys::XLTW_Oper::XLTW_None) };
+        unsafe {
+            pg_sys::XactLockTableWait(
+                pg_sys::TransactionId::from_inner(xid),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                pg_sys::XLTW_Oper::XLTW_None,
+            )
+        };
         return;
     }
     // A peer still inside PREPARE TRANSACTION may not have its xid yet: poll briefly,

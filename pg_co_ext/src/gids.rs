@@ -33,7 +33,8 @@ static mut RING_PTR: *mut Ring = std::ptr::null_mut();
 static mut PENDING: Option<String> = None;
 
 /// The ring's shared memory (set up by shmem.rs with pg_co's other areas).
-pub const AREA: crate::shmem::Area = crate::shmem::Area { name: c"pg_co gids", size: std::mem::size_of::<Ring>, attach };
+pub const AREA: crate::shmem::Area =
+    crate::shmem::Area { name: c"pg_co gids", size: std::mem::size_of::<Ring>, attach };
 
 unsafe fn attach(p: *mut u8, _found: bool) {
     RING_PTR = p as *mut Ring;
@@ -86,7 +87,11 @@ pub fn own() -> Option<String> {
         return Some(g);
     }
     let xid = unsafe { pg_sys::GetTopTransactionIdIfAny() }.into_inner();
-    if xid == 0 { None } else { lookup(xid) }
+    if xid == 0 {
+        None
+    } else {
+        lookup(xid)
+    }
 }
 
 /// XACT_EVENT_ABORT / COMMIT: a PREPARE that failed (or a PREPARE outside a transaction

@@ -195,8 +195,10 @@ impl CommitRecords for Records {
         let s = self.s;
         (0..s.n_slots as i32).filter_map(move |i| {
             let f = slot(s, i)?;
-            (f.active.load(Ordering::Acquire) == 1)
-                .then(|| InFlightRecord { xid: f.xid.load(Ordering::Relaxed), prepare_seq: f.prepare_seq.load(Ordering::Relaxed) })
+            (f.active.load(Ordering::Acquire) == 1).then(|| InFlightRecord {
+                xid: f.xid.load(Ordering::Relaxed),
+                prepare_seq: f.prepare_seq.load(Ordering::Relaxed),
+            })
         })
     }
 

@@ -97,7 +97,8 @@ fn blocker_line(point: Point, v: &Verdict, ctx: &Context) -> String {
         // No SSI peer: what pg_co's commit records tell of the transaction it missed.
         (_, Verdict::RuleCReadOnly(m)) => (
             if m.xid != 0 { m.xid.to_string() } else { dash() },
-            (if m.xid == 0 { None } else { crate::gids::lookup(m.xid) }).map_or_else(dash, |g| format!("'{}'", g.replace('\'', "''"))),
+            (if m.xid == 0 { None } else { crate::gids::lookup(m.xid) })
+                .map_or_else(dash, |g| format!("'{}'", g.replace('\'', "''"))),
             "0".to_string(),
             (if m.in_flight { "committing" } else { "committed_2pc" }).to_string(),
         ),
@@ -125,9 +126,11 @@ fn gid_of(xid: u32) -> Option<String> {
         if pushed {
             pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
         }
-        let gid = Spi::get_one::<String>(&format!("SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction = '{xid}'::xid"))
-            .ok()
-            .flatten();
+        let gid = Spi::get_one::<String>(&format!(
+            "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE transaction = '{xid}'::xid"
+        ))
+        .ok()
+        .flatten();
         if pushed {
             pg_sys::PopActiveSnapshot();
         }
@@ -145,7 +148,9 @@ fn counters(r: &Refusal) -> Option<(Counter, Counter)> {
             Verdict::RuleAOutEdge(..) => (Counter::RefusedRuleA, Counter::ObservedRuleA),
             Verdict::RuleASummarized => (Counter::RefusedSummarized, Counter::ObservedSummarized),
             Verdict::RuleBInDoubtReader(..) => (Counter::RefusedRuleB, Counter::ObservedRuleB),
-            Verdict::RuleCStaleLocalRead(..) | Verdict::RuleCReadOnly(_) => (Counter::RefusedRuleC, Counter::ObservedRuleC),
+            Verdict::RuleCStaleLocalRead(..) | Verdict::RuleCReadOnly(_) => {
+                (Counter::RefusedRuleC, Counter::ObservedRuleC)
+            }
             Verdict::RuleSSummarizedReader(..) => (Counter::RefusedRuleS, Counter::ObservedRuleS),
             Verdict::Allow => return None,
         },

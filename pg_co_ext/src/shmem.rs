@@ -178,7 +178,11 @@ unsafe extern "C-unwind" fn startup() {
         let built = crate::ssi_ffi::BUILT_FOR_VERSION_NUM;
         let running = {
             let v = pg_sys::GetConfigOption(c"server_version".as_ptr(), true, false);
-            if v.is_null() { "unknown".into() } else { std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned() }
+            if v.is_null() {
+                "unknown".into()
+            } else {
+                std::ffi::CStr::from_ptr(v).to_string_lossy().into_owned()
+            }
         };
         use pgrx::pg_sys::errcodes::PgSqlErrorCode;
         use pgrx::pg_sys::panic::ErrorReport;

@@ -54,7 +54,13 @@ fn reset_stats() {
 #[pg_extern]
 fn blocking_edges() -> TableIterator<
     'static,
-    (name!(prepared_xid, i64), name!(peer_xid, Option<i64>), name!(peer_pid, Option<i32>), name!(peer_state, String), name!(rule, String)),
+    (
+        name!(prepared_xid, i64),
+        name!(peer_xid, Option<i64>),
+        name!(peer_pid, Option<i32>),
+        name!(peer_state, String),
+        name!(rule, String),
+    ),
 > {
     require_preloaded();
     let rows = ssi_ffi::prepared_edges().into_iter().map(|e| {

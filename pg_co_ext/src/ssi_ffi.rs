@@ -175,16 +175,30 @@ pub fn read_own(_lock: &SsiLock, marker_of: impl Fn(*const c_void, i32) -> Optio
         return None;
     }
     let read = |out: bool, n: i32| -> Vec<Peer> {
-        let mut buf = vec![CoPeer { sxact: std::ptr::null(), prepare_seq: 0, xid: 0, flags: 0, pid: 0, pgprocno: -1 }; n.max(0) as usize];
+        let mut buf = vec![
+            CoPeer { sxact: std::ptr::null(), prepare_seq: 0, xid: 0, flags: 0, pid: 0, pgprocno: -1 };
+            n.max(0) as usize
+        ];
         let total = unsafe { co_read_edges(out, buf.as_mut_ptr(), n) };
         debug_assert_eq!(total, n, "lists cannot change under the lock");
         buf.iter()
-            .map(|c| Peer { xid: c.xid, pid: c.pid, flags: c.flags, prepare_seq: c.prepare_seq, marker: marker_of(c.sxact, c.pgprocno) })
+            .map(|c| Peer {
+                xid: c.xid,
+                pid: c.pid,
+                flags: c.flags,
+                prepare_seq: c.prepare_seq,
+                marker: marker_of(c.sxact, c.pgprocno),
+            })
             .collect()
     };
     Some(Snapshot {
         sxact: s.sxact,
-        me: SelfView { flags: s.flags, last_commit_before_snapshot: s.last_commit_before_snapshot, wrote: s.xid != 0, summarized_concurrent_reader: false },
+        me: SelfView {
+            flags: s.flags,
+            last_commit_before_snapshot: s.last_commit_before_snapshot,
+            wrote: s.xid != 0,
+            summarized_concurrent_reader: false,
+        },
         out_edges: read(true, s.n_out),
         in_edges: read(false, s.n_in),
     })

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 
-use crate::db::{DbError, MySession, PgSession};
 use crate::coord::Coord;
+use crate::db::{DbError, MySession, PgSession};
 use crate::http::{CoordError, Http};
 use crate::workload::{Db, Op, Sub, P};
 
@@ -201,8 +201,12 @@ impl Client {
         let my_iso = cfg.my_isolation;
         for (name, db) in sessions {
             let s = match db {
-                Db::Pg => Sess::Pg(PgSession::connect(&cfg.pg_dsn, cfg.lock_timeout_ms).await.map_err(|e| e.to_string())?),
-                Db::My => Sess::My(MySession::connect(&cfg.my_url, cfg.lock_timeout_ms, my_iso).await.map_err(|e| e.to_string())?),
+                Db::Pg => {
+                    Sess::Pg(PgSession::connect(&cfg.pg_dsn, cfg.lock_timeout_ms).await.map_err(|e| e.to_string())?)
+                }
+                Db::My => Sess::My(
+                    MySession::connect(&cfg.my_url, cfg.lock_timeout_ms, my_iso).await.map_err(|e| e.to_string())?,
+                ),
             };
             sess.insert(name.clone(), s);
         }
@@ -211,7 +215,18 @@ impl Client {
             Some(c) => Some(Coord::InProcess(c.clone())),
             None => Some(Coord::Http(Http::new(coord_url(&cfg.coord_url, wid), cfg.token.clone())?)),
         };
-        Ok(Client { wid, cfg, sess, http, enforcement: BTreeMap::new(), unfinished: 0, last_gtid: None, last_ids: vec![], last_decider_xid: None, acks: vec![] })
+        Ok(Client {
+            wid,
+            cfg,
+            sess,
+            http,
+            enforcement: BTreeMap::new(),
+            unfinished: 0,
+            last_gtid: None,
+            last_ids: vec![],
+            last_decider_xid: None,
+            acks: vec![],
+        })
     }
 
     pub async fn has_decide(&self) -> Result<bool, String> {
@@ -230,7 +245,8 @@ impl Client {
         for (i, s) in subs.iter().enumerate().skip(from) {
             let sess = self.sess.get_mut(&s.session).expect("session opened");
             let r = async {
-                sess.simple(if s.db == Db::Pg { "BEGIN ISOLATION LEVEL SERIALIZABLE" } else { "START TRANSACTION" }).await?;
+                sess.simple(if s.db == Db::Pg { "BEGIN ISOLATION LEVEL SERIALIZABLE" } else { "START TRANSACTION" })
+                    .await?;
                 sess.run_ops(&s.ops).await?;
                 sess.simple("COMMIT").await
             }
@@ -272,9 +288,19 @@ impl Client {
         }
         let http = self.http.as_mut().unwrap();
         if let [bid] = &bids[..] {
-            http.send_nowait("POST", &format!("/v1/transactions/{g}/branches/{bid}/finished"), &json!({"outcome": outcome})).await;
+            http.send_nowait(
+                "POST",
+                &format!("/v1/transactions/{g}/branches/{bid}/finished"),
+                &json!({"outcome": outcome}),
+            )
+            .await;
         } else {
-            http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": outcome, "branches": bids})).await;
+            http.send_nowait(
+                "POST",
+                &format!("/v1/transactions/{g}/finished"),
+                &json!({"outcome": outcome, "branches": bids}),
+            )
+            .await;
         }
     }
 
@@ -283,7 +309,12 @@ impl Client {
         let Some(http) = self.http.as_mut() else { return };
         for a in std::mem::take(&mut self.acks) {
             let g = a["gtid"].as_str().unwrap_or_default().to_string();
-            http.send_nowait("POST", &format!("/v1/transactions/{g}/finished"), &json!({"outcome": a["outcome"], "branches": a["branches"]})).await;
+            http.send_nowait(
+                "POST",
+                &format!("/v1/transactions/{g}/finished"),
+                &json!({"outcome": a["outcome"], "branches": a["branches"]}),
+            )
+            .await;
         }
     }
 
@@ -303,7 +334,11 @@ impl Client {
         // along (a refused registration leaves nothing behind, or an aborted transaction).
         let mut batch: Vec<Value> = vec![];
         if self.cfg.batched {
-            let regs: Vec<Value> = subs.iter().enumerate().map(|(i, sub)| json!({"resource": sub.db.name(), "branch_id": format!("b{i}")})).collect();
+            let regs: Vec<Value> = subs
+                .iter()
+                .enumerate()
+                .map(|(i, sub)| json!({"resource": sub.db.name(), "branch_id": format!("b{i}")}))
+                .collect();
             let mut body = json!({"branches": regs});
             if !self.acks.is_empty() {
                 body["finished"] = Value::Array(std::mem::take(&mut self.acks));
@@ -313,7 +348,11 @@ impl Client {
             gtid = v["gtid"].as_str().map(str::to_string);
             batch = v["branches"].as_array().cloned().unwrap_or_default();
             if batch.len() != subs.len() {
-                let why = format!("other: the coordinator answered {} registrations for {} branches", batch.len(), subs.len());
+                let why = format!(
+                    "other: the coordinator answered {} registrations for {} branches",
+                    batch.len(),
+                    subs.len()
+                );
                 self.abort(gtid.as_deref().unwrap_or_default(), &mut br, &why).await;
                 return Err(Failure { kind: why, err: None });
             }
@@ -343,7 +382,12 @@ impl Client {
             self.last_gtid = gtid.clone();
             self.last_ids.push(match r["gid"].as_str() {
                 Some(gid) => gid.to_string(),
-                None => format!("{},{},{}", r["xid"]["gtrid"].as_str().unwrap_or(""), r["xid"]["bqual"].as_str().unwrap_or(""), r["xid"]["format_id"]),
+                None => format!(
+                    "{},{},{}",
+                    r["xid"]["gtrid"].as_str().unwrap_or(""),
+                    r["xid"]["bqual"].as_str().unwrap_or(""),
+                    r["xid"]["format_id"]
+                ),
             });
             let (gid, xid) = match sub.db {
                 Db::Pg => (format!("'{}'", safe_id(r["gid"].as_str().unwrap_or(""))?), String::new()),
@@ -372,7 +416,15 @@ impl Client {
                 self.abort(&g, &mut br, &why).await;
                 return Err(Failure { kind: why, err: None });
             }
-            let mut b = Branch { bid: bid.clone(), session: sub.session.clone(), db: sub.db, gid, xid, state: BState::Active, shim };
+            let mut b = Branch {
+                bid: bid.clone(),
+                session: sub.session.clone(),
+                db: sub.db,
+                gid,
+                xid,
+                state: BState::Active,
+                shim,
+            };
             // Begin and the statements; client mode's slot is written at prepare (prepare_one).
             let my_iso = self.cfg.my_isolation;
             let sess = self.sess.get_mut(&sub.session).expect("session opened");
@@ -414,7 +466,8 @@ impl Client {
             return self.one_phase(&g, &mut br).await;
         }
         // The decision inside a participant needs pg_co there (co.decide).
-        let decider = if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg && b.shim.is_none()) } else { None };
+        let decider =
+            if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg && b.shim.is_none()) } else { None };
         // Prepare every branch but the decider (in dip mode it commits in one phase).
         let to_prepare: Vec<usize> = (0..br.len()).filter(|&i| Some(i) != decider).collect();
         if let Err(f) = self.prepare(&g, &mut br, &to_prepare).await {
@@ -454,7 +507,9 @@ impl Client {
     async fn one_phase(&mut self, g: &str, br: &mut [Branch]) -> Result<(), Failure> {
         let bid = br[0].bid.clone();
         let http = self.http.as_mut().unwrap();
-        if let Err(e) = http.request("POST", &format!("/v1/transactions/{g}/commit"), &json!({"one_phase_branch": bid})).await {
+        if let Err(e) =
+            http.request("POST", &format!("/v1/transactions/{g}/commit"), &json!({"one_phase_branch": bid})).await
+        {
             self.abort(g, br, &e.to_string()).await;
             return Err(e.into());
         }
@@ -489,7 +544,8 @@ impl Client {
         let mut first_err: Option<DbError> = None;
         let mut failed: Vec<usize> = vec![];
         if self.cfg.parallel_prepare && which.len() > 1 {
-            let mut taken: Vec<(usize, Sess)> = which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
+            let mut taken: Vec<(usize, Sess)> =
+                which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
             let results = join_all(taken.iter_mut().map(|(i, s)| prepare_one(s, &br[*i]))).await;
             for ((i, mut s), r) in taken.into_iter().zip(results) {
                 match r {
@@ -536,7 +592,8 @@ impl Client {
         let which: Vec<usize> = which.iter().copied().filter(|&i| br[i].state == BState::Prepared).collect();
         let mut done = vec![];
         if self.cfg.parallel_finish && which.len() > 1 {
-            let mut taken: Vec<(usize, Sess)> = which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
+            let mut taken: Vec<(usize, Sess)> =
+                which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
             let results = join_all(taken.iter_mut().map(|(i, s)| finish_one(s, &br[*i], true))).await;
             for ((i, s), r) in taken.into_iter().zip(results) {
                 self.sess.insert(br[i].session.clone(), s);
@@ -569,8 +626,18 @@ impl Client {
         // joins a peer's rule-A refusal that names this branch by xid only.
         let mut xid = None;
         let r = async {
-            let g = safe_id(g).map_err(|_| DbError { db: "pg", sqlstate: None, errno: None, message: "bad gtid".into(), detail: None })?;
-            xid = sess.first_value(&format!("SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text")).await?;
+            let g = safe_id(g).map_err(|_| DbError {
+                db: "pg",
+                sqlstate: None,
+                errno: None,
+                message: "bad gtid".into(),
+                detail: None,
+            })?;
+            xid = sess
+                .first_value(&format!(
+                    "SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text"
+                ))
+                .await?;
             sess.simple("COMMIT").await
         }
         .await;
@@ -599,7 +666,13 @@ impl Client {
     /// The attempt failed: tell the coordinator, roll back every local branch, acknowledge.
     async fn abort(&mut self, g: &str, br: &mut [Branch], reason: &str) {
         let http = self.http.as_mut().unwrap();
-        let _ = http.request("POST", &format!("/v1/transactions/{g}/abort"), &json!({"reason": reason.chars().take(900).collect::<String>()})).await;
+        let _ = http
+            .request(
+                "POST",
+                &format!("/v1/transactions/{g}/abort"),
+                &json!({"reason": reason.chars().take(900).collect::<String>()}),
+            )
+            .await;
         self.rollback_all(g, br).await;
     }
 
@@ -675,7 +748,11 @@ async fn rollback_unprepared(sess: &mut Sess, b: &Branch) {
 /// URL is every client's.
 pub fn coord_url(list: &str, wid: usize) -> &str {
     let urls: Vec<&str> = list.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
-    if urls.is_empty() { list } else { urls[wid % urls.len()] }
+    if urls.is_empty() {
+        list
+    } else {
+        urls[wid % urls.len()]
+    }
 }
 
 #[cfg(test)]
@@ -684,6 +761,9 @@ mod tests {
     fn coord_url_round_robin() {
         assert_eq!(super::coord_url("http://a:1", 5), "http://a:1");
         let l = "http://a:1,http://b:2, http://c:3";
-        assert_eq!([0, 1, 2, 3].map(|w| super::coord_url(l, w)), ["http://a:1", "http://b:2", "http://c:3", "http://a:1"]);
+        assert_eq!(
+            [0, 1, 2, 3].map(|w| super::coord_url(l, w)),
+            ["http://a:1", "http://b:2", "http://c:3", "http://a:1"]
+        );
     }
 }

@@ -147,8 +147,12 @@ impl DbError {
     /// Whether a new attempt may succeed (a conflict), as cotx.refusals says.
     pub fn retryable(&self) -> bool {
         let k = self.kind();
-        !(k.contains("other") || k == "pg_co not serializable" || k == "pg_co read only" || k == "pg cancelled"
-            || k == "mysql_co isolation" || k == "my interrupted")
+        !(k.contains("other")
+            || k == "pg_co not serializable"
+            || k == "pg_co read only"
+            || k == "pg cancelled"
+            || k == "mysql_co isolation"
+            || k == "my interrupted")
     }
 }
 
@@ -237,11 +241,19 @@ pub struct MySession {
 
 impl MySession {
     pub async fn connect(url: &str, lock_timeout_ms: u64, isolation: &str) -> Result<MySession, DbError> {
-        let opts = mysql_async::Opts::from_url(url).map_err(|e| DbError { db: "my", sqlstate: None, errno: None, message: e.to_string(), detail: None })?;
+        let opts = mysql_async::Opts::from_url(url).map_err(|e| DbError {
+            db: "my",
+            sqlstate: None,
+            errno: None,
+            message: e.to_string(),
+            detail: None,
+        })?;
         let mut conn = mysql_async::Conn::new(opts).await.map_err(DbError::from_my)?;
         let secs = lock_timeout_ms.div_ceil(1000).max(1);
         conn.query_drop(format!("SET SESSION innodb_lock_wait_timeout = {secs}")).await.map_err(DbError::from_my)?;
-        conn.query_drop(format!("SET SESSION TRANSACTION ISOLATION LEVEL {isolation}")).await.map_err(DbError::from_my)?;
+        conn.query_drop(format!("SET SESSION TRANSACTION ISOLATION LEVEL {isolation}"))
+            .await
+            .map_err(DbError::from_my)?;
         Ok(MySession { conn })
     }
 
@@ -254,7 +266,8 @@ impl MySession {
     /// init_connect may have changed it, and client mode protects SERIALIZABLE branches only.
     pub async fn set_serializable_verified(&mut self) -> Result<(), DbError> {
         self.simple("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE").await?;
-        let level: Option<String> = self.conn.query_first("SELECT @@session.tx_isolation").await.map_err(DbError::from_my)?;
+        let level: Option<String> =
+            self.conn.query_first("SELECT @@session.tx_isolation").await.map_err(DbError::from_my)?;
         match level.as_deref() {
             Some("SERIALIZABLE") => Ok(()),
             other => Err(DbError {

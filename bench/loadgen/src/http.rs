@@ -34,7 +34,9 @@ fn transport(e: impl std::fmt::Display) -> CoordError {
 
 impl Http {
     pub fn new(url: &str, token: Option<String>) -> Result<Http, String> {
-        let rest = url.strip_prefix("http://").ok_or_else(|| format!("coordinator url must be http://host:port, got {url}"))?;
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("coordinator url must be http://host:port, got {url}"))?;
         let hostport = rest.trim_end_matches('/').to_string();
         Ok(Http { addr: hostport.clone(), host_header: hostport, token, conn: None, pending: 0 })
     }
@@ -62,7 +64,11 @@ impl Http {
         if c.read_line(&mut line).await.map_err(transport)? == 0 {
             return Err(transport("connection closed by the coordinator"));
         }
-        let status: u16 = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| transport(format!("bad status line {line:?}")))?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| transport(format!("bad status line {line:?}")))?;
         let (mut len, mut close) = (0usize, false);
         loop {
             line.clear();
@@ -138,7 +144,8 @@ impl Http {
                     if close {
                         self.conn = None;
                     }
-                    let v: Value = if raw.is_empty() { Value::Null } else { serde_json::from_slice(&raw).unwrap_or(Value::Null) };
+                    let v: Value =
+                        if raw.is_empty() { Value::Null } else { serde_json::from_slice(&raw).unwrap_or(Value::Null) };
                     if status >= 400 {
                         let e = &v["error"];
                         return Err(CoordError {

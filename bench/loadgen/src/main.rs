@@ -102,7 +102,17 @@ struct Stats {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn log_line(mode: &str, gtid: &str, ids: &[String], decider_xid: Option<(usize, u32)>, t: f64, measured: bool, subs: &[Sub], from: usize, f: Option<&Failure>) -> String {
+fn log_line(
+    mode: &str,
+    gtid: &str,
+    ids: &[String],
+    decider_xid: Option<(usize, u32)>,
+    t: f64,
+    measured: bool,
+    subs: &[Sub],
+    from: usize,
+    f: Option<&Failure>,
+) -> String {
     let branches: Vec<Value> = subs
         .iter()
         .enumerate()
@@ -129,7 +139,16 @@ fn log_line(mode: &str, gtid: &str, ids: &[String], decider_xid: Option<(usize, 
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name: String, seed: u64, t_measure: Instant, t_end: Instant, want_log: bool) -> (Stats, Client) {
+async fn client_loop(
+    mut c: Client,
+    wl: Arc<dyn Workload>,
+    mode: Mode,
+    mode_name: String,
+    seed: u64,
+    t_measure: Instant,
+    t_end: Instant,
+    want_log: bool,
+) -> (Stats, Client) {
     let mut st = Stats::default();
     let mut rng = Rng::new(seed);
     let mut n_attempt = 0u64;
@@ -155,7 +174,17 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
             match r {
                 Ok(()) => {
                     if want_log {
-                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, c.last_decider_xid, now_s(), measured, &subs, from, None));
+                        st.log.push(log_line(
+                            &mode_name,
+                            &hint,
+                            &c.last_ids,
+                            c.last_decider_xid,
+                            now_s(),
+                            measured,
+                            &subs,
+                            from,
+                            None,
+                        ));
                     }
                     if measured {
                         st.commits += 1;
@@ -166,7 +195,17 @@ async fn client_loop(mut c: Client, wl: Arc<dyn Workload>, mode: Mode, mode_name
                 }
                 Err((done, f)) => {
                     if want_log {
-                        st.log.push(log_line(&mode_name, &hint, &c.last_ids, c.last_decider_xid, now_s(), measured, &subs, from, Some(&f)));
+                        st.log.push(log_line(
+                            &mode_name,
+                            &hint,
+                            &c.last_ids,
+                            c.last_decider_xid,
+                            now_s(),
+                            measured,
+                            &subs,
+                            from,
+                            Some(&f),
+                        ));
                     }
                     if measured {
                         *st.reasons.entry(f.kind.clone()).or_default() += 1;
@@ -240,7 +279,14 @@ async fn run(a: Args) -> i32 {
     let workload = a.s("workload", "micro");
     let wl: Arc<dyn Workload> = match workload.as_str() {
         "micro" => {
-            let mut m = Micro::new(a.f("S", 2.0) as usize, a.f("R", 6.0) as usize, a.f("W", 6.0) as usize, a.f("P", 0.5), a.f("N", 100000.0) as i64, a.f("K", 0.0));
+            let mut m = Micro::new(
+                a.f("S", 2.0) as usize,
+                a.f("R", 6.0) as usize,
+                a.f("W", 6.0) as usize,
+                a.f("P", 0.5),
+                a.f("N", 100000.0) as i64,
+                a.f("K", 0.0),
+            );
             m.autocommit_reads = a.f("autocommit-reads", 0.0);
             m.ro_share = a.f("ro-share", 0.0);
             if !(0.0..=1.0).contains(&m.ro_share) {
@@ -338,7 +384,9 @@ async fn run(a: Args) -> i32 {
             Ok(true) => {}
             Ok(false) => {
                 let mut v = base.clone();
-                v["skipped"] = json!("mode dip needs co.decide() in PostgreSQL (pg_co with decision-in-participant); not installed here");
+                v["skipped"] = json!(
+                    "mode dip needs co.decide() in PostgreSQL (pg_co with decision-in-participant); not installed here"
+                );
                 emit(&v);
                 return 0;
             }
@@ -442,10 +490,15 @@ async fn run(a: Args) -> i32 {
     }
     // Branch registrations by "resource:enforcement" (warm-up included), and how many of
     // them ran in client mode (each wrote its shim slot; on PostgreSQL each had a helper).
-    v["client_branches"] = json!(all.enforcement.iter().filter(|(k, _)| k.ends_with(":client")).map(|(_, n)| n).sum::<u64>());
+    v["client_branches"] =
+        json!(all.enforcement.iter().filter(|(k, _)| k.ends_with(":client")).map(|(_, n)| n).sum::<u64>());
     v["enforcement"] = json!(all.enforcement);
     v["unfinished"] = json!(all.unfinished);
     v["errors"] = json!(errors);
     emit(&v);
-    if errors.is_empty() { 0 } else { 1 }
+    if errors.is_empty() {
+        0
+    } else {
+        1
+    }
 }

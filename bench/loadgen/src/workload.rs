@@ -67,13 +67,18 @@ pub struct Sub {
 impl Sub {
     /// The attempt log's view of the branch: table (when it touches one), keys read, written.
     pub fn touched(&self) -> (Value, Vec<Value>, Vec<Value>) {
-        let tables: std::collections::BTreeSet<&str> = self.ops.iter().filter_map(|o| o.touch.as_ref().map(|t| t.0.as_str())).collect();
+        let tables: std::collections::BTreeSet<&str> =
+            self.ops.iter().filter_map(|o| o.touch.as_ref().map(|t| t.0.as_str())).collect();
         let single = tables.len() == 1;
         let (mut r, mut w) = (vec![], vec![]);
         for o in &self.ops {
             if let Some((t, k, wr)) = &o.touch {
                 let key = if single { k.clone() } else { json!(format!("{t}:{}", k)) };
-                if *wr { w.push(key) } else { r.push(key) }
+                if *wr {
+                    w.push(key)
+                } else {
+                    r.push(key)
+                }
             }
         }
         let table = if single { json!(tables.iter().next().unwrap()) } else { Value::Null };
@@ -193,7 +198,9 @@ impl Workload for Micro {
                 let mut ws: Vec<i64> = (0..w).map(|_| self.key(rng)).collect();
                 ws.sort();
                 for k in ws {
-                    ops.push(Op::new(format!("UPDATE {t} SET v = v + 1 WHERE k = ?"), vec![P::I(k)]).writes(&t, json!(k)));
+                    ops.push(
+                        Op::new(format!("UPDATE {t} SET v = v + 1 WHERE k = ?"), vec![P::I(k)]).writes(&t, json!(k)),
+                    );
                 }
                 Sub { session: format!("{}{i}", db.name()), db, ops, autocommit: false }
             })
@@ -220,7 +227,11 @@ pub struct Tpcc {
 
 impl Tpcc {
     fn db_of(&self, w: i64) -> Db {
-        if w <= self.n_pg { Db::Pg } else { Db::My }
+        if w <= self.n_pg {
+            Db::Pg
+        } else {
+            Db::My
+        }
     }
     fn home(&self, wid: usize) -> i64 {
         (wid as i64) % self.w + 1
@@ -230,7 +241,11 @@ impl Tpcc {
             return w;
         }
         let o = rng.range(1, self.w);
-        if o < w { o } else { o + 1 }
+        if o < w {
+            o
+        } else {
+            o + 1
+        }
     }
 
     fn stock_ops(&self, w: i64, items: &[(i64, i64, i64)]) -> Vec<Op> {
@@ -274,28 +289,54 @@ impl Tpcc {
         let remote_stock: Vec<_> = lines.iter().copied().filter(|l| self.db_of(l.0) != home_db).collect();
         let mut ops = vec![
             Op::new("SELECT w_tax FROM warehouse WHERE w_id = ?", vec![P::I(w)]).reads("warehouse", json!(w)),
-            Op::new("UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = ? AND d_id = ?", vec![P::I(w), P::I(d)])
-                .writes("district", json!([w, d])),
-            Op::new("SELECT d_tax, d_next_o_id - 1 FROM district WHERE d_w_id = ? AND d_id = ?", vec![P::I(w), P::I(d)])
-                .store(0)
-                .reads("district", json!([w, d])),
-            Op::new("SELECT c_discount FROM customer WHERE c_w_id = ? AND c_d_id = ? AND c_id = ?", vec![P::I(w), P::I(d), P::I(c)])
-                .reads("customer", json!([w, d, c])),
-            Op::new("INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?)", vec![P::I(w), P::I(d), P::Reg(0), P::I(c), P::I(n), P::I(all_local)]),
+            Op::new(
+                "UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = ? AND d_id = ?",
+                vec![P::I(w), P::I(d)],
+            )
+            .writes("district", json!([w, d])),
+            Op::new(
+                "SELECT d_tax, d_next_o_id - 1 FROM district WHERE d_w_id = ? AND d_id = ?",
+                vec![P::I(w), P::I(d)],
+            )
+            .store(0)
+            .reads("district", json!([w, d])),
+            Op::new(
+                "SELECT c_discount FROM customer WHERE c_w_id = ? AND c_d_id = ? AND c_id = ?",
+                vec![P::I(w), P::I(d), P::I(c)],
+            )
+            .reads("customer", json!([w, d, c])),
+            Op::new(
+                "INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?)",
+                vec![P::I(w), P::I(d), P::Reg(0), P::I(c), P::I(n), P::I(all_local)],
+            ),
             Op::new("INSERT INTO new_order VALUES (?, ?, ?)", vec![P::I(w), P::I(d), P::Reg(0)]),
         ];
         for (num, &(sw, i_id, qty)) in lines.iter().enumerate() {
             ops.push(Op::new("SELECT i_price FROM item WHERE i_id = ?", vec![P::I(i_id)]).store(1));
             ops.push(Op::new(
                 "INSERT INTO order_line VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                vec![P::I(w), P::I(d), P::Reg(0), P::I(num as i64 + 1), P::I(i_id), P::I(sw), P::I(qty), P::RegTimes(1, qty)],
+                vec![
+                    P::I(w),
+                    P::I(d),
+                    P::Reg(0),
+                    P::I(num as i64 + 1),
+                    P::I(i_id),
+                    P::I(sw),
+                    P::I(qty),
+                    P::RegTimes(1, qty),
+                ],
             ));
         }
         ops.extend(self.stock_ops(w, &home_stock));
         let mut subs = vec![Sub { session: home_db.name().into(), db: home_db, ops, autocommit: false }];
         if !remote_stock.is_empty() {
             let rdb = self.db_of(remote_stock[0].0);
-            subs.push(Sub { session: rdb.name().into(), db: rdb, ops: self.stock_ops(w, &remote_stock), autocommit: false });
+            subs.push(Sub {
+                session: rdb.name().into(),
+                db: rdb,
+                ops: self.stock_ops(w, &remote_stock),
+                autocommit: false,
+            });
         }
         subs
     }
@@ -313,19 +354,32 @@ impl Tpcc {
         let mut home = if self.ytd_split > 0 {
             let slot = rng.range(0, self.ytd_split);
             vec![
-                Op::new("UPDATE warehouse_ytd SET w_ytd = w_ytd + ? WHERE w_id = ? AND slot = ?", vec![P::I(amount), P::I(w), P::I(slot)])
-                    .writes("warehouse_ytd", json!([w, slot])),
-                Op::new("UPDATE district_ytd SET d_ytd = d_ytd + ? WHERE d_w_id = ? AND d_id = ? AND slot = ?", vec![P::I(amount), P::I(w), P::I(d), P::I(slot)])
-                    .writes("district_ytd", json!([w, d, slot])),
+                Op::new(
+                    "UPDATE warehouse_ytd SET w_ytd = w_ytd + ? WHERE w_id = ? AND slot = ?",
+                    vec![P::I(amount), P::I(w), P::I(slot)],
+                )
+                .writes("warehouse_ytd", json!([w, slot])),
+                Op::new(
+                    "UPDATE district_ytd SET d_ytd = d_ytd + ? WHERE d_w_id = ? AND d_id = ? AND slot = ?",
+                    vec![P::I(amount), P::I(w), P::I(d), P::I(slot)],
+                )
+                .writes("district_ytd", json!([w, d, slot])),
             ]
         } else {
             vec![
-                Op::new("UPDATE warehouse SET w_ytd = w_ytd + ? WHERE w_id = ?", vec![P::I(amount), P::I(w)]).writes("warehouse", json!(w)),
-                Op::new("UPDATE district SET d_ytd = d_ytd + ? WHERE d_w_id = ? AND d_id = ?", vec![P::I(amount), P::I(w), P::I(d)])
-                    .writes("district", json!([w, d])),
+                Op::new("UPDATE warehouse SET w_ytd = w_ytd + ? WHERE w_id = ?", vec![P::I(amount), P::I(w)])
+                    .writes("warehouse", json!(w)),
+                Op::new(
+                    "UPDATE district SET d_ytd = d_ytd + ? WHERE d_w_id = ? AND d_id = ?",
+                    vec![P::I(amount), P::I(w), P::I(d)],
+                )
+                .writes("district", json!([w, d])),
             ]
         };
-        home.push(Op::new("INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)", vec![P::I(c), P::I(cd), P::I(cw), P::I(d), P::I(w), P::I(amount)]));
+        home.push(Op::new(
+            "INSERT INTO history VALUES (?, ?, ?, ?, ?, ?)",
+            vec![P::I(c), P::I(cd), P::I(cw), P::I(d), P::I(w), P::I(amount)],
+        ));
         let customer = vec![
             Op::new(
                 "UPDATE customer SET c_balance = c_balance - ?, c_ytd_payment = c_ytd_payment + ?, \
@@ -333,8 +387,11 @@ impl Tpcc {
                 vec![P::I(amount), P::I(amount), P::I(cw), P::I(cd), P::I(c)],
             )
             .writes("customer", json!([cw, cd, c])),
-            Op::new("SELECT c_balance FROM customer WHERE c_w_id = ? AND c_d_id = ? AND c_id = ?", vec![P::I(cw), P::I(cd), P::I(c)])
-                .reads("customer", json!([cw, cd, c])),
+            Op::new(
+                "SELECT c_balance FROM customer WHERE c_w_id = ? AND c_d_id = ? AND c_id = ?",
+                vec![P::I(cw), P::I(cd), P::I(c)],
+            )
+            .reads("customer", json!([cw, cd, c])),
         ];
         let (hdb, cdb) = (self.db_of(w), self.db_of(cw));
         if hdb == cdb {
@@ -354,7 +411,11 @@ impl Workload for Tpcc {
     }
 
     fn txn(&self, rng: &mut Rng, wid: usize) -> Vec<Sub> {
-        if rng.f64() < 0.5 { self.new_order(rng, wid) } else { self.payment(rng, wid) }
+        if rng.f64() < 0.5 {
+            self.new_order(rng, wid)
+        } else {
+            self.payment(rng, wid)
+        }
     }
 }
 

@@ -39,4 +39,3 @@ impl Bug {
         self == Bug::DipReportsBeforeDecidingCommit
     }
 }
-

@@ -65,6 +65,10 @@ pub fn check(p: Proto, depth: usize, threads: usize) -> Outcomes {
             violations.push((name, steps.join(" → ")));
         }
     }
-    Outcomes { unique_states: c.unique_state_count(), max_depth: c.max_depth(), seconds: t0.elapsed().as_secs_f64(), violations }
+    Outcomes {
+        unique_states: c.unique_state_count(),
+        max_depth: c.max_depth(),
+        seconds: t0.elapsed().as_secs_f64(),
+        violations,
+    }
 }
-

@@ -34,9 +34,18 @@ fn main() {
         println!(
             "protocol ({}): {} daemons, {} faults, depth bound {}: {} states, longest path {} ({}), {:.1} s: {}",
             if dip { "decision in a participant" } else { "decision in the store" },
-            a.daemons, a.faults, a.depth, o.unique_states, o.max_depth,
-            if o.max_depth < a.depth { "the whole state space" } else { "cut at the bound" }, o.seconds,
-            if o.violations.is_empty() { "no property broken".to_string() } else { format!("{} BROKEN", o.violations.len()) }
+            a.daemons,
+            a.faults,
+            a.depth,
+            o.unique_states,
+            o.max_depth,
+            if o.max_depth < a.depth { "the whole state space" } else { "cut at the bound" },
+            o.seconds,
+            if o.violations.is_empty() {
+                "no property broken".to_string()
+            } else {
+                format!("{} BROKEN", o.violations.len())
+            }
         );
         for (name, trace) in &o.violations {
             println!("  {name}: {trace}");
@@ -46,7 +55,10 @@ fn main() {
     for bug in Bug::BROKEN {
         let o = check(Proto::new(a.daemons, a.faults, bug), a.variant_depth, a.threads);
         match o.violations.first() {
-            Some((name, trace)) => println!("variant {bug:?}: caught ({name}) after {} states, {:.1} s\n  {trace}", o.unique_states, o.seconds),
+            Some((name, trace)) => println!(
+                "variant {bug:?}: caught ({name}) after {} states, {:.1} s\n  {trace}",
+                o.unique_states, o.seconds
+            ),
             None => {
                 println!("variant {bug:?}: NOT caught in {} states to depth {}", o.unique_states, a.variant_depth);
                 failed = true;

@@ -15,8 +15,9 @@ impl Model for Proto {
     type Action = Act;
 
     fn init_states(&self) -> Vec<State> {
-        let mut d: Vec<Daemon> =
-            (0..self.daemons).map(|_| Daemon { up: true, inc: 0, grant: None, mem: None, regaining: false, pending: None }).collect();
+        let mut d: Vec<Daemon> = (0..self.daemons)
+            .map(|_| Daemon { up: true, inc: 0, grant: None, mem: None, regaining: false, pending: None })
+            .collect();
         // X was begun on daemon 0 under grant 1; its branches are prepared and reported.
         d[0].grant = Some(1);
         d[0].mem = Some((Mem::Active, 1));
@@ -472,4 +473,3 @@ impl Model for Proto {
         ]
     }
 }
-

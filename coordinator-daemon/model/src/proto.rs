@@ -17,7 +17,6 @@ pub struct Proto {
     pub bug: Bug,
 }
 
-
 impl Proto {
     pub fn new(daemons: usize, faults: u8, bug: Bug) -> Proto {
         Proto { daemons, faults, dip: bug.dip(), bug }
@@ -67,4 +66,3 @@ impl Proto {
         }
     }
 }
-

@@ -129,7 +129,11 @@ pub(crate) fn oi(o: Outcome) -> usize {
 
 impl State {
     pub(crate) fn row_view(&self) -> Option<Row> {
-        self.row.as_ref().map(|r| Row { holder: holder(r.holder, r.inc), generation: r.generation, expires_in_ms: if r.expired { -1 } else { 1 } })
+        self.row.as_ref().map(|r| Row {
+            holder: holder(r.holder, r.inc),
+            generation: r.generation,
+            expires_in_ms: if r.expired { -1 } else { 1 },
+        })
     }
     pub(crate) fn token(&self, d: u8, generation: i64) -> Token {
         Token { holder: holder(d, self.d[d as usize].inc), generation }
@@ -191,4 +195,3 @@ impl State {
         self.told[oi(o)] = true;
     }
 }
-

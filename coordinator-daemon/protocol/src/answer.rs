@@ -22,7 +22,9 @@ pub enum Stored {
     /// A row that cannot be read.
     Corrupt,
     /// No row. `forgotten`: the gtid is at or below its epoch's purge watermark.
-    Absent { forgotten: bool },
+    Absent {
+        forgotten: bool,
+    },
 }
 
 /// The daemon's answer.

@@ -34,11 +34,31 @@ const NOT_PRODUCED: &[(&str, &str, &str)] = &[
     ("Blocking", "lock_waits_on_resource", "needs a reachable MariaDB resource"),
     ("Quarantined", "gtid", "needs an unreadable decision record"),
     ("Quarantined", "problem", "needs an unreadable decision record"),
-    ("Incident", "at_unix_ms", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
-    ("Incident", "gtid", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
-    ("Incident", "branch_id", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
-    ("Incident", "resource", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
-    ("Incident", "message", "no branch here fails to reach its outcome (the resources are never reached: completion only retries)"),
+    (
+        "Incident",
+        "at_unix_ms",
+        "no branch here fails to reach its outcome (the resources are never reached: completion only retries)",
+    ),
+    (
+        "Incident",
+        "gtid",
+        "no branch here fails to reach its outcome (the resources are never reached: completion only retries)",
+    ),
+    (
+        "Incident",
+        "branch_id",
+        "no branch here fails to reach its outcome (the resources are never reached: completion only retries)",
+    ),
+    (
+        "Incident",
+        "resource",
+        "no branch here fails to reach its outcome (the resources are never reached: completion only retries)",
+    ),
+    (
+        "Incident",
+        "message",
+        "no branch here fails to reach its outcome (the resources are never reached: completion only retries)",
+    ),
 ];
 
 async fn coordinator() -> Arc<Coordinator> {
@@ -74,7 +94,8 @@ impl Checker {
         let (m, p) = find_route(method, path).unwrap_or_else(|_| panic!("no route {method} {path}"));
         let body = if body.is_null() { bytes::Bytes::new() } else { bytes::Bytes::from(body.to_string()) };
         let call = Call { p: p.into_iter().map(str::to_string).collect(), q, body };
-        let (status, answer) = (m.route.handler)(c.clone(), call).await.unwrap_or_else(|e| panic!("{method} {uri}: {e:?}"));
+        let (status, answer) =
+            (m.route.handler)(c.clone(), call).await.unwrap_or_else(|e| panic!("{method} {uri}: {e:?}"));
         let Err(v) = answer else { return Value::Null }; // not JSON (text, HTML)
         let response = &self.doc["paths"][&m.template][method.to_lowercase()]["responses"][status.to_string()];
         let schema = response["content"]["application/json"]["schema"].clone();
@@ -92,7 +113,8 @@ impl Checker {
         if let Some(alts) = s["oneOf"].as_array().or(s["anyOf"].as_array()) {
             // The alternative that fits (a nullable field is "null or the schema").
             let fits = alts.iter().find(|a| {
-                let mut probe = Checker { doc: self.doc.clone(), seen: BTreeSet::new(), fields: BTreeSet::new(), errors: vec![] };
+                let mut probe =
+                    Checker { doc: self.doc.clone(), seen: BTreeSet::new(), fields: BTreeSet::new(), errors: vec![] };
                 probe.check(v, a, at, name);
                 probe.errors.is_empty()
             });
@@ -171,7 +193,11 @@ async fn every_answer_fits_its_schema() {
     k.call(&c, "GET", "/healthz", n.clone()).await;
     k.call(&c, "GET", "/openapi.json", n.clone()).await;
     // Two branches, one per kind of resource (a gid, an XA id), committed in two phases.
-    let g = k.call(&c, "POST", "/v1/transactions", json!({"branch": {"resource": "pg", "branch_id": "b0"}})).await["gtid"].as_str().unwrap().to_string();
+    let g = k.call(&c, "POST", "/v1/transactions", json!({"branch": {"resource": "pg", "branch_id": "b0"}})).await
+        ["gtid"]
+        .as_str()
+        .unwrap()
+        .to_string();
     k.call(&c, "POST", &format!("/v1/transactions/{g}/branches"), json!({"resource": "my", "branch_id": "b1"})).await;
     k.call(&c, "GET", "/v1/transactions", n.clone()).await;
     k.call(&c, "GET", &format!("/v1/transactions/{g}"), n.clone()).await;
@@ -183,7 +209,8 @@ async fn every_answer_fits_its_schema() {
     k.call(&c, "GET", "/v1/in-doubt", n.clone()).await;
     k.call(&c, "GET", &format!("/v1/transactions/{g}"), n.clone()).await;
     k.call(&c, "POST", &format!("/v1/transactions/{g}/branches/b0/finished"), json!({"outcome": "commit"})).await;
-    k.call(&c, "POST", &format!("/v1/transactions/{g}/finished"), json!({"outcome": "commit", "branches": ["b1"]})).await;
+    k.call(&c, "POST", &format!("/v1/transactions/{g}/finished"), json!({"outcome": "commit", "branches": ["b1"]}))
+        .await;
     k.call(&c, "GET", &format!("/v1/transactions/{g}"), n.clone()).await;
     // A refused prepare, an abort, a one-phase commit, a forced outcome.
     for (branch, end, body) in [
@@ -191,9 +218,13 @@ async fn every_answer_fits_its_schema() {
         (false, "abort", json!({"reason": "changed my mind"})),
         (true, "commit", json!({"one_phase_branch": "b1"})),
     ] {
-        let g = k.call(&c, "POST", "/v1/transactions", json!({"timeout_ms": 60000})).await["gtid"].as_str().unwrap().to_string();
+        let g = k.call(&c, "POST", "/v1/transactions", json!({"timeout_ms": 60000})).await["gtid"]
+            .as_str()
+            .unwrap()
+            .to_string();
         if branch {
-            k.call(&c, "POST", &format!("/v1/transactions/{g}/branches"), json!({"resource": "pg", "branch_id": "b1"})).await;
+            k.call(&c, "POST", &format!("/v1/transactions/{g}/branches"), json!({"resource": "pg", "branch_id": "b1"}))
+                .await;
         }
         k.call(&c, "POST", &format!("/v1/transactions/{g}/{end}"), body).await;
         k.call(&c, "GET", &format!("/v1/transactions/{g}"), n.clone()).await;
@@ -201,17 +232,33 @@ async fn every_answer_fits_its_schema() {
     let g = k.call(&c, "POST", "/v1/transactions", n.clone()).await["gtid"].as_str().unwrap().to_string();
     k.call(&c, "POST", &format!("/v1/transactions/{g}/branches"), json!({"resource": "pg", "branch_id": "b1"})).await;
     k.call(&c, "POST", &format!("/v1/transactions/{g}/branches/b1/prepared"), n.clone()).await;
-    k.call(&c, "POST", "/v1/admin/force", json!({"gtid": g, "outcome": "abort", "operator": "ann", "reason": "test", "confirm": true})).await;
+    k.call(
+        &c,
+        "POST",
+        "/v1/admin/force",
+        json!({"gtid": g, "outcome": "abort", "operator": "ann", "reason": "test", "confirm": true}),
+    )
+    .await;
     // Every branch at begin, with an earlier transaction's acknowledgement carried along.
     let acked = json!([{"gtid": g, "outcome": "abort", "branches": ["b1"]}]);
     k.call(&c, "POST", "/v1/transactions", json!({"branches": [{"resource": "pg", "branch_id": "b1"}, {"resource": "pg", "branch_id": "b2"}], "finished": acked})).await;
     // A gtid of this node that is neither in memory nor in the store: presumed abort.
     let unknown = format!("{}-999999", g.rsplit_once('-').unwrap().0);
-    k.call(&c, "POST", "/v1/admin/force", json!({"gtid": unknown, "outcome": "abort", "operator": "ann", "reason": "test", "confirm": true})).await;
+    k.call(
+        &c,
+        "POST",
+        "/v1/admin/force",
+        json!({"gtid": unknown, "outcome": "abort", "operator": "ann", "reason": "test", "confirm": true}),
+    )
+    .await;
     for route in ["/v1/incidents", "/v1/audit", "/v1/nodes", "/v1/resources", "/v1/transactions?state=aborted"] {
         k.call(&c, "GET", route, n.clone()).await;
     }
     assert!(k.errors.is_empty(), "answers that do not fit their schema:\n{}", k.errors.join("\n"));
-    let unseen: Vec<_> = k.fields.difference(&k.seen).filter(|(s, f)| !NOT_PRODUCED.iter().any(|(ns, nf, _)| ns == s && nf == f)).collect();
+    let unseen: Vec<_> = k
+        .fields
+        .difference(&k.seen)
+        .filter(|(s, f)| !NOT_PRODUCED.iter().any(|(ns, nf, _)| ns == s && nf == f))
+        .collect();
     assert!(unseen.is_empty(), "schema fields no answer carried: {unseen:?}");
 }

@@ -70,7 +70,11 @@ mod tests {
         });
         assert!(!handler, "inline event handler attribute");
         assert!(!p.contains("http://") && !p.contains("https://"), "nothing from elsewhere");
-        let served: Vec<&str> = crate::api::router::table().iter().map(|m| m.template.as_str()).filter(|p| p.starts_with("/console")).collect();
+        let served: Vec<&str> = crate::api::router::table()
+            .iter()
+            .map(|m| m.template.as_str())
+            .filter(|p| p.starts_with("/console"))
+            .collect();
         assert_eq!(served, ["/console", "/console/app.js", "/console/app.css"]);
     }
 
@@ -78,7 +82,9 @@ mod tests {
     #[test]
     fn script_never_writes_markup() {
         let s = super::SCRIPT;
-        for bad in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "localStorage"] {
+        for bad in
+            ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "localStorage"]
+        {
             assert!(!s.contains(bad), "app.js uses {bad}");
         }
     }

@@ -170,7 +170,8 @@ fn wait_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
 /// The query string as `T`: unknown parameters are refused (`deny_unknown_fields`), so a
 /// misspelt one is never silently ignored.
 pub fn query<T: DeserializeOwned>(q: Option<&str>) -> Result<T, Refusal> {
-    serde_urlencoded::from_str(q.unwrap_or("")).map_err(|e| Refusal::new(RefusalCode::InvalidField, format!("query string: {e}")))
+    serde_urlencoded::from_str(q.unwrap_or(""))
+        .map_err(|e| Refusal::new(RefusalCode::InvalidField, format!("query string: {e}")))
 }
 
 /// The body of every refusal.
@@ -198,7 +199,8 @@ pub fn parse<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Refusal> 
 }
 
 pub fn parse_required<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| Refusal::new(RefusalCode::InvalidJson, format!("body is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| Refusal::new(RefusalCode::InvalidJson, format!("body is not valid JSON: {e}")))?;
     if !v.is_object() {
         return refuse(RefusalCode::InvalidBody, "body must be a JSON object");
     }

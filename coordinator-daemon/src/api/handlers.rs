@@ -7,12 +7,16 @@
 //! record is quarantined.
 
 use crate::api::dto::{
-    created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest, DecisionQuery, Empty, Error, Id,
-    FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, ListQuery, NoQuery, RegisterRequest, Routed,
+    created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest,
+    DecisionQuery, Empty, Error, FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, Id, ListQuery,
+    NoQuery, RegisterRequest, Routed,
 };
-use crate::wire::{self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Registered, Resources, Transaction, TransactionList};
 use crate::coordinator::Coordinator;
 use crate::refusal::{refuse, Refusal, RefusalCode};
+use crate::wire::{
+    self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Registered, Resources, Transaction,
+    TransactionList,
+};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Response;
@@ -36,9 +40,16 @@ pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
     let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
     let mut text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
     // As the resource listing shows it (null: no state yet).
-    let modes: Vec<(String, serde_json::Value)> = c.cfg.resources.iter().map(|r| (r.name.clone(), wire::to_json(&c.enforcement.report(&r.name)))).collect();
+    let modes: Vec<(String, serde_json::Value)> =
+        c.cfg.resources.iter().map(|r| (r.name.clone(), wire::to_json(&c.enforcement.report(&r.name)))).collect();
     text.push_str(&crate::telemetry::metrics::render_enforcement(&modes, c.enforcement.held_count()));
-    Ok((200, Ok(Response::builder().header("content-type", "text/plain; version=0.0.4").body(Full::new(Bytes::from(text))).unwrap())))
+    Ok((
+        200,
+        Ok(Response::builder()
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(Full::new(Bytes::from(text)))
+            .unwrap()),
+    ))
 }
 
 #[utoipa::path(post, path = "/v1/transactions", summary = "begin a global transaction (optionally registering its first branch, or all of them)",
@@ -142,7 +153,9 @@ pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: CommitRequest = parse(&r.body)?;
     match (b.one_phase_branch, b.prepared) {
-        (Some(_), _) if b.decide_in.is_some() => refuse(RefusalCode::InvalidField, "one_phase_branch and decide_in exclude each other"),
+        (Some(_), _) if b.decide_in.is_some() => {
+            refuse(RefusalCode::InvalidField, "one_phase_branch and decide_in exclude each other")
+        }
         (None, p) if b.decide_in.is_some() => {
             let p = p.unwrap_or_default();
             if p.len() > 1000 {
@@ -247,4 +260,3 @@ pub async fn resources(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     ok(c.resources_report())
 }
-

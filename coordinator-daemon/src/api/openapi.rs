@@ -21,7 +21,10 @@ struct Conventions;
 impl Modify for Conventions {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let c = doc.components.get_or_insert_with(Default::default);
-        c.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        c.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
         for item in doc.paths.paths.values_mut() {
             for op in [&mut item.get, &mut item.post].into_iter().flatten() {
                 for (status, r) in op.responses.responses.iter_mut() {
@@ -102,7 +105,10 @@ mod tests {
         let listed = &doc["components"]["schemas"]["RefusalCode"]["enum"];
         let all: Vec<&str> = crate::refusal::RefusalCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(listed, &serde_json::json!(all));
-        assert_eq!(doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["$ref"], "#/components/schemas/RefusalCode");
+        assert_eq!(
+            doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["$ref"],
+            "#/components/schemas/RefusalCode"
+        );
     }
 
     /// Every `$ref` names a schema of the document (parameter types are not collected
@@ -139,8 +145,10 @@ mod tests {
         let err = &doc["components"]["schemas"]["Error"];
         assert_eq!(err["required"], serde_json::json!(["error"]), "{err}");
         assert!(doc["paths"]["/healthz"]["get"]["security"].as_array().is_some());
-        assert_eq!(doc["paths"]["/v1/transactions/{gtid}/commit"]["post"]["responses"]["409"]["description"],
-            "conflicts with the transaction's state; nothing changed");
+        assert_eq!(
+            doc["paths"]["/v1/transactions/{gtid}/commit"]["post"]["responses"]["409"]["description"],
+            "conflicts with the transaction's state; nothing changed"
+        );
         if let Ok(p) = std::env::var("COTX_WRITE_OPENAPI") {
             std::fs::write(p, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
         }

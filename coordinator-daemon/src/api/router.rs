@@ -17,7 +17,6 @@ use crate::api::openapi::{self as doc, route_doc, RouteDoc};
 use crate::api::{console, handlers as h};
 use crate::coordinator::Coordinator;
 use crate::refusal::{refuse, Refusal, RefusalCode};
-use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -25,6 +24,7 @@ use hyper::Request;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 use utoipa::openapi::path::HttpMethod;
 
@@ -49,7 +49,12 @@ pub struct Route {
 /// handler's attribute is named apart (macro_rules cannot paste identifiers).
 macro_rules! route {
     ($role:ident, $m:ident :: $h:ident, $doc:ident) => {
-        Route { role: Role::$role, name: stringify!($h), handler: |c, r| Box::pin($m::$h(c, r)), doc: route_doc::<$m::$doc> }
+        Route {
+            role: Role::$role,
+            name: stringify!($h),
+            handler: |c, r| Box::pin($m::$h(c, r)),
+            doc: route_doc::<$m::$doc>,
+        }
     };
 }
 
@@ -191,7 +196,10 @@ pub async fn route(c: Arc<Coordinator>, req: Request<Incoming>) -> Routed {
         Access::Granted => {}
         Access::Unauthorized => return refuse(RefusalCode::Unauthorized, "missing or wrong bearer token"),
         Access::Forbidden(name) => {
-            return refuse(RefusalCode::Forbidden, format!("the credential {name} may not call {} {path}: it needs the {need:?} role", req.method()))
+            return refuse(
+                RefusalCode::Forbidden,
+                format!("the credential {name} may not call {} {path}: it needs the {need:?} role", req.method()),
+            )
         }
     }
     let (m, p) = match found {
@@ -217,8 +225,10 @@ mod tests {
     #[test]
     fn routes_are_matched_by_template() {
         let found = |m, p| find_route(m, p).map(|(r, params)| (r.method, r.template.as_str(), r.route.role, params));
-        assert_eq!(found("POST", "/v1/transactions/n.1/branches/b1/prepared"),
-            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", Role::Client, vec!["n.1", "b1"])));
+        assert_eq!(
+            found("POST", "/v1/transactions/n.1/branches/b1/prepared"),
+            Ok(("POST", "/v1/transactions/{gtid}/branches/{bid}/prepared", Role::Client, vec!["n.1", "b1"]))
+        );
         assert_eq!(found("GET", "/v1/transactions"), Ok(("GET", "/v1/transactions", Role::Operator, vec![])));
         assert_eq!(found("POST", "/v1/transactions"), Ok(("POST", "/v1/transactions", Role::Client, vec![])));
         assert_eq!(found("GET", "/console/app.js").map(|f| f.2), Ok(Role::Public));
@@ -240,14 +250,21 @@ mod tests {
                 listed.insert((m.to_uppercase(), path.clone(), op["operationId"].as_str().unwrap().to_string()));
             }
         }
-        let served: BTreeSet<_> = table().iter().map(|m| (m.method.to_string(), m.template.clone(), m.route.name.to_string())).collect();
+        let served: BTreeSet<_> =
+            table().iter().map(|m| (m.method.to_string(), m.template.clone(), m.route.name.to_string())).collect();
         assert_eq!(served.len(), ROUTES.len(), "two routes with the same method and path");
         assert_eq!(listed, served);
         for m in table() {
             let op = &doc["paths"][&m.template][m.method.to_lowercase()];
-            let documented: Vec<&str> = op["parameters"].as_array().into_iter().flatten()
-                .filter(|p| p["in"] == "path").map(|p| p["name"].as_str().unwrap()).collect();
-            let template: Vec<&str> = m.template.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}')).collect();
+            let documented: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "path")
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            let template: Vec<&str> =
+                m.template.split('/').filter_map(|s| s.strip_prefix('{')?.strip_suffix('}')).collect();
             assert_eq!(documented, template, "{} {}", m.method, m.template);
         }
     }
@@ -257,7 +274,8 @@ mod tests {
     #[test]
     fn roles_of_the_routes() {
         for m in table() {
-            let public = m.template == "/healthz" || m.template == "/openapi.json" || m.template.starts_with("/console");
+            let public =
+                m.template == "/healthz" || m.template == "/openapi.json" || m.template.starts_with("/console");
             assert_eq!(m.route.role == Role::Public, public, "{} {}", m.method, m.template);
             assert_eq!(m.route.role == Role::Metrics, m.template == "/metrics", "{}", m.template);
         }

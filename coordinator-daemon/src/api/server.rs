@@ -16,15 +16,25 @@ use std::sync::Arc;
 pub fn traceparent(v: &str) -> Option<&str> {
     let p: Vec<&str> = v.split('-').collect();
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (p.len() == 4 && hex(p[0], 2) && p[0] != "ff" && hex(p[1], 32) && hex(p[2], 16) && hex(p[3], 2)
-        && p[1].bytes().any(|b| b != b'0') && p[2].bytes().any(|b| b != b'0'))
+    (p.len() == 4
+        && hex(p[0], 2)
+        && p[0] != "ff"
+        && hex(p[1], 32)
+        && hex(p[2], 16)
+        && hex(p[3], 2)
+        && p[1].bytes().any(|b| b != b'0')
+        && p[2].bytes().any(|b| b != b'0'))
     .then_some(v)
 }
 
-pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+pub async fn handle(
+    c: Arc<Coordinator>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     // A caller's trace context is logged with the gtid, so the coordinator's part of a
     // workflow can be found from the caller's trace (no log line without one: hot path).
-    let trace = req.headers().get("traceparent").and_then(|v| v.to_str().ok()).and_then(traceparent).map(str::to_string);
+    let trace =
+        req.headers().get("traceparent").and_then(|v| v.to_str().ok()).and_then(traceparent).map(str::to_string);
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
     // With a trace context, the request runs in a span that carries its trace id: any line
     // logged while serving it (a store retry, a completion) can be found from the trace.
@@ -48,8 +58,17 @@ pub async fn handle(c: Arc<Coordinator>, req: Request<Incoming>) -> Result<Respo
                 Ok((m, _)) => format!("{} {}", m.method, m.template),
                 Err(_) => method.clone(),
             };
-            crate::telemetry::otlp::record(crate::telemetry::otlp::Span { trace_id: t[3..35].into(), parent_span_id: t[36..52].into(), name, gtid: gtid.map(str::to_string),
-                method, path: path.clone(), status, start, end: std::time::SystemTime::now() });
+            crate::telemetry::otlp::record(crate::telemetry::otlp::Span {
+                trace_id: t[3..35].into(),
+                parent_span_id: t[36..52].into(),
+                name,
+                gtid: gtid.map(str::to_string),
+                method,
+                path: path.clone(),
+                status,
+                start,
+                end: std::time::SystemTime::now(),
+            });
         }
     }
     Ok(resp)
@@ -161,8 +180,12 @@ mod tests {
     fn traceparent_is_checked() {
         let ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(super::traceparent(ok), Some(ok));
-        for bad in ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-                    "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"] {
+        for bad in [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        ] {
             assert_eq!(super::traceparent(bad), None, "{bad}");
         }
     }

@@ -38,8 +38,13 @@ pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
     let _ = std::fs::remove_file(format!("{path}-shm"));
-    let cfg = config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024, commit_delay_us };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let cfg =
+        config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024, commit_delay_us };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let s = open_store(&cfg)?;
         let (node, nonce) = ("bench".to_string(), state::unix_ms());
@@ -93,7 +98,14 @@ async fn claim(s: &store::Store, node: &str, holder: &str, store: &str) -> Resul
 
 /// Decision `i` of writer `c` written as the daemon writes a commit: a gtid of the node's
 /// epoch (sequence numbers distinct per writer), fenced by its lease. Returns the gtid.
-async fn decide_commit(s: &store::Store, node: &str, nonce: u64, c: usize, i: usize, token: &Token) -> Result<String, String> {
+async fn decide_commit(
+    s: &store::Store,
+    node: &str,
+    nonce: u64,
+    c: usize,
+    i: usize,
+    token: &Token,
+) -> Result<String, String> {
     let gtid = naming::new_gtid(node, nonce, ((c as u64) << 32) | i as u64);
     let rec = store::DecisionRecord {
         gtid: gtid.clone(),
@@ -126,11 +138,29 @@ fn quantile(xs: &[f64], p: f64) -> f64 {
 /// c mod writers), `n` decisions in total. The gtids carry a fresh epoch (the start time)
 /// so that runs on the same table never collide; the leases are released (and their
 /// node rows forgotten) at the end.
-pub fn bench_pg_store(dsn: &str, table: &str, n: usize, clients: usize, writers: usize, group: bool) -> Result<(), String> {
+pub fn bench_pg_store(
+    dsn: &str,
+    table: &str,
+    n: usize,
+    clients: usize,
+    writers: usize,
+    group: bool,
+) -> Result<(), String> {
     let writers = writers.max(1);
     let clients = clients.max(writers);
-    let cfg = config::StoreConfig::Postgres { dsn: dsn.to_string(), table: table.to_string(), group_commit: group, max_batch: 1024, commit_delay_us: 0, tls: None };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| e.to_string())?;
+    let cfg = config::StoreConfig::Postgres {
+        dsn: dsn.to_string(),
+        table: table.to_string(),
+        group_commit: group,
+        max_batch: 1024,
+        commit_delay_us: 0,
+        tls: None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let nonce = state::unix_ms();
         let holder = format!("bench-store-{}", std::process::id());

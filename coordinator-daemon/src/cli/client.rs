@@ -36,7 +36,11 @@ impl Target {
             _ => return Err(format!("--url {url}: needs a port (e.g. https://coordinator.example:7420)")),
         }
         // Resolved here so that a bad name is a usage error, as before.
-        let addr = hostport.to_socket_addrs().map_err(|e| format!("--url {url}: {e}"))?.next().ok_or(format!("--url {url}: no address"))?;
+        let addr = hostport
+            .to_socket_addrs()
+            .map_err(|e| format!("--url {url}: {e}"))?
+            .next()
+            .ok_or(format!("--url {url}: no address"))?;
         if tls && ca_file.is_none() {
             return Err(format!("--url {url}: https needs --ca-file (the CA that signed the daemon's certificate)"));
         }
@@ -54,7 +58,12 @@ impl Target {
         let ca_file = cfg.tls.as_ref().map(|t| t.ca_file.clone());
         // The certificate is then checked against the listen address (an IP SAN).
         let scheme = if ca_file.is_some() { "https" } else { "http" };
-        Target { base: format!("{scheme}://{addr}"), addr, ca_file, token: cfg.token.clone().or_else(|| cfg.auth.operator.clone()) }
+        Target {
+            base: format!("{scheme}://{addr}"),
+            addr,
+            ca_file,
+            token: cfg.token.clone().or_else(|| cfg.auth.operator.clone()),
+        }
     }
 }
 
@@ -113,7 +122,10 @@ fn ca_certs(ca_file: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, Strin
     crate::dbtls::load_roots(ca_file)?;
     CertificateDer::pem_file_iter(ca_file)
         .map_err(|e| format!("CA file {ca_file}: {e}"))?
-        .map(|c| c.map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned()).map_err(|e| format!("CA file {ca_file}: {e}")))
+        .map(|c| {
+            c.map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+                .map_err(|e| format!("CA file {ca_file}: {e}"))
+        })
         .collect()
 }
 
@@ -136,7 +148,9 @@ fn print_tx(t: &Value) {
     );
     for b in t["branches"].as_array().into_iter().flatten() {
         let blocking = match (&b["state"], b.get("blocking")) {
-            (s, Some(info)) if s == "prepared" => format!("  (prepared, holds its locks until completed; blocking: {info})"),
+            (s, Some(info)) if s == "prepared" => {
+                format!("  (prepared, holds its locks until completed; blocking: {info})")
+            }
             (s, None) if s == "prepared" => "  (prepared, holds its locks until completed)".to_string(),
             _ => String::new(),
         };
@@ -220,7 +234,8 @@ pub fn show(cfg: &Target, gtid: &str, json: bool) -> Result<(), String> {
 }
 
 pub fn force(cfg: &Target, gtid: &str, outcome: &str, operator: &str, reason: &str) -> Result<(), String> {
-    let body = serde_json::json!({"gtid": gtid, "outcome": outcome, "operator": operator, "reason": reason, "confirm": true});
+    let body =
+        serde_json::json!({"gtid": gtid, "outcome": outcome, "operator": operator, "reason": reason, "confirm": true});
     let v = check(http(cfg, "POST", "/v1/admin/force", Some(&body)))?;
     println!("{v}");
     Ok(())

@@ -4,8 +4,8 @@
 pub mod bench_store;
 pub mod client;
 
-use crate::serve::{self, die};
 use crate::config;
+use crate::serve::{self, die};
 use crate::telemetry::log;
 
 /// The commit coordinator of cotx: durable two-phase commit decisions across PostgreSQL
@@ -146,7 +146,6 @@ enum Cmd {
     },
 }
 
-
 /// `--pace-ms`: milliseconds, a finite number from 0 to 60000.
 fn pace_ms(s: &str) -> Result<std::time::Duration, String> {
     match s.parse::<f64>() {
@@ -221,11 +220,29 @@ pub fn main() {
         }
         Cmd::Audit(c) => client::audit(&target(&c)),
         Cmd::MarkRestored(c) => serve::mark_restored(&load_config(&c)),
-        Cmd::BenchStore { path, pg_dsn, table, writers, n, clients, no_group_commit, finish, pace_ms, commit_delay_us } => match (path, pg_dsn) {
+        Cmd::BenchStore {
+            path,
+            pg_dsn,
+            table,
+            writers,
+            n,
+            clients,
+            no_group_commit,
+            finish,
+            pace_ms,
+            commit_delay_us,
+        } => match (path, pg_dsn) {
             (_, Some(dsn)) => bench_store::bench_pg_store(&dsn, &table, n, clients, writers, !no_group_commit),
             (Some(path), None) => bench_store::bench_store(
                 &path,
-                &bench_store::SqliteBench { n, clients, group_commit: !no_group_commit, finish, pace: pace_ms, commit_delay_us },
+                &bench_store::SqliteBench {
+                    n,
+                    clients,
+                    group_commit: !no_group_commit,
+                    finish,
+                    pace: pace_ms,
+                    commit_delay_us,
+                },
             ),
             (None, None) => Err("bench-store needs --path FILE (SQLite) or --pg-dsn DSN (PostgreSQL)".into()),
         },
@@ -235,4 +252,3 @@ pub fn main() {
         std::process::exit(1);
     }
 }
-

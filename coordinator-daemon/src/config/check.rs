@@ -24,11 +24,21 @@ pub(super) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// A secret given inline (`name`) or in a file (`name_file`), at least 16 characters.
-    pub(super) fn secret(&self, base: Option<&std::path::Path>, inline: &Option<Spanned<String>>, file: &Option<Spanned<String>>, name: &str) -> Result<Option<String>, ConfigError> {
+    pub(super) fn secret(
+        &self,
+        base: Option<&std::path::Path>,
+        inline: &Option<Spanned<String>>,
+        file: &Option<Spanned<String>>,
+        name: &str,
+    ) -> Result<Option<String>, ConfigError> {
         let file_field = format!("{name}_file");
         match (inline, file) {
-            (Some(_), Some(f)) => self.err(Some(f.span()), &file_field, format!("set {name} or {file_field}, not both")),
-            (Some(t), None) if t.get_ref().len() < 16 => self.err(Some(t.span()), name, "must be at least 16 characters"),
+            (Some(_), Some(f)) => {
+                self.err(Some(f.span()), &file_field, format!("set {name} or {file_field}, not both"))
+            }
+            (Some(t), None) if t.get_ref().len() < 16 => {
+                self.err(Some(t.span()), name, "must be at least 16 characters")
+            }
             (Some(t), None) => Ok(Some(t.get_ref().clone())),
             (None, Some(f)) => {
                 let p = relative_to(base, f.get_ref());
@@ -43,7 +53,15 @@ impl Ctx<'_> {
     }
 
     /// `tls` and `tls_ca_file` of the store or a resource (`prefix` names it in errors).
-    pub(super) fn db_tls(&self, base: Option<&std::path::Path>, prefix: &str, kind: ResourceKind, dsn: &Spanned<String>, tls: &Option<Spanned<String>>, ca: &Option<Spanned<String>>) -> Result<Option<DbTls>, ConfigError> {
+    pub(super) fn db_tls(
+        &self,
+        base: Option<&std::path::Path>,
+        prefix: &str,
+        kind: ResourceKind,
+        dsn: &Spanned<String>,
+        tls: &Option<Spanned<String>>,
+        ca: &Option<Spanned<String>>,
+    ) -> Result<Option<DbTls>, ConfigError> {
         let f = |x: &str| format!("{prefix}{x}");
         let mode = match tls {
             None => None,
@@ -86,10 +104,22 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn err<T>(&self, span: Option<std::ops::Range<usize>>, field: &str, msg: impl Into<String>) -> Result<T, ConfigError> {
+    pub(super) fn err<T>(
+        &self,
+        span: Option<std::ops::Range<usize>>,
+        field: &str,
+        msg: impl Into<String>,
+    ) -> Result<T, ConfigError> {
         Err(ConfigError { line: span.map(|s| line_of(self.src, s.start)), field: field.into(), message: msg.into() })
     }
-    pub(super) fn ms(&self, v: &Option<Spanned<u64>>, field: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+    pub(super) fn ms(
+        &self,
+        v: &Option<Spanned<u64>>,
+        field: &str,
+        default: u64,
+        min: u64,
+        max: u64,
+    ) -> Result<u64, ConfigError> {
         match v {
             None => Ok(default),
             Some(s) if *s.get_ref() < min || *s.get_ref() > max => {

@@ -8,8 +8,11 @@ use crate::naming;
 use std::net::SocketAddr;
 
 pub fn load(path: &str) -> Result<Config, ConfigError> {
-    let src = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError { line: None, field: "(file)".into(), message: format!("cannot read {path}: {e}") })?;
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        line: None,
+        field: "(file)".into(),
+        message: format!("cannot read {path}: {e}"),
+    })?;
     parse(&src, std::path::Path::new(path).parent())
 }
 
@@ -75,10 +78,19 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         operator: cx.secret(base, &a.operator_token, &a.operator_token_file, "auth.operator_token")?,
         metrics: cx.secret(base, &a.metrics_token, &a.metrics_token_file, "auth.metrics_token")?,
     };
-    let named = [("token", &token), ("auth.client_token", &auth.client), ("auth.operator_token", &auth.operator), ("auth.metrics_token", &auth.metrics)];
+    let named = [
+        ("token", &token),
+        ("auth.client_token", &auth.client),
+        ("auth.operator_token", &auth.operator),
+        ("auth.metrics_token", &auth.metrics),
+    ];
     let set: Vec<(&str, &String)> = named.iter().filter_map(|(n, v)| v.as_ref().map(|v| (*n, v))).collect();
     if set.is_empty() && !raw.allow_no_auth {
-        return cx.err(None, "token", "required (or token_file, or per-role credentials in [auth]); set allow_no_auth = true to run without one");
+        return cx.err(
+            None,
+            "token",
+            "required (or token_file, or per-role credentials in [auth]); set allow_no_auth = true to run without one",
+        );
     }
     for (i, (n, v)) in set.iter().enumerate() {
         if let Some((m, _)) = set[..i].iter().find(|(_, w)| w == v) {
@@ -94,14 +106,27 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         retry_max_ms: cx.ms(&t.retry_max_ms, "timeouts.retry_max_ms", 10_000, 1, 3_600_000)?,
         long_poll_max_ms: cx.ms(&t.long_poll_max_ms, "timeouts.long_poll_max_ms", 30_000, 0, 600_000)?,
         retention_ms: cx.ms(&t.retention_ms, "timeouts.retention_ms", 60_000, 0, 86_400_000)?,
-        outcome_retention_ms: cx.ms(&t.outcome_retention_ms, "timeouts.outcome_retention_ms", 3_600_000, 0, 30 * 86_400_000)?,
+        outcome_retention_ms: cx.ms(
+            &t.outcome_retention_ms,
+            "timeouts.outcome_retention_ms",
+            3_600_000,
+            0,
+            30 * 86_400_000,
+        )?,
     };
     if timeouts.outcome_retention_ms < timeouts.retention_ms {
-        return cx.err(t.outcome_retention_ms.as_ref().map(|s| s.span()), "timeouts.outcome_retention_ms",
-            "must be >= timeouts.retention_ms (a finished transaction leaves memory before its record may go)");
+        return cx.err(
+            t.outcome_retention_ms.as_ref().map(|s| s.span()),
+            "timeouts.outcome_retention_ms",
+            "must be >= timeouts.retention_ms (a finished transaction leaves memory before its record may go)",
+        );
     }
     if timeouts.retry_max_ms < timeouts.retry_initial_ms {
-        return cx.err(t.retry_max_ms.as_ref().map(|s| s.span()), "timeouts.retry_max_ms", "must be >= retry_initial_ms");
+        return cx.err(
+            t.retry_max_ms.as_ref().map(|s| s.span()),
+            "timeouts.retry_max_ms",
+            "must be >= retry_initial_ms",
+        );
     }
     let witness_file = match raw.store.as_ref().and_then(|s| s.get_ref().witness_file.as_ref()) {
         Some(w) if w.get_ref().is_empty() => return cx.err(Some(w.span()), "store.witness_file", "must not be empty"),
@@ -109,7 +134,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         None => None,
     };
     let store = match &raw.store {
-        None => StoreConfig::Sqlite { path: "cotx-decisions.db".into(), group_commit: true, max_batch: 1024, commit_delay_us: 0 },
+        None => StoreConfig::Sqlite {
+            path: "cotx-decisions.db".into(),
+            group_commit: true,
+            max_batch: 1024,
+            commit_delay_us: 0,
+        },
         Some(s) => {
             let sp = s.span();
             let s = s.get_ref();
@@ -126,10 +156,18 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             let commit_delay_us = match &s.commit_delay_us {
                 None => 0,
                 Some(d) if *d.get_ref() > 100_000 => {
-                    return cx.err(Some(d.span()), "store.commit_delay_us", "must be between 0 and 100000 (microseconds)")
+                    return cx.err(
+                        Some(d.span()),
+                        "store.commit_delay_us",
+                        "must be between 0 and 100000 (microseconds)",
+                    )
                 }
                 Some(d) if *d.get_ref() > 0 && !group_commit => {
-                    return cx.err(Some(d.span()), "store.commit_delay_us", "needs group_commit = true (with one decision per sync there is nothing to wait for)")
+                    return cx.err(
+                        Some(d.span()),
+                        "store.commit_delay_us",
+                        "needs group_commit = true (with one decision per sync there is nothing to wait for)",
+                    )
                 }
                 Some(d) => *d.get_ref(),
             };
@@ -158,7 +196,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                     let dsn = match &s.dsn {
                         Some(d) => {
                             if let Err(e) = d.get_ref().parse::<tokio_postgres::Config>() {
-                                return cx.err(Some(d.span()), "store.dsn", format!("not a PostgreSQL connection string: {e}{}", pg_dsn_hint(d.get_ref())));
+                                return cx.err(
+                                    Some(d.span()),
+                                    "store.dsn",
+                                    format!("not a PostgreSQL connection string: {e}{}", pg_dsn_hint(d.get_ref())),
+                                );
                             }
                             d.get_ref().clone()
                         }
@@ -167,20 +209,38 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                     let table = match &s.table {
                         None => "cotx_decisions".to_string(),
                         Some(t) => {
-                            let ok = !t.get_ref().is_empty() && t.get_ref().len() <= 48
-                                && t.get_ref().bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                            let ok = !t.get_ref().is_empty()
+                                && t.get_ref().len() <= 48
+                                && t.get_ref()
+                                    .bytes()
+                                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
                                 && !t.get_ref().as_bytes()[0].is_ascii_digit();
                             if !ok {
-                                return cx.err(Some(t.span()), "store.table", "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, ≤ 48)");
+                                return cx.err(
+                                    Some(t.span()),
+                                    "store.table",
+                                    "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, ≤ 48)",
+                                );
                             }
                             t.get_ref().clone()
                         }
                     };
-                    let tls = cx.db_tls(base, "store.", ResourceKind::Postgres, s.dsn.as_ref().unwrap(), &s.tls, &s.tls_ca_file)?;
+                    let tls = cx.db_tls(
+                        base,
+                        "store.",
+                        ResourceKind::Postgres,
+                        s.dsn.as_ref().unwrap(),
+                        &s.tls,
+                        &s.tls_ca_file,
+                    )?;
                     StoreConfig::Postgres { dsn, table, group_commit, max_batch, commit_delay_us, tls }
                 }
                 other => {
-                    return cx.err(Some(s.kind.span()), "store.kind", format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""))
+                    return cx.err(
+                        Some(s.kind.span()),
+                        "store.kind",
+                        format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""),
+                    )
                 }
             }
         }
@@ -204,7 +264,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         idle_timeout_ms: cx.ms(&m.idle_timeout_ms, "limits.idle_timeout_ms", 60_000, 10, 3_600_000)?,
     };
     if timeouts.transaction_ms > limits.max_transaction_ms {
-        return cx.err(t.transaction_ms.as_ref().map(|s| s.span()), "timeouts.transaction_ms", "must be <= limits.max_transaction_ms");
+        return cx.err(
+            t.transaction_ms.as_ref().map(|s| s.span()),
+            "timeouts.transaction_ms",
+            "must be <= limits.max_transaction_ms",
+        );
     }
     let log = Log {
         format: match &raw.log.format {
@@ -255,8 +319,15 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         None => format!("{}://{listen}", if tls.is_some() { "https" } else { "http" }),
         Some(u) => {
             let v = u.get_ref();
-            if !(v.starts_with("http://") || v.starts_with("https://")) || v.len() > 200 || v.contains(char::is_whitespace) {
-                return cx.err(Some(u.span()), "advertise_url", "must be an http:// or https:// URL (≤ 200 characters)");
+            if !(v.starts_with("http://") || v.starts_with("https://"))
+                || v.len() > 200
+                || v.contains(char::is_whitespace)
+            {
+                return cx.err(
+                    Some(u.span()),
+                    "advertise_url",
+                    "must be an http:// or https:// URL (≤ 200 characters)",
+                );
             }
             v.trim_end_matches('/').to_string()
         }
@@ -275,7 +346,9 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         let kind = *rr.kind.get_ref();
         let dsn = rr.dsn.get_ref();
         let bad = match kind {
-            ResourceKind::Postgres => dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn))),
+            ResourceKind::Postgres => {
+                dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn)))
+            }
             ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
         };
         if let Some(e) = bad {
@@ -290,7 +363,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         };
         let decisions = match &rr.decisions {
             Some(d) if *d.get_ref() && kind != ResourceKind::Postgres => {
-                return cx.err(Some(d.span()), &field("decisions"), "only a postgres resource with pg_co can carry global decisions")
+                return cx.err(
+                    Some(d.span()),
+                    &field("decisions"),
+                    "only a postgres resource with pg_co can carry global decisions",
+                )
             }
             Some(d) => *d.get_ref(),
             None => false,
@@ -303,11 +380,19 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             Some((_, "client")) => Configured::Client,
             Some((_, "none")) => Configured::None,
             Some((e, other)) => {
-                return cx.err(Some(e.span()), &field("enforcement"), format!("must be \"auto\", \"engine\", \"client\" or \"none\", not {other:?}"))
+                return cx.err(
+                    Some(e.span()),
+                    &field("enforcement"),
+                    format!("must be \"auto\", \"engine\", \"client\" or \"none\", not {other:?}"),
+                )
             }
         };
         if decisions && enforcement == Configured::Client {
-            return cx.err(rr.enforcement.as_ref().map(|e| e.span()), &field("enforcement"), "a decision resource (decisions = true) needs pg_co: engine mode, not client");
+            return cx.err(
+                rr.enforcement.as_ref().map(|e| e.span()),
+                &field("enforcement"),
+                "a decision resource (decisions = true) needs pg_co: engine mode, not client",
+            );
         }
         resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls, enforcement });
     }
@@ -315,7 +400,23 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
         StoreConfig::Sqlite { path, .. } => Some(format!("{path}.witness")),
         StoreConfig::Postgres { .. } => None,
     });
-    Ok(Config { node_id, listen, token, auth, gid_prefix, timeouts, store, witness_file, resources, advertise_url, lease, limits, tls, log, telemetry })
+    Ok(Config {
+        node_id,
+        listen,
+        token,
+        auth,
+        gid_prefix,
+        timeouts,
+        store,
+        witness_file,
+        resources,
+        advertise_url,
+        lease,
+        limits,
+        tls,
+        log,
+        telemetry,
+    })
 }
 
 #[cfg(test)]
@@ -360,7 +461,10 @@ pool_size = 4
         let delay = |v: &str| GOOD.replace("path = \"/tmp/x.db\"", &format!("path = \"/tmp/x.db\"\n{v}"));
         let c = parse(&delay("commit_delay_us = 500"), None).unwrap();
         assert!(matches!(c.store, StoreConfig::Sqlite { commit_delay_us: 500, .. }), "{:?}", c.store);
-        assert!(matches!(parse(GOOD, None).unwrap().store, StoreConfig::Sqlite { commit_delay_us: 0, .. }), "off by default");
+        assert!(
+            matches!(parse(GOOD, None).unwrap().store, StoreConfig::Sqlite { commit_delay_us: 0, .. }),
+            "off by default"
+        );
         let e = err(&delay("commit_delay_us = 100001"));
         assert_eq!(e.field, "store.commit_delay_us", "{e}");
         let e = err(&delay("group_commit = false\ncommit_delay_us = 500"));

@@ -82,8 +82,20 @@ pub struct Telemetry {
 
 #[derive(Debug, Clone)]
 pub enum StoreConfig {
-    Sqlite { path: String, group_commit: bool, max_batch: usize, commit_delay_us: u64 },
-    Postgres { dsn: String, table: String, group_commit: bool, max_batch: usize, commit_delay_us: u64, tls: Option<DbTls> },
+    Sqlite {
+        path: String,
+        group_commit: bool,
+        max_batch: usize,
+        commit_delay_us: u64,
+    },
+    Postgres {
+        dsn: String,
+        table: String,
+        group_commit: bool,
+        max_batch: usize,
+        commit_delay_us: u64,
+        tls: Option<DbTls>,
+    },
 }
 
 #[derive(Debug, Clone)]

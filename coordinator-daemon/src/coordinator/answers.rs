@@ -26,7 +26,11 @@ fn quarantined(gtid: &str) -> Refusal {
 /// gtid, a quarantined one (the store's word over memory: every daemon, the one that
 /// decided it included, answers "quarantined": cotx_protocol::answer), and any while our
 /// node is being regained.
-pub fn with_tx<T>(c: &Parts, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T, Refusal>) -> Result<Lookup<T>, Refusal> {
+pub fn with_tx<T>(
+    c: &Parts,
+    gtid: &str,
+    f: impl FnOnce(&mut Entry) -> Result<T, Refusal>,
+) -> Result<Lookup<T>, Refusal> {
     if let Err(e) = naming::check_id("gtid", gtid) {
         return refuse(e.code, e.message);
     }
@@ -34,7 +38,10 @@ pub fn with_tx<T>(c: &Parts, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T,
         return Err(quarantined(gtid));
     }
     if c.owner.regaining() {
-        return refuse(RefusalCode::LeaseUnconfirmed, format!("node {} lost its lease and is taking it back: ask again", c.cfg.node_id));
+        return refuse(
+            RefusalCode::LeaseUnconfirmed,
+            format!("node {} lost its lease and is taking it back: ask again", c.cfg.node_id),
+        );
     }
     match c.registry.with_entry(gtid, f) {
         Lookup::Here(r) => r.map(Lookup::Here),
@@ -62,7 +69,12 @@ pub async fn elsewhere(c: &Parts, gtid: &str) -> Refusal {
     if c.registry.is_quarantined(gtid) {
         return quarantined(gtid);
     }
-    let unknown = || Refusal::new(RefusalCode::UnknownTransaction, format!("no transaction {gtid:?} (never begun, or aborted and finished: presumed abort)"));
+    let unknown = || {
+        Refusal::new(
+            RefusalCode::UnknownTransaction,
+            format!("no transaction {gtid:?} (never begun, or aborted and finished: presumed abort)"),
+        )
+    };
     let Some((node, _)) = naming::gtid_epoch(gtid) else { return unknown() };
     // No record may mean abort only while a record could still be there: past its
     // epoch's purge watermark the outcome is forgotten, never "aborted".
@@ -77,7 +89,9 @@ pub async fn elsewhere(c: &Parts, gtid: &str) -> Refusal {
             c.registry.quarantine(&q);
             return quarantined(gtid);
         }
-        Err(e) => return Refusal::new(RefusalCode::StoreUnavailable, format!("cannot read the decision of {gtid}: {e}")),
+        Err(e) => {
+            return Refusal::new(RefusalCode::StoreUnavailable, format!("cannot read the decision of {gtid}: {e}"))
+        }
     }
     // Presumed abort only by the node's owner under its grant (cotx_protocol::answer):
     // a daemon that took the node over, or any other, answers from the store only —
@@ -86,8 +100,12 @@ pub async fn elsewhere(c: &Parts, gtid: &str) -> Refusal {
         return unknown();
     }
     if c.owner.acts_for(node) {
-        return Refusal::new(RefusalCode::OwnerUnavailable,
-            format!("{gtid} belongs to node {node}, taken over by this daemon: its recovery records the outcome; ask again"));
+        return Refusal::new(
+            RefusalCode::OwnerUnavailable,
+            format!(
+                "{gtid} belongs to node {node}, taken over by this daemon: its recovery records the outcome; ask again"
+            ),
+        );
     }
     match c.store.nodes().await {
         Ok(ls) if !ls.iter().any(|l| l.node == node) => Refusal::new(RefusalCode::OwnerUnavailable,
@@ -147,7 +165,12 @@ pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res<DecisionS
                         match decisions::resolve_in_participants(c, &[gtid.to_string()]).await.get(gtid) {
                             Some(Outcome::Commit) => return Ok(DecisionState::committed_in_participant(gtid)),
                             Some(Outcome::Abort) => {}
-                            None => return refuse(RefusalCode::StoreUnavailable, format!("{gtid}: a decision resource did not answer; ask again")),
+                            None => {
+                                return refuse(
+                                    RefusalCode::StoreUnavailable,
+                                    format!("{gtid}: a decision resource did not answer; ask again"),
+                                )
+                            }
                         }
                     }
                     Err(e)

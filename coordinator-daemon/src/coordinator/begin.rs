@@ -4,9 +4,9 @@
 
 use crate::config::ResourceKind;
 use crate::naming;
+use crate::participants::enforcement::Mode;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal, Tx, TxState};
-use crate::participants::enforcement::Mode;
 use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -19,7 +19,10 @@ use super::registry::Entry;
 /// No new work while our lease is unconfirmed.
 pub fn refuse_new_work(c: &Parts) -> Result<(), Refusal> {
     if c.owner.lease.expired() {
-        return refuse(RefusalCode::LeaseUnconfirmed, format!("node {}'s lease could not be renewed in time: no new work until it is", c.cfg.node_id));
+        return refuse(
+            RefusalCode::LeaseUnconfirmed,
+            format!("node {}'s lease could not be renewed in time: no new work until it is", c.cfg.node_id),
+        );
     }
     Ok(())
 }
@@ -28,7 +31,10 @@ pub fn refuse_new_work(c: &Parts) -> Result<(), Refusal> {
 pub fn timeout_ms(asked: Option<u64>, default_ms: u64, max_ms: u64) -> Result<u64, Refusal> {
     let t = asked.unwrap_or(default_ms);
     if !(10..=max_ms).contains(&t) {
-        return refuse(RefusalCode::InvalidField, format!("timeout_ms must be between 10 and {max_ms} (limits.max_transaction_ms)"));
+        return refuse(
+            RefusalCode::InvalidField,
+            format!("timeout_ms must be between 10 and {max_ms} (limits.max_transaction_ms)"),
+        );
     }
     Ok(t)
 }
@@ -39,9 +45,14 @@ pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begu
     let t = timeout_ms(asked_timeout_ms, c.cfg.timeouts.transaction_ms, c.cfg.limits.max_transaction_ms)?;
     let max = c.cfg.limits.max_active;
     let grant = c.owner.generation_of(&c.cfg.node_id);
-    if let Err(active) = c.registry.insert_capped(&gtid, Entry::new(Tx::new(gtid.clone(), Duration::from_millis(t)), false, grant), max) {
+    if let Err(active) =
+        c.registry.insert_capped(&gtid, Entry::new(Tx::new(gtid.clone(), Duration::from_millis(t)), false, grant), max)
+    {
         c.metrics.overloaded.fetch_add(1, Relaxed);
-        return refuse(RefusalCode::TooManyTransactions, format!("{active} transactions are undecided (limits.max_active = {max}); retry later"));
+        return refuse(
+            RefusalCode::TooManyTransactions,
+            format!("{active} transactions are undecided (limits.max_active = {max}); retry later"),
+        );
     }
     c.metrics.begun.fetch_add(1, Relaxed);
     Ok(Begun { gtid, state: TxState::Active, timeout_ms: t, branch: None, branches: None })
@@ -54,13 +65,20 @@ pub fn unbegin(c: &Parts, gtid: &str) {
 }
 
 /// The ids a branch gets at a resource of `kind`: a PostgreSQL gid or a MariaDB XID.
-pub fn branch_ids(kind: ResourceKind, gid_prefix: &str, gtid: &str, bid: &str) -> Result<(Option<String>, Option<Xid>), Refusal> {
+pub fn branch_ids(
+    kind: ResourceKind,
+    gid_prefix: &str,
+    gtid: &str,
+    bid: &str,
+) -> Result<(Option<String>, Option<Xid>), Refusal> {
     Ok(match kind {
         ResourceKind::Postgres => match naming::pg_gid(gid_prefix, gtid, bid) {
             Ok(g) => (Some(g), None),
             Err(e) => return refuse(e.code, e.message),
         },
-        ResourceKind::Mariadb => (None, Some(Xid { format_id: naming::XA_FORMAT_ID, gtrid: gtid.to_string(), bqual: bid.to_string() })),
+        ResourceKind::Mariadb => {
+            (None, Some(Xid { format_id: naming::XA_FORMAT_ID, gtrid: gtid.to_string(), bqual: bid.to_string() }))
+        }
     })
 }
 
@@ -69,7 +87,10 @@ pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<R
         return refuse(e.code, e.message);
     }
     let Some(kind) = c.kind_of(resource) else {
-        return refuse(RefusalCode::UnknownResource, format!("no resource named {resource:?} in the coordinator's config"));
+        return refuse(
+            RefusalCode::UnknownResource,
+            format!("no resource named {resource:?} in the coordinator's config"),
+        );
     };
     let (gid, xid) = branch_ids(kind, &c.cfg.gid_prefix, gtid, bid)?;
     // Would the registration be taken? (Checked before client mode prepares a helper.)
@@ -128,6 +149,9 @@ mod tests {
         assert!(xid.is_none());
         let (gid, xid) = branch_ids(ResourceKind::Mariadb, "cotx", &g, "b1").unwrap();
         assert!(gid.is_none());
-        assert_eq!(crate::wire::to_json(&xid), serde_json::json!({"format_id": naming::XA_FORMAT_ID, "gtrid": g, "bqual": "b1"}));
+        assert_eq!(
+            crate::wire::to_json(&xid),
+            serde_json::json!({"format_id": naming::XA_FORMAT_ID, "gtrid": g, "bqual": "b1"})
+        );
     }
 }

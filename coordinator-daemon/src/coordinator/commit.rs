@@ -79,7 +79,10 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
                     delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
                 }
             });
-            refuse(RefusalCode::StoreUnavailable, format!("decision store failed ({err}); the decision is pending, poll /decision"))
+            refuse(
+                RefusalCode::StoreUnavailable,
+                format!("decision store failed ({err}); the decision is pending, poll /decision"),
+            )
         }
     }
 }
@@ -116,7 +119,10 @@ pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], b
     refuse_new_work(c)?;
     let allowed = decisions::decision_resources(c);
     if c.enforcement.holds(gtid, bid) {
-        return refuse(RefusalCode::NotADecisionResource, format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"));
+        return refuse(
+            RefusalCode::NotADecisionResource,
+            format!("branch {bid:?} is in client mode: the decision inside a participant needs pg_co there"),
+        );
     }
     answers::on(c, gtid, |e| {
         let mut next = e.tx.clone();

@@ -19,10 +19,20 @@ use super::registry::Incident;
 
 /// Gives one branch its decided outcome from our connection, holding the node's lock
 /// at that resource first (a daemon that lost it must not act).
-pub async fn complete_branch(c: &Parts, gtid: &str, res: &str, bid: &str, o: Outcome, decided_ms_ago: u64) -> Completion {
+pub async fn complete_branch(
+    c: &Parts,
+    gtid: &str,
+    res: &str,
+    bid: &str,
+    o: Outcome,
+    decided_ms_ago: u64,
+) -> Completion {
     let Some(rc) = c.resources.get(res) else {
-        c.registry.warn_once(format!("unconfigured:{gtid}:{res}"), "branch on a resource that is not configured: it cannot be finished from here",
-            json!({"gtid": gtid, "resource": res, "branch_id": bid, "outcome": o.as_str()}));
+        c.registry.warn_once(
+            format!("unconfigured:{gtid}:{res}"),
+            "branch on a resource that is not configured: it cannot be finished from here",
+            json!({"gtid": gtid, "resource": res, "branch_id": bid, "outcome": o.as_str()}),
+        );
         return Completion::Retry(format!("resource {res} is not configured"));
     };
     if c.owner.lease.expired() {
@@ -47,7 +57,11 @@ pub async fn complete_pending(c: &Parts, gtid: &str, by: FinishedBy) -> usize {
         let Some(o) = e.tx.decision() else { return 0 };
         let ago = e.tx.decided.map(|d| d.elapsed().as_millis() as u64).unwrap_or(0);
         let todo: Vec<(String, String, Outcome)> =
-            e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared).map(|b| (b.resource.clone(), b.branch_id.clone(), o)).collect();
+            e.tx.branches
+                .iter()
+                .filter(|b| b.state == BranchState::Prepared)
+                .map(|b| (b.resource.clone(), b.branch_id.clone(), o))
+                .collect();
         (todo, ago)
     };
     let mut left = 0;
@@ -126,7 +140,11 @@ pub fn note_completion(c: &Parts, gtid: &str, res: &str, bid: &str, o: Outcome, 
                 (_, Outcome::Abort) => &c.metrics.completion_rollback,
             };
             m.fetch_add(1, Relaxed);
-            log("info", "branch completed", json!({"gtid": gtid, "branch_id": bid, "resource": res, "outcome": o.as_str(), "by": by}));
+            log(
+                "info",
+                "branch completed",
+                json!({"gtid": gtid, "branch_id": bid, "resource": res, "outcome": o.as_str(), "by": by}),
+            );
             settle(None);
             true
         }
@@ -139,7 +157,11 @@ pub fn note_completion(c: &Parts, gtid: &str, res: &str, bid: &str, o: Outcome, 
                 return true; // booked already by the other attempt
             }
             c.metrics.incidents.fetch_add(1, Relaxed);
-            log("error", "incident: branch did not reach the decided outcome", json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": msg}));
+            log(
+                "error",
+                "incident: branch did not reach the decided outcome",
+                json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": msg}),
+            );
             c.incidents.lock().unwrap().push(Incident {
                 at_unix_ms: state::unix_ms(),
                 gtid: gtid.into(),
@@ -151,7 +173,11 @@ pub fn note_completion(c: &Parts, gtid: &str, res: &str, bid: &str, o: Outcome, 
         }
         Completion::OwnerAttached => false,
         Completion::Retry(err) => {
-            log("warn", "branch completion failed; will retry", json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": err}));
+            log(
+                "warn",
+                "branch completion failed; will retry",
+                json!({"gtid": gtid, "branch_id": bid, "resource": res, "error": err}),
+            );
             false
         }
     }
@@ -176,7 +202,11 @@ pub fn adopt_records(c: &Arc<Parts>, recs: &[DecisionRecord]) -> usize {
     let kind_of = |res: &str| c.kind_of(res);
     let (n, settled) = c.registry.adopt_records(recs, c.cfg.timeouts.transaction_ms, &generation, &kind_of);
     for (g, o) in settled {
-        log("info", "the store holds the decision of a transaction still committing in memory: applied", json!({"gtid": g, "outcome": o.as_str()}));
+        log(
+            "info",
+            "the store holds the decision of a transaction still committing in memory: applied",
+            json!({"gtid": g, "outcome": o.as_str()}),
+        );
         apply_decision(c, &g, o);
     }
     n
@@ -206,7 +236,12 @@ mod tests {
     }
 
     fn branch(p: &Parts, g: &str, b: &str) -> (BranchState, Option<String>) {
-        p.registry.with_entry(g, |e| e.tx.branches.iter().find(|x| x.branch_id == b).map(|x| (x.state, x.note.clone())).unwrap()).here().unwrap()
+        p.registry
+            .with_entry(g, |e| {
+                e.tx.branches.iter().find(|x| x.branch_id == b).map(|x| (x.state, x.note.clone())).unwrap()
+            })
+            .here()
+            .unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,7 +249,15 @@ mod tests {
         let c = crate::coordinator::tests::coord("completion-book").await;
         let p = c.parts();
         let g = committed(p, 1);
-        assert!(!note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::Retry("down".into()), FinishedBy::Daemon));
+        assert!(!note_completion(
+            p,
+            &g,
+            "pg",
+            "b1",
+            Outcome::Commit,
+            Completion::Retry("down".into()),
+            FinishedBy::Daemon
+        ));
         assert_eq!(p.resource_up.lock().unwrap().get("pg"), Some(&false));
         assert_eq!(branch(p, &g, "b1").0, BranchState::Prepared);
         assert!(!note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::OwnerAttached, FinishedBy::Daemon));
@@ -222,14 +265,33 @@ mod tests {
         assert_eq!(p.resource_up.lock().unwrap().get("pg"), Some(&true));
         assert_eq!(branch(p, &g, "b1"), (BranchState::Finished, None));
         assert_eq!((p.metrics.recovery_commit.load(Relaxed), p.metrics.completion_commit.load(Relaxed)), (1, 0));
-        assert!(note_completion(p, &g, "pg", "b2", Outcome::Commit, Completion::Incident("rolled back".into()), FinishedBy::Daemon));
-        assert!(note_completion(p, &g, "pg", "b2", Outcome::Commit, Completion::Incident("rolled back".into()), FinishedBy::Recovery));
+        assert!(note_completion(
+            p,
+            &g,
+            "pg",
+            "b2",
+            Outcome::Commit,
+            Completion::Incident("rolled back".into()),
+            FinishedBy::Daemon
+        ));
+        assert!(note_completion(
+            p,
+            &g,
+            "pg",
+            "b2",
+            Outcome::Commit,
+            Completion::Incident("rolled back".into()),
+            FinishedBy::Recovery
+        ));
         assert_eq!(p.incidents.lock().unwrap().len(), 1, "booked by the first attempt only");
         assert_eq!(p.metrics.incidents.load(Relaxed), 1);
         assert_eq!(branch(p, &g, "b2").1.as_deref(), Some("incident: rolled back"));
         let g2 = committed(p, 2);
         assert!(note_completion(p, &g2, "pg", "b1", Outcome::Commit, Completion::Gone, FinishedBy::Daemon));
-        assert_eq!(branch(p, &g2, "b1"), (BranchState::Finished, Some("not prepared any more (finished by its owner)".into())));
+        assert_eq!(
+            branch(p, &g2, "b1"),
+            (BranchState::Finished, Some("not prepared any more (finished by its owner)".into()))
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,12 +302,18 @@ mod tests {
         let r = complete_branch(p, &g, "nowhere", "b1", Outcome::Commit, 0).await;
         assert_eq!(r, Completion::Retry("resource nowhere is not configured".into()));
         let theirs = naming::new_gtid("u2", 1, 1);
-        assert_eq!(complete_branch(p, &theirs, "pg", "b1", Outcome::Commit, 0).await, Completion::Retry("node u2 is not ours (any more)".into()));
+        assert_eq!(
+            complete_branch(p, &theirs, "pg", "b1", Outcome::Commit, 0).await,
+            Completion::Retry("node u2 is not ours (any more)".into())
+        );
         // The resource is unreachable: its node lock cannot be held, so nothing is done.
         assert!(matches!(complete_branch(p, &g, "pg", "b1", Outcome::Commit, 0).await, Completion::Retry(_)));
         assert_eq!(complete_pending(p, &g, FinishedBy::Daemon).await, 2, "both branches still to do");
         p.owner.lease.revoke();
-        assert_eq!(complete_branch(p, &g, "pg", "b1", Outcome::Commit, 0).await, Completion::Retry("our node lease is unconfirmed".into()));
+        assert_eq!(
+            complete_branch(p, &g, "pg", "b1", Outcome::Commit, 0).await,
+            Completion::Retry("our node lease is unconfirmed".into())
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,7 +324,8 @@ mod tests {
         apply_decision(p, &g, Outcome::Abort);
         apply_decision(p, &g, Outcome::Abort);
         assert_eq!(p.metrics.aborted.load(Relaxed), 1);
-        let (state, recorded, completing) = p.registry.with_entry(&g, |e| (e.tx.state, e.recorded, e.completing)).here().unwrap();
+        let (state, recorded, completing) =
+            p.registry.with_entry(&g, |e| (e.tx.state, e.recorded, e.completing)).here().unwrap();
         assert_eq!((state, recorded, completing), (TxState::Aborted, true, true));
     }
 }

@@ -131,12 +131,20 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
                 match rc.resolve_decisions(std::slice::from_ref(&gtid)).await {
                     Ok(m) if m.contains_key(&gtid) => {
                         let o = m[&gtid];
-                        log("info", "decision read from the decision branch's resource (owner silent)", json!({"gtid": gtid, "resource": rc.name, "outcome": o.as_str()}));
+                        log(
+                            "info",
+                            "decision read from the decision branch's resource (owner silent)",
+                            json!({"gtid": gtid, "resource": rc.name, "outcome": o.as_str()}),
+                        );
                         apply_participant_decision(&me, &gtid, o, FinishedBy::Daemon);
                         return;
                     }
                     Ok(_) => {}
-                    Err(e) => log("warn", "cannot resolve a deciding transaction yet; will retry", json!({"gtid": gtid, "error": e})),
+                    Err(e) => log(
+                        "warn",
+                        "cannot resolve a deciding transaction yet; will retry",
+                        json!({"gtid": gtid, "error": e}),
+                    ),
                 }
             }
             tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -167,7 +175,10 @@ pub fn apply_participant_decision(c: &Arc<Parts>, gtid: &str, o: Outcome, by: Fi
 /// Merges the answers of the decision resources: a gtid is answered only when every one
 /// of the `asked` resources answered for it; commit wins (only the decision branch's
 /// resource can hold one).
-pub fn merge_answers(asked: usize, answers: impl IntoIterator<Item = HashMap<String, Outcome>>) -> HashMap<String, Outcome> {
+pub fn merge_answers(
+    asked: usize,
+    answers: impl IntoIterator<Item = HashMap<String, Outcome>>,
+) -> HashMap<String, Outcome> {
     let mut answered: HashMap<String, (usize, Outcome)> = HashMap::new();
     for m in answers {
         for (g, o) in m {
@@ -191,7 +202,11 @@ pub async fn resolve_in_participants(c: &Parts, gtids: &[String]) -> HashMap<Str
         for n in &names {
             match c.resources[n].resolve_decisions(chunk).await {
                 Ok(m) => answers.push(m),
-                Err(e) => log("warn", "recovery: cannot resolve at a decision resource; those transactions wait", json!({"resource": n, "error": e})),
+                Err(e) => log(
+                    "warn",
+                    "recovery: cannot resolve at a decision resource; those transactions wait",
+                    json!({"resource": n, "error": e}),
+                ),
             }
         }
         out.extend(merge_answers(names.len(), answers));
@@ -208,7 +223,11 @@ pub async fn flush_forgotten_decisions(c: &Parts) {
     for n in decision_resources(c) {
         if let Err(e) = c.resources[&n].forget_decisions(&gtids).await {
             // Rows left behind cost a little space; the next pass does not retry them.
-            log("warn", "cannot delete finished decision rows", json!({"resource": n, "error": e, "count": gtids.len()}));
+            log(
+                "warn",
+                "cannot delete finished decision rows",
+                json!({"resource": n, "error": e, "count": gtids.len()}),
+            );
         }
     }
 }
@@ -226,14 +245,20 @@ mod tests {
     #[test]
     fn an_answer_counts_only_when_every_decision_resource_gave_it_and_commit_wins() {
         let m = |v: &[(&str, Outcome)]| v.iter().map(|(g, o)| (g.to_string(), *o)).collect::<HashMap<_, _>>();
-        let out = merge_answers(2, vec![
-            m(&[("a", Outcome::Abort), ("b", Outcome::Abort), ("c", Outcome::Commit)]),
-            m(&[("a", Outcome::Commit), ("b", Outcome::Abort)]),
-        ]);
+        let out = merge_answers(
+            2,
+            vec![
+                m(&[("a", Outcome::Abort), ("b", Outcome::Abort), ("c", Outcome::Commit)]),
+                m(&[("a", Outcome::Commit), ("b", Outcome::Abort)]),
+            ],
+        );
         assert_eq!(out.get("a"), Some(&Outcome::Commit), "commit at either resource wins");
         assert_eq!(out.get("b"), Some(&Outcome::Abort));
         assert_eq!(out.get("c"), None, "one resource did not answer for c: unknown");
-        assert!(merge_answers(2, vec![m(&[("a", Outcome::Abort)])]).is_empty(), "a resource that failed leaves everything unknown");
+        assert!(
+            merge_answers(2, vec![m(&[("a", Outcome::Abort)])]).is_empty(),
+            "a resource that failed leaves everything unknown"
+        );
     }
 
     #[test]

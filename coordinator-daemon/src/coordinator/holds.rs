@@ -24,7 +24,8 @@ pub fn keep_helper(c: &Parts, gtid: &str, bid: &str, branch_prepared: bool) -> b
     }
     if let Some(e) = c.registry.txs.lock().unwrap().get(gtid) {
         if e.tx.is_undecided() {
-            return branch_prepared || e.tx.branches.iter().any(|b| b.branch_id == bid && b.state == BranchState::Registered);
+            return branch_prepared
+                || e.tx.branches.iter().any(|b| b.branch_id == bid && b.state == BranchState::Registered);
         }
     }
     match c.registry.decision_of(gtid, Duration::from_millis(c.cfg.timeouts.owner_grace_ms)) {
@@ -75,7 +76,11 @@ pub async fn enforcement_pass(c: &Parts) {
             ResourceKind::Postgres => {
                 let keep = |g: &str, b: &str, p: bool| keep_helper(c, g, b, p);
                 if let Err(e) = c.enforcement.sweep_helpers(rc, &keep).await {
-                    log("warn", "client mode: cannot recover helper transactions; will retry", json!({"resource": rc.name, "error": e}));
+                    log(
+                        "warn",
+                        "client mode: cannot recover helper transactions; will retry",
+                        json!({"resource": rc.name, "error": e}),
+                    );
                 }
             }
             ResourceKind::Mariadb => c.enforcement.look_at_restarts(rc).await,

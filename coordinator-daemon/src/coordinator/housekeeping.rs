@@ -34,7 +34,11 @@ fn watch_store(c: &Parts) {
     match store_news(stalled, limit, c.store_stalled.load(Relaxed)) {
         Some(true) => {
             c.store_stalled.store(true, Relaxed);
-            log("error", "decision store is not answering: commits wait for their records, the lease cannot be renewed", json!({"stalled_ms": stalled}));
+            log(
+                "error",
+                "decision store is not answering: commits wait for their records, the lease cannot be renewed",
+                json!({"stalled_ms": stalled}),
+            );
         }
         Some(false) => {
             c.store_stalled.store(false, Relaxed);
@@ -80,7 +84,11 @@ pub fn gauges(c: &Parts) -> Gauges {
             if e.tx.is_undecided() {
                 g.active += 1;
             }
-            g.unconfigured_branches += e.tx.branches.iter().filter(|b| b.state == BranchState::Prepared && c.kind_of(&b.resource).is_none()).count();
+            g.unconfigured_branches +=
+                e.tx.branches
+                    .iter()
+                    .filter(|b| b.state == BranchState::Prepared && c.kind_of(&b.resource).is_none())
+                    .count();
         }
     }
     g.quarantined = c.registry.quarantined.lock().unwrap().len();

@@ -125,7 +125,11 @@ impl Coordinator {
     /// Begin and register every branch, in order: a refused first registration leaves no
     /// transaction behind; a later one aborts the transaction (its earlier branches may
     /// already hold client mode's helpers, which the abort lets go of) and is answered.
-    pub async fn begin_with_branches(&self, timeout_ms: Option<u64>, branches: &[(String, String)]) -> Res<wire::Begun> {
+    pub async fn begin_with_branches(
+        &self,
+        timeout_ms: Option<u64>,
+        branches: &[(String, String)],
+    ) -> Res<wire::Begun> {
         let begun = self.begin(timeout_ms)?;
         let mut regs = Vec::with_capacity(branches.len());
         for (i, (resource, bid)) in branches.iter().enumerate() {
@@ -136,7 +140,12 @@ impl Coordinator {
                     return Err(e);
                 }
                 Err(e) => {
-                    let _ = commit::abort(&self.parts, &begun.gtid, &format!("registration of branch {bid:?} refused: {}", e.message)).await;
+                    let _ = commit::abort(
+                        &self.parts,
+                        &begun.gtid,
+                        &format!("registration of branch {bid:?} refused: {}", e.message),
+                    )
+                    .await;
                     return Err(e);
                 }
             }
@@ -280,8 +289,11 @@ pub(crate) mod tests {
         c.register(&g, "pg", "b2").await.unwrap();
         c.prepared(&g, "b1").await.unwrap();
         let r = wire::to_json(&c.resources_report());
-        assert_eq!(r["resources"], json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1,
-            "enforcement": {"configured": "none", "mode": "none", "reason": null}}]));
+        assert_eq!(
+            r["resources"],
+            json!([{"name": "pg", "kind": "postgres", "up": null, "decisions": false, "prepared_branches": 1,
+            "enforcement": {"configured": "none", "mode": "none", "reason": null}}])
+        );
         let t = wire::to_json(&c.get(&g).await.unwrap());
         assert!(t["created_unix_ms"].as_u64().unwrap() > 0 && t["decided_unix_ms"].is_null(), "{t}");
     }
@@ -295,7 +307,12 @@ pub(crate) mod tests {
             let g = c.begin(None).unwrap().gtid;
             let e = c.register(&g, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable, "{mode}: {e:?}");
-            assert!(e.message.contains("resource pg") && e.message.contains("cannot tell how commitment ordering is enforced"), "{}", e.message);
+            assert!(
+                e.message.contains("resource pg")
+                    && e.message.contains("cannot tell how commitment ordering is enforced"),
+                "{}",
+                e.message
+            );
             assert!(c.get(&g).await.unwrap().branches.is_empty());
             let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
@@ -315,7 +332,10 @@ pub(crate) mod tests {
         c.finished_many(&g, &["b0".to_string(), "b1".to_string()], Outcome::Commit).await.unwrap();
         let t = wire::to_json(&c.get(&g).await.unwrap());
         assert_eq!(t["state"], "committed", "{t}");
-        assert!(t["branches"].as_array().unwrap().iter().all(|b| b["state"] == "finished" && b["finished_by"] == "owner"), "{t}");
+        assert!(
+            t["branches"].as_array().unwrap().iter().all(|b| b["state"] == "finished" && b["finished_by"] == "owner"),
+            "{t}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,7 +355,11 @@ pub(crate) mod tests {
         assert_eq!(c.begin_with_branches(None, &later_bad).await.unwrap_err().code, RefusalCode::UnknownResource);
         let aborted = c.list(Some("aborted")).unwrap().transactions;
         assert_eq!(aborted.len(), 1);
-        assert!(wire::to_json(&aborted[0])["abort_reason"].as_str().unwrap().contains("b2"), "{:?}", wire::to_json(&aborted[0]));
+        assert!(
+            wire::to_json(&aborted[0])["abort_reason"].as_str().unwrap().contains("b2"),
+            "{:?}",
+            wire::to_json(&aborted[0])
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,7 +371,11 @@ pub(crate) mod tests {
         let before = wire::to_json(&c.get(&g).await.unwrap())["branches"].clone();
         let e = c.commit_with(&g, "coordinator", &["b1".into(), "zz".into()]).await.unwrap_err();
         assert_eq!(e.code, RefusalCode::UnknownBranch);
-        assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before, "a refused commit must not mark b1 prepared");
+        assert_eq!(
+            wire::to_json(&c.get(&g).await.unwrap())["branches"],
+            before,
+            "a refused commit must not mark b1 prepared"
+        );
         let e = c.commit_with(&g, "coordinator", &["b1".into()]).await.unwrap_err();
         assert_eq!(e.code, RefusalCode::BranchNotPrepared);
         assert_eq!(wire::to_json(&c.get(&g).await.unwrap())["branches"], before);
@@ -372,9 +400,8 @@ pub(crate) mod tests {
     async fn list_filters_by_state_and_names_the_accepted_values() {
         let c = coord("list").await;
         let g = c.begin(None).unwrap().gtid;
-        let gtids = |f: &str| -> Vec<String> {
-            c.list(Some(f)).unwrap().transactions.into_iter().map(|t| t.gtid).collect()
-        };
+        let gtids =
+            |f: &str| -> Vec<String> { c.list(Some(f)).unwrap().transactions.into_iter().map(|t| t.gtid).collect() };
         assert_eq!(gtids("active"), vec![g.clone()]);
         assert!(gtids("committed").is_empty() && gtids("in_doubt").is_empty());
         let e = c.list(Some("prepared")).unwrap_err();

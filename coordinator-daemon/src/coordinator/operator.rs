@@ -46,7 +46,14 @@ pub fn forced(state: TxState, why_not_commit: Option<Refusal>, outcome: Outcome)
     }
 }
 
-async fn audit(c: &Parts, gtid: &str, outcome: Outcome, operator: &str, reason: &str, result: String) -> Result<(), String> {
+async fn audit(
+    c: &Parts,
+    gtid: &str,
+    outcome: Outcome,
+    operator: &str,
+    reason: &str,
+    result: String,
+) -> Result<(), String> {
     let entry = AuditEntry {
         at_unix_ms: state::unix_ms(),
         gtid: gtid.to_string(),
@@ -76,23 +83,34 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
         // else is its owner's to decide (or a takeover's), never "abort" here.
         if let Some(rec) = answers::stored_decision(c, gtid).await? {
             if rec.outcome != outcome {
-                return refuse(RefusalCode::ContradictsDecision, format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node));
+                return refuse(
+                    RefusalCode::ContradictsDecision,
+                    format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node),
+                );
             }
         }
         return Err(answers::elsewhere(c, gtid).await);
     }
     if let Err(e) = audit(c, gtid, outcome, operator, reason, "attempt".into()).await {
-        return refuse(RefusalCode::StoreUnavailable, format!("could not write the audit record, nothing was done: {e}"));
+        return refuse(
+            RefusalCode::StoreUnavailable,
+            format!("could not write the audit record, nothing was done: {e}"),
+        );
     }
     let result: Res<Decision> = if quarantined {
         resolve_quarantined(c, gtid, &node, outcome, operator).await
     } else {
         match current {
             None if outcome == Outcome::Abort => Ok(Decision {
-                note: Some("no live transaction and no record: presumed abort; recovery rolls back any prepared branch".into()),
+                note: Some(
+                    "no live transaction and no record: presumed abort; recovery rolls back any prepared branch".into(),
+                ),
                 ..Decision::new(gtid, Decided::Abort)
             }),
-            None => refuse(RefusalCode::ContradictsDecision, format!("{gtid} has no commit record: its outcome is abort (presumed abort)")),
+            None => refuse(
+                RefusalCode::ContradictsDecision,
+                format!("{gtid} has no commit record: its outcome is abort (presumed abort)"),
+            ),
             Some((st, why)) => match forced(st, why, outcome) {
                 Forced::Refuse(code, what) => refuse(code, format!("{gtid} {what}")),
                 Forced::Refused(why) => Err(why),
@@ -106,7 +124,9 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
                         ..Decision::new(gtid, outcome.into())
                     })
                 }
-                Forced::BeingWritten => Ok(Decision { note: Some("decision being written".into()), ..Decision::new(gtid, Decided::Commit) }),
+                Forced::BeingWritten => {
+                    Ok(Decision { note: Some("decision being written".into()), ..Decision::new(gtid, Decided::Commit) })
+                }
                 Forced::Abort => commit::abort(c, gtid, &format!("forced by {operator}: {reason}")).await,
                 Forced::Commit => commit::commit_with(c, gtid, "operator", &[]).await,
             },
@@ -117,18 +137,32 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
         Err(r) => format!("refused: {} {}", r.code, r.message),
     };
     if let Err(e) = audit(c, gtid, outcome, operator, reason, res_text).await {
-        log("error", "could not write the audit record of a forced outcome's result", json!({"gtid": gtid, "error": e}));
+        log(
+            "error",
+            "could not write the audit record of a forced outcome's result",
+            json!({"gtid": gtid, "error": e}),
+        );
     }
     if result.is_ok() {
         c.metrics.forced.fetch_add(1, Relaxed);
     }
-    log("warn", "operator forced an outcome", json!({"gtid": gtid, "outcome": outcome.as_str(), "operator": operator, "ok": result.is_ok()}));
+    log(
+        "warn",
+        "operator forced an outcome",
+        json!({"gtid": gtid, "outcome": outcome.as_str(), "operator": operator, "ok": result.is_ok()}),
+    );
     result
 }
 
 /// A quarantined gtid gets the operator's outcome: its unreadable record is replaced,
 /// and recovery finishes the branches it finds prepared.
-async fn resolve_quarantined(c: &Arc<Parts>, gtid: &str, node: &str, outcome: Outcome, operator: &str) -> Res<Decision> {
+async fn resolve_quarantined(
+    c: &Arc<Parts>,
+    gtid: &str,
+    node: &str,
+    outcome: Outcome,
+    operator: &str,
+) -> Res<Decision> {
     // The branch list of an unreadable record is unknown: recovery finds the branches.
     let rec = DecisionRecord {
         gtid: gtid.to_string(),
@@ -139,7 +173,10 @@ async fn resolve_quarantined(c: &Arc<Parts>, gtid: &str, node: &str, outcome: Ou
         source: "operator".into(),
     };
     if outcome == Outcome::Commit && rec.branches.is_empty() {
-        return refuse(RefusalCode::NoBranches, format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"));
+        return refuse(
+            RefusalCode::NoBranches,
+            format!("{gtid}: no prepared branch of it is found on any resource; nothing to commit"),
+        );
     }
     c.store
         .write(Op::Overwrite(rec.clone()))
@@ -178,7 +215,10 @@ pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
             }
             b.blocking = Some(match c.resources.get(&b.resource) {
                 Some(rc) => rc.blocking_info(&t.gtid, &b.branch_id).await,
-                None => wire::Blocking::error(format!("resource {} is not configured: this branch cannot be finished from here", b.resource)),
+                None => wire::Blocking::error(format!(
+                    "resource {} is not configured: this branch cannot be finished from here",
+                    b.resource
+                )),
             });
         }
     }
@@ -233,18 +273,27 @@ mod tests {
         let v = force(p, &g, Outcome::Abort, "ops", "stuck").await.unwrap();
         assert_eq!(v.decision, Decided::Abort);
         assert_eq!(c.get(&g).await.unwrap().state, TxState::Aborted);
-        assert_eq!(force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code, RefusalCode::ContradictsDecision);
+        assert_eq!(
+            force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code,
+            RefusalCode::ContradictsDecision
+        );
         let audit = p.store.audit_log().await.unwrap();
         assert_eq!(audit.len(), 4, "attempt and result of each force");
         assert_eq!(p.metrics.forced.load(Relaxed), 1);
         // No record, ours: presumed abort; a commit is a contradiction.
         let gone = naming::new_gtid("u1", p.owner.nonce, 999);
         assert_eq!(force(p, &gone, Outcome::Abort, "ops", "x").await.unwrap().decision, Decided::Abort);
-        assert_eq!(force(p, &gone, Outcome::Commit, "ops", "x").await.unwrap_err().code, RefusalCode::ContradictsDecision);
+        assert_eq!(
+            force(p, &gone, Outcome::Commit, "ops", "x").await.unwrap_err().code,
+            RefusalCode::ContradictsDecision
+        );
         // Another node's, unknown here: its owner's, nothing audited.
         let n = p.store.audit_log().await.unwrap().len();
         let theirs = naming::new_gtid("u2", 1, 1);
-        assert_eq!(force(p, &theirs, Outcome::Abort, "ops", "x").await.unwrap_err().code, RefusalCode::OwnerUnavailable);
+        assert_eq!(
+            force(p, &theirs, Outcome::Abort, "ops", "x").await.unwrap_err().code,
+            RefusalCode::OwnerUnavailable
+        );
         assert_eq!(p.store.audit_log().await.unwrap().len(), n);
     }
 
@@ -271,7 +320,10 @@ mod tests {
         assert_eq!(forced(TxState::Aborted, None, Outcome::Abort), Complete);
         assert_eq!(forced(TxState::Committing, None, Outcome::Commit), BeingWritten);
         assert!(matches!(forced(TxState::Deciding, None, Outcome::Abort), Refuse(RefusalCode::TransactionDeciding, _)));
-        assert!(matches!(forced(TxState::OnePhase, None, Outcome::Commit), Refuse(RefusalCode::TransactionOnePhase, _)));
+        assert!(matches!(
+            forced(TxState::OnePhase, None, Outcome::Commit),
+            Refuse(RefusalCode::TransactionOnePhase, _)
+        ));
         assert_eq!(forced(TxState::Active, None, Outcome::Abort), Abort);
         assert_eq!(forced(TxState::Active, None, Outcome::Commit), Commit);
         let why = Refusal::new(RefusalCode::BranchNotPrepared, "b1");

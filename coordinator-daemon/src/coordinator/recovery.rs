@@ -81,7 +81,11 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
         let mut locked = true;
         for node in &nodes {
             if let Err(e) = rc.hold_node_lock(node, *node != c.cfg.node_id).await {
-                log("warn", "recovery: cannot hold the node lock at this resource; will retry", json!({"resource": n, "node": node, "error": e}));
+                log(
+                    "warn",
+                    "recovery: cannot hold the node lock at this resource; will retry",
+                    json!({"resource": n, "node": node, "error": e}),
+                );
                 locked = false;
             }
         }
@@ -152,7 +156,9 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
         .filter(|g| {
             let Ok(current) = whose(&c.owner, g, &epochs) else { return false };
             let a = decide(decision_of(c, g), active.contains(*g), recorded.get(*g) == Some(&Outcome::Commit), current);
-            matches!(a, Action::Rollback | Action::RecordAbort) && decision_of(c, g).is_none() && !c.registry.is_quarantined(g)
+            matches!(a, Action::Rollback | Action::RecordAbort)
+                && decision_of(c, g).is_none()
+                && !c.registry.is_quarantined(g)
         })
         .cloned()
         .collect();
@@ -190,7 +196,8 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
         }
         // Decided again rather than kept from the filter above: the participant lookup
         // awaited, and a decision may have been recorded for g meanwhile.
-        let mut action = decide(decision_of(c, g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
+        let mut action =
+            decide(decision_of(c, g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
         if let (Some(found), true) = (&in_participant, unknown.contains(g)) {
             action = match found.get(g) {
                 // Unanswered by some decision resource: it may hold a commit; wait.
@@ -235,7 +242,9 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
                     let res = match (c.kind_of(n), o) {
                         // A MariaDB branch of a commit that vanished unreported may have been
                         // lost (read-only, session or server gone): the resource checks.
-                        (Some(ResourceKind::Mariadb), Outcome::Commit) => completion::complete_branch(c, &g, n, &b, o, c.registry.decided_ms_ago(&g)).await,
+                        (Some(ResourceKind::Mariadb), Outcome::Commit) => {
+                            completion::complete_branch(c, &g, n, &b, o, c.registry.decided_ms_ago(&g)).await
+                        }
                         _ => Completion::Gone,
                     };
                     if completion::note_completion(c, &g, n, &b, o, res, FinishedBy::Recovery) {
@@ -262,7 +271,11 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
         }
     }
     if rep.committed + rep.rolled_back > 0 {
-        log("info", "recovery pass", json!({"committed": rep.committed, "rolled_back": rep.rolled_back, "confirmed": rep.confirmed, "unreachable": rep.unreachable}));
+        log(
+            "info",
+            "recovery pass",
+            json!({"committed": rep.committed, "rolled_back": rep.rolled_back, "confirmed": rep.confirmed, "unreachable": rep.unreachable}),
+        );
     }
     rep
 }
@@ -349,7 +362,8 @@ mod tests {
         let o = Ownership::new("n1", 7);
         o.granted("n2", 1);
         o.adopt("n2");
-        let epochs: HashSet<(String, u64)> = [("n1".to_string(), 7), ("n1".to_string(), 3), ("n2".to_string(), 5)].into_iter().collect();
+        let epochs: HashSet<(String, u64)> =
+            [("n1".to_string(), 7), ("n1".to_string(), 3), ("n2".to_string(), 5)].into_iter().collect();
         assert_eq!(whose(&o, &naming::new_gtid("n1", 7, 1), &epochs), Ok(true), "our current epoch");
         assert_eq!(whose(&o, &naming::new_gtid("n1", 3, 1), &epochs), Ok(false), "a previous run of ours");
         assert_eq!(whose(&o, &naming::new_gtid("n2", 5, 1), &epochs), Ok(false), "a node taken over");

@@ -238,7 +238,9 @@ impl Registry {
                     e.tx.recovered = true;
                     match o {
                         Outcome::Commit => e.tx.state = TxState::Committed,
-                        Outcome::Abort => e.tx.abort("recorded abort (a daemon that took this node over)".into(), false),
+                        Outcome::Abort => {
+                            e.tx.abort("recorded abort (a daemon that took this node over)".into(), false)
+                        }
                     }
                     e.tx.decided.get_or_insert_with(Instant::now);
                     e.publish();
@@ -276,7 +278,11 @@ impl Registry {
                 store.write_later(Op::Forget(gtid.to_string()));
             }
             // Abort rows stay: see decisions.rs.
-            if e.tx.decide_in.is_some() && !e.dip_forgotten && e.tx.decision() == Some(Outcome::Commit) && e.tx.all_finished() {
+            if e.tx.decide_in.is_some()
+                && !e.dip_forgotten
+                && e.tx.decision() == Some(Outcome::Commit)
+                && e.tx.all_finished()
+            {
                 e.dip_forgotten = true;
                 self.decisions_to_forget.lock().unwrap().push(gtid.to_string());
             }
@@ -301,7 +307,8 @@ impl Registry {
         let mut txs = self.txs.lock().unwrap();
         let bound = self.undecided_bound.load(Relaxed);
         // Walk only when the bound says the cap may be reached (then count exactly).
-        let active = if txs.len() < cap || bound < cap { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
+        let active =
+            if txs.len() < cap || bound < cap { 0 } else { txs.values().filter(|e| e.tx.is_undecided()).count() };
         if active >= cap {
             return Err(active);
         }
@@ -337,12 +344,22 @@ impl Registry {
 
     /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
     pub fn has_unfinished_of(&self, node: &str) -> bool {
-        self.txs.lock().unwrap().values().any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
+        self.txs
+            .lock()
+            .unwrap()
+            .values()
+            .any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
     }
 
     /// When the gtid's decision was taken, in ms ago (0: unknown or not here).
     pub fn decided_ms_ago(&self, gtid: &str) -> u64 {
-        self.txs.lock().unwrap().get(gtid).and_then(|e| e.tx.decided).map(|d| d.elapsed().as_millis() as u64).unwrap_or(0)
+        self.txs
+            .lock()
+            .unwrap()
+            .get(gtid)
+            .and_then(|e| e.tx.decided)
+            .map(|d| d.elapsed().as_millis() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -367,7 +384,11 @@ mod tests {
         assert_eq!(r.insert_capped("g3", new("g3"), 3), Err(3));
         // Decided ones do not count, once the walk has seen them decided.
         r.with_entry("g0", |e| e.tx.abort("x".into(), false));
-        assert_eq!(r.insert_capped("g3", new("g3"), 3), Ok(()), "counted exactly when the bound says the cap may be reached");
+        assert_eq!(
+            r.insert_capped("g3", new("g3"), 3),
+            Ok(()),
+            "counted exactly when the bound says the cap may be reached"
+        );
         assert_eq!(r.insert_capped("g4", new("g4"), 3), Err(3));
         r.expire(Instant::now(), t);
         assert_eq!(r.undecided_bound.load(Relaxed), 3);
@@ -427,15 +448,25 @@ mod tests {
     fn records_are_adopted_for_nodes_we_act_for_only() {
         let mine = naming::new_gtid("n1", 1, 1);
         let theirs = naming::new_gtid("n2", 1, 1);
-        let rec = |g: &str, o| DecisionRecord { gtid: g.into(), outcome: o, branches: vec![("pg".into(), "b1".into()), ("gone".into(), "b2".into())],
-            decided_unix_ms: 5, node: "n1".into(), source: "test".into() };
+        let rec = |g: &str, o| DecisionRecord {
+            gtid: g.into(),
+            outcome: o,
+            branches: vec![("pg".into(), "b1".into()), ("gone".into(), "b2".into())],
+            decided_unix_ms: 5,
+            node: "n1".into(),
+            source: "test".into(),
+        };
         let r = Registry::default();
         let generation = |n: &str| (n == "n1").then_some(4);
         let kind = |res: &str| (res == "pg").then_some(ResourceKind::Postgres);
-        let (n, settled) = r.adopt_records(&[rec(&mine, Outcome::Commit), rec(&theirs, Outcome::Commit)], 1000, &generation, &kind);
+        let (n, settled) =
+            r.adopt_records(&[rec(&mine, Outcome::Commit), rec(&theirs, Outcome::Commit)], 1000, &generation, &kind);
         assert_eq!((n, settled.len()), (1, 0));
         assert!(r.contains(&mine) && !r.contains(&theirs));
-        let new = |i| { let g = naming::new_gtid("n1", 2, i); (g.clone(), Entry::new(Tx::new(g, Duration::from_secs(60)), false, 4)) };
+        let new = |i| {
+            let g = naming::new_gtid("n1", 2, i);
+            (g.clone(), Entry::new(Tx::new(g, Duration::from_secs(60)), false, 4))
+        };
         let (g1, e1) = new(1);
         assert_eq!(r.insert_capped(&g1, e1, 2), Ok(()), "one committed, one undecided");
         let (g2, e2) = new(2);
@@ -463,7 +494,10 @@ mod tests {
         r.reconcile(&g[1], Reconciled::Keep(Outcome::Abort), 9);
         r.reconcile(&g[2], Reconciled::Drop, 9);
         r.reconcile(&g[3], Reconciled::Quarantine(CorruptRecord { gtid: g[3].clone(), problem: "bad".into() }), 9);
-        assert_eq!(r.with_entry(&g[0], |e| (e.tx.state, e.grant, e.recorded)).here(), Some((TxState::Committed, 9, true)));
+        assert_eq!(
+            r.with_entry(&g[0], |e| (e.tx.state, e.grant, e.recorded)).here(),
+            Some((TxState::Committed, 9, true))
+        );
         assert_eq!(r.with_entry(&g[1], |e| e.tx.state).here(), Some(TxState::Aborted));
         assert!(!r.contains(&g[2]) && !r.contains(&g[3]));
         assert!(r.is_quarantined(&g[3]) && !r.is_quarantined(&g[2]));

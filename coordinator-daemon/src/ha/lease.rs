@@ -15,15 +15,15 @@
 //! reaction, acts on (`regain`); what memory keeps is a pure function of the store's word
 //! (`reconcile`). What the daemon owns in memory is ha/ownership.rs.
 
+use crate::config::ResourceKind;
 use crate::coordinator::parts::Parts;
 use crate::coordinator::registry::Reconciled;
-use crate::config::ResourceKind;
 use crate::refusal::RefusalCode;
 use crate::state::Refusal;
 use crate::store::{Claim, Op, Renewal, Stored};
 use crate::telemetry::log::log;
-use cotx_protocol::answer::{after_regrant, Reconcile};
 use crate::wire::{NodeLease, Nodes};
+use cotx_protocol::answer::{after_regrant, Reconcile};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -44,7 +44,8 @@ pub struct Fenced {
 /// runs out, or a daemon that took it over releases it). Err names the holder.
 pub async fn claim_at_start(c: &Parts) -> Result<(), String> {
     let l = &c.cfg.lease;
-    claim_own(c, Some(Instant::now() + Duration::from_millis(2 * l.ttl_ms + 2 * c.cfg.timeouts.recovery_interval_ms))).await?;
+    claim_own(c, Some(Instant::now() + Duration::from_millis(2 * l.ttl_ms + 2 * c.cfg.timeouts.recovery_interval_ms)))
+        .await?;
     c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
     // The epoch is durable before any gtid of it exists: recovery acts only on known epochs.
     c.store.write(Op::RegisterEpoch { node: c.cfg.node_id.clone(), nonce: c.owner.nonce }).await?;
@@ -61,7 +62,11 @@ pub async fn check_witness(c: &Parts) -> Result<(), String> {
     witness::check(witness::read(path)?.as_ref(), &now)?;
     if let Err(e) = witness::write(path, &now) {
         // Only the safety net is weaker: say so, keep running.
-        c.registry.warn_once(format!("witness:{e}"), "cannot write the witness file: a restored older store copy would not be noticed", json!({"error": e}));
+        c.registry.warn_once(
+            format!("witness:{e}"),
+            "cannot write the witness file: a restored older store copy would not be noticed",
+            json!({"error": e}),
+        );
     }
     Ok(())
 }
@@ -86,7 +91,10 @@ async fn claim_own(c: &Parts, deadline: Option<Instant>) -> Result<(), String> {
             Ok(Claim::HeldBy(h)) => {
                 // A survivor that took our node over gives it back when asked (it releases
                 // at its next renewal): the row is a request, never a lease.
-                let _ = c.store.claim_node(&reclaim_key(&o.node_id), &o.holder, &c.cfg.advertise_url, l.ttl_ms, false).await;
+                let _ = c
+                    .store
+                    .claim_node(&reclaim_key(&o.node_id), &o.holder, &c.cfg.advertise_url, l.ttl_ms, false)
+                    .await;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(format!(
                         "node {} is held by {} ({}) whose lease runs {} ms more: another daemon runs as this node; give every daemon its own node_id",
@@ -94,7 +102,11 @@ async fn claim_own(c: &Parts, deadline: Option<Instant>) -> Result<(), String> {
                     ));
                 }
                 if !said {
-                    log("warn", "node lease held by another holder; waiting for it to run out or be released", json!({"node_id": o.node_id, "holder": h.holder, "url": h.url, "expires_in_ms": h.expires_in_ms}));
+                    log(
+                        "warn",
+                        "node lease held by another holder; waiting for it to run out or be released",
+                        json!({"node_id": o.node_id, "holder": h.holder, "url": h.url, "expires_in_ms": h.expires_in_ms}),
+                    );
                     said = true;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -125,8 +137,11 @@ async fn regain(c: &Parts, lost: Fenced) {
     c.owner.set_regaining(true);
     c.owner.lease.revoke();
     c.metrics.lease_losses.fetch_add(1, Relaxed);
-    log("error", "node lease lost: acting on nothing until the node is claimed again and memory is reconciled with the store",
-        json!({"node_id": c.cfg.node_id, "holder": c.owner.holder, "why": lost.why}));
+    log(
+        "error",
+        "node lease lost: acting on nothing until the node is claimed again and memory is reconciled with the store",
+        json!({"node_id": c.cfg.node_id, "holder": c.owner.holder, "why": lost.why}),
+    );
     for node in c.owner.drain_adopted() {
         forget_node(c, &node);
     }
@@ -146,7 +161,11 @@ async fn regain(c: &Parts, lost: Fenced) {
     let l = &c.cfg.lease;
     c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
     c.owner.set_regaining(false);
-    log("warn", "node claimed again under a new grant: memory reconciled with the store", json!({"node_id": c.cfg.node_id, "generation": generation, "kept": kept, "dropped": dropped}));
+    log(
+        "warn",
+        "node claimed again under a new grant: memory reconciled with the store",
+        json!({"node_id": c.cfg.node_id, "generation": generation, "kept": kept, "dropped": dropped}),
+    );
 }
 
 /// Drops what we hold of a node we no longer act for.
@@ -186,7 +205,11 @@ pub async fn lock_resources_at_start(c: &Parts) -> Result<(), String> {
                 }
                 Err(e) => {
                     // Unreachable now: the lock is taken before recovery acts there.
-                    log("warn", "resource unreachable at start; its node lock is taken before acting on it", json!({"resource": name, "error": e}));
+                    log(
+                        "warn",
+                        "resource unreachable at start; its node lock is taken before acting on it",
+                        json!({"resource": name, "error": e}),
+                    );
                     break;
                 }
             }
@@ -213,7 +236,11 @@ async fn renew_all(c: &Parts) -> Round {
             Ok(Renewal::Renewed) => {}
             Ok(Renewal::Lost(why)) if n == c.cfg.node_id => lost_own = Some(Fenced { why: format!("{why:?}") }),
             Ok(Renewal::Lost(why)) => {
-                log("warn", "a node we had taken over is no longer ours; leaving it", json!({"node": n, "why": format!("{why:?}")}));
+                log(
+                    "warn",
+                    "a node we had taken over is no longer ours; leaving it",
+                    json!({"node": n, "why": format!("{why:?}")}),
+                );
                 c.owner.unadopt(&n);
                 forget_node(c, &n);
             }
@@ -240,7 +267,11 @@ pub fn spawn_renewal(c: Arc<Parts>) {
             // explains what follows, a lost grant or a takeover elsewhere).
             let gap = last_renewed.elapsed().as_millis() as u64;
             if ok && gap > l.ttl_ms {
-                log("warn", "lease renewed late: this daemon was paused or cut off from the store past its lease", json!({"node_id": c.cfg.node_id, "since_last_renewal_ms": gap, "ttl_ms": l.ttl_ms}));
+                log(
+                    "warn",
+                    "lease renewed late: this daemon was paused or cut off from the store past its lease",
+                    json!({"node_id": c.cfg.node_id, "since_last_renewal_ms": gap, "ttl_ms": l.ttl_ms}),
+                );
             }
             if let Some(lost) = round.lost {
                 regain(&c, lost).await;
@@ -252,7 +283,11 @@ pub fn spawn_renewal(c: Arc<Parts>) {
                 if let Err(why) = check_witness(&c).await {
                     ok = false;
                     c.owner.lease.revoke();
-                    c.registry.warn_once(format!("witness:{why}"), "acting on nothing: the decision store is not the one this daemon saw", json!({"error": why}));
+                    c.registry.warn_once(
+                        format!("witness:{why}"),
+                        "acting on nothing: the decision store is not the one this daemon saw",
+                        json!({"error": why}),
+                    );
                 }
             }
             if ok {
@@ -262,8 +297,11 @@ pub fn spawn_renewal(c: Arc<Parts>) {
                 }
                 c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
             } else if c.owner.lease.expired() {
-                c.registry.warn_once(format!("fenced:{}", mono_ms() / 60_000), "lease not renewed within its ttl: acting on nothing until the store answers",
-                    json!({"node_id": c.cfg.node_id}));
+                c.registry.warn_once(
+                    format!("fenced:{}", mono_ms() / 60_000),
+                    "lease not renewed within its ttl: acting on nothing until the store answers",
+                    json!({"node_id": c.cfg.node_id}),
+                );
             }
             if ok && l.takeover {
                 take_over_expired(&c).await;
@@ -281,19 +319,29 @@ fn took_over(c: &Parts, node: &str, generation: i64) {
 async fn take_over_expired(c: &Parts) {
     let Ok(leases) = c.store.nodes().await else { return };
     // Nodes whose own daemon is back and asks for them.
-    let wanted: Vec<String> = leases.iter().filter_map(|l| l.node.strip_suffix("!reclaim").map(str::to_string)).collect();
+    let wanted: Vec<String> =
+        leases.iter().filter_map(|l| l.node.strip_suffix("!reclaim").map(str::to_string)).collect();
     for node in c.owner.adopted().into_iter().filter(|n| wanted.contains(n)) {
         log("info", "the owner of a taken-over node is back: giving it back", json!({"node": node}));
         release_adopted(c, &node, false).await;
     }
     for lease in leases {
-        if lease.node == c.cfg.node_id || lease.node.contains('!') || wanted.contains(&lease.node) || lease.expires_in_ms > 0 || c.owner.is_adopted(&lease.node) {
+        if lease.node == c.cfg.node_id
+            || lease.node.contains('!')
+            || wanted.contains(&lease.node)
+            || lease.expires_in_ms > 0
+            || c.owner.is_adopted(&lease.node)
+        {
             continue;
         }
         match c.store.claim_node(&lease.node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
             Ok(Claim::Granted(g)) => {
                 took_over(c, &lease.node, g);
-                log("warn", "took over a node whose lease ran out: finishing its transactions", json!({"node": lease.node, "previous_holder": lease.holder, "expired_ms_ago": -lease.expires_in_ms}));
+                log(
+                    "warn",
+                    "took over a node whose lease ran out: finishing its transactions",
+                    json!({"node": lease.node, "previous_holder": lease.holder, "expired_ms_ago": -lease.expires_in_ms}),
+                );
                 c.owner.adopt(&lease.node);
             }
             Ok(Claim::HeldBy(_)) => {}
@@ -319,7 +367,9 @@ pub async fn adopt_released_with_branches(c: &Parts, nodes: HashSet<String>) -> 
         if leases.iter().any(|l| l.node == node || l.node == reclaim_key(&node)) || c.owner.is_adopted(&node) {
             continue; // leased (alive, or expired: the takeover loop handles it)
         }
-        if let Ok(Claim::Granted(g)) = c.store.claim_node(&node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
+        if let Ok(Claim::Granted(g)) =
+            c.store.claim_node(&node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await
+        {
             took_over(c, &node, g);
             log("warn", "a prepared branch of a released node came back (a database lost a rollback in a crash): taking the node again to finish it", json!({"node": node}));
             c.owner.adopt(&node);
@@ -358,7 +408,13 @@ pub async fn nodes_report(c: &Parts) -> Result<Nodes, Refusal> {
     let leases = c.store.nodes().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
     let nodes = leases
         .into_iter()
-        .map(|l| NodeLease { mine: l.holder == c.owner.holder, node: l.node, holder: l.holder, url: l.url, expires_in_ms: l.expires_in_ms })
+        .map(|l| NodeLease {
+            mine: l.holder == c.owner.holder,
+            node: l.node,
+            holder: l.holder,
+            url: l.url,
+            expires_in_ms: l.expires_in_ms,
+        })
         .collect();
     Ok(Nodes {
         node_id: c.cfg.node_id.clone(),
@@ -376,7 +432,14 @@ mod tests {
     use crate::store::{CorruptRecord, DecisionRecord};
 
     fn rec(o: Outcome) -> Stored {
-        Stored::Record(DecisionRecord { gtid: "g".into(), outcome: o, branches: vec![], decided_unix_ms: 1, node: "n1".into(), source: "x".into() })
+        Stored::Record(DecisionRecord {
+            gtid: "g".into(),
+            outcome: o,
+            branches: vec![],
+            decided_unix_ms: 1,
+            node: "n1".into(),
+            source: "x".into(),
+        })
     }
 
     /// Every case of the store's word after a regained grant.
@@ -384,11 +447,19 @@ mod tests {
     fn memory_keeps_only_what_the_store_confirms() {
         assert_eq!(reconcile(Ok(rec(Outcome::Commit))), Reconciled::Keep(Outcome::Commit));
         assert_eq!(reconcile(Ok(rec(Outcome::Abort))), Reconciled::Keep(Outcome::Abort));
-        assert_eq!(reconcile(Ok(Stored::Absent { forgotten: false })), Reconciled::Drop, "no record: not ours to keep (a takeover may have decided it)");
+        assert_eq!(
+            reconcile(Ok(Stored::Absent { forgotten: false })),
+            Reconciled::Drop,
+            "no record: not ours to keep (a takeover may have decided it)"
+        );
         assert_eq!(reconcile(Ok(Stored::Absent { forgotten: true })), Reconciled::Drop);
         let q = CorruptRecord { gtid: "g".into(), problem: "bad".into() };
         assert_eq!(reconcile(Ok(Stored::Corrupt(q.clone()))), Reconciled::Quarantine(q));
-        assert_eq!(reconcile(Err("store down".into())), Reconciled::Drop, "unreadable now: forgotten, the store answers later");
+        assert_eq!(
+            reconcile(Err("store down".into())),
+            Reconciled::Drop,
+            "unreadable now: forgotten, the store answers later"
+        );
     }
 
     /// The loss travels as a value from the renewal to the loop's reaction: our node is

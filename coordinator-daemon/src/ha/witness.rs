@@ -53,7 +53,9 @@ pub fn read(path: &str) -> Result<Option<Identity>, String> {
 pub fn write(path: &str, id: &Identity) -> Result<(), String> {
     let tmp = format!("{path}.tmp");
     let body = serde_json::to_string(id).map_err(|e| e.to_string())?;
-    std::fs::write(&tmp, body).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| format!("witness file {path}: {e}"))
+    std::fs::write(&tmp, body)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("witness file {path}: {e}"))
 }
 
 #[cfg(test)]

@@ -125,10 +125,14 @@ mod tests {
             assert_eq!(maria_refused("m", code, "x", "XAE04", Outcome::Commit), Completion::OwnerAttached);
         }
         for code in [1402, 1403, 1404, 1614] {
-            assert!(matches!(maria_refused("m", code, "rb", "XA100", Outcome::Commit), Completion::Incident(m) if m.contains("rolled back, not committed")));
+            assert!(
+                matches!(maria_refused("m", code, "rb", "XA100", Outcome::Commit), Completion::Incident(m) if m.contains("rolled back, not committed"))
+            );
             assert_eq!(maria_refused("m", code, "rb", "XA100", Outcome::Abort), Completion::Done);
         }
-        assert!(matches!(maria_refused("m", 2013, "lost", "HY000", Outcome::Commit), Completion::Retry(m) if m.contains("error 2013")));
+        assert!(
+            matches!(maria_refused("m", 2013, "lost", "HY000", Outcome::Commit), Completion::Retry(m) if m.contains("error 2013"))
+        );
     }
 
     #[test]

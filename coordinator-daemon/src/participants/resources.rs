@@ -39,8 +39,8 @@ enum LockConn {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const QUERY_TIMEOUT: Duration = Duration::from_secs(15);
 
-pub use super::branch_sql::Completion;
 use super::branch_sql;
+pub use super::branch_sql::Completion;
 
 pub struct ResourceClient {
     pub name: String,
@@ -52,18 +52,32 @@ pub struct ResourceClient {
 }
 
 enum Inner {
-    Pg { cfg: tokio_postgres::Config, tls: tokio_postgres_rustls::MakeRustlsConnect, conns: Vec<Mutex<Option<tokio_postgres::Client>>>, next: AtomicUsize },
-    Maria { pool: mysql_async::Pool, opts: mysql_async::Opts },
+    Pg {
+        cfg: tokio_postgres::Config,
+        tls: tokio_postgres_rustls::MakeRustlsConnect,
+        conns: Vec<Mutex<Option<tokio_postgres::Client>>>,
+        next: AtomicUsize,
+    },
+    Maria {
+        pool: mysql_async::Pool,
+        opts: mysql_async::Opts,
+    },
 }
 
 impl ResourceClient {
     pub fn new(r: &Resource, prefix: &str, node: &str) -> Result<ResourceClient, String> {
         let inner = match r.kind {
             ResourceKind::Postgres => {
-                let (mut cfg, tls) = crate::dbtls::pg(&r.dsn, r.tls.as_ref()).map_err(|e| format!("{}: {e}", r.name))?;
+                let (mut cfg, tls) =
+                    crate::dbtls::pg(&r.dsn, r.tls.as_ref()).map_err(|e| format!("{}: {e}", r.name))?;
                 cfg.connect_timeout(CONNECT_TIMEOUT);
                 cfg.application_name(&format!("cotx-coordinator:{node}"));
-                Inner::Pg { cfg, tls, conns: (0..r.pool_size).map(|_| Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
+                Inner::Pg {
+                    cfg,
+                    tls,
+                    conns: (0..r.pool_size).map(|_| Mutex::new(None)).collect(),
+                    next: AtomicUsize::new(0),
+                }
             }
             ResourceKind::Mariadb => {
                 let opts = mysql_async::Opts::from_url(&r.dsn).map_err(|e| format!("{}: {e}", r.name))?;
@@ -75,7 +89,13 @@ impl ResourceClient {
                 Inner::Maria { pool: mysql_async::Pool::new(opts.clone()), opts: opts.into() }
             }
         };
-        Ok(ResourceClient { name: r.name.clone(), kind: r.kind, prefix: prefix.to_string(), inner, locks: Mutex::new(HashMap::new()) })
+        Ok(ResourceClient {
+            name: r.name.clone(),
+            kind: r.kind,
+            prefix: prefix.to_string(),
+            inner,
+            locks: Mutex::new(HashMap::new()),
+        })
     }
 
     fn lock_name(&self, node: &str) -> String {
@@ -100,8 +120,14 @@ impl ResourceClient {
             Some(LockConn::Pg(c)) => !c.is_closed(),
             Some(LockConn::Maria(c)) => {
                 use mysql_async::prelude::Queryable;
-                matches!(c.query_first::<Option<i64>, _>(format!("SELECT IS_USED_LOCK({}) = CONNECTION_ID()", naming::quote_maria(&name))).await,
-                         Ok(Some(Some(1))))
+                matches!(
+                    c.query_first::<Option<i64>, _>(format!(
+                        "SELECT IS_USED_LOCK({}) = CONNECTION_ID()",
+                        naming::quote_maria(&name)
+                    ))
+                    .await,
+                    Ok(Some(Some(1)))
+                )
             }
             None => false,
         };
@@ -113,12 +139,16 @@ impl ResourceClient {
         for attempt in 0..3 {
             match &self.inner {
                 Inner::Pg { cfg, tls, .. } => {
-                    let (client, conn) = cfg.connect(tls.clone()).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+                    let (client, conn) =
+                        cfg.connect(tls.clone()).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
                     tokio::spawn(async move {
                         let _ = conn.await;
                     });
                     let key = format!("{}, hashtext({})", naming::XA_FORMAT_ID, naming::quote_pg(&name));
-                    let got = client.simple_query(&format!("SELECT pg_try_advisory_lock({key})")).await.map_err(|e| pg_err(&e))?;
+                    let got = client
+                        .simple_query(&format!("SELECT pg_try_advisory_lock({key})"))
+                        .await
+                        .map_err(|e| pg_err(&e))?;
                     if simple_first(&got).as_deref() == Some("t") {
                         locks.insert(node.to_string(), LockConn::Pg(client));
                         return Ok(());
@@ -129,22 +159,33 @@ impl ResourceClient {
                            AND l.objid = (hashtext({}))::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                         naming::XA_FORMAT_ID, naming::quote_pg(&name)
                     );
-                    let holder = client.simple_query(&holder_q).await.ok().and_then(|m| simple_first(&m)).unwrap_or_default();
+                    let holder =
+                        client.simple_query(&holder_q).await.ok().and_then(|m| simple_first(&m)).unwrap_or_default();
                     if !fence || attempt == 2 {
                         return Err(format!("{who} (pid {holder})"));
                     }
                     let pid = holder.split_whitespace().next().unwrap_or("0").to_string();
-                    let _ = client.simple_query(&format!("SELECT pg_terminate_backend({})", pid.parse::<i64>().unwrap_or(0))).await;
+                    let _ = client
+                        .simple_query(&format!("SELECT pg_terminate_backend({})", pid.parse::<i64>().unwrap_or(0)))
+                        .await;
                 }
                 Inner::Maria { opts, .. } => {
                     use mysql_async::prelude::Queryable;
-                    let mut conn = mysql_async::Conn::new(opts.clone()).await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
-                    let got: Option<Option<i64>> = conn.query_first(format!("SELECT GET_LOCK({}, 0)", naming::quote_maria(&name))).await.map_err(|e| my_err(&e))?;
+                    let mut conn = mysql_async::Conn::new(opts.clone())
+                        .await
+                        .map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
+                    let got: Option<Option<i64>> = conn
+                        .query_first(format!("SELECT GET_LOCK({}, 0)", naming::quote_maria(&name)))
+                        .await
+                        .map_err(|e| my_err(&e))?;
                     if got == Some(Some(1)) {
                         locks.insert(node.to_string(), LockConn::Maria(conn));
                         return Ok(());
                     }
-                    let holder: Option<Option<i64>> = conn.query_first(format!("SELECT IS_USED_LOCK({})", naming::quote_maria(&name))).await.map_err(|e| my_err(&e))?;
+                    let holder: Option<Option<i64>> = conn
+                        .query_first(format!("SELECT IS_USED_LOCK({})", naming::quote_maria(&name)))
+                        .await
+                        .map_err(|e| my_err(&e))?;
                     let holder = holder.flatten().unwrap_or(0);
                     if !fence || attempt == 2 {
                         return Err(format!("{who} (connection {holder})"));
@@ -176,13 +217,19 @@ impl ResourceClient {
             Inner::Maria { pool, .. } => {
                 use mysql_async::prelude::Queryable;
                 let mut conn = pool.get_conn().await.map_err(|e| my_err(&e))?;
-                let v: Option<String> = conn.query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@datadir)").await.map_err(|e| my_err(&e))?;
+                let v: Option<String> = conn
+                    .query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@datadir)")
+                    .await
+                    .map_err(|e| my_err(&e))?;
                 v.ok_or_else(|| "no row".into())
             }
         }
     }
 
-    pub(crate) async fn pg_simple(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error> {
+    pub(crate) async fn pg_simple(
+        &self,
+        sql: &str,
+    ) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error> {
         let Inner::Pg { cfg, tls, conns, next } = &self.inner else { unreachable!() };
         let slot = &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()];
         let mut guard = slot.lock().await;
@@ -204,11 +251,14 @@ impl ResourceClient {
     /// an error the same connection is rolled back, so a failed explicit transaction block
     /// is not left open for the next user of that connection.
     pub(crate) async fn pg_batch(&self, sql: &str) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
-        let Inner::Pg { cfg, tls, conns, next } = &self.inner else { return Err(format!("{}: not a PostgreSQL resource", self.name)) };
+        let Inner::Pg { cfg, tls, conns, next } = &self.inner else {
+            return Err(format!("{}: not a PostgreSQL resource", self.name));
+        };
         let slot = &conns[next.fetch_add(1, Ordering::Relaxed) % conns.len()];
         let mut guard = slot.lock().await;
         if guard.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
-            let (client, conn) = cfg.connect(tls.clone()).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+            let (client, conn) =
+                cfg.connect(tls.clone()).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
             tokio::spawn(async move {
                 let _ = conn.await;
             });
@@ -232,7 +282,9 @@ impl ResourceClient {
 
     /// A pooled MariaDB connection (client mode's probes and slots).
     pub(crate) async fn maria_conn(&self) -> Result<mysql_async::Conn, String> {
-        let Inner::Maria { pool, .. } = &self.inner else { return Err(format!("{}: not a MariaDB resource", self.name)) };
+        let Inner::Maria { pool, .. } = &self.inner else {
+            return Err(format!("{}: not a MariaDB resource", self.name));
+        };
         match tokio::time::timeout(QUERY_TIMEOUT, pool.get_conn()).await {
             Ok(r) => r.map_err(|e| format!("{}: {}", self.name, my_err(&e))),
             Err(_) => Err(format!("{}: timed out connecting", self.name)),
@@ -254,11 +306,16 @@ impl ResourceClient {
     async fn list_prepared_inner(&self) -> Result<Vec<(String, String)>, String> {
         match &self.inner {
             Inner::Pg { .. } => {
-                let msgs = self.pg_simple(&branch_sql::pg_list_prepared(&self.prefix)).await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+                let msgs = self
+                    .pg_simple(&branch_sql::pg_list_prepared(&self.prefix))
+                    .await
+                    .map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
                 Ok(msgs
                     .into_iter()
                     .filter_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|g| naming::parse_pg_gid(&self.prefix, g)),
+                        tokio_postgres::SimpleQueryMessage::Row(r) => {
+                            r.get(0).and_then(|g| naming::parse_pg_gid(&self.prefix, g))
+                        }
                         _ => None,
                     })
                     .collect())
@@ -270,7 +327,9 @@ impl ResourceClient {
                     conn.query("XA RECOVER").await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
                 Ok(rows
                     .into_iter()
-                    .filter_map(|(f, gl, bl, data)| naming::parse_xa_row(f, gl.max(0) as usize, bl.max(0) as usize, &data))
+                    .filter_map(|(f, gl, bl, data)| {
+                        naming::parse_xa_row(f, gl.max(0) as usize, bl.max(0) as usize, &data)
+                    })
                     .collect())
             }
         }
@@ -295,7 +354,9 @@ impl ResourceClient {
                 };
                 match self.pg_simple(&sql).await {
                     Ok(_) => Completion::Done,
-                    Err(e) => branch_sql::pg_refused(e.code().map(|c| c.code()), format!("{}: {}", self.name, pg_err(&e))),
+                    Err(e) => {
+                        branch_sql::pg_refused(e.code().map(|c| c.code()), format!("{}: {}", self.name, pg_err(&e)))
+                    }
                 }
             }
             Inner::Maria { pool, .. } => {
@@ -327,7 +388,9 @@ impl ResourceClient {
                 }
                 match conn.query_drop(sql).await {
                     Ok(()) => Completion::Done,
-                    Err(mysql_async::Error::Server(se)) => branch_sql::maria_refused(&self.name, se.code, &se.message, &se.state, outcome),
+                    Err(mysql_async::Error::Server(se)) => {
+                        branch_sql::maria_refused(&self.name, se.code, &se.message, &se.state, outcome)
+                    }
                     Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
                 }
             }
@@ -338,7 +401,13 @@ impl ResourceClient {
     /// did not report finished: committed by its owner (acknowledgement lost) — or lost, if
     /// it was read-only and its session ended (mysql_co lists it) or the server restarted
     /// since the decision. The lost cases are incidents, never "finished".
-    async fn maria_gone_after_commit(&self, conn: &mut mysql_async::Conn, gtid: &str, bid: &str, decided_ms_ago: u64) -> Completion {
+    async fn maria_gone_after_commit(
+        &self,
+        conn: &mut mysql_async::Conn,
+        gtid: &str,
+        bid: &str,
+        decided_ms_ago: u64,
+    ) -> Completion {
         use mysql_async::prelude::Queryable;
         // mysql_co spells the XID as XA RECOVER FORMAT='SQL' does; ours are plain text.
         let Ok(sql_xid) = naming::xa_xid_sql(gtid, bid) else { return Completion::Gone };
@@ -356,8 +425,9 @@ impl ResourceClient {
                 ));
             }
         }
-        let up: Result<Option<String>, _> =
-            conn.query_first("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'").await;
+        let up: Result<Option<String>, _> = conn
+            .query_first("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
+            .await;
         match up {
             Ok(u) => branch_sql::maria_gone(&self.name, u.and_then(|u| u.parse::<u64>().ok()), decided_ms_ago),
             Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),

@@ -54,7 +54,9 @@ mod tests {
         let e = StateFilter::parse("prepared").unwrap_err();
         assert_eq!(e.code, RefusalCode::InvalidField);
         let mut t = Tx::new("n1-1-1".into(), Duration::from_secs(1));
-        assert!(StateFilter::Active.matches(&t) && !StateFilter::Aborted.matches(&t) && !StateFilter::InDoubt.matches(&t));
+        assert!(
+            StateFilter::Active.matches(&t) && !StateFilter::Aborted.matches(&t) && !StateFilter::InDoubt.matches(&t)
+        );
         t.abort("x".into(), false);
         assert!(StateFilter::Aborted.matches(&t) && !StateFilter::Active.matches(&t));
     }

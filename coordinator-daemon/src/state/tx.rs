@@ -134,15 +134,26 @@ impl Tx {
 
     fn decided_refusal<T>(&self, what: &str) -> Result<T, Refusal> {
         match self.state {
-            TxState::Aborted => refuse(RefusalCode::TransactionAborted,
-                format!("{what}: transaction {} was aborted ({})", self.gtid, self.abort_reason.as_deref().unwrap_or("no reason"))),
-            TxState::Committed | TxState::Committing => {
-                refuse(RefusalCode::TransactionCommitted, format!("{what}: transaction {} is already decided commit", self.gtid))
-            }
-            TxState::OnePhase => refuse(RefusalCode::TransactionOnePhase, format!("{what}: transaction {} is committing in one phase", self.gtid)),
-            TxState::Deciding => {
-                refuse(RefusalCode::TransactionDeciding, format!("{what}: transaction {} is being decided in its decision branch", self.gtid))
-            }
+            TxState::Aborted => refuse(
+                RefusalCode::TransactionAborted,
+                format!(
+                    "{what}: transaction {} was aborted ({})",
+                    self.gtid,
+                    self.abort_reason.as_deref().unwrap_or("no reason")
+                ),
+            ),
+            TxState::Committed | TxState::Committing => refuse(
+                RefusalCode::TransactionCommitted,
+                format!("{what}: transaction {} is already decided commit", self.gtid),
+            ),
+            TxState::OnePhase => refuse(
+                RefusalCode::TransactionOnePhase,
+                format!("{what}: transaction {} is committing in one phase", self.gtid),
+            ),
+            TxState::Deciding => refuse(
+                RefusalCode::TransactionDeciding,
+                format!("{what}: transaction {} is being decided in its decision branch", self.gtid),
+            ),
             TxState::Active => refuse(RefusalCode::WrongState, format!("{what}: transaction {} is active", self.gtid)),
         }
     }
@@ -153,7 +164,10 @@ impl Tx {
             return self.decided_refusal("register branch");
         }
         if self.branches.iter().any(|b| b.branch_id == bid) {
-            return refuse(RefusalCode::DuplicateBranch, format!("branch {bid:?} is already registered in {}", self.gtid));
+            return refuse(
+                RefusalCode::DuplicateBranch,
+                format!("branch {bid:?} is already registered in {}", self.gtid),
+            );
         }
         Ok(())
     }
@@ -185,7 +199,9 @@ impl Tx {
                 self.branches[i].state = BranchState::Prepared;
                 Ok(())
             }
-            BranchState::Prepared => refuse(RefusalCode::AlreadyPrepared, format!("branch {bid:?} is already prepared")),
+            BranchState::Prepared => {
+                refuse(RefusalCode::AlreadyPrepared, format!("branch {bid:?} is already prepared"))
+            }
             s => refuse(RefusalCode::WrongState, format!("branch {bid:?} is {s:?}, cannot become prepared")),
         }
     }
@@ -228,7 +244,10 @@ impl Tx {
             return refuse(RefusalCode::NoBranches, format!("transaction {} has no branches", self.gtid));
         }
         if let Some(b) = self.branches.iter().find(|b| b.state != BranchState::Prepared) {
-            return refuse(RefusalCode::BranchNotPrepared, format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+            return refuse(
+                RefusalCode::BranchNotPrepared,
+                format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state),
+            );
         }
         Ok(())
     }
@@ -240,10 +259,16 @@ impl Tx {
         }
         let i = self.branch_idx(bid)?;
         if self.branches.len() != 1 {
-            return refuse(RefusalCode::NotSingleBranch, format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()));
+            return refuse(
+                RefusalCode::NotSingleBranch,
+                format!("transaction {} has {} branches; one phase needs exactly one", self.gtid, self.branches.len()),
+            );
         }
         if self.branches[i].state != BranchState::Registered {
-            return refuse(RefusalCode::WrongState, format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state));
+            return refuse(
+                RefusalCode::WrongState,
+                format!("branch {bid:?} is {:?}; one phase needs an unprepared branch", self.branches[i].state),
+            );
         }
         Ok(())
     }
@@ -256,10 +281,16 @@ impl Tx {
         }
         let i = self.branch_idx(bid)?;
         if self.branches[i].state != BranchState::Registered {
-            return refuse(RefusalCode::WrongState, format!("branch {bid:?} is {:?}; the decision branch must not be prepared", self.branches[i].state));
+            return refuse(
+                RefusalCode::WrongState,
+                format!("branch {bid:?} is {:?}; the decision branch must not be prepared", self.branches[i].state),
+            );
         }
         if let Some(b) = self.branches.iter().find(|b| b.branch_id != bid && b.state != BranchState::Prepared) {
-            return refuse(RefusalCode::BranchNotPrepared, format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state));
+            return refuse(
+                RefusalCode::BranchNotPrepared,
+                format!("branch {:?} is {:?}, not prepared", b.branch_id, b.state),
+            );
         }
         Ok(())
     }
@@ -311,8 +342,14 @@ impl Tx {
                 return refuse(RefusalCode::NotDecided, format!("transaction {} is not decided yet", self.gtid))
             }
             _ => {
-                return refuse(RefusalCode::OutcomeMismatch,
-                    format!("branch finished with {} but the decision is {}", outcome.as_str(), self.decision().map(|o| o.as_str()).unwrap_or("none")))
+                return refuse(
+                    RefusalCode::OutcomeMismatch,
+                    format!(
+                        "branch finished with {} but the decision is {}",
+                        outcome.as_str(),
+                        self.decision().map(|o| o.as_str()).unwrap_or("none")
+                    ),
+                )
             }
         }
         let b = &mut self.branches[i];

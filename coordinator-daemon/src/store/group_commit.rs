@@ -128,7 +128,14 @@ impl Store {
         self.ask(Req::Audit).await
     }
 
-    pub async fn claim_node(&self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
+    pub async fn claim_node(
+        &self,
+        node: &str,
+        holder: &str,
+        url: &str,
+        ttl_ms: u64,
+        fence_expired: bool,
+    ) -> Result<Claim, String> {
         let (node, holder, url) = (node.to_string(), holder.to_string(), url.to_string());
         self.ask(|reply| Req::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
     }
@@ -198,7 +205,13 @@ impl Delay {
     }
 }
 
-fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: usize, mut delay: Delay, stats: &StoreStats) {
+fn writer_loop(
+    log: &mut dyn DecisionLog,
+    rx: mpsc::Receiver<Req>,
+    max_batch: usize,
+    mut delay: Delay,
+    stats: &StoreStats,
+) {
     let mut pending: Option<Req> = None;
     // Writes nobody waits for, held for the next batch (until `due`).
     let mut later: Vec<Op> = vec![];
@@ -268,7 +281,8 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
             Req::Write(op, s) => {
                 // Group commit: the held writes and everything that queued up while we were
                 // busy join this batch.
-                let mut batch: Vec<(Op, Option<Reply<OpResult>>)> = std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect();
+                let mut batch: Vec<(Op, Option<Reply<OpResult>>)> =
+                    std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect();
                 batch.push((op, s));
                 drain_writes(&rx, &mut batch, max_batch, &mut pending);
                 let waiting = |b: &[(Op, Option<Reply<OpResult>>)]| b.iter().filter(|(_, s)| s.is_some()).count();
@@ -288,7 +302,12 @@ fn writer_loop(log: &mut dyn DecisionLog, rx: mpsc::Receiver<Req>, max_batch: us
 
 /// Every write already queued joins the batch (up to `max_batch`); the first other
 /// request stops it and is kept for after the batch.
-fn drain_writes(rx: &mpsc::Receiver<Req>, batch: &mut Vec<(Op, Option<Reply<OpResult>>)>, max_batch: usize, pending: &mut Option<Req>) {
+fn drain_writes(
+    rx: &mpsc::Receiver<Req>,
+    batch: &mut Vec<(Op, Option<Reply<OpResult>>)>,
+    max_batch: usize,
+    pending: &mut Option<Req>,
+) {
     while batch.len() < max_batch {
         match rx.try_recv() {
             Ok(Req::Write(op, s)) => batch.push((op, s)),
@@ -379,7 +398,14 @@ mod tests {
     }
 
     fn rec(i: usize) -> DecisionRecord {
-        DecisionRecord { gtid: format!("n.g-{i}"), outcome: Outcome::Commit, branches: vec![], decided_unix_ms: 0, node: "n".into(), source: "coordinator".into() }
+        DecisionRecord {
+            gtid: format!("n.g-{i}"),
+            outcome: Outcome::Commit,
+            branches: vec![],
+            decided_unix_ms: 0,
+            node: "n".into(),
+            source: "coordinator".into(),
+        }
     }
 
     async fn run(max_batch: usize) -> Vec<usize> {
@@ -409,7 +435,15 @@ mod tests {
     /// 12 decisions 5 ms apart, each from its own caller: batches and waits.
     async fn spaced(delay_ms: u64) -> (Vec<usize>, u64) {
         let sizes = Arc::new(Mutex::new(vec![]));
-        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(delay_ms)).unwrap();
+        let store = Store::open_in_thread(
+            {
+                let s = sizes.clone();
+                move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>)
+            },
+            1024,
+            Duration::from_millis(delay_ms),
+        )
+        .unwrap();
         let mut hs = vec![];
         for i in 0..12 {
             let s = store.clone();
@@ -440,11 +474,23 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lone_caller_waits_only_when_waits_might_pay() {
         let sizes = Arc::new(Mutex::new(vec![]));
-        let store = Store::open_in_thread({ let s = sizes.clone(); move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>) }, 1024, Duration::from_millis(5)).unwrap();
+        let store = Store::open_in_thread(
+            {
+                let s = sizes.clone();
+                move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>)
+            },
+            1024,
+            Duration::from_millis(5),
+        )
+        .unwrap();
         for i in 0..18 {
             store.decide(rec(i), None).await.unwrap();
         }
-        assert_eq!(store.stats.delayed.load(Ordering::Relaxed), 4, "the first three decisions waited, then the 12th, no other");
+        assert_eq!(
+            store.stats.delayed.load(Ordering::Relaxed),
+            4,
+            "the first three decisions waited, then the 12th, no other"
+        );
         assert_eq!(sizes.lock().unwrap().len(), 18);
     }
 

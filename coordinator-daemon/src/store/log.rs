@@ -1,9 +1,9 @@
 //! The interface every backend implements (`DecisionLog`), its operations and answers,
 //! and what the store says about itself: schema version, identity, restores, leases.
 
+use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
 use crate::state::Outcome;
 pub use cotx_protocol::lease::{Renewal, Token};
-use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
 use serde::{Deserialize, Serialize};
 
 /// The decision store's schema version, kept in the store's meta row. 1: releases up to
@@ -74,10 +74,15 @@ pub enum Op {
     Forget(String),
     /// Deletes records finished more than `older_than_ms` ago, raising each epoch's purge
     /// watermark to the highest sequence number deleted (cotx_protocol::answer::forgotten).
-    Purge { older_than_ms: u64 },
+    Purge {
+        older_than_ms: u64,
+    },
     Audit(AuditEntry),
     /// Durable before any gtid of this epoch is issued.
-    RegisterEpoch { node: String, nonce: u64 },
+    RegisterEpoch {
+        node: String,
+        nonce: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +119,14 @@ pub trait DecisionLog: Send + 'static {
     /// Claims (or renews) the lease on `node` for `holder`. `fence_expired`: a holder
     /// whose lease ran out is cut off (its store session ended) and the claim taken.
     /// Every grant draws a new generation from a counter that never goes back.
-    fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String>;
+    fn claim_node(
+        &mut self,
+        node: &str,
+        holder: &str,
+        url: &str,
+        ttl_ms: u64,
+        fence_expired: bool,
+    ) -> Result<Claim, String>;
     /// Extends the lease of the grant `t` if it is still in force (cotx_protocol::lease::renewal);
     /// never grants anew.
     fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, String>;

@@ -15,10 +15,14 @@ mod record;
 pub mod sqlite;
 
 pub use group_commit::{Store, StoreStats, STORE_THREAD};
-pub use record::{
-    branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, CorruptRecord, DecisionRecord, Loaded, Stored,
+pub use log::{
+    existing_outcome, newer_schema, Claim, Decided, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored,
+    Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
 };
-pub use log::{existing_outcome, newer_schema, Claim, Decided, DecisionLog, Identity, NodeLease, Op, OpResult, Restored, Renewal, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION};
+pub use record::{
+    branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, CorruptRecord, DecisionRecord,
+    Loaded, Stored,
+};
 
 /// CPU seconds this process's decision-store threads have used so far (/proc's schedstat
 /// gives nanoseconds on CPU): what the store costs when the coordinator runs in the

@@ -9,10 +9,13 @@
 //! (by the store's clock, not the daemons') decides: an expired holder's session is
 //! terminated by whoever takes the node over.
 
-use super::log::{existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION};
+use super::log::{
+    existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token,
+    RESTORE_GRANT_JUMP, SCHEMA_VERSION,
+};
 use super::record::{branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Loaded, Stored};
-use cotx_protocol::lease;
 use crate::naming::{self, XA_FORMAT_ID};
+use cotx_protocol::lease;
 use postgres::Client;
 
 pub struct PgLog {
@@ -159,7 +162,11 @@ impl PgLog {
         // outcome cannot be read, finished or not (it quarantines them everywhere).
         let sql = format!(
             "SELECT gtid, outcome, branches, decided_ms, node, source FROM {t} {} ORDER BY decided_ms",
-            if gtid.is_some() { "WHERE gtid = $1" } else { "WHERE finished_ms IS NULL OR outcome NOT IN ('commit', 'abort')" }
+            if gtid.is_some() {
+                "WHERE gtid = $1"
+            } else {
+                "WHERE finished_ms IS NULL OR outcome NOT IN ('commit', 'abort')"
+            }
         );
         let rows = match gtid {
             Some(g) => c.query(&sql, &[&g]),
@@ -171,7 +178,10 @@ impl PgLog {
 
     fn lease_row(c: &mut Client, t: &str, node: &str) -> Result<Option<NodeLease>, String> {
         let r = c
-            .query_opt(&format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1"), &[&node])
+            .query_opt(
+                &format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1"),
+                &[&node],
+            )
             .map_err(e)?;
         Ok(r.map(|r| NodeLease { node: r.get(0), holder: r.get(1), url: r.get(2), expires_in_ms: r.get(3) }))
     }
@@ -193,7 +203,9 @@ fn schema_version(c: &mut Client, t: &str) -> Result<Option<i64>, String> {
     if !exists {
         return Ok(None);
     }
-    Ok(c.query_opt(&format!("SELECT schema_version FROM {meta} WHERE id = 1"), &[]).map_err(e)?.map(|r| r.get::<_, i64>(0)))
+    Ok(c.query_opt(&format!("SELECT schema_version FROM {meta} WHERE id = 1"), &[])
+        .map_err(e)?
+        .map(|r| r.get::<_, i64>(0)))
 }
 
 /// Creates the tables or brings an older store up to date in place (idempotent). The lock
@@ -290,7 +302,10 @@ impl DecisionLog for PgLog {
                 return Ok(Stored::Absent { forgotten: false });
             };
             let (w, sealed) = c
-                .query_opt(&format!("SELECT purged_seq, sealed_ms IS NOT NULL FROM {t}_epochs WHERE node = $1 AND nonce = $2"), &[&node, &(nonce as i64)])
+                .query_opt(
+                    &format!("SELECT purged_seq, sealed_ms IS NOT NULL FROM {t}_epochs WHERE node = $1 AND nonce = $2"),
+                    &[&node, &(nonce as i64)],
+                )
                 .map_err(e)?
                 .map(|r| (r.get::<_, Option<i64>>(0), r.get::<_, bool>(1)))
                 .unwrap_or((None, false));
@@ -301,7 +316,10 @@ impl DecisionLog for PgLog {
     fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
         self.with(|c, t| {
             let rows = c
-                .query(&format!("SELECT at_ms, gtid, outcome, operator, reason, result FROM {t}_audit ORDER BY id"), &[])
+                .query(
+                    &format!("SELECT at_ms, gtid, outcome, operator, reason, result FROM {t}_audit ORDER BY id"),
+                    &[],
+                )
                 .map_err(e)?;
             Ok(rows
                 .iter()
@@ -317,7 +335,14 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, fence_expired: bool) -> Result<Claim, String> {
+    fn claim_node(
+        &mut self,
+        node: &str,
+        holder: &str,
+        url: &str,
+        ttl_ms: u64,
+        fence_expired: bool,
+    ) -> Result<Claim, String> {
         self.with(|c, t| {
             for _ in 0..20 {
                 if hold_lock(c, t, node)? {
@@ -367,16 +392,28 @@ impl DecisionLog for PgLog {
             let locked = hold_lock(c, t, node)?;
             let mut tx = c.transaction().map_err(e)?;
             let row = tx
-                .query_opt(&format!("SELECT holder, generation, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1 FOR UPDATE"), &[&node])
+                .query_opt(
+                    &format!(
+                        "SELECT holder, generation, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1 FOR UPDATE"
+                    ),
+                    &[&node],
+                )
                 .map_err(e)?
                 .map(|r| lease::Row { holder: r.get(0), generation: r.get(1), expires_in_ms: r.get(2) });
             let verdict = match (locked, lease::renewal(row.as_ref(), tok)) {
                 // Another session holds the lock: a claim is under way; our grant is over.
-                (false, _) => Renewal::Lost(lease::Lost::Regranted { holder: "(a store session holding the node's lock)".into(), generation: -1 }),
+                (false, _) => Renewal::Lost(lease::Lost::Regranted {
+                    holder: "(a store session holding the node's lock)".into(),
+                    generation: -1,
+                }),
                 (true, v) => v,
             };
             if verdict == Renewal::Renewed {
-                tx.execute(&format!("UPDATE {t}_nodes SET expires_ms = {NOW_MS} + $2 WHERE node = $1"), &[&node, &(ttl_ms as i64)]).map_err(e)?;
+                tx.execute(
+                    &format!("UPDATE {t}_nodes SET expires_ms = {NOW_MS} + $2 WHERE node = $1"),
+                    &[&node, &(ttl_ms as i64)],
+                )
+                .map_err(e)?;
                 tx.execute(&format!("SELECT nextval('{t}_ticks')"), &[]).map_err(e)?;
             }
             tx.commit().map_err(e)?;
@@ -399,7 +436,14 @@ impl DecisionLog for PgLog {
 
     fn identity(&mut self) -> Result<Identity, String> {
         self.with(|c, t| {
-            let r = c.query_one(&format!("SELECT store_id, restores, (SELECT last_value FROM {t}_ticks) FROM {t}_meta WHERE id = 1"), &[]).map_err(e)?;
+            let r = c
+                .query_one(
+                    &format!(
+                        "SELECT store_id, restores, (SELECT last_value FROM {t}_ticks) FROM {t}_meta WHERE id = 1"
+                    ),
+                    &[],
+                )
+                .map_err(e)?;
             Ok(Identity { store_id: r.get(0), restores: r.get(1), tick: r.get(2) })
         })
     }
@@ -437,8 +481,13 @@ impl DecisionLog for PgLog {
 
     fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
         self.with(|c, t| {
-            let rows = c.query(&format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes ORDER BY node"), &[]).map_err(e)?;
-            Ok(rows.iter().map(|r| NodeLease { node: r.get(0), holder: r.get(1), url: r.get(2), expires_in_ms: r.get(3) }).collect())
+            let rows = c
+                .query(&format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes ORDER BY node"), &[])
+                .map_err(e)?;
+            Ok(rows
+                .iter()
+                .map(|r| NodeLease { node: r.get(0), holder: r.get(1), url: r.get(2), expires_in_ms: r.get(3) })
+                .collect())
         })
     }
 }

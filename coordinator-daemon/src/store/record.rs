@@ -42,7 +42,9 @@ pub enum Stored {
     Corrupt(CorruptRecord),
     /// No row. `forgotten`: the gtid is at or below its epoch's purge watermark, so a
     /// record of it may have existed and been purged after the retention (never "abort").
-    Absent { forgotten: bool },
+    Absent {
+        forgotten: bool,
+    },
 }
 
 impl Stored {
@@ -72,17 +74,23 @@ pub fn parse_row(gtid: String, outcome: &str, branches: &str, decided_ms: i64, n
     let o = Outcome::parse(outcome);
     let b = serde_json::from_str::<Vec<(String, String)>>(branches);
     match (o, b) {
-        (Some(outcome), Ok(branches)) if !(branches.is_empty() && outcome == Outcome::Commit) => Stored::Record(DecisionRecord {
-            gtid,
-            outcome,
-            branches,
-            decided_unix_ms: decided_ms.max(0) as u64,
-            node,
-            source,
-        }),
+        (Some(outcome), Ok(branches)) if !(branches.is_empty() && outcome == Outcome::Commit) => {
+            Stored::Record(DecisionRecord {
+                gtid,
+                outcome,
+                branches,
+                decided_unix_ms: decided_ms.max(0) as u64,
+                node,
+                source,
+            })
+        }
         (None, _) => Stored::Corrupt(CorruptRecord { gtid, problem: format!("unknown outcome {outcome:?}") }),
-        (_, Err(e)) => Stored::Corrupt(CorruptRecord { gtid, problem: format!("branch list does not parse ({e}): {branches:?}") }),
-        (_, Ok(_)) => Stored::Corrupt(CorruptRecord { gtid, problem: "commit record with an empty branch list".into() }),
+        (_, Err(e)) => {
+            Stored::Corrupt(CorruptRecord { gtid, problem: format!("branch list does not parse ({e}): {branches:?}") })
+        }
+        (_, Ok(_)) => {
+            Stored::Corrupt(CorruptRecord { gtid, problem: "commit record with an empty branch list".into() })
+        }
     }
 }
 

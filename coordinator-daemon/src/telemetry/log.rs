@@ -57,22 +57,66 @@ pub fn log(level: &str, msg: &str, fields: Value) {
     let s = |k: &str| f.get(k).and_then(|v| v.as_str());
     let i = |k: &str| f.get(k).and_then(|v| v.as_i64());
     let b = |k: &str| f.get(k).and_then(|v| v.as_bool());
-    const KNOWN: &[&str] = &["gtid", "branch_id", "resource", "outcome", "by", "error", "node", "node_id", "holder", "previous_holder",
-        "url", "why", "problem", "operator", "committed", "rolled_back", "confirmed", "unreachable", "expires_in_ms", "expired_ms_ago",
-        "ok", "all_finished"];
-    let rest: serde_json::Map<String, Value> = f.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    const KNOWN: &[&str] = &[
+        "gtid",
+        "branch_id",
+        "resource",
+        "outcome",
+        "by",
+        "error",
+        "node",
+        "node_id",
+        "holder",
+        "previous_holder",
+        "url",
+        "why",
+        "problem",
+        "operator",
+        "committed",
+        "rolled_back",
+        "confirmed",
+        "unreachable",
+        "expires_in_ms",
+        "expired_ms_ago",
+        "ok",
+        "all_finished",
+    ];
+    let rest: serde_json::Map<String, Value> =
+        f.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     let extra = (!rest.is_empty()).then(|| Value::Object(rest).to_string());
     // Errors given as JSON values that are not strings (rare) keep their text.
     let error_text = f.get("error").filter(|v| !v.is_string()).map(|v| v.to_string());
     let error = s("error").or(error_text.as_deref());
     macro_rules! emit {
         ($lvl:expr) => {
-            tracing::event!($lvl, gtid = s("gtid"), branch_id = s("branch_id"), resource = s("resource"), outcome = s("outcome"),
-                by = s("by"), error = error, sqlstate = error.and_then(sqlstate), node = s("node"), node_id = s("node_id"),
-                holder = s("holder"), previous_holder = s("previous_holder"), url = s("url"), why = s("why"), problem = s("problem"),
-                operator = s("operator"), committed = i("committed"), rolled_back = i("rolled_back"), confirmed = i("confirmed"),
-                unreachable = i("unreachable"), expires_in_ms = i("expires_in_ms"), expired_ms_ago = i("expired_ms_ago"),
-                ok = b("ok"), all_finished = b("all_finished"), extra = extra.as_deref(), "{msg}")
+            tracing::event!(
+                $lvl,
+                gtid = s("gtid"),
+                branch_id = s("branch_id"),
+                resource = s("resource"),
+                outcome = s("outcome"),
+                by = s("by"),
+                error = error,
+                sqlstate = error.and_then(sqlstate),
+                node = s("node"),
+                node_id = s("node_id"),
+                holder = s("holder"),
+                previous_holder = s("previous_holder"),
+                url = s("url"),
+                why = s("why"),
+                problem = s("problem"),
+                operator = s("operator"),
+                committed = i("committed"),
+                rolled_back = i("rolled_back"),
+                confirmed = i("confirmed"),
+                unreachable = i("unreachable"),
+                expires_in_ms = i("expires_in_ms"),
+                expired_ms_ago = i("expired_ms_ago"),
+                ok = b("ok"),
+                all_finished = b("all_finished"),
+                extra = extra.as_deref(),
+                "{msg}"
+            )
         };
     }
     match level {
@@ -116,15 +160,21 @@ mod tests {
         let got = lines(super::Format::Json, || {
             let sp = tracing::info_span!("request", trace_id = "4bf92f3577b34da6a3ce929d0e0e4736");
             let _e = sp.enter();
-            super::log("warn", "decision store write failed; retrying",
-                serde_json::json!({"gtid": "n.1", "error": "db: deadlock (SQLSTATE 40P01)", "committed": 3, "ok": true, "novel": [1]}));
+            super::log(
+                "warn",
+                "decision store write failed; retrying",
+                serde_json::json!({"gtid": "n.1", "error": "db: deadlock (SQLSTATE 40P01)", "committed": 3, "ok": true, "novel": [1]}),
+            );
             super::log("debug", "not written at level info", serde_json::json!({}));
         });
         assert_eq!(got.len(), 1, "{got:?}");
         let v: serde_json::Value = serde_json::from_str(&got[0]).unwrap();
         assert_eq!(v["level"], "WARN");
         assert_eq!(v["message"], "decision store write failed; retrying");
-        assert_eq!((&v["gtid"], &v["sqlstate"], &v["committed"], &v["ok"]), (&"n.1".into(), &"40P01".into(), &3.into(), &true.into()));
+        assert_eq!(
+            (&v["gtid"], &v["sqlstate"], &v["committed"], &v["ok"]),
+            (&"n.1".into(), &"40P01".into(), &3.into(), &true.into())
+        );
         assert_eq!(v["extra"], r#"{"novel":[1]}"#);
         assert_eq!(v["span"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(v.get("branch_id").is_none(), "absent fields are left out: {v}");
@@ -132,7 +182,9 @@ mod tests {
 
     #[test]
     fn text_lines_are_for_people() {
-        let got = lines(super::Format::Text, || super::log("info", "branch completed", serde_json::json!({"gtid": "n.1", "resource": "pg"})));
+        let got = lines(super::Format::Text, || {
+            super::log("info", "branch completed", serde_json::json!({"gtid": "n.1", "resource": "pg"}))
+        });
         assert!(got[0].contains(" INFO branch completed gtid=\"n.1\" resource=\"pg\""), "{got:?}");
     }
 

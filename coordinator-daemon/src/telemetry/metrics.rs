@@ -64,11 +64,21 @@ impl Metrics {
     }
 
     /// `g`: gauges the caller computes from the live state.
-    pub fn render(&self, g: &crate::telemetry::gauges::Gauges, store_batches: u64, store_ops: u64, resources_up: &[(String, bool)]) -> String {
+    pub fn render(
+        &self,
+        g: &crate::telemetry::gauges::Gauges,
+        store_batches: u64,
+        store_ops: u64,
+        resources_up: &[(String, bool)],
+    ) -> String {
         let v = |a: &AtomicU64| a.load(Relaxed);
         let counter = |name, help, n| Series { name, help, kind: Kind::Counter(n) };
         let gauge = |name, help, x: f64| Series { name, help, kind: Kind::Gauge(x) };
-        let labelled = |name, help, kind, label, rows: Vec<(String, f64)>| Series { name, help, kind: Kind::Labelled { kind, label, rows } };
+        let labelled = |name, help, kind, label, rows: Vec<(String, f64)>| Series {
+            name,
+            help,
+            kind: Kind::Labelled { kind, label, rows },
+        };
         let count = |rows: &[(&str, &AtomicU64)]| rows.iter().map(|(k, a)| (k.to_string(), v(a) as f64)).collect();
         let mut buckets: Vec<(f64, u64)> = BUCKETS.iter().zip(&self.lat_buckets).map(|(b, n)| (*b, v(n))).collect();
         buckets.push((f64::INFINITY, v(&self.lat_buckets[BUCKETS.len()])));
@@ -122,15 +132,32 @@ pub fn render_enforcement(modes: &[(String, serde_json::Value)], held: usize) ->
     let rows = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| -> Vec<(String, f64)> {
         modes.iter().filter_map(|(n, v)| f(v).map(|x| (n.clone(), x))).collect()
     };
-    let enforcement = modes.iter().map(|(n, v)| (vec![("resource", n.clone()), ("mode", v["mode"].as_str().unwrap_or("unknown").to_string())], 1.0)).collect();
+    let enforcement = modes
+        .iter()
+        .map(|(n, v)| {
+            (vec![("resource", n.clone()), ("mode", v["mode"].as_str().unwrap_or("unknown").to_string())], 1.0)
+        })
+        .collect();
     encode(vec![
-        Series { name: "cotx_resource_enforcement", help: "How commitment ordering is enforced at a resource (1 for its current mode).",
-            kind: Kind::MultiLabelled(enforcement) },
-        Series { name: "cotx_client_mode_holds", help: "Live client-mode branches holding a shim slot (and on PostgreSQL a helper transaction).",
-            kind: Kind::Gauge(held as f64) },
-        Series { name: "cotx_restart_gate_closed", help: "Client-mode MariaDB resources refusing new branches after a restart.",
-            kind: Kind::Labelled { kind: MetricType::Gauge, label: "resource",
-                rows: rows(&|v| (v["mode"] == "client").then(|| v["restart_gate"].is_string() as u8 as f64)) } },
+        Series {
+            name: "cotx_resource_enforcement",
+            help: "How commitment ordering is enforced at a resource (1 for its current mode).",
+            kind: Kind::MultiLabelled(enforcement),
+        },
+        Series {
+            name: "cotx_client_mode_holds",
+            help: "Live client-mode branches holding a shim slot (and on PostgreSQL a helper transaction).",
+            kind: Kind::Gauge(held as f64),
+        },
+        Series {
+            name: "cotx_restart_gate_closed",
+            help: "Client-mode MariaDB resources refusing new branches after a restart.",
+            kind: Kind::Labelled {
+                kind: MetricType::Gauge,
+                label: "resource",
+                rows: rows(&|v| (v["mode"] == "client").then(|| v["restart_gate"].is_string() as u8 as f64)),
+            },
+        },
     ])
 }
 
@@ -148,11 +175,19 @@ enum Kind {
     Counter(u64),
     Gauge(f64),
     /// One label; counters' values are whole numbers kept as f64.
-    Labelled { kind: MetricType, label: &'static str, rows: Vec<(String, f64)> },
+    Labelled {
+        kind: MetricType,
+        label: &'static str,
+        rows: Vec<(String, f64)>,
+    },
     /// Gauges with several labels.
     MultiLabelled(Vec<(Vec<(&'static str, String)>, f64)>),
     /// Non-cumulative bucket counts, the last one +Inf.
-    Histogram { buckets: Vec<(f64, u64)>, count: u64, sum: f64 },
+    Histogram {
+        buckets: Vec<(f64, u64)>,
+        count: u64,
+        sum: f64,
+    },
 }
 
 /// The scrape as a `Collector`: a registry holds it for the one encoding.
@@ -180,7 +215,11 @@ impl Collector for Scrape {
                         let labels = [(*label, value.as_str())];
                         let mut row = m.encode_family(&labels)?;
                         match kind {
-                            MetricType::Counter => row.encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&(*x as u64), None)?,
+                            MetricType::Counter => row
+                                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(
+                                    &(*x as u64),
+                                    None,
+                                )?,
                             _ => gauge_value(&mut row, *x)?,
                         }
                     }
@@ -248,9 +287,17 @@ mod tests {
             m.observe_decision(i as f64 / 3000.0);
             m.committed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let g = crate::telemetry::gauges::Gauges { in_doubt: 1, active: 2, oldest_in_doubt_s: 1.5, ..Default::default() };
+        let g =
+            crate::telemetry::gauges::Gauges { in_doubt: 1, active: 2, oldest_in_doubt_s: 1.5, ..Default::default() };
         let up: Vec<(String, bool)> = (0..4).map(|i| (format!("r{i}"), i % 2 == 0)).collect();
-        let modes: Vec<(String, serde_json::Value)> = (0..4).map(|i| (format!("r{i}"), serde_json::json!({"mode": if i % 2 == 0 { "client" } else { "engine" }, "restart_gate": null}))).collect();
+        let modes: Vec<(String, serde_json::Value)> = (0..4)
+            .map(|i| {
+                (
+                    format!("r{i}"),
+                    serde_json::json!({"mode": if i % 2 == 0 { "client" } else { "engine" }, "restart_gate": null}),
+                )
+            })
+            .collect();
         let once = || m.render(&g, 3, 4, &up) + &super::render_enforcement(&modes, 2);
         std::fs::write(std::env::var("COTX_METRICS_DUMP").unwrap_or("/dev/null".into()), once()).unwrap();
         let n = 20_000;

@@ -19,11 +19,15 @@
 //! replaced: 31 more crates to compile (opentelemetry, _sdk, -otlp, -proto, -http, prost,
 //! reqwest, tower, ...; no TLS stack, no tonic), the release binary 16.1 MB -> 17.6 MB.
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer, TracerProvider};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer, TracerProvider,
+};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+};
 use opentelemetry_sdk::Resource;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -50,9 +54,17 @@ static EXPORTER: OnceLock<(SdkTracerProvider, SdkTracer)> = OnceLock::new();
 /// `http://host:port[/prefix]` -> (host:port, prefix).
 pub fn parse_endpoint(s: &str) -> Result<(String, String), String> {
     let rest = s.strip_prefix("http://").ok_or("must start with http:// (export to a local collector or agent)")?;
-    let (authority, prefix) = rest.split_once('/').map(|(a, p)| (a, format!("/{}", p.trim_end_matches('/')))).unwrap_or((rest, String::new()));
+    let (authority, prefix) = rest
+        .split_once('/')
+        .map(|(a, p)| (a, format!("/{}", p.trim_end_matches('/'))))
+        .unwrap_or((rest, String::new()));
     let prefix = if prefix == "/" { String::new() } else { prefix };
-    if authority.rsplit_once(':').and_then(|(h, p)| (!h.is_empty()).then_some(p)).and_then(|p| p.parse::<u16>().ok()).is_none() {
+    if authority
+        .rsplit_once(':')
+        .and_then(|(h, p)| (!h.is_empty()).then_some(p))
+        .and_then(|p| p.parse::<u16>().ok())
+        .is_none()
+    {
         return Err("must name host:port, e.g. http://127.0.0.1:4318".into());
     }
     Ok((authority.to_string(), prefix))
@@ -76,19 +88,29 @@ pub fn start(endpoint: &str, node_id: &str) {
             return;
         }
     };
-    let exporter = Watched { inner: exporter, endpoint: base, down: AtomicBool::new(false), dropped: AtomicU64::new(0) };
-    let batch = BatchConfigBuilder::default().with_max_queue_size(QUEUE).with_max_export_batch_size(BATCH).with_scheduled_delay(Duration::from_secs(1)).build();
+    let exporter =
+        Watched { inner: exporter, endpoint: base, down: AtomicBool::new(false), dropped: AtomicU64::new(0) };
+    let batch = BatchConfigBuilder::default()
+        .with_max_queue_size(QUEUE)
+        .with_max_export_batch_size(BATCH)
+        .with_scheduled_delay(Duration::from_secs(1))
+        .build();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(BatchSpanProcessor::builder(exporter).with_batch_config(batch).build())
         // Every traced request is exported, whatever the caller's `sampled` flag says (as before).
         .with_sampler(Sampler::AlwaysOn)
         .with_resource(
             Resource::builder_empty()
-                .with_attributes([KeyValue::new("service.name", "cotx-coordinator"), KeyValue::new("service.instance.id", node_id.to_string())])
+                .with_attributes([
+                    KeyValue::new("service.name", "cotx-coordinator"),
+                    KeyValue::new("service.instance.id", node_id.to_string()),
+                ])
                 .build(),
         )
         .build();
-    let tracer = provider.tracer_with_scope(InstrumentationScope::builder("cotx-coordinator").with_version(env!("CARGO_PKG_VERSION")).build());
+    let tracer = provider.tracer_with_scope(
+        InstrumentationScope::builder("cotx-coordinator").with_version(env!("CARGO_PKG_VERSION")).build(),
+    );
     let _ = EXPORTER.set((provider, tracer));
 }
 
@@ -99,7 +121,9 @@ pub fn enabled() -> bool {
 
 pub fn record(s: Span) {
     let Some((_, tracer)) = EXPORTER.get() else { return };
-    let (Ok(trace_id), Ok(parent)) = (TraceId::from_hex(&s.trace_id), SpanId::from_hex(&s.parent_span_id)) else { return };
+    let (Ok(trace_id), Ok(parent)) = (TraceId::from_hex(&s.trace_id), SpanId::from_hex(&s.parent_span_id)) else {
+        return;
+    };
     let parent = SpanContext::new(trace_id, parent, TraceFlags::SAMPLED, true, TraceState::default());
     let cx = Context::new().with_remote_span_context(parent);
     let mut attrs = vec![
@@ -110,7 +134,12 @@ pub fn record(s: Span) {
     if let Some(g) = s.gtid {
         attrs.push(KeyValue::new("cotx.gtid", g));
     }
-    let mut span = tracer.span_builder(s.name).with_kind(SpanKind::Server).with_start_time(s.start).with_attributes(attrs).start_with_context(tracer, &cx);
+    let mut span = tracer
+        .span_builder(s.name)
+        .with_kind(SpanKind::Server)
+        .with_start_time(s.start)
+        .with_attributes(attrs)
+        .start_with_context(tracer, &cx);
     if s.status >= 500 {
         // OTLP status error for a 5xx; unset otherwise.
         opentelemetry::trace::Span::set_status(&mut span, Status::error(""));
@@ -203,21 +232,37 @@ mod tests {
         super::start(&format!("http://127.0.0.1:{port}/p"), "n");
         assert!(super::enabled());
         let t = std::time::SystemTime::now();
-        super::record(super::Span { trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(), parent_span_id: "00f067aa0ba902b7".into(),
-            name: "POST /v1/transactions/{gtid}/abort".into(), method: "POST".into(), path: "/v1/transactions/n.1/abort".into(),
-            gtid: Some("n.1".into()), status: 200, start: t, end: t + std::time::Duration::from_millis(2) });
+        super::record(super::Span {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            parent_span_id: "00f067aa0ba902b7".into(),
+            name: "POST /v1/transactions/{gtid}/abort".into(),
+            method: "POST".into(),
+            path: "/v1/transactions/n.1/abort".into(),
+            gtid: Some("n.1".into()),
+            status: 200,
+            start: t,
+            end: t + std::time::Duration::from_millis(2),
+        });
         let (head, v) = collector.join().unwrap();
         assert!(head[0].starts_with("POST /p/v1/traces "), "{head:?}");
         assert!(head.iter().any(|h| h.to_ascii_lowercase().trim() == "content-type: application/json"), "{head:?}");
         let rs = &v["resourceSpans"][0];
-        assert!(rs["resource"]["attributes"].as_array().unwrap().iter().any(|a| a["key"] == "service.instance.id" && a["value"]["stringValue"] == "n"), "{v}");
+        assert!(
+            rs["resource"]["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["key"] == "service.instance.id" && a["value"]["stringValue"] == "n"),
+            "{v}"
+        );
         let s = &rs["scopeSpans"][0]["spans"][0];
         assert_eq!(rs["scopeSpans"][0]["scope"]["name"], "cotx-coordinator");
         assert_eq!(s["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(s["parentSpanId"], "00f067aa0ba902b7");
         assert_eq!(s["spanId"].as_str().unwrap().len(), 16);
         assert_eq!(s["kind"], 2, "{s}");
-        let attr = |k: &str| s["attributes"].as_array().unwrap().iter().find(|a| a["key"] == k).map(|a| a["value"].clone());
+        let attr =
+            |k: &str| s["attributes"].as_array().unwrap().iter().find(|a| a["key"] == k).map(|a| a["value"].clone());
         assert_eq!(attr("cotx.gtid").unwrap()["stringValue"], "n.1");
         assert_eq!(attr("http.response.status_code").unwrap()["intValue"], "200");
     }

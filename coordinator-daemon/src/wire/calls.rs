@@ -89,7 +89,14 @@ pub struct Ack {
 impl Ack {
     /// One branch's report.
     pub fn branch(gtid: &str, bid: &str, state: BranchState) -> Ack {
-        Ack { gtid: gtid.to_string(), branch_id: Some(bid.to_string()), branches: None, state, outcome: None, decision: None }
+        Ack {
+            gtid: gtid.to_string(),
+            branch_id: Some(bid.to_string()),
+            branches: None,
+            state,
+            outcome: None,
+            decision: None,
+        }
     }
 }
 
@@ -137,6 +144,14 @@ pub struct Decision {
 
 impl Decision {
     pub fn new(gtid: &str, decision: Decided) -> Decision {
-        Decision { gtid: gtid.to_string(), decision, branch_id: None, from_store: None, note: None, unfinished_branches: None, branches: None }
+        Decision {
+            gtid: gtid.to_string(),
+            decision,
+            branch_id: None,
+            from_store: None,
+            note: None,
+            unfinished_branches: None,
+            branches: None,
+        }
     }
 }

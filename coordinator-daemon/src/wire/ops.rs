@@ -106,7 +106,14 @@ pub struct AuditEntry {
 
 impl From<StoredAudit> for AuditEntry {
     fn from(a: StoredAudit) -> AuditEntry {
-        AuditEntry { at_unix_ms: a.at_unix_ms, gtid: a.gtid, outcome: a.outcome, operator: a.operator, reason: a.reason, result: a.result }
+        AuditEntry {
+            at_unix_ms: a.at_unix_ms,
+            gtid: a.gtid,
+            outcome: a.outcome,
+            operator: a.operator,
+            reason: a.reason,
+            result: a.result,
+        }
     }
 }
 

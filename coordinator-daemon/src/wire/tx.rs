@@ -1,9 +1,9 @@
 //! Transactions as the API shows them: one in memory (`from_tx`), one read back from the
 //! store (`from_record`), the list, and the long poll's answer.
 
-use crate::wire::common::{BranchState, FinishedBy, Kind, OutcomeArg};
 use crate::state::{self, Outcome, Tx, TxState};
 use crate::store::{CorruptRecord, DecisionRecord};
+use crate::wire::common::{BranchState, FinishedBy, Kind, OutcomeArg};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -132,7 +132,9 @@ impl Transaction {
             age_ms: Some(t.created.elapsed().as_millis() as u64),
             created_unix_ms: Some(t.created_unix_ms),
             // Wall clock, derived from the monotonic one.
-            decided_unix_ms: Some(t.decided.map(|d| t.created_unix_ms + d.saturating_duration_since(t.created).as_millis() as u64)),
+            decided_unix_ms: Some(
+                t.decided.map(|d| t.created_unix_ms + d.saturating_duration_since(t.created).as_millis() as u64),
+            ),
             abort_reason: t.abort_reason.clone(),
             retryable: t.retryable,
             recovered: Some(t.recovered),

@@ -2,7 +2,7 @@
 //! transaction's view of SSI's rw-conflicts says to do.
 
 use crate::verdict::Verdict;
-use crate::view::{classify, PeerState, Peer, Point, SelfView, Settings, flags};
+use crate::view::{classify, flags, Peer, PeerState, Point, SelfView, Settings};
 
 /// The decision at one commit point. Rule A comes first: waiting cannot cure it.
 pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer], s: &Settings) -> Verdict {
@@ -12,7 +12,10 @@ pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer]
         }
         for p in out_edges {
             let st = classify(p);
-            if matches!(st, PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing) {
+            if matches!(
+                st,
+                PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing
+            ) {
                 return Verdict::RuleAOutEdge(*p, st);
             }
         }
@@ -34,7 +37,10 @@ pub fn decide(point: Point, me: &SelfView, out_edges: &[Peer], in_edges: &[Peer]
         }
         for p in out_edges {
             let st = classify(p);
-            if matches!(st, PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing) {
+            if matches!(
+                st,
+                PeerState::Committed { .. } | PeerState::InDoubt | PeerState::Preparing | PeerState::Committing
+            ) {
                 return Verdict::RuleSSummarizedReader(Some((*p, st)));
             }
         }
@@ -193,19 +199,44 @@ mod tests {
 
     #[test]
     fn rule_s_summarized_reader() {
-        let exposed = SelfView { flags: 0, last_commit_before_snapshot: 20, wrote: true, summarized_concurrent_reader: true };
+        let exposed =
+            SelfView { flags: 0, last_commit_before_snapshot: 20, wrote: true, summarized_concurrent_reader: true };
         let committed = p(COMMITTED);
         let s = Settings::default();
         // A writer whose out-edge goes to a committed transaction while a concurrent reader
         // was summarized: the unrecorded edge could close a cycle.
-        assert_eq!(decide(Point::LocalCommit, &exposed, &[committed], &[], &s), Verdict::RuleSSummarizedReader(Some((committed, PeerState::Committed { two_phase: false }))));
+        assert_eq!(
+            decide(Point::LocalCommit, &exposed, &[committed], &[], &s),
+            Verdict::RuleSSummarizedReader(Some((committed, PeerState::Committed { two_phase: false })))
+        );
         let flagged = SelfView { flags: flags::SUMMARY_CONFLICT_OUT, ..exposed };
         assert_eq!(decide(Point::LocalCommit, &flagged, &[], &[], &s), Verdict::RuleSSummarizedReader(None));
         // Each condition alone is not enough.
-        assert_eq!(decide(Point::LocalCommit, &exposed, &[p(ACTIVE)], &[], &s), Verdict::Allow, "out-edge to an active peer: no cycle through a committed one");
-        assert_eq!(decide(Point::LocalCommit, &SelfView { wrote: false, ..exposed }, &[committed], &[], &s), Verdict::Allow, "a reader loses no in-edge");
-        assert_eq!(decide(Point::LocalCommit, &SelfView { summarized_concurrent_reader: false, ..exposed }, &[committed], &[], &s), Verdict::Allow);
-        assert_eq!(decide(Point::LocalCommit, &exposed, &[committed], &[], &Settings { rule_s: false, ..s }), Verdict::Allow, "switched off");
+        assert_eq!(
+            decide(Point::LocalCommit, &exposed, &[p(ACTIVE)], &[], &s),
+            Verdict::Allow,
+            "out-edge to an active peer: no cycle through a committed one"
+        );
+        assert_eq!(
+            decide(Point::LocalCommit, &SelfView { wrote: false, ..exposed }, &[committed], &[], &s),
+            Verdict::Allow,
+            "a reader loses no in-edge"
+        );
+        assert_eq!(
+            decide(
+                Point::LocalCommit,
+                &SelfView { summarized_concurrent_reader: false, ..exposed },
+                &[committed],
+                &[],
+                &s
+            ),
+            Verdict::Allow
+        );
+        assert_eq!(
+            decide(Point::LocalCommit, &exposed, &[committed], &[], &Settings { rule_s: false, ..s }),
+            Verdict::Allow,
+            "switched off"
+        );
         // At a prepare rule A refuses first; at a decision commit too.
         assert!(matches!(decide(Point::Prepare, &exposed, &[committed], &[], &s), Verdict::RuleAOutEdge(..)));
         assert!(matches!(decide(Point::Decision, &exposed, &[committed], &[], &s), Verdict::RuleAOutEdge(..)));

@@ -14,4 +14,3 @@ pub use commit::decide;
 pub use read_only::decide_read_only;
 pub use verdict::{MissedCommit, Verdict};
 pub use view::*;
-

@@ -181,7 +181,15 @@ mod tests {
 
     /// A READ ONLY serializable reader whose snapshot position was noted at S = 20.
     fn reader() -> Reader {
-        Reader { read_only: true, serializable: true, noted_seq: Some(Some(SNAP)), seq_now: None, deferrable: false, took_snapshot: true, began_us: BEGAN }
+        Reader {
+            read_only: true,
+            serializable: true,
+            noted_seq: Some(Some(SNAP)),
+            seq_now: None,
+            deferrable: false,
+            took_snapshot: true,
+            began_us: BEGAN,
+        }
     }
     fn deferrable() -> Reader {
         Reader { noted_seq: Some(None), deferrable: true, ..reader() }
@@ -198,7 +206,10 @@ mod tests {
 
     #[test]
     fn refuses_in_flight_commit_prepared_before_snapshot() {
-        let recs = Recs { in_flight: vec![InFlight { xid: 9, prepare_seq: 30 }, InFlight { xid: 7, prepare_seq: SNAP }], ..Recs::default() };
+        let recs = Recs {
+            in_flight: vec![InFlight { xid: 9, prepare_seq: 30 }, InFlight { xid: 7, prepare_seq: SNAP }],
+            ..Recs::default()
+        };
         assert_eq!(d(&reader(), &recs), refused(7, true));
         let unknown = Recs { in_flight: vec![InFlight { xid: 0, prepare_seq: 0 }], ..Recs::default() };
         assert_eq!(d(&reader(), &unknown), refused(0, true), "unknown prepare position: the careful side");
@@ -220,9 +231,9 @@ mod tests {
     fn allows_commits_the_snapshot_saw_or_prepared_after_it() {
         let recs = Recs {
             done: vec![
-                done(5, 10, SNAP, 0),      // committed before the snapshot: seen
-                done(6, SNAP + 1, 40, 0),  // prepared after the snapshot: no G in between
-                done(0, 0, 0, 0),          // never written
+                done(5, 10, SNAP, 0),     // committed before the snapshot: seen
+                done(6, SNAP + 1, 40, 0), // prepared after the snapshot: no G in between
+                done(0, 0, 0, 0),         // never written
             ],
             overwritten: Overwritten { max_commit_seq: SNAP, max_end_us: u64::MAX },
             ..Recs::default()
@@ -252,7 +263,12 @@ mod tests {
 
     #[test]
     fn safe_from_the_start_unless_deferrable() {
-        let recs = Recs { in_flight: vec![InFlight { xid: 7, prepare_seq: 0 }], done: vec![done(6, 10, 25, BEGAN)], invisible: vec![6, 7], ..Recs::default() };
+        let recs = Recs {
+            in_flight: vec![InFlight { xid: 7, prepare_seq: 0 }],
+            done: vec![done(6, 10, 25, BEGAN)],
+            invisible: vec![6, 7],
+            ..Recs::default()
+        };
         for noted in [None, Some(None)] {
             let r = Reader { noted_seq: noted, seq_now: None, ..reader() };
             assert_eq!(d(&r, &recs), Verdict::Allow, "{noted:?}");
@@ -262,9 +278,17 @@ mod tests {
 
     #[test]
     fn deferrable_reader_refused_for_commits_its_snapshot_does_not_see() {
-        let in_flight = Recs { in_flight: vec![InFlight { xid: 8, prepare_seq: 99 }, InFlight { xid: 7, prepare_seq: 99 }], invisible: vec![7], ..Recs::default() };
+        let in_flight = Recs {
+            in_flight: vec![InFlight { xid: 8, prepare_seq: 99 }, InFlight { xid: 7, prepare_seq: 99 }],
+            invisible: vec![7],
+            ..Recs::default()
+        };
         assert_eq!(d(&deferrable(), &in_flight), refused(7, true));
-        let ended = Recs { done: vec![done(5, 1, 2, BEGAN - 1), done(6, 1, 2, BEGAN)], invisible: vec![5, 6], ..Recs::default() };
+        let ended = Recs {
+            done: vec![done(5, 1, 2, BEGAN - 1), done(6, 1, 2, BEGAN)],
+            invisible: vec![5, 6],
+            ..Recs::default()
+        };
         assert_eq!(d(&deferrable(), &ended), refused(6, false), "ended before the reader began: not a candidate");
         let forgot = Recs { overwritten: Overwritten { max_commit_seq: 0, max_end_us: BEGAN }, ..Recs::default() };
         assert_eq!(d(&deferrable(), &forgot), refused(0, false));
@@ -282,7 +306,8 @@ mod tests {
             ..Recs::default()
         };
         assert_eq!(d(&deferrable(), &recs), Verdict::Allow);
-        let nothing_read = Recs { in_flight: vec![InFlight { xid: 7, prepare_seq: 0 }], invisible: vec![7], ..Recs::default() };
+        let nothing_read =
+            Recs { in_flight: vec![InFlight { xid: 7, prepare_seq: 0 }], invisible: vec![7], ..Recs::default() };
         assert_eq!(d(&Reader { took_snapshot: false, ..deferrable() }, &nothing_read), Verdict::Allow);
         assert_eq!(nothing_read.asked_invisible.get(), 0, "no snapshot to ask");
     }
@@ -295,7 +320,10 @@ mod tests {
         for point in [Point::Prepare, Point::Decision] {
             assert_eq!(decide_read_only(point, &reader(), &Settings::default(), &recs), Verdict::Allow, "{point:?}");
         }
-        for s in [Settings { rule_c: false, ..Settings::default() }, Settings { rule_c_read_only: false, ..Settings::default() }] {
+        for s in [
+            Settings { rule_c: false, ..Settings::default() },
+            Settings { rule_c_read_only: false, ..Settings::default() },
+        ] {
             assert_eq!(decide_read_only(Point::LocalCommit, &reader(), &s, &recs), Verdict::Allow, "{s:?}");
         }
         assert!(!recs.asked_any.get(), "records are not read when the rule does not apply");

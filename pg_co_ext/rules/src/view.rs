@@ -42,7 +42,9 @@ pub enum PeerState {
     Committing,
     /// Prepared and not yet COMMIT/ROLLBACK PREPARED.
     InDoubt,
-    Committed { two_phase: bool },
+    Committed {
+        two_phase: bool,
+    },
     RolledBack,
 }
 

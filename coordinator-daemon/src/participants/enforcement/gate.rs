@@ -43,7 +43,10 @@ pub struct Gate {
 pub enum Change {
     Unchanged,
     /// The server (re)started at `started` with `pending` of our branches prepared.
-    Closed { started: i64, pending: usize },
+    Closed {
+        started: i64,
+        pending: usize,
+    },
     Opened,
 }
 
@@ -80,7 +83,9 @@ impl Gate {
     pub fn is_new_start(&self, now: Start) -> bool {
         match self.started {
             None => true,
-            Some(s) => (now.started - s).abs() > SAME_START_S || now.uptime < self.uptime || now.connections < self.connections,
+            Some(s) => {
+                (now.started - s).abs() > SAME_START_S || now.uptime < self.uptime || now.connections < self.connections
+            }
         }
     }
 

@@ -50,11 +50,7 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
             let r = rows(&m);
             let r = r.first().ok_or_else(|| format!("{}: no row", rc.name))?;
             let (enabled, observe, spl, mpt) = (r.get(0), r.get(1), r.get(2), r.get(3).unwrap_or("0"));
-            let e = if !engine {
-                off()
-            } else {
-                pg_engine(enabled, observe, spl)
-            };
+            let e = if !engine { off() } else { pg_engine(enabled, observe, spl) };
             let (c, slots) = if !client {
                 (off(), 0)
             } else if mpt.trim() == "0" {
@@ -70,7 +66,8 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
         }
         ResourceKind::Mariadb => {
             let mut conn = rc.maria_conn().await?;
-            let e = if !engine { off() } else { maria_engine(&mut conn).await.map_err(|e| format!("{}: {e}", rc.name))? };
+            let e =
+                if !engine { off() } else { maria_engine(&mut conn).await.map_err(|e| format!("{}: {e}", rc.name))? };
             let (c, slots) = if !client {
                 (off(), 0)
             } else {
@@ -111,7 +108,8 @@ fn pg_engine(enabled: Option<&str>, observe: Option<&str>, spl: Option<&str>) ->
 
 /// The shim objects, created when missing (sql/client_mode/postgres.sql), and their rows.
 async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
-    let have = "SELECT to_regclass('cotx.shim') IS NOT NULL AND to_regprocedure('cotx.shim_hold(integer)') IS NOT NULL \
+    let have =
+        "SELECT to_regclass('cotx.shim') IS NOT NULL AND to_regprocedure('cotx.shim_hold(integer)') IS NOT NULL \
                 AND to_regprocedure('cotx.shim_touch(integer)') IS NOT NULL";
     let m = rc.pg_batch(have).await?;
     if simple_first(&m).as_deref() != Some("t") {
@@ -126,11 +124,17 @@ async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
     if n >= SHIM_SLOTS {
         return Ok(n);
     }
-    let fill = format!("INSERT INTO cotx.shim (k) SELECT generate_series(1, {SHIM_SLOTS}) ON CONFLICT DO NOTHING; ANALYZE cotx.shim");
+    let fill = format!(
+        "INSERT INTO cotx.shim (k) SELECT generate_series(1, {SHIM_SLOTS}) ON CONFLICT DO NOTHING; ANALYZE cotx.shim"
+    );
     match rc.pg_batch(&fill).await {
         Ok(_) => Ok(SHIM_SLOTS),
         Err(e) if n > 0 => {
-            crate::telemetry::log::log("warn", "client mode: cannot add rows to cotx.shim; using those there", serde_json::json!({"resource": rc.name, "rows": n, "error": e}));
+            crate::telemetry::log::log(
+                "warn",
+                "client mode: cannot add rows to cotx.shim; using those there",
+                serde_json::json!({"resource": rc.name, "rows": n, "error": e}),
+            );
             Ok(n)
         }
         Err(e) => Err(format!("cotx.shim has no rows and none can be added: {e}")),
@@ -147,9 +151,12 @@ async fn maria_engine(conn: &mut mysql_async::Conn) -> Result<Result<(), String>
         Some("ACTIVE") => {}
         Some(s) => return Ok(Err(format!("mysql_co is {s}"))),
     }
-    let flags: Option<(i64, i64)> =
-        conn.query_first("SELECT @@global.mysql_co_enabled, @@global.mysql_co_observe_only").await.map_err(|e| my_err(&e))?;
-    let health: Option<(String, String)> = conn.query_first("SHOW GLOBAL STATUS LIKE 'Mysql_co_health'").await.map_err(|e| my_err(&e))?;
+    let flags: Option<(i64, i64)> = conn
+        .query_first("SELECT @@global.mysql_co_enabled, @@global.mysql_co_observe_only")
+        .await
+        .map_err(|e| my_err(&e))?;
+    let health: Option<(String, String)> =
+        conn.query_first("SHOW GLOBAL STATUS LIKE 'Mysql_co_health'").await.map_err(|e| my_err(&e))?;
     Ok(match (flags, health) {
         (Some((0, _)), _) => Err("mysql_co_enabled = OFF".into()),
         (Some((_, 1)), _) => Err("mysql_co_observe_only = ON (mysql_co refuses nothing)".into()),
@@ -176,7 +183,8 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
         .await
         .map_err(|e| my_err(&e))?;
     if have != Some(1) {
-        let ddl: String = MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
+        let ddl: String =
+            MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
         conn.query_drop(ddl.trim().trim_end_matches(';')).await.map_err(|e| {
             format!("cannot create the client-mode table of sql/client_mode/mariadb.sql ({}); run that script as the database's owner", my_err(&e))
         })?;
@@ -197,7 +205,11 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
     match err {
         None => Ok(SHIM_SLOTS),
         Some(e) if n > 0 => {
-            crate::telemetry::log::log("warn", "client mode: cannot add rows to cotx_shim; using those there", serde_json::json!({"rows": n, "error": e}));
+            crate::telemetry::log::log(
+                "warn",
+                "client mode: cannot add rows to cotx_shim; using those there",
+                serde_json::json!({"rows": n, "error": e}),
+            );
             Ok(n)
         }
         Some(e) => Err(format!("cotx_shim has no rows and none can be added: {e}")),
@@ -206,7 +218,9 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
 
 /// The server's start time (unix seconds) and our XIDs prepared there: what the restart
 /// gate looks at (gate.rs).
-pub async fn maria_start_and_prepared(rc: &ResourceClient) -> Result<(super::gate::Start, std::collections::HashSet<(String, String)>), String> {
+pub async fn maria_start_and_prepared(
+    rc: &ResourceClient,
+) -> Result<(super::gate::Start, std::collections::HashSet<(String, String)>), String> {
     let started = maria_started(rc).await?;
     let prepared = rc.list_prepared().await?.into_iter().collect();
     Ok((started, prepared))
@@ -227,7 +241,8 @@ pub async fn maria_started(rc: &ResourceClient) -> Result<super::gate::Start, St
         // One round trip: this runs at every client-mode registration on MariaDB.
         Ok(rows) => (rows.iter().find(|(k, _)| k == "NOW").and_then(|(_, v)| v.parse().ok()), rows),
         Err(mysql_async::Error::Server(se)) if se.code == 1109 => {
-            let rows: Vec<(String, String)> = conn.query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Connections')").await.map_err(err)?;
+            let rows: Vec<(String, String)> =
+                conn.query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Uptime', 'Connections')").await.map_err(err)?;
             let rows = rows.into_iter().map(|(k, v)| (k.to_uppercase(), v)).collect();
             (conn.query_first("SELECT UNIX_TIMESTAMP()").await.map_err(err)?, rows)
         }
@@ -235,7 +250,9 @@ pub async fn maria_started(rc: &ResourceClient) -> Result<super::gate::Start, St
     };
     let get = |k: &str| status.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.parse::<i64>().ok());
     match (now, get("UPTIME"), get("CONNECTIONS")) {
-        (Some(now), Some(uptime), Some(connections)) => Ok(super::gate::Start { started: now - uptime, uptime, connections }),
+        (Some(now), Some(uptime), Some(connections)) => {
+            Ok(super::gate::Start { started: now - uptime, uptime, connections })
+        }
         _ => Err(format!("{}: no Uptime / Connections status", rc.name)),
     }
 }
@@ -266,7 +283,10 @@ pub async fn pg_list_helpers(rc: &ResourceClient) -> Result<Vec<(i32, String, St
     let m = rc
         .pg_batch(&format!("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE {like}"))
         .await?;
-    Ok(rows(&m).into_iter().filter_map(|r| r.get(0).and_then(|g| naming::parse_pg_helper_gid(rc.prefix(), g))).collect())
+    Ok(rows(&m)
+        .into_iter()
+        .filter_map(|r| r.get(0).and_then(|g| naming::parse_pg_helper_gid(rc.prefix(), g)))
+        .collect())
 }
 
 #[cfg(test)]
@@ -275,7 +295,9 @@ mod tests {
 
     #[test]
     fn pg_co_counts_only_when_preloaded_enabled_and_enforcing() {
-        assert!(transient("cotx.shim has no rows and none can be added: ERROR: could not serialize access (SQLSTATE 40001)"));
+        assert!(transient(
+            "cotx.shim has no rows and none can be added: ERROR: could not serialize access (SQLSTATE 40001)"
+        ));
         assert!(transient("Deadlock found when trying to get lock (error 1213, SQLSTATE 40001)"));
         assert!(!transient("permission denied for database appdb (SQLSTATE 42501)"));
         assert!(pg_engine(Some("on"), Some("off"), Some("pg_co")).is_ok());

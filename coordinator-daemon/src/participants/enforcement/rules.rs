@@ -97,7 +97,9 @@ pub fn decide(cfg: Configured, p: &Probe) -> Effective {
         Configured::Auto => match (&p.engine, &p.client) {
             (Ok(()), _) => Effective::Mode(Mode::Engine),
             (Err(_), Ok(())) => Effective::Mode(Mode::Client),
-            (Err(e), Err(c)) => Effective::Refused(format!("neither engine mode ({e}) nor client mode ({c}) is possible")),
+            (Err(e), Err(c)) => {
+                Effective::Refused(format!("neither engine mode ({e}) nor client mode ({c}) is possible"))
+            }
         },
     }
 }
@@ -124,7 +126,9 @@ mod tests {
     #[test]
     fn an_explicit_mode_is_refused_when_the_resource_cannot_do_it() {
         assert_eq!(decide(Configured::Engine, &probe(true, false)), Effective::Mode(Mode::Engine));
-        assert!(matches!(decide(Configured::Engine, &probe(false, true)), Effective::Refused(w) if w.contains("\"engine\" but pg_co")));
+        assert!(
+            matches!(decide(Configured::Engine, &probe(false, true)), Effective::Refused(w) if w.contains("\"engine\" but pg_co"))
+        );
         assert_eq!(decide(Configured::Client, &probe(true, true)), Effective::Mode(Mode::Client));
         assert!(matches!(decide(Configured::Client, &probe(true, false)), Effective::Refused(_)));
         assert_eq!(decide(Configured::None, &probe(false, false)), Effective::Mode(Mode::None));

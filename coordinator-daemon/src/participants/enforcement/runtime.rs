@@ -7,19 +7,19 @@
 
 use super::gate::{Change, Gate};
 use super::probe::{self, SHIM_SLOTS};
-use super::slots::Slots;
 use super::rules::{decide, Configured, Effective, Mode};
+use super::slots::Slots;
 use crate::config::{Resource, ResourceKind};
-use crate::telemetry::log::log;
 use crate::naming;
 use crate::participants::resources::ResourceClient;
+use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal};
+use crate::telemetry::log::log;
 use crate::wire::ResourceEnforcement;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::refusal::RefusalCode;
 
 struct State {
     configured: Configured,
@@ -133,8 +133,12 @@ impl Enforcement {
                 Effective::Unknown(w) | Effective::Refused(w) => Some(w.clone()),
                 _ => None,
             };
-            log(level, "enforcement at resource", json!({"resource": rc.name, "configured": configured.as_str(),
-                "mode": now.label(), "was": s.effective.label(), "reason": why}));
+            log(
+                level,
+                "enforcement at resource",
+                json!({"resource": rc.name, "configured": configured.as_str(),
+                "mode": now.label(), "was": s.effective.label(), "reason": why}),
+            );
             if now == Effective::Mode(Mode::Client) {
                 s.swept = rc.kind != ResourceKind::Postgres;
             }
@@ -155,13 +159,20 @@ impl Enforcement {
 
     /// May a branch be registered at `rc`, and how is it protected? Client mode takes a
     /// slot and, on PostgreSQL, prepares the branch's helper before answering.
-    pub async fn admit(&self, rc: &ResourceClient, gtid: &str, bid: &str, keep: KeepHelper<'_>) -> Result<Admission, Refusal> {
+    pub async fn admit(
+        &self,
+        rc: &ResourceClient,
+        gtid: &str,
+        bid: &str,
+        keep: KeepHelper<'_>,
+    ) -> Result<Admission, Refusal> {
         let name = &rc.name;
         let (mut eff, probed_at) = match self.states.lock().unwrap().get(name) {
             Some(s) => (s.effective.clone(), s.probed_at),
             None => (Effective::Unknown("not in the config".into()), None),
         };
-        let stale_refusal = matches!(eff, Effective::Refused(_)) && probed_at.map(|t| t.elapsed() >= REPROBE_REFUSED).unwrap_or(true);
+        let stale_refusal =
+            matches!(eff, Effective::Refused(_)) && probed_at.map(|t| t.elapsed() >= REPROBE_REFUSED).unwrap_or(true);
         if matches!(eff, Effective::Unknown(_)) || stale_refusal {
             eff = self.refresh(rc).await;
         }
@@ -170,39 +181,65 @@ impl Enforcement {
                 RefusalCode::ResourceUnavailable,
                 format!("resource {name}: cannot tell how commitment ordering is enforced there ({why}); retry later"),
             ),
-            Effective::Refused(why) => refuse(RefusalCode::ResourceRefused, format!("resource {name} cannot be used: {why}")),
+            Effective::Refused(why) => {
+                refuse(RefusalCode::ResourceRefused, format!("resource {name} cannot be used: {why}"))
+            }
             Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None }),
             Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep).await,
         }
     }
 
-    async fn admit_client(&self, rc: &ResourceClient, gtid: &str, bid: &str, keep: KeepHelper<'_>) -> Result<Admission, Refusal> {
+    async fn admit_client(
+        &self,
+        rc: &ResourceClient,
+        gtid: &str,
+        bid: &str,
+        keep: KeepHelper<'_>,
+    ) -> Result<Admission, Refusal> {
         let name = &rc.name;
-        let unavailable = |e: String| Refusal::new(RefusalCode::ResourceUnavailable, format!("resource {name} (client mode): {e}; retry later"));
+        let unavailable = |e: String| {
+            Refusal::new(RefusalCode::ResourceUnavailable, format!("resource {name} (client mode): {e}; retry later"))
+        };
         match rc.kind {
             ResourceKind::Postgres => {
                 let swept = self.states.lock().unwrap().get(name).map(|s| s.swept).unwrap_or(false);
                 if !swept {
-                    self.sweep_helpers(rc, keep).await.map_err(|e| unavailable(format!("helpers of an earlier run not recovered yet: {e}")))?;
+                    self.sweep_helpers(rc, keep)
+                        .await
+                        .map_err(|e| unavailable(format!("helpers of an earlier run not recovered yet: {e}")))?;
                 }
             }
             ResourceKind::Mariadb => {
                 // Every registration looks at the server's start time: a restart between
                 // two recovery passes must not let a branch in before the gate closes.
                 let started = probe::maria_started(rc).await.map_err(unavailable)?;
-                let look = self.states.lock().unwrap().get(name).map(|s| s.gate.is_new_start(started) || s.gate.closed().is_some()).unwrap_or(true);
+                let look = self
+                    .states
+                    .lock()
+                    .unwrap()
+                    .get(name)
+                    .map(|s| s.gate.is_new_start(started) || s.gate.closed().is_some())
+                    .unwrap_or(true);
                 if look {
                     let (started, prepared) = probe::maria_start_and_prepared(rc).await.map_err(unavailable)?;
                     self.observe_gate(name, started, &prepared);
                 }
                 if let Some(why) = self.states.lock().unwrap().get(name).and_then(|s| s.gate.closed()) {
-                    return refuse(RefusalCode::RestartGate, format!("resource {name} (client mode): {why}; retry later"));
+                    return refuse(
+                        RefusalCode::RestartGate,
+                        format!("resource {name} (client mode): {why}; retry later"),
+                    );
                 }
             }
         }
         let key = self.states.lock().unwrap().get_mut(name).and_then(|s| s.slots.take());
         let Some(key) = key else {
-            return refuse(RefusalCode::ResourceBusy, format!("resource {name} (client mode): all {SHIM_SLOTS} shim slots are held by live branches; retry later"));
+            return refuse(
+                RefusalCode::ResourceBusy,
+                format!(
+                    "resource {name} (client mode): all {SHIM_SLOTS} shim slots are held by live branches; retry later"
+                ),
+            );
         };
         let helper = match rc.kind {
             ResourceKind::Postgres => match naming::pg_helper_gid(rc.prefix(), key, gtid, bid) {
@@ -215,7 +252,13 @@ impl Enforcement {
             ResourceKind::Mariadb => None,
         };
         let id = (gtid.to_string(), bid.to_string());
-        if self.held.lock().unwrap().insert(id.clone(), Held { resource: name.clone(), key, helper: helper.clone() }).is_some() {
+        if self
+            .held
+            .lock()
+            .unwrap()
+            .insert(id.clone(), Held { resource: name.clone(), key, helper: helper.clone() })
+            .is_some()
+        {
             return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
         }
         if let Some(h) = &helper {
@@ -242,8 +285,11 @@ impl Enforcement {
         let mut st = self.states.lock().unwrap();
         let Some(s) = st.get_mut(name) else { return };
         match s.gate.observe(started, prepared) {
-            Change::Closed { started, pending } => log("warn", "restart gate closed: no new branch until the recovered ones are decided",
-                json!({"resource": name, "server_started_unix": started, "recovered_branches": pending})),
+            Change::Closed { started, pending } => log(
+                "warn",
+                "restart gate closed: no new branch until the recovered ones are decided",
+                json!({"resource": name, "server_started_unix": started, "recovered_branches": pending}),
+            ),
             Change::Opened => log("info", "restart gate open", json!({"resource": name})),
             Change::Unchanged => {}
         }
@@ -252,7 +298,11 @@ impl Enforcement {
     /// Lets go of the branches `done` says no longer need protection (decided and
     /// finished, aborted, failed, forgotten): their helpers are rolled back, their slots
     /// freed. A helper that cannot be rolled back now is left to the next sweep.
-    pub async fn release(&self, resources: &HashMap<String, std::sync::Arc<ResourceClient>>, done: impl Fn(&str, &str) -> bool) {
+    pub async fn release(
+        &self,
+        resources: &HashMap<String, std::sync::Arc<ResourceClient>>,
+        done: impl Fn(&str, &str) -> bool,
+    ) {
         let gone: Vec<((String, String), Held)> = {
             let mut held = self.held.lock().unwrap();
             let ids: Vec<(String, String)> = held.keys().filter(|(g, b)| done(g, b)).cloned().collect();
@@ -263,7 +313,11 @@ impl Enforcement {
                 (Some(gid), Some(rc)) => match probe::pg_rollback_helper(rc, gid).await {
                     Ok(_) => true,
                     Err(e) => {
-                        log("warn", "client mode: cannot roll back a helper transaction; the next sweep will", json!({"resource": h.resource, "gtid": gtid, "branch_id": bid, "error": e}));
+                        log(
+                            "warn",
+                            "client mode: cannot roll back a helper transaction; the next sweep will",
+                            json!({"resource": h.resource, "gtid": gtid, "branch_id": bid, "error": e}),
+                        );
                         if let Some(s) = self.states.lock().unwrap().get_mut(&h.resource) {
                             s.swept = false;
                         }
@@ -305,7 +359,11 @@ impl Enforcement {
             probe::pg_rollback_helper(rc, &gid).await?;
             self.give(&rc.name, key);
             rolled_back += 1;
-            log("info", "client mode: helper transaction of a finished branch rolled back", json!({"resource": rc.name, "gtid": gtid, "branch_id": bid}));
+            log(
+                "info",
+                "client mode: helper transaction of a finished branch rolled back",
+                json!({"resource": rc.name, "gtid": gtid, "branch_id": bid}),
+            );
         }
         if let Some(s) = self.states.lock().unwrap().get_mut(&rc.name) {
             s.swept = true;
@@ -321,7 +379,11 @@ impl Enforcement {
         }
         match probe::maria_start_and_prepared(rc).await {
             Ok((started, prepared)) => self.observe_gate(&rc.name, started, &prepared),
-            Err(e) => log("warn", "client mode: cannot read the server's start time", json!({"resource": rc.name, "error": e})),
+            Err(e) => log(
+                "warn",
+                "client mode: cannot read the server's start time",
+                json!({"resource": rc.name, "error": e}),
+            ),
         }
     }
 

@@ -10,10 +10,15 @@
 
 mod schema;
 
-use crate::store::log::{existing_outcome, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token, RESTORE_GRANT_JUMP};
-use crate::store::record::{branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Loaded, Stored};
-use cotx_protocol::lease;
 use crate::state::unix_ms;
+use crate::store::log::{
+    existing_outcome, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token,
+    RESTORE_GRANT_JUMP,
+};
+use crate::store::record::{
+    branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Loaded, Stored,
+};
+use cotx_protocol::lease;
 use rusqlite::{params, Connection};
 
 pub struct SqliteLog {
@@ -35,7 +40,9 @@ impl SqliteLog {
     fn rows(&self, filter: &str, arg: Option<&str>) -> Result<Vec<Stored>, String> {
         let mut st = self
             .conn
-            .prepare(&format!("SELECT gtid, outcome, branches, decided_ms, node, source FROM decisions {filter} ORDER BY decided_ms"))
+            .prepare(&format!(
+                "SELECT gtid, outcome, branches, decided_ms, node, source FROM decisions {filter} ORDER BY decided_ms"
+            ))
             .map_err(e)?;
         let map = |r: &rusqlite::Row| {
             Ok(parse_row(r.get(0)?, &r.get::<_, String>(1)?, &r.get::<_, String>(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
@@ -50,9 +57,11 @@ impl SqliteLog {
 
     fn lease_row(conn: &Connection, node: &str) -> Result<Option<lease::Row>, rusqlite::Error> {
         let now = unix_ms() as i64;
-        match conn.prepare_cached("SELECT holder, generation, expires_ms FROM nodes WHERE node = ?1")?.query_row([node], |r| {
-            Ok(lease::Row { holder: r.get(0)?, generation: r.get(1)?, expires_in_ms: r.get::<_, i64>(2)? - now })
-        }) {
+        match conn
+            .prepare_cached("SELECT holder, generation, expires_ms FROM nodes WHERE node = ?1")?
+            .query_row([node], |r| {
+                Ok(lease::Row { holder: r.get(0)?, generation: r.get(1)?, expires_in_ms: r.get::<_, i64>(2)? - now })
+            }) {
             Ok(r) => Ok(Some(r)),
             Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
             Err(x) => Err(x),
@@ -62,11 +71,13 @@ impl SqliteLog {
     /// Whether a missing record of gtid may have existed: at or below its epoch's purge
     /// watermark, or of an epoch sealed by a restore (cotx_protocol::answer::unknown_if_absent).
     fn purged(conn: &Connection, gtid: &str) -> Result<bool, rusqlite::Error> {
-        let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else { return Ok(false) };
-        let (w, sealed): (Option<i64>, bool) = match conn.prepare_cached("SELECT purged_seq, sealed_ms IS NOT NULL FROM epochs WHERE node = ?1 AND nonce = ?2")?.query_row(
-            params![node, nonce as i64],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        ) {
+        let (Some((node, nonce)), Some(seq)) = (crate::naming::gtid_epoch(gtid), gtid_seq(gtid)) else {
+            return Ok(false);
+        };
+        let (w, sealed): (Option<i64>, bool) = match conn
+            .prepare_cached("SELECT purged_seq, sealed_ms IS NOT NULL FROM epochs WHERE node = ?1 AND nonce = ?2")?
+            .query_row(params![node, nonce as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        {
             Ok(x) => x,
             Err(rusqlite::Error::QueryReturnedNoRows) => (None, false),
             Err(x) => return Err(x),
@@ -81,7 +92,10 @@ impl SqliteLog {
     fn apply(tx: &rusqlite::Transaction, op: &Op) -> Result<OpResult, rusqlite::Error> {
         Ok(match op {
             Op::Decide(r, fence) => {
-                let existing: Option<String> = match tx.prepare_cached("SELECT outcome FROM decisions WHERE gtid = ?1")?.query_row([&r.gtid], |x| x.get(0)) {
+                let existing: Option<String> = match tx
+                    .prepare_cached("SELECT outcome FROM decisions WHERE gtid = ?1")?
+                    .query_row([&r.gtid], |x| x.get(0))
+                {
                     Ok(o) => Some(o),
                     Err(rusqlite::Error::QueryReturnedNoRows) => None,
                     Err(x) => return Err(x),
@@ -96,7 +110,10 @@ impl SqliteLog {
                 if let Some(f) = fence {
                     let owner = crate::naming::gtid_node(&r.gtid).unwrap_or_default();
                     if !lease::admits(Self::lease_row(tx, owner)?.as_ref(), f) {
-                        return Ok(OpResult::Fenced(format!("the lease of node {owner} is no longer grant {} of {}", f.generation, f.holder)));
+                        return Ok(OpResult::Fenced(format!(
+                            "the lease of node {owner} is no longer grant {} of {}",
+                            f.generation, f.holder
+                        )));
                     }
                 }
                 // No row (read above, in this transaction of the store's only writer).
@@ -120,13 +137,16 @@ impl SqliteLog {
                 OpResult::Done
             }
             Op::Forget(g) => {
-                tx.prepare_cached("UPDATE decisions SET finished_ms = ?2 WHERE gtid = ?1 AND finished_ms IS NULL")?.execute(params![g, unix_ms() as i64])?;
+                tx.prepare_cached("UPDATE decisions SET finished_ms = ?2 WHERE gtid = ?1 AND finished_ms IS NULL")?
+                    .execute(params![g, unix_ms() as i64])?;
                 OpResult::Done
             }
             Op::Purge { older_than_ms } => {
                 let cutoff = unix_ms() as i64 - *older_than_ms as i64;
                 let gtids: Vec<String> = {
-                    let mut st = tx.prepare("SELECT gtid FROM decisions WHERE finished_ms < ?1 ORDER BY finished_ms LIMIT 10000")?;
+                    let mut st = tx.prepare(
+                        "SELECT gtid FROM decisions WHERE finished_ms < ?1 ORDER BY finished_ms LIMIT 10000",
+                    )?;
                     let v = st.query_map([cutoff], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
                     v
                 };
@@ -151,7 +171,6 @@ impl SqliteLog {
             }
         })
     }
-
 }
 
 impl DecisionLog for SqliteLog {
@@ -186,7 +205,14 @@ impl DecisionLog for SqliteLog {
 
     /// The file lock already makes this process the store's only user: the claim is
     /// recorded (for `nodes`) and always granted, under a new generation.
-    fn claim_node(&mut self, node: &str, holder: &str, url: &str, ttl_ms: u64, _fence_expired: bool) -> Result<Claim, String> {
+    fn claim_node(
+        &mut self,
+        node: &str,
+        holder: &str,
+        url: &str,
+        ttl_ms: u64,
+        _fence_expired: bool,
+    ) -> Result<Claim, String> {
         let tx = self.conn.transaction().map_err(e)?;
         let g: i64 = tx
             .query_row(
@@ -209,7 +235,8 @@ impl DecisionLog for SqliteLog {
         let v = lease::renewal(Self::lease_row(&self.conn, node).map_err(e)?.as_ref(), t);
         if v == Renewal::Renewed {
             let tx = self.conn.transaction().map_err(e)?;
-            tx.execute("UPDATE nodes SET expires_ms = ?2 WHERE node = ?1", params![node, (unix_ms() + ttl_ms) as i64]).map_err(e)?;
+            tx.execute("UPDATE nodes SET expires_ms = ?2 WHERE node = ?1", params![node, (unix_ms() + ttl_ms) as i64])
+                .map_err(e)?;
             Self::tick(&tx).map_err(e)?;
             tx.commit().map_err(e)?;
         }
@@ -226,7 +253,12 @@ impl DecisionLog for SqliteLog {
         let mut st = self.conn.prepare("SELECT node, holder, url, expires_ms FROM nodes ORDER BY node").map_err(e)?;
         let rows = st
             .query_map([], |r| {
-                Ok(NodeLease { node: r.get(0)?, holder: r.get(1)?, url: r.get(2)?, expires_in_ms: r.get::<_, i64>(3)? - now })
+                Ok(NodeLease {
+                    node: r.get(0)?,
+                    holder: r.get(1)?,
+                    url: r.get(2)?,
+                    expires_in_ms: r.get::<_, i64>(3)? - now,
+                })
             })
             .map_err(e)?;
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
@@ -234,7 +266,9 @@ impl DecisionLog for SqliteLog {
 
     fn identity(&mut self) -> Result<Identity, String> {
         self.conn
-            .query_row("SELECT store_id, restores, tick FROM meta WHERE id = 1", [], |r| Ok(Identity { store_id: r.get(0)?, restores: r.get(1)?, tick: r.get(2)? }))
+            .query_row("SELECT store_id, restores, tick FROM meta WHERE id = 1", [], |r| {
+                Ok(Identity { store_id: r.get(0)?, restores: r.get(1)?, tick: r.get(2)? })
+            })
             .map_err(e)
     }
 
@@ -305,7 +339,9 @@ mod tests {
     fn conditional_insert_keeps_first_decision() {
         let d = tmpdir("cond");
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
-        let r = l.write_batch(&[Op::Decide(rec("g1", Outcome::Commit), None), Op::Decide(rec("g1", Outcome::Abort), None)]).unwrap();
+        let r = l
+            .write_batch(&[Op::Decide(rec("g1", Outcome::Commit), None), Op::Decide(rec("g1", Outcome::Abort), None)])
+            .unwrap();
         assert_eq!(r, vec![OpResult::Decided(Outcome::Commit), OpResult::Decided(Outcome::Commit)]);
         let all = l.load().unwrap().records;
         assert_eq!(all, vec![rec("g1", Outcome::Commit)]);
@@ -325,7 +361,11 @@ mod tests {
     fn mark_restored_seals_the_copys_epochs() {
         let d = tmpdir("restored");
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
-        l.write_batch(&[Op::RegisterEpoch { node: "n".into(), nonce: 10 }, Op::Decide(rec("n.00000000000a-1", Outcome::Commit), None)]).unwrap();
+        l.write_batch(&[
+            Op::RegisterEpoch { node: "n".into(), nonce: 10 },
+            Op::Decide(rec("n.00000000000a-1", Outcome::Commit), None),
+        ])
+        .unwrap();
         let Claim::Granted(g1) = l.claim_node("n", "h", "u", 1000, false).unwrap() else { panic!() };
         let before = l.identity().unwrap();
         assert_eq!(l.get("n.00000000000a-2").unwrap(), Stored::Absent { forgotten: false });
@@ -352,19 +392,31 @@ mod tests {
         let d = tmpdir("purge");
         let mut l = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
         let (g3, g5, g9) = ("n.00000000000a-3", "n.00000000000a-5", "n.00000000000a-9");
-        l.write_batch(&[Op::Decide(rec(g3, Outcome::Commit), None), Op::Decide(rec(g5, Outcome::Commit), None), Op::Decide(rec(g9, Outcome::Commit), None)]).unwrap();
+        l.write_batch(&[
+            Op::Decide(rec(g3, Outcome::Commit), None),
+            Op::Decide(rec(g5, Outcome::Commit), None),
+            Op::Decide(rec(g9, Outcome::Commit), None),
+        ])
+        .unwrap();
         l.write_batch(&[Op::Forget(g3.into()), Op::Forget(g5.into())]).unwrap();
         // Not old enough yet: kept.
         l.write_batch(&[Op::Purge { older_than_ms: 60_000 }]).unwrap();
         assert!(matches!(l.get(g5).unwrap(), Stored::Record(_)));
-        l.conn.execute_batch("UPDATE decisions SET finished_ms = finished_ms - 120000 WHERE finished_ms IS NOT NULL").unwrap();
+        l.conn
+            .execute_batch("UPDATE decisions SET finished_ms = finished_ms - 120000 WHERE finished_ms IS NOT NULL")
+            .unwrap();
         l.write_batch(&[Op::Purge { older_than_ms: 60_000 }]).unwrap();
         assert_eq!(l.get(g5).unwrap(), Stored::Absent { forgotten: true });
         assert_eq!(l.get("n.00000000000a-4").unwrap(), Stored::Absent { forgotten: true });
         // Above the watermark: never recorded, presumed abort stays sound.
         assert_eq!(l.get("n.00000000000a-6").unwrap(), Stored::Absent { forgotten: false });
         // A decision stalled past the retention is not written under the watermark.
-        let r = l.write_batch(&[Op::Decide(rec("n.00000000000a-4", Outcome::Commit), None), Op::Decide(rec("n.00000000000a-6", Outcome::Abort), None)]).unwrap();
+        let r = l
+            .write_batch(&[
+                Op::Decide(rec("n.00000000000a-4", Outcome::Commit), None),
+                Op::Decide(rec("n.00000000000a-6", Outcome::Abort), None),
+            ])
+            .unwrap();
         assert_eq!(r, vec![OpResult::Forgotten, OpResult::Decided(Outcome::Abort)]);
         assert!(matches!(l.get(g9).unwrap(), Stored::Record(_)), "unfinished records are never purged");
     }
@@ -380,7 +432,10 @@ mod tests {
         assert!(g2 > g1, "every grant draws a new generation");
         let r = l.write_batch(&[Op::Decide(rec("n.1-1", Outcome::Commit), Some(old.clone()))]).unwrap();
         assert!(matches!(&r[0], OpResult::Fenced(_)), "{r:?}");
-        assert_eq!(l.renew_node("n", &old, 1000).unwrap(), Renewal::Lost(lease::Lost::Regranted { holder: "a".into(), generation: g2 }));
+        assert_eq!(
+            l.renew_node("n", &old, 1000).unwrap(),
+            Renewal::Lost(lease::Lost::Regranted { holder: "a".into(), generation: g2 })
+        );
         let new = Token { holder: "a".into(), generation: g2 };
         assert_eq!(l.renew_node("n", &new, 1000).unwrap(), Renewal::Renewed);
         let r = l.write_batch(&[Op::Decide(rec("n.1-1", Outcome::Commit), Some(new))]).unwrap();

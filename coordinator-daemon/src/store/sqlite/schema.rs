@@ -67,13 +67,20 @@ pub(super) fn open(path: &str) -> Result<(Connection, std::fs::File), String> {
         ("epochs", "sealed_ms", "INTEGER"),
     ] {
         let has: bool = conn
-            .query_row(&format!("SELECT count(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| r.get(0))
+            .query_row(
+                &format!("SELECT count(*) > 0 FROM pragma_table_info('{table}') WHERE name = ?1"),
+                [column],
+                |r| r.get(0),
+            )
             .map_err(e)?;
         if !has {
             conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}")).map_err(e)?;
         }
     }
-    conn.execute_batch("CREATE INDEX IF NOT EXISTS decisions_finished ON decisions(finished_ms) WHERE finished_ms IS NOT NULL").map_err(e)?;
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS decisions_finished ON decisions(finished_ms) WHERE finished_ms IS NOT NULL",
+    )
+    .map_err(e)?;
     // A store without a meta row (new, or made by 0.1.0) gets one; then it is current.
     conn.execute_batch(&format!(
         "INSERT OR IGNORE INTO meta(id, schema_version, store_id) VALUES (1, {SCHEMA_VERSION}, lower(hex(randomblob(16))));
@@ -125,10 +132,14 @@ mod tests {
         let d = tmpdir("newer");
         let path = d.join("s.db");
         drop(SqliteLog::open(path.to_str().unwrap()).unwrap());
-        Connection::open(&path).unwrap().execute_batch("UPDATE meta SET schema_version = 99; CREATE TABLE later(x)").unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("UPDATE meta SET schema_version = 99; CREATE TABLE later(x)")
+            .unwrap();
         let err = SqliteLog::open(path.to_str().unwrap()).err().unwrap();
         assert!(err.contains("schema version 99") && err.contains("newer cotx-coordinator"), "{err}");
-        let v: i64 = Connection::open(&path).unwrap().query_row("SELECT schema_version FROM meta", [], |r| r.get(0)).unwrap();
+        let v: i64 =
+            Connection::open(&path).unwrap().query_row("SELECT schema_version FROM meta", [], |r| r.get(0)).unwrap();
         assert_eq!(v, 99);
     }
 
