@@ -37,12 +37,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from bench.harness import report
 from bench.harness.core import Env, log, machine, read_csv, summarize, write_summary
 from bench.micro import micro
 from bench.tpcc import tpcc
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HEADER = "## Side by side: local / 2pc / co / client (the earlier Python driver)"
 

@@ -43,7 +43,6 @@ import json
 import random
 import re
 import sys
-import threading
 import time
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor

@@ -31,7 +31,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cotx import Coordinator, CotxError, RetryableError, TransactionAborted

@@ -76,7 +76,6 @@ def measure(server, args, seed) -> tuple[float, int, float]:
     procs = [mp.Process(target=worker, args=(server.port, args.seconds, args.rows, args.reads,
                                              args.writes, seed * 100 + i, q))
              for i in range(args.clients)]
-    t0 = time.monotonic()
     for p in procs:
         p.start()
     res = [q.get() for _ in procs]

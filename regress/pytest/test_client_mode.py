@@ -27,7 +27,7 @@ import pytest
 from cotest import MariaServer, PgServer
 from cotest.coord import make_daemon, my_prepared, pg_prepared, wait_until
 from cotx import Coordinator
-from cotx.errors import CoordinatorError, CoordinatorUnavailable, CotxError
+from cotx.errors import CoordinatorError, CotxError
 
 from test_coordinator_safety import metric
 from test_coordinator_stale import transfer as stale_transfer

@@ -3,7 +3,6 @@ after the decision (owner gone: the daemon completes), the daemon killed (-9) be
 decision / after it before fan-out / in the middle of fan-out, and both databases crashed
 while branches were in doubt. Afterwards every branch has the recorded outcome and
 nothing stays prepared."""
-import os
 import sqlite3
 import subprocess
 import sys

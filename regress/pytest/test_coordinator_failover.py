@@ -15,7 +15,7 @@ import time
 
 import pytest
 from cotest import PgReplicaPair
-from cotx import Coordinator, CotxError, TransactionAborted
+from cotx import Coordinator, TransactionAborted
 from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from test_coordinator_crash import Child, committed_both  # noqa: F401

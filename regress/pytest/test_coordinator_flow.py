@@ -2,13 +2,12 @@
 Python client. Commit and abort across both engines, one-phase commit, a participant that
 joins by gtid, retryable refusals, bad requests that change nothing, timeouts."""
 import threading
-import time
 
 import psycopg
 import pytest
-from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, nothing_prepared, pg_prepared, wait_until
 
-from cotx import Coordinator, CoordinatorError, PrepareRefused, RetryableError, TransactionAborted
+from cotx import Coordinator, CoordinatorError, PrepareRefused, RetryableError
 
 
 @pytest.fixture(scope="module")

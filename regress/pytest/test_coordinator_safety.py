@@ -15,7 +15,7 @@ import urllib.request
 
 import psycopg
 import pytest
-from cotx import Coordinator, CotxError, OutcomeUnknown, client as cl
+from cotx import Coordinator, CotxError, client as cl
 from cotx.daemon import Daemon
 from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
 

@@ -15,7 +15,7 @@ import threading
 import time
 
 import psycopg
-from cotx import Coordinator, CotxError
+from cotx import Coordinator
 from cotest.coord import make_daemon, nothing_prepared, wait_until
 
 from test_coordinator_crash import absent_both, committed_both  # noqa: F401
@@ -234,7 +234,6 @@ def test_a_purged_outcome_is_forgotten_not_aborted(pg, mariadb, daemons):
                  timeouts={"retention_ms": 0, "outcome_retention_ms": 4000})
     a.start()
     b.start()
-    ca = Coordinator(a.url, a.token)
     gtid = committed_transfer(a, pg, mariadb, "gone-1")
     assert decision_of(b, gtid) == "commit"
     # After the retention the record is purged: "forgotten", never "abort".

@@ -10,8 +10,6 @@ and shows the split that the participant lookup prevents."""
 import urllib.request
 
 import pytest
-import psycopg
-import pymysql
 from cotx import Coordinator
 from cotx.daemon import Daemon
 from cotest.coord import nothing_prepared, wait_until
@@ -251,10 +249,10 @@ def test_client_commits_with_decision_in_participant(dbs):
         c = Coordinator(d.url, d.token)
         pgc, myc = pg.connect(), my.connect()
         with c.transaction(decide_in_participant=True) as tx:
-            with tx.branch(myc, "my") as b:
+            with tx.branch(myc, "my"):
                 with myc.cursor() as cur:
                     cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 8")
-            with tx.branch(pgc, "pg") as b:
+            with tx.branch(pgc, "pg"):
                 pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = 8")
         assert tx.outcome == "commit"
         assert c.get(tx.gtid)["state"] == "committed"
@@ -264,10 +262,10 @@ def test_client_commits_with_decision_in_participant(dbs):
         # in-doubt 2PC writer overwrote it.
         with pytest.raises(RetryableError, match="rule A"):
             with c.transaction(decide_in_participant=True) as tx:
-                with tx.branch(myc, "my") as b:
+                with tx.branch(myc, "my"):
                     with myc.cursor() as cur:
                         cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 8")
-                with tx.branch(pgc, "pg") as b:
+                with tx.branch(pgc, "pg"):
                     pgc.execute("SELECT bal FROM dip_acct WHERE id = 8")
                     pgc.execute("UPDATE dip_acct SET bal = bal + 0 WHERE id = 9")
                     w = pg.connect()

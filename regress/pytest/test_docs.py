@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import psycopg
-import pytest
 from cotx.daemon import find_binary
 
 from conftest import requires_mysql_co, requires_pg_co

@@ -8,7 +8,6 @@ commit; pg_co's rule S refuses the writer's COMMIT; observe-only counts and logs
 refusal and lets it commit. Cause and code: docs/pg_co.md, "Rule S"."""
 import psycopg
 import pytest
-from psycopg import errors
 
 from conftest import requires_pg_co
 from cotest import PgServer

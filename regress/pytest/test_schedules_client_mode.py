@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 import pytest
-from checker.schedules import (Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample,
+from checker.schedules import (Runner, Tally, full_set, named_schedules, run_many, sample,
                                three_sample)
 from conftest import requires_mysql_co, requires_pg_co
 from cotest import MariaServer, PgServer

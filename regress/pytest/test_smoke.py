@@ -1,5 +1,4 @@
 """Smoke tests: each real server starts, takes a 2PC branch through prepare and commit."""
-import pymysql
 import pytest
 
 
