@@ -25,7 +25,7 @@ Experiments (--experiments, comma-separated):
             store's commit_delay_us = 1000); with --other-daemon also 2pc:other,
             co:other (that build, driven per step); not in the default set
   narayana  the micro default point through Narayana's in-process JTA transaction manager
-            (the Java driver clients/java io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
+            (the Java driver clients/java/example io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
             pg_co / mysql_co on) beside the daemon (2pc, co), interleaved; not in the
             default set (needs `bash scripts/build-jta-load.sh` first)
   scaling   not in the default set (about 35 minutes): the micro default point swept one

@@ -24,13 +24,20 @@ fi
 [ "$(java_major)" -ge 17 ] || die "Java 17 or newer is needed (found $(java -version 2>&1 | head -1))"
 [ "$(go_minor)" -ge $GO_MIN ] || die "Go 1.$GO_MIN or newer is needed (found $(go env GOVERSION))"
 
-# Maven: resolve everything `mvn -o test` needs (plugins, surefire's JUnit provider, the
-# drivers) by compiling and running the server-less unit test once per pom.xml version.
+# Maven: resolve everything `mvn -o test` needs for every module of clients/java (plugins,
+# surefire's JUnit providers, the drivers; the client's Jackson; the starter's Spring Boot
+# 3.5.7, HikariCP, Micrometer, Actuator: all pinned in the poms) by compiling everything and
+# running the server-less tests once per version of the poms.
 mkdir -p "$COTX_M2"
-stamp="$COTX_M2/.cotx-pom-$(sha256sum "$COTX_ROOT/clients/java/pom.xml" | cut -c1-16)"
+# The tests that need no server, at least one per module: a module's surefire provider is
+# resolved only when it runs a test.
+offline_tests="RetryTest,RefusalsTest,TraceparentTest,StandInDaemonTest,CotxPropertiesTest"
+poms=(pom.xml client/pom.xml spring-boot-starter/pom.xml example/pom.xml)
+stamp="$COTX_M2/.cotx-pom-$(cd "$COTX_ROOT/clients/java" && cat "${poms[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  log "fetching the Java example's dependencies into $COTX_M2"
-  (cd "$COTX_ROOT/clients/java" && nice -n 10 mvn -B -q -Dmaven.repo.local="$COTX_M2" -Dtest=RetryTest test >/dev/null) \
+  log "fetching the Java modules' dependencies into $COTX_M2"
+  (cd "$COTX_ROOT/clients/java" && nice -n 10 mvn -B -q -Dmaven.repo.local="$COTX_M2" \
+      -Dtest="$offline_tests" -Dsurefire.failIfNoSpecifiedTests=false test >/dev/null) \
     || die "maven could not resolve clients/java's dependencies (Maven Central reachable?)"
   touch "$stamp"
 fi

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Compiles clients/java (Narayana's load driver io.cotx.tm.Load among its classes) offline
-# from the Maven cache bootstrap-tm.sh filled, and writes the runtime classpath to
-# clients/java/target/jta-load.classpath, which bench/harness/jta.py reads for the
+# Compiles clients/java/example (Narayana's load driver io.cotx.tm.Load among its classes)
+# offline from the Maven cache bootstrap-tm.sh filled, and writes the runtime classpath to
+# clients/java/example/target/jta-load.classpath, which bench/harness/jta.py reads for the
 # benchmark modes 2pc:jta and co:jta (bench/run_all.py --experiments narayana).
 # The classpath is taken from the compiler's own command line (mvn -X): the cache has no
-# maven-dependency-plugin and nothing may be downloaded. Seconds; writes only clients/java/target.
+# maven-dependency-plugin and nothing may be downloaded. Seconds; writes only clients/java/example/target.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/tm-env.sh"
 command -v mvn >/dev/null && command -v java >/dev/null || die "maven/java missing: run scripts/bootstrap.sh"
-cd "$COTX_ROOT/clients/java"
-out="$COTX_ROOT/clients/java/target"
+cd "$COTX_ROOT/clients/java/example"
+out="$COTX_ROOT/clients/java/example/target"
 mkdir -p "$out"
 # A full recompile: the compiler prints its command line (and so the classpath) only then.
 rm -rf "$out/classes"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Bring-your-own-TM, Java: the overdraft through Narayana (JTA) over pgjdbc's PGXADataSource
-# and MariaDB Connector/J's XA data source, on throwaway servers with pg_co / mysql_co
-# (clients/java, docs/transaction-managers.md), and the refusal at start on a second pair
-# without them (-Dcotx.bare.pg.port / -Dcotx.bare.my.port). Offline: bootstrap-tm.sh fetched the jars.
+# The Java modules of clients/java on throwaway servers with pg_co / mysql_co and a second
+# pair without them (-Dcotx.bare.pg.port / -Dcotx.bare.my.port: client mode, and the example's
+# refusal at start): the daemon's client (client/: against the real daemon, which its tests
+# start), the Spring Boot starter (spring-boot-starter/), and the Narayana (JTA) example
+# (example/, docs/transaction-managers.md). Offline: bootstrap-tm.sh fetched the jars.
 #   JAVA_TEST_ARGS="-Dpgjdbc.version=42.7.4" bash scripts/test-java.sh   # another driver (must be in the cache)
+#   JAVA_TEST_ARGS="-pl client -Dtest=OverdraftTest -Dsurefire.failIfNoSpecifiedTests=false" bash scripts/test-java.sh   # one module, one class
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/tm-env.sh"

@@ -1,11 +1,11 @@
-"""The Narayana (JTA) load driver for a slice: clients/java's io.cotx.tm.Load, the same
+"""The Narayana (JTA) load driver for a slice: clients/java/example's io.cotx.tm.Load, the same
 command line and result line as the Rust driver (bench/loadgen), with Narayana's
 transaction manager inside the driver process instead of the cotx daemon.
 
 A mode "base:jta" (2pc:jta, co:jta) runs it: the servers are switched for the base as
 usual (pg_co / mysql_co off for 2pc, on for co); the daemon keeps running but is not in the
 path. scripts/build-jta-load.sh compiles the classes offline and writes their classpath
-to clients/java/target/jta-load.classpath (COTX_JTA_CLASSPATH overrides the file).
+to clients/java/example/target/jta-load.classpath (COTX_JTA_CLASSPATH overrides the file).
 
 CPU: the transaction manager runs in the driver's threads, so the driver reports the part
 of its CPU spent inside the TM's calls (cpu_tm_s: begin, enlist, commit, rollback, which
@@ -33,7 +33,7 @@ def is_jta(mode: str) -> bool:
 
 def classpath() -> str:
     """The driver's runtime classpath; RuntimeError with the build hint when it is missing."""
-    f = Path(os.environ.get("COTX_JTA_CLASSPATH") or ROOT / "clients" / "java" / "target" / "jta-load.classpath")
+    f = Path(os.environ.get("COTX_JTA_CLASSPATH") or ROOT / "clients" / "java" / "example" / "target" / "jta-load.classpath")
     if shutil.which("java") is None:
         raise RuntimeError("java not found: run scripts/bootstrap.sh (Java 17)")
     if not f.exists():

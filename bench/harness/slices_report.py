@@ -204,7 +204,7 @@ def markdown(summary: list[dict], rows: list[dict], meta: dict, breakdowns: dict
                 ("daemon", "Two builds of the daemon, micro default point (mode:other: the build given by --other-daemon)"),
                 ("coordinator", "What the coordinator costs, micro default point (:per-step: the driver's calls before batching; :other: the build given by --other-daemon)"),
                 ("narayana", "Narayana (JTA, in the driver) beside the daemon, micro default point (mode:jta: the Java "
-                             "driver clients/java io.cotx.tm.Load; its TM's CPU is counted as coord)"),
+                             "driver clients/java/example io.cotx.tm.Load; its TM's CPU is counted as coord)"),
                 ("autocommit", "MariaDB autocommit reads (80 % of transactions: six autocommit point reads on MariaDB; "
                                "acr = mysql_co_lock_autocommit_reads)"),
                 ("scaling", "Scaling study: S, clients, read-only share swept one at a time around S=2, 8 clients, "

@@ -169,7 +169,8 @@ def test_no_import_path_hacks():
 # (or its path from the folder), or by a glob the README writes in backquotes (`t/*.test`,
 # `plots/*.png`, `include/*` for a whole folder; a bare `folder/` names the folder, not its
 # files). coordinator-daemon/README.md has its own module table and is not in this list.
-COMPONENT_READMES = ["pg_co_ext", "mysql_co_plugin", "clients/python", "clients/go", "clients/java", "harness",
+COMPONENT_READMES = ["pg_co_ext", "mysql_co_plugin", "clients/python", "clients/go", "clients/java",
+                     "clients/java/client", "clients/java/spring-boot-starter", "clients/java/example", "harness",
                      "checker", "bench", "regress", "scripts", "deploy", "deploy/images", "demo", "docs", "sql"]
 # A README that links a docs page's table of its files instead of copying it: the page's
 # text counts as the README's.

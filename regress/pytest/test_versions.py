@@ -19,8 +19,12 @@ def test_every_part_has_the_release_version():
         pkg = tomllib.loads((ROOT / crate / "Cargo.toml").read_text())["package"]
         assert pkg["version"] == {"workspace": True}, f"{crate}/Cargo.toml must take the workspace's version"
     assert tomllib.loads((ROOT / "clients/python/pyproject.toml").read_text())["project"]["version"] == v
-    pom = (ROOT / "clients/java/pom.xml").read_text()
-    assert re.search(r"<artifactId>[^<]+</artifactId>\s*<version>([^<]+)</version>", pom).group(1) == v
+    # clients/java: the parent pom's own version, and each module's reference to it.
+    for pom in ["clients/java/pom.xml", "clients/java/client/pom.xml", "clients/java/spring-boot-starter/pom.xml",
+                "clients/java/example/pom.xml"]:
+        text = (ROOT / pom).read_text()
+        m = re.search(r"<artifactId>cotx-java</artifactId>\s*<version>([^<]+)</version>", text)
+        assert m and m.group(1) == v, f"{pom} must name version {v} of io.cotx:cotx-java"
     h = (ROOT / "mysql_co_plugin/version.h").read_text()
     assert re.search(r'#define MYSQL_CO_VERSION "([^"]+)"', h).group(1) == v
     assert int(re.search(r"#define MYSQL_CO_VERSION_HEX (0x[0-9a-fA-F]+)", h).group(1), 16) == (major << 8 | minor)

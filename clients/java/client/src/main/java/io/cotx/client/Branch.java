@@ -1,0 +1,232 @@
+package io.cotx.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.sql.Connection;
+import java.sql.SQLException;
+
+/** One database's part of a global transaction, on the owner's JDBC connection. Keep the
+ * connection open (and out of any pool) until the transaction is finished: a MariaDB read-only
+ * branch dies with its session. */
+public final class Branch {
+    /** How the coordinator says commitment ordering is enforced at the branch's resource. */
+    public enum Enforcement {
+        /** pg_co / mysql_co refuse what would break commitment ordering. */
+        ENGINE,
+        /** Neither is installed there (a managed database): the daemon's helper and the
+         * branch's slot write (docs/client-mode.md). The branch must be SERIALIZABLE and
+         * always prepares. */
+        CLIENT,
+        /** Plain 2PC, configured so (comparisons). */
+        NONE
+    }
+
+    enum State { ACTIVE, PREPARED, FINISHED, ROLLED_BACK, FAILED }
+
+    private final Transaction tx;
+    private final Connection conn;
+    private final String resource;
+    private final String id;
+    private final Isolation isolation;
+    private Dialect dialect;
+    private String engineId; // PostgreSQL: the gid literal; MariaDB: 'gtrid','bqual',formatID
+    private Enforcement enforcement = Enforcement.ENGINE;
+    private int shimKey;
+    State state = State.ACTIVE;
+
+    Branch(Transaction tx, Connection conn, String resource, String id, Isolation isolation) {
+        this.tx = tx;
+        this.conn = conn;
+        this.resource = resource;
+        this.id = id;
+        this.isolation = isolation;
+    }
+
+    public Connection connection() {
+        return conn;
+    }
+
+    public String resource() {
+        return resource;
+    }
+
+    public String id() {
+        return id;
+    }
+
+    public Isolation isolation() {
+        return isolation;
+    }
+
+    /** As the coordinator answered the registration (ENGINE from a daemon that does not say). */
+    public Enforcement enforcement() {
+        return enforcement;
+    }
+
+    /** Client mode's slot (1 and up; 0 in the other modes). */
+    public int shimKey() {
+        return shimKey;
+    }
+
+    /** "postgres" or "mariadb". */
+    public String kind() {
+        return dialect == null ? null : dialect.wire;
+    }
+
+    /** A registered branch (its answer {@code r}) is checked and opened: the enforcement and
+     * client mode's slot, then BEGIN / XA START. In client mode a branch that is not
+     * SERIALIZABLE is refused before it runs, and a MariaDB session is set SERIALIZABLE and
+     * read back. If it cannot be opened, the coordinator is told (the global transaction
+     * aborts). */
+    void open(JsonNode r) {
+        try {
+            Dialect mine = Dialect.of(conn);
+            dialect = Dialect.ofWire(r.path("kind").asText());
+            if (dialect != mine) {
+                throw new CotxException("resource " + resource + " is " + dialect.wire + " at the coordinator but the connection is "
+                        + mine.wire);
+            }
+            String mode = r.path("enforcement").asText("engine");
+            enforcement = switch (mode) {
+                case "client" -> Enforcement.CLIENT;
+                case "none" -> Enforcement.NONE;
+                default -> Enforcement.ENGINE;
+            };
+            if (enforcement == Enforcement.CLIENT) {
+                if (isolation != Isolation.SERIALIZABLE) {
+                    throw new ClientModeIsolationException("resource " + resource + " runs in client mode (no pg_co / mysql_co there): "
+                            + "its branches must be SERIALIZABLE, not " + isolation.sql);
+                }
+                shimKey = r.path("shim").path("key").asInt(0);
+                if (shimKey < 1) {
+                    throw new CotxException("the coordinator answered client mode without a shim slot");
+                }
+                dialect.setSerializableVerified(conn);
+            }
+            if (dialect == Dialect.POSTGRES) {
+                engineId = Dialect.literal(r.path("gid").asText(null));
+            } else {
+                JsonNode x = r.path("xid");
+                if (x.isMissingNode() || x.isNull()) {
+                    throw new CotxException("the coordinator answered no xid");
+                }
+                engineId = Dialect.literal(x.path("gtrid").asText(null)) + "," + Dialect.literal(x.path("bqual").asText(null)) + ","
+                        + x.path("format_id").asLong();
+            }
+            dialect.begin(conn, engineId, isolation);
+        } catch (SQLException | RuntimeException e) {
+            reportFailed("begin failed: " + e.getMessage(), false);
+            state = State.FAILED;
+            if (e instanceof CotxException ce) {
+                throw ce;
+            }
+            throw new CotxException("opening branch " + id + " at " + resource + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** For an error inside the branch: rolls back every local branch of the transaction,
+     * tells the coordinator (the global transaction aborts) and returns the exception to
+     * throw, retryable when {@code e} is a serialization failure, deadlock or lock timeout. */
+    public TransactionAbortedException fail(Throwable e) {
+        rollbackUnprepared();
+        boolean retry = Refusals.retryable(e);
+        reportFailed(String.valueOf(e.getMessage()), retry);
+        state = State.FAILED;
+        tx.rollbackOthers(this);
+        TransactionAbortedException ab = new TransactionAbortedException(tx.gtidOrNull(), resource + ": " + e.getMessage(), retry, false, e);
+        tx.aborted(ab);
+        return ab;
+    }
+
+    private String path(String suffix) {
+        return "/v1/transactions/" + Coordinator.q(tx.gtidOrNull()) + "/branches/" + Coordinator.q(id) + suffix;
+    }
+
+    void reportFailed(String reason, boolean retryable) {
+        // Best effort: if it is lost, the coordinator aborts on timeout (presumed abort).
+        try {
+            tx.call("POST", path("/failed"),
+                    Coordinator.JSON.createObjectNode().put("reason", Coordinator.trunc(reason, 900)).put("retryable", retryable));
+        } catch (CotxException ignored) {
+            // the timeout aborts it
+        }
+    }
+
+    void rollbackUnprepared() {
+        try {
+            dialect.rollbackUnprepared(conn, engineId);
+        } catch (SQLException | RuntimeException ignored) {
+            // the session is gone or the branch already ended: nothing of it can commit
+        }
+    }
+
+    /** PREPARE TRANSACTION / XA END + XA PREPARE, in client mode after the slot's write. A
+     * failure rolls back and reports; the exception is a TransactionAbortedException, refused
+     * and retryable for the engines' refusals. */
+    void prepare() {
+        try {
+            if (enforcement == Enforcement.CLIENT) {
+                dialect.shimTouch(conn, shimKey);
+            }
+            dialect.prepare(conn, engineId);
+            state = State.PREPARED;
+        } catch (SQLException e) {
+            rollbackUnprepared();
+            state = State.FAILED;
+            boolean retry = Refusals.retryable(e);
+            reportFailed("prepare refused: " + e.getMessage(), retry);
+            throw new TransactionAbortedException(tx.gtidOrNull(),
+                    resource + (retry ? ": prepare refused: " : ": prepare failed: ") + e.getMessage(), retry, retry, e);
+        }
+    }
+
+    void commitOnePhase() throws SQLException {
+        dialect.commitOnePhase(conn, engineId);
+        state = State.FINISHED;
+    }
+
+    /** The decided outcome on the owner's session. A branch the coordinator already finished
+     * (its owner grace ran out) is fine. */
+    void finish(boolean commit) throws SQLException {
+        try {
+            dialect.finish(conn, engineId, commit);
+        } catch (SQLException e) {
+            if (!dialect.alreadyFinished(e)) {
+                throw e;
+            }
+        }
+        state = commit ? State.FINISHED : State.ROLLED_BACK;
+    }
+
+    /** Rolls back whatever state the branch is in; a prepared one is acknowledged. */
+    void rollback() {
+        switch (state) {
+            case PREPARED -> {
+                try {
+                    finish(false);
+                    ack("abort");
+                } catch (SQLException e) {
+                    // the coordinator's recovery rolls it back
+                }
+            }
+            case ACTIVE -> {
+                rollbackUnprepared();
+                state = State.ROLLED_BACK;
+            }
+            default -> {
+            }
+        }
+    }
+
+    void ack(String outcome) {
+        // Nobody waits on an acknowledgement: if it is lost, recovery confirms the branch.
+        try {
+            tx.call("POST", path("/finished"), Coordinator.JSON.createObjectNode().put("outcome", outcome));
+        } catch (CotxException ignored) {
+            // recovery confirms it
+        }
+    }
+
+    void reportPrepared() {
+        tx.call("POST", path("/prepared"), Coordinator.JSON.createObjectNode());
+    }
+}

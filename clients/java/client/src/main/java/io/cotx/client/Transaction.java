@@ -1,0 +1,410 @@
+package io.cotx.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/** A global transaction as seen by one service: the root ({@link Coordinator#transaction()},
+ * decides it in {@link #commit()}) or a participant ({@link Coordinator#join}, calls
+ * {@link #prepare()} and later {@link #finish()}). Not thread-safe: one thread at a time. The
+ * commit protocol is the Python and Go clients' (docs/coordinator.md, "Python client"). */
+public final class Transaction {
+    private final Coordinator coord;
+    private final boolean root;
+    private final int timeoutMs;
+    private final String callerTraceparent;
+    private final List<Branch> branches = new ArrayList<>();
+    private String gtid;
+    private String traceId;
+    private String outcome;
+
+    Transaction(Coordinator coord, String gtid, boolean root, int timeoutMs, String traceparent) {
+        this.coord = coord;
+        this.gtid = gtid;
+        this.root = root;
+        this.timeoutMs = timeoutMs;
+        this.callerTraceparent = Traceparent.valid(traceparent) ? traceparent : null;
+    }
+
+    /** The global id to hand to other services, beginning the transaction at the coordinator
+     * if no branch did yet. */
+    public String gtid() {
+        if (gtid == null) {
+            ObjectNode body = Coordinator.JSON.createObjectNode();
+            if (timeoutMs > 0) {
+                body.put("timeout_ms", timeoutMs);
+            }
+            gtid = call("POST", "/v1/transactions", body).path("gtid").asText();
+        }
+        return gtid;
+    }
+
+    String gtidOrNull() {
+        return gtid;
+    }
+
+    public boolean isRoot() {
+        return root;
+    }
+
+    /** "commit" or "abort" once decided here, else null. */
+    public String outcome() {
+        return outcome;
+    }
+
+    public List<Branch> branches() {
+        return List.copyOf(branches);
+    }
+
+    /** The trace id of the transaction's own trace context (used when the caller gave no
+     * traceparent), drawn once. */
+    public String traceId() {
+        if (callerTraceparent != null) {
+            return callerTraceparent.split("-")[1];
+        }
+        if (traceId == null) {
+            traceId = Traceparent.randomHex(16);
+        }
+        return traceId;
+    }
+
+    /** The traceparent one request sends: the caller's as given, or under the transaction's
+     * own trace id a new span id per request. */
+    String traceparent() {
+        return callerTraceparent != null ? callerTraceparent : Traceparent.child(traceId());
+    }
+
+    /** The headers to send on a call to another service inside this transaction: the gtid
+     * ({@code Cotx-Gtid}) and the traceparent. Begins the transaction if needed. */
+    public Map<String, String> headers() {
+        Map<String, String> h = new LinkedHashMap<>();
+        h.put(Propagation.GTID_HEADER, gtid());
+        h.put(Traceparent.HEADER, traceparent());
+        return h;
+    }
+
+    JsonNode call(String method, String path, JsonNode body) {
+        return coord.call(method, path, body, traceparent(), null);
+    }
+
+    // ---- branches --------------------------------------------------------------------------
+
+    /** A SERIALIZABLE branch on {@code conn} at {@code resource} (its name in the daemon's
+     * configuration). See {@link #branch(Connection, String, Isolation, String)}. */
+    public Branch branch(Connection conn, String resource) {
+        return branch(conn, resource, Isolation.SERIALIZABLE, null);
+    }
+
+    /** Registers a branch on {@code conn} (pgjdbc or MariaDB Connector/J; {@code branchId} null:
+     * a random one) and opens it: {@code BEGIN ISOLATION LEVEL …} on PostgreSQL (the connection
+     * is put in autocommit: the client issues BEGIN itself), {@code SET TRANSACTION ISOLATION
+     * LEVEL …} + {@code XA START} on MariaDB. Run the branch's statements on {@code conn}
+     * afterwards; on an error there, throw {@link Branch#fail}'s exception. The first branch of
+     * a root not begun yet is registered with the begin (one request). */
+    public Branch branch(Connection conn, String resource, Isolation isolation, String branchId) {
+        String id = branchId != null ? branchId
+                : (resource.length() > 24 ? resource.substring(0, 24) : resource) + "-" + Traceparent.randomHex(8);
+        Branch b = new Branch(this, conn, resource, id, isolation);
+        ObjectNode reg = Coordinator.JSON.createObjectNode().put("resource", resource).put("branch_id", id);
+        JsonNode r;
+        if (gtid == null) {
+            ObjectNode body = Coordinator.JSON.createObjectNode();
+            body.set("branch", reg);
+            if (timeoutMs > 0) {
+                body.put("timeout_ms", timeoutMs);
+            }
+            JsonNode begun = call("POST", "/v1/transactions", body);
+            gtid = begun.path("gtid").asText();
+            r = begun.path("branch");
+        } else {
+            r = call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/branches", reg);
+        }
+        b.open(r);
+        branches.add(b);
+        return b;
+    }
+
+    // ---- the commit protocol ---------------------------------------------------------------
+
+    /** Root only: decides the transaction. A single branch commits in one phase (not in client
+     * mode, whose protection is the slot written before the prepare); otherwise every local
+     * branch is prepared, the decision is made durable together with their "prepared"
+     * reports, and the branches are committed on their sessions. Returns once committed;
+     * throws {@link TransactionAbortedException} when aborted, {@link OutcomeUnknownException}
+     * when the decision could not be learned. */
+    public void commit() {
+        if (!root) {
+            throw new CotxException("commit is for the root; a participant calls prepare() and finish()");
+        }
+        if (gtid == null && branches.isEmpty()) {
+            outcome = "commit";
+            return;
+        }
+        if (branches.size() == 1 && branches.get(0).state == Branch.State.ACTIVE
+                && branches.get(0).enforcement() != Branch.Enforcement.CLIENT && onePhase(branches.get(0))) {
+            return;
+        }
+        ArrayNode mine = Coordinator.JSON.createArrayNode();
+        for (Branch b : branches) {
+            if (b.state != Branch.State.ACTIVE) {
+                continue;
+            }
+            try {
+                b.prepare();
+            } catch (TransactionAbortedException e) {
+                rollbackLocal();
+                abortQuietly(e.getMessage());
+                throw aborted(e);
+            }
+            mine.add(b.id());
+        }
+        for (TransactionListener l : coord.listeners()) {
+            l.prepared(this);
+        }
+        String decision = null;
+        Instant deadline = Instant.now().plusSeconds(5);
+        while (decision == null) {
+            ObjectNode body = Coordinator.JSON.createObjectNode();
+            body.set("prepared", mine);
+            try {
+                decision = call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit", body).path("decision").asText();
+            } catch (CoordinatorException ce) {
+                if (ce.code().equals("branch_not_prepared") && Instant.now().isBefore(deadline)) {
+                    sleep(10); // a participant has not reported yet
+                } else if (ce.code().equals("already_prepared") && !mine.isEmpty()) {
+                    mine = Coordinator.JSON.createArrayNode(); // an earlier attempt got through
+                } else if (ce.status() >= 500 || ce.code().equals("transaction_committed")) {
+                    decision = waitDecision();
+                } else {
+                    // Refused (a participant failed or never reported, the transaction timed
+                    // out): make sure it is aborted, then roll back our own branches.
+                    abortQuietly("commit refused: " + ce.getMessage());
+                    decision = "abort";
+                }
+            } catch (CoordinatorUnavailableException e) {
+                decision = waitDecision(); // the decision may or may not be durable
+            }
+        }
+        finishAll(decision);
+    }
+
+    /** true: done (committed, or an exception thrown); false: other services joined, so two
+     * phases are needed. */
+    private boolean onePhase(Branch b) {
+        try {
+            call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit",
+                    Coordinator.JSON.createObjectNode().put("one_phase_branch", b.id()));
+        } catch (CoordinatorException ce) {
+            if (ce.code().equals("not_single_branch")) {
+                return false;
+            }
+            abortLocal("one-phase commit refused: " + ce.getMessage());
+            throw aborted(abortError(ce.getMessage(), null));
+        }
+        try {
+            b.commitOnePhase();
+        } catch (SQLException e) {
+            b.rollbackUnprepared();
+            b.state = Branch.State.ROLLED_BACK;
+            b.ack("abort");
+            outcome = "abort";
+            boolean retry = Refusals.retryable(e);
+            throw aborted(new TransactionAbortedException(gtid, b.resource() + ": commit refused: " + e.getMessage(), retry, retry, e));
+        }
+        b.ack("commit");
+        outcome = "commit";
+        for (TransactionListener l : coord.listeners()) {
+            l.committed(this);
+        }
+        return true;
+    }
+
+    /** Participant: prepares every local branch and reports it prepared. On any failure all
+     * local branches are rolled back, the transaction is aborted and the exception thrown. */
+    public void prepare() {
+        for (Branch b : branches) {
+            if (b.state != Branch.State.ACTIVE) {
+                continue;
+            }
+            try {
+                b.prepare();
+            } catch (TransactionAbortedException e) {
+                rollbackLocal();
+                outcome = "abort";
+                throw aborted(e);
+            }
+            try {
+                b.reportPrepared();
+            } catch (CotxException e) {
+                // Refused (aborted meanwhile, e.g. a timeout) or unreachable: never leave a
+                // prepared branch behind for a transaction that may be aborted.
+                abortLocal("prepared report failed: " + e.getMessage());
+                throw aborted(abortError(e.getMessage(), e));
+            }
+        }
+        for (TransactionListener l : coord.listeners()) {
+            l.prepared(this);
+        }
+    }
+
+    /** Participant, after {@link #prepare()}: waits for the root's decision and completes the
+     * local branches on their sessions. Returns when committed; throws
+     * {@link TransactionAbortedException} when aborted, {@link OutcomeUnknownException} when
+     * the coordinator stayed unreachable for the decision timeout. */
+    public void finish() {
+        finishAll(waitDecision());
+    }
+
+    /** Aborts the global transaction (root or participant) and rolls back the local branches. */
+    public void rollback(String reason) {
+        String why = reason == null || reason.isEmpty() ? "rolled back by the application" : reason;
+        if (gtid == null) {
+            rollbackLocal();
+            outcome = "abort";
+            return;
+        }
+        abortLocal(why);
+    }
+
+    private void abortLocal(String reason) {
+        abortQuietly(reason);
+        rollbackLocal();
+        outcome = "abort";
+    }
+
+    private void abortQuietly(String reason) {
+        try {
+            coord.abort(gtid, reason, traceparent());
+        } catch (CotxException ignored) {
+            // the coordinator aborts it on timeout
+        }
+    }
+
+    void rollbackLocal() {
+        for (Branch b : branches) {
+            b.rollback();
+        }
+    }
+
+    void rollbackOthers(Branch failed) {
+        for (Branch b : branches) {
+            if (b != failed) {
+                b.rollback();
+            }
+        }
+        outcome = "abort";
+    }
+
+    TransactionAbortedException aborted(TransactionAbortedException e) {
+        outcome = "abort";
+        for (TransactionListener l : coord.listeners()) {
+            l.aborted(this, e);
+        }
+        return e;
+    }
+
+    private String waitDecision() {
+        Instant deadline = Instant.now().plus(coord.decisionTimeout());
+        RuntimeException last = null;
+        while (true) {
+            Duration remaining = Duration.between(Instant.now(), deadline);
+            if (remaining.isNegative() || remaining.isZero()) {
+                throw new OutcomeUnknownException(gtid, false, last);
+            }
+            if (remaining.compareTo(Duration.ofSeconds(10)) > 0) {
+                remaining = Duration.ofSeconds(10);
+            }
+            try {
+                JsonNode d = coord.decision(gtid, remaining, traceparent());
+                if (d.hasNonNull("decision")) {
+                    return d.path("decision").asText();
+                }
+            } catch (CoordinatorException ce) {
+                if (ce.code().equals("unknown_transaction")) {
+                    return "abort"; // presumed abort: no record and no live transaction
+                }
+                if (ce.code().equals("outcome_forgotten")) {
+                    // Purged after the retention: not known any more (never "abort").
+                    throw new OutcomeUnknownException(gtid, true, ce);
+                }
+                last = ce;
+                sleep(200);
+            } catch (CoordinatorUnavailableException e) {
+                last = e;
+                sleep(200); // restarting: its recovery keeps our branches safe
+            }
+        }
+    }
+
+    private void finishAll(String decision) {
+        for (TransactionListener l : coord.listeners()) {
+            l.decided(this, decision);
+        }
+        if (decision.equals("commit") || decision.equals("one_phase")) {
+            outcome = "commit";
+            ArrayNode done = Coordinator.JSON.createArrayNode();
+            for (Branch b : branches) {
+                if (b.state != Branch.State.PREPARED) {
+                    continue;
+                }
+                try {
+                    b.finish(true);
+                    done.add(b.id());
+                } catch (SQLException e) {
+                    // Decided and durable: the coordinator commits it after the owner grace.
+                }
+            }
+            if (!done.isEmpty()) {
+                ObjectNode body = Coordinator.JSON.createObjectNode().put("outcome", "commit");
+                body.set("branches", done);
+                try {
+                    call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/finished", body);
+                } catch (CotxException ignored) {
+                    // one acknowledgement for all; recovery confirms the branches if it is lost
+                }
+            }
+            for (TransactionListener l : coord.listeners()) {
+                l.committed(this);
+            }
+            // A local branch that could not be finished is not an error of the transaction:
+            // it committed, and the daemon finishes that branch (as the Python client's
+            // tx.unfinished). It is logged by the caller's listener, if any.
+            return;
+        }
+        rollbackLocal();
+        throw aborted(abortError(null, null));
+    }
+
+    private TransactionAbortedException abortError(String reason, Throwable cause) {
+        outcome = "abort";
+        boolean retry = false;
+        String why = reason;
+        try {
+            JsonNode d = coord.decision(gtid, Duration.ZERO, traceparent());
+            retry = d.path("retryable").asBoolean(false);
+            if (why == null) {
+                why = d.path("abort_reason").asText(null);
+            }
+        } catch (CotxException ignored) {
+            // the reason stays unknown; not retryable
+        }
+        return new TransactionAbortedException(gtid, why, retry, false, cause);
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new CotxException("interrupted", e);
+        }
+    }
+}
