@@ -61,8 +61,14 @@ func bareDaemon(t *testing.T, enforcement string) *cotx.Coordinator {
 		waitSettled(t)
 		d.stop()
 	})
-	// Ready when both resources are in that mode: the daemon probes them (and creates the
-	// shim's objects) at start and again while they are not.
+	return readyClient(t, d, enforcement)
+}
+
+// readyClient waits until both resources are in mode enforcement (the daemon probes them,
+// and creates the shim's objects, at start and again while they are not), then returns a
+// client of d.
+func readyClient(t *testing.T, d *daemon, enforcement string) *cotx.Coordinator {
+	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		m, err := d.modes()
