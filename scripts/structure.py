@@ -6,7 +6,8 @@ imports that run back up, and files too long to read at once.
 
 A node is a source file (a module). An edge A -> B is written when A names an item of B:
 `use crate::b::...`, `crate::b::x` in code, `super::...`, `use self::...` in a mod.rs.
-Code after `#[cfg(test)]` is not looked at: a test module may import whatever it tests.
+Code after `#[cfg(test)]` is not looked at, nor a file that starts with `#![cfg(test)]` (a
+test module in a file of its own): a test module may import whatever it tests.
 Reported, each a reason to exit 1:
 - a circle: modules that import each other, directly or through others;
 - an import that runs back up: a file importing an item its own ancestor (a mod.rs or
@@ -98,9 +99,10 @@ def edges(root: Path) -> tuple[dict[tuple[str, ...], set[tuple[str, ...]]], dict
     out: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in mods}
     for m, f in files.items():
         text = f.read_text()
-        cut = text.find("#[cfg(test)]")
-        if cut >= 0:
-            text = text[:cut]
+        # A test module in a file of its own starts with `#![cfg(test)]`: not looked at.
+        cuts = [i for i in (text.find("#[cfg(test)]"), text.find("#![cfg(test)]")) if i >= 0]
+        if cuts:
+            text = text[:min(cuts)]
         text = re.sub(r"//[^\n]*", "", text)   # comments name paths without importing them
         paths = []
         for indent, u in USE.findall(text):

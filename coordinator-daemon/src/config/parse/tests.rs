@@ -1,0 +1,90 @@
+#![cfg(test)]
+use super::*;
+
+const GOOD: &str = r#"
+node_id = "n1"
+listen = "127.0.0.1:7000"
+token = "0123456789abcdef"
+
+[store]
+kind = "sqlite"
+path = "/tmp/x.db"
+
+[[resources]]
+name = "pg1"
+kind = "postgres"
+dsn = "host=127.0.0.1 port=5432 user=postgres"
+
+[[resources]]
+name = "m1"
+kind = "mariadb"
+dsn = "mysql://root@127.0.0.1:3306/test"
+pool_size = 4
+"#;
+
+#[test]
+fn good_config() {
+    let c = parse(GOOD, None).unwrap();
+    assert_eq!(c.resources.len(), 2);
+    assert_eq!(c.resources[1].pool_size, 4);
+    assert_eq!(c.node_id, "n1");
+}
+
+fn err(src: &str) -> ConfigError {
+    parse(src, None).unwrap_err()
+}
+
+#[test]
+fn commit_delay_is_bounded_and_needs_group_commit() {
+    let delay = |v: &str| GOOD.replace("path = \"/tmp/x.db\"", &format!("path = \"/tmp/x.db\"\n{v}"));
+    let c = parse(&delay("commit_delay_us = 500"), None).unwrap();
+    assert!(matches!(c.store, StoreConfig::Sqlite { commit_delay_us: 500, .. }), "{:?}", c.store);
+    assert!(
+        matches!(parse(GOOD, None).unwrap().store, StoreConfig::Sqlite { commit_delay_us: 0, .. }),
+        "off by default"
+    );
+    let e = err(&delay("commit_delay_us = 100001"));
+    assert_eq!(e.field, "store.commit_delay_us", "{e}");
+    let e = err(&delay("group_commit = false\ncommit_delay_us = 500"));
+    assert!(e.field == "store.commit_delay_us" && e.message.contains("group_commit"), "{e}");
+}
+
+#[test]
+fn decision_resources_are_postgres_only() {
+    let c = parse(&GOOD.replace("user=postgres\"", "user=postgres\"\ndecisions = true"), None).unwrap();
+    assert!(c.resources[0].decisions && !c.resources[1].decisions);
+    let e = err(&GOOD.replace("pool_size = 4", "pool_size = 4\ndecisions = true"));
+    assert_eq!(e.field, "resources[1].decisions", "{e}");
+}
+
+#[test]
+fn errors_name_line_and_field() {
+    let e = err(&GOOD.replace("kind = \"mariadb\"", "kind = \"mysql\""));
+    assert_eq!(e.line, Some(17), "{e}");
+    assert_eq!(e.field, "kind");
+    assert!(e.to_string().contains("mysql"), "{e}");
+    let e = err(&GOOD.replace("pool_size = 4", "pool_size = 0"));
+    assert_eq!((e.line, e.field.as_str()), (Some(19), "resources[1].pool_size"));
+    let e = err(&GOOD.replace("127.0.0.1:7000", "0.0.0.0:7000"));
+    assert_eq!((e.line, e.field.as_str()), (Some(3), "listen"));
+    // allow_non_loopback alone is not enough: plain HTTP is for loopback only.
+    let e = err(&GOOD.replace("127.0.0.1:7000\"", "0.0.0.0:7000\"\nallow_non_loopback = true"));
+    assert!(e.message.contains("[tls]"), "{e}");
+    let e = err(&GOOD.replace("name = \"m1\"", "name = \"pg1\""));
+    assert_eq!(e.field, "resources[1].name");
+    let e = err(&GOOD.replace("pool_size = 4", "pool_sise = 4"));
+    assert_eq!(e.line, Some(19), "{e}");
+    assert!(e.to_string().contains("pool_sise"), "{e}");
+    let e = err(&GOOD.replace("token = \"0123456789abcdef\"", ""));
+    assert_eq!(e.field, "token");
+    let e = err(&GOOD.replace("mysql://root@127.0.0.1:3306/test", "nonsense"));
+    assert_eq!(e.field, "resources[1].dsn");
+    let e = err("node_id = \"a.b\"\nallow_no_auth = true\n");
+    assert_eq!((e.line, e.field.as_str()), (Some(1), "node_id"));
+    // No silent default node id.
+    let e = err(&GOOD.replace("node_id = \"n1\"", ""));
+    assert_eq!(e.field, "node_id");
+    assert!(e.message.contains("required"), "{e}");
+    let e = err(&format!("{GOOD}\n[lease]\nttl_ms = 2000\nrenew_ms = 1500\n"));
+    assert_eq!(e.field, "lease.renew_ms");
+}

@@ -1,0 +1,167 @@
+#![cfg(test)]
+use super::*;
+use crate::state::Outcome;
+use std::sync::Mutex;
+
+/// A log that records batch sizes and takes `sync` to "sync" (a slow one lets requests
+/// pile up).
+struct TestLog {
+    sizes: Arc<Mutex<Vec<usize>>>,
+    sync: Duration,
+}
+
+/// A log whose syncs take 20 ms.
+fn slow_log(sizes: Arc<Mutex<Vec<usize>>>) -> TestLog {
+    TestLog { sizes, sync: Duration::from_millis(20) }
+}
+
+impl DecisionLog for TestLog {
+    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+        std::thread::sleep(self.sync);
+        self.sizes.lock().unwrap().push(ops.len());
+        Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
+    }
+    fn load(&mut self) -> Result<Loaded, String> {
+        Ok(Loaded::default())
+    }
+    fn get(&mut self, _: &str) -> Result<Stored, String> {
+        Ok(Stored::Absent { forgotten: false })
+    }
+    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+        Ok(vec![])
+    }
+    fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
+        Ok(Claim::Granted(1))
+    }
+    fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, String> {
+        Ok(Renewal::Renewed)
+    }
+    fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
+        Ok(())
+    }
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+        Ok(vec![])
+    }
+    fn identity(&mut self) -> Result<Identity, String> {
+        Ok(Identity { store_id: "test".into(), restores: 0, tick: 0 })
+    }
+    fn mark_restored(&mut self) -> Result<Restored, String> {
+        Ok(Restored { sealed: 0, restores: 1 })
+    }
+}
+
+fn rec(i: usize) -> DecisionRecord {
+    DecisionRecord {
+        gtid: format!("n.g-{i}"),
+        outcome: Outcome::Commit,
+        branches: vec![],
+        decided_unix_ms: 0,
+        node: "n".into(),
+        source: "coordinator".into(),
+    }
+}
+
+async fn run(max_batch: usize) -> Vec<usize> {
+    let sizes = Arc::new(Mutex::new(vec![]));
+    let store = Store::start(Box::new(slow_log(sizes.clone())), max_batch);
+    let mut hs = vec![];
+    for i in 0..50 {
+        let s = store.clone();
+        hs.push(tokio::spawn(async move { s.decide(rec(i), None).await }));
+    }
+    for h in hs {
+        assert_eq!(h.await.unwrap().unwrap(), Decided::Outcome(Outcome::Commit));
+    }
+    let v = sizes.lock().unwrap().clone();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_batches_concurrent_decisions() {
+    let sizes = run(1024).await;
+    assert_eq!(sizes.iter().sum::<usize>(), 50);
+    assert!(sizes.len() < 50, "no batching happened: {sizes:?}");
+    let sizes = run(1).await;
+    assert_eq!(sizes.len(), 50, "group commit off must write one op per batch");
+}
+
+/// 12 decisions 5 ms apart, each from its own caller: batches and waits.
+async fn spaced(delay_ms: u64) -> (Vec<usize>, u64) {
+    let sizes = Arc::new(Mutex::new(vec![]));
+    let store = Store::open_in_thread(
+        {
+            let s = sizes.clone();
+            move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>)
+        },
+        1024,
+        Duration::from_millis(delay_ms),
+    )
+    .unwrap();
+    let mut hs = vec![];
+    for i in 0..12 {
+        let s = store.clone();
+        hs.push(tokio::spawn(async move { s.decide(rec(i), None).await }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for h in hs {
+        h.await.unwrap().unwrap();
+    }
+    let v = sizes.lock().unwrap().clone();
+    (v, store.stats.delayed.load(Ordering::Relaxed))
+}
+
+/// commit_delay: decisions that come within the delay share a sync; without it, a
+/// fast log syncs each alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_delay_gathers_decisions_that_come_meanwhile() {
+    let (sizes, delayed) = spaced(0).await;
+    assert!(sizes.len() >= 10 && delayed == 0, "no delay: one sync per decision: {sizes:?}");
+    let (sizes, delayed) = spaced(30).await;
+    assert_eq!(sizes.iter().sum::<usize>(), 12);
+    assert!(sizes.len() <= 4, "a 30 ms delay gathers decisions 5 ms apart: {sizes:?}");
+    assert_eq!(delayed as usize, sizes.len(), "each batch waited (each wait paid)");
+}
+
+/// A lone caller (each decision awaited before the next) finds nobody joining its
+/// waits: after three, only one decision in nine waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_caller_waits_only_when_waits_might_pay() {
+    let sizes = Arc::new(Mutex::new(vec![]));
+    let store = Store::open_in_thread(
+        {
+            let s = sizes.clone();
+            move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>)
+        },
+        1024,
+        Duration::from_millis(5),
+    )
+    .unwrap();
+    for i in 0..18 {
+        store.decide(rec(i), None).await.unwrap();
+    }
+    assert_eq!(
+        store.stats.delayed.load(Ordering::Relaxed),
+        4,
+        "the first three decisions waited, then the 12th, no other"
+    );
+    assert_eq!(sizes.lock().unwrap().len(), 18);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due() {
+    let sizes = Arc::new(Mutex::new(vec![]));
+    let store = Store::start(Box::new(slow_log(sizes.clone())), 1024);
+    for i in 0..3 {
+        store.write_later(Op::Forget(format!("n.g-{i}")));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    store.decide(rec(9), None).await.unwrap();
+    assert_eq!(*sizes.lock().unwrap(), vec![4], "three held writes and the decision: one sync");
+    store.write_later(Op::Forget("n.g-5".into()));
+    tokio::time::sleep(std::time::Duration::from_millis(LATER_MS * 3)).await;
+    assert_eq!(*sizes.lock().unwrap(), vec![4, 1], "a held write goes alone once due");
+    // A read sees every write queued before it.
+    store.write_later(Op::Forget("n.g-6".into()));
+    store.get("n.g-6").await.unwrap();
+    assert_eq!(*sizes.lock().unwrap(), vec![4, 1, 1]);
+}
