@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -153,10 +154,11 @@ func (c *Coordinator) do(ctx context.Context, method, path string, body, out int
 	// One traceparent for the whole call, redirects included: they are one operation.
 	tp := traceparentFor(ctx)
 	base := c.base
+	phase := phaseOf(method, path, body)
 	for hop := 0; ; hop++ {
-		status, raw, err := c.send(ctx, base, method, path, data, tp)
+		status, raw, retryAfter, err := c.send(ctx, base, method, path, data, tp)
 		if err != nil {
-			return err
+			return &UnavailableError{Phase: phase, Err: err}
 		}
 		if status < 400 {
 			if out != nil && len(raw) > 0 {
@@ -174,7 +176,7 @@ func (c *Coordinator) do(ctx context.Context, method, path string, body, out int
 				continue
 			}
 		}
-		return &CoordinatorError{Status: status, Code: e.Error.Code, Message: e.Error.Message}
+		return &CoordinatorError{Status: status, Code: e.Error.Code, Message: e.Error.Message, Phase: phase, RetryAfter: retryAfter}
 	}
 }
 
@@ -187,15 +189,15 @@ func ownerBase(s string) (string, bool) {
 	return strings.TrimRight(s, "/"), true
 }
 
-// send is one HTTP exchange with the daemon at base: its status and body.
-func (c *Coordinator) send(ctx context.Context, base, method, path string, data []byte, traceparent string) (int, []byte, error) {
+// send is one HTTP exchange with the daemon at base: its status, body and Retry-After.
+func (c *Coordinator) send(ctx context.Context, base, method, path string, data []byte, traceparent string) (int, []byte, time.Duration, error) {
 	var rd io.Reader
 	if data != nil {
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.token != "" {
@@ -206,14 +208,18 @@ func (c *Coordinator) send(ctx context.Context, base, method, path string, data 
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: %v", ErrCoordinatorUnavailable, method, path, err)
+		return 0, nil, 0, fmt.Errorf("%w: %s %s: %v", ErrCoordinatorUnavailable, method, path, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %s %s: reading the answer: %v", ErrCoordinatorUnavailable, method, path, err)
+		return 0, nil, 0, fmt.Errorf("%w: %s %s: reading the answer: %v", ErrCoordinatorUnavailable, method, path, err)
 	}
-	return resp.StatusCode, raw, nil
+	var after time.Duration
+	if n, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && n >= 0 {
+		after = time.Duration(n) * time.Second // seconds: the daemon never sends an HTTP date
+	}
+	return resp.StatusCode, raw, after, nil
 }
 
 // Begin starts a global transaction and returns its gtid (timeoutMs 0: the daemon's default).

@@ -160,6 +160,13 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 		}
 		t.gtid, r = begun.GTID, begun.Branch
 	} else if err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/branches", reg, &r, 0); err != nil {
+		var ce *CoordinatorError
+		if errors.As(err, &ce) && daemonAction("register", ce.Status, ce.Code) == ActionAborted {
+			// Aborted meanwhile, or presumed aborted (the daemon restarted): the abort's
+			// own reason says whether running it again may work.
+			t.rollbackLocal()
+			return nil, t.abortError(ctx, b.Resource+": registration refused: "+ce.Error())
+		}
 		return nil, err
 	}
 	if err := b.opened(ctx, r); err != nil {
@@ -533,30 +540,46 @@ func (t *Tx) Commit(ctx context.Context) error {
 		}
 		err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/commit", map[string]interface{}{"prepared": mine}, &r, 0)
 		var ce *CoordinatorError
-		switch {
-		case err == nil:
+		if err == nil {
 			decision = r.Decision
-		case errors.As(err, &ce) && ce.Code == "branch_not_prepared" && time.Now().Before(deadline):
-			time.Sleep(10 * time.Millisecond) // a participant has not reported yet
-		case errors.As(err, &ce) && ce.Code == "already_prepared" && len(mine) > 0:
-			mine = []string{} // an earlier attempt got through
-		case errors.As(err, &ce) && (ce.Status >= 500 || ce.Code == "transaction_committed"):
+			break
+		}
+		if !errors.As(err, &ce) { // unreachable: the decision may or may not be durable
 			d, werr := t.waitDecision(ctx)
 			if werr != nil {
 				return werr
 			}
 			decision = d
-		case errors.As(err, &ce):
+			break
+		}
+		// Each refusal as the retry rules' "commit" rows say (clients/retry-rules.json).
+		act := daemonAction("commit", ce.Status, ce.Code)
+		switch {
+		case ce.Code == "already_prepared" && len(mine) > 0:
+			mine = []string{} // an earlier attempt got through
+		case act == ActionRetryRequest && ce.Code != "already_prepared" && time.Now().Before(deadline):
+			// A participant has not reported yet, or the request was not read.
+			wait := 10 * time.Millisecond
+			if ce.RetryAfter > 0 {
+				wait = ce.RetryAfter
+			}
+			if left := time.Until(deadline); wait > left {
+				wait = left
+			}
+			time.Sleep(wait)
+		case act == ActionPollDecision:
+			d, werr := t.waitDecision(ctx)
+			if werr != nil {
+				return werr
+			}
+			decision = d
+		case act == ActionOutcomeUnknown:
+			return &OutcomeUnknownError{GTID: t.gtid, Err: err}
+		default:
 			// Refused (a participant failed or never reported, the transaction timed
 			// out): make sure it is aborted, then roll back our own branches.
 			_ = t.coord.Abort(ctx, t.gtid, "commit refused: "+ce.Error())
 			decision = "abort"
-		default: // unreachable: the decision may or may not be durable
-			d, werr := t.waitDecision(ctx)
-			if werr != nil {
-				return werr
-			}
-			decision = d
 		}
 	}
 	return t.finishAll(ctx, decision)
@@ -568,6 +591,13 @@ func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
 	var ce *CoordinatorError
 	if errors.As(cerr, &ce) && ce.Code == "not_single_branch" {
 		return false, nil
+	}
+	var ue *UnavailableError
+	if errors.As(cerr, &ue) || (ce != nil && daemonAction("one_phase", ce.Status, ce.Code) == ActionRetryTransaction) {
+		// Not acted on ("not now") or no answer, and the branch commits only after one:
+		// rolled back, safe to run again.
+		t.abortLocal(ctx, "one-phase commit: "+cerr.Error())
+		return true, &AbortedError{GTID: t.gtid, Reason: "one-phase commit: " + cerr.Error(), Retryable: true, Err: cerr}
 	}
 	if cerr != nil {
 		t.abortLocal(ctx, "one-phase commit refused: "+cerr.Error())
@@ -669,9 +699,9 @@ func (t *Tx) waitDecision(ctx context.Context) (string, error) {
 		case err == nil && d.Decision != nil:
 			return *d.Decision, nil
 		case err == nil:
-		case errors.As(err, &ce) && ce.Code == "unknown_transaction":
+		case errors.As(err, &ce) && daemonAction("decision", ce.Status, ce.Code) == ActionAborted:
 			return "abort", nil // presumed abort: no record and no live transaction
-		case errors.As(err, &ce) && ce.Code == "outcome_forgotten":
+		case errors.As(err, &ce) && daemonAction("decision", ce.Status, ce.Code) == ActionOutcomeUnknown:
 			// Purged after the retention: not known any more (never "abort": it may have committed).
 			return "", &OutcomeUnknownError{GTID: t.gtid, Err: err}
 		default:
@@ -716,16 +746,33 @@ func (t *Tx) finishAll(ctx context.Context, decision string) error {
 	return t.abortError(ctx, "")
 }
 
+// abortError is the abort of t as an *AbortedError, Retryable when the retry rules'
+// "aborts" rows say running it again is safe and may work (the daemon marked it
+// retryable, or a crash, a takeover or presumed abort ended it). The daemon's own reason
+// decides; reason (the client's words) is shown, and decides only when the daemon cannot
+// be asked.
 func (t *Tx) abortError(ctx context.Context, reason string) error {
 	t.Outcome = "abort"
-	retry := false
-	if d, err := t.coord.GetDecision(ctx, t.gtid, 0); err == nil {
-		retry = d.Retryable
+	retryable := false
+	var recorded *string
+	if reason != "" {
+		recorded = &reason
+	}
+	d, err := t.coord.GetDecision(ctx, t.gtid, 0)
+	var ce *CoordinatorError
+	switch {
+	case err == nil && d.Decision != nil:
+		retryable, recorded = d.Retryable, nil
+		if d.AbortReason != "" {
+			recorded = &d.AbortReason
+		}
 		if reason == "" {
 			reason = d.AbortReason
 		}
+	case errors.As(err, &ce) && daemonAction("decision", ce.Status, ce.Code) == ActionAborted:
+		recorded = nil // presumed abort: the daemon no longer knows it
 	}
-	return &AbortedError{GTID: t.gtid, Reason: reason, Retryable: retry}
+	return &AbortedError{GTID: t.gtid, Reason: reason, Retryable: abortAction(retryable, recorded) == ActionRetryTransaction}
 }
 
 // Ids handed out by the daemon are [A-Za-z0-9._:-]; checking again here means a

@@ -42,6 +42,7 @@ TABLE = [
     ("55P03", None, "canceling statement due to lock timeout", "pg lock timeout"),
     ("55P03", None, 'could not obtain lock on row in relation "acct"', "pg lock timeout"),
     ("57014", None, "canceling statement due to statement timeout", "pg cancelled"),
+    ("53200", None, "maximum number of prepared transactions reached", "pg prepared transactions exhausted"),
     ("23505", None, 'duplicate key value violates unique constraint "acct_pkey"', "other"),
     (None, 1402, "mysql_co: XA PREPARE refused by the restart gate: 1 XA branch(es) recovered at server "
                  "start are still undecided ('r1'); their read locks were lost in the restart.", "mysql_co restart gate"),

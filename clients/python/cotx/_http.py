@@ -14,6 +14,7 @@ import threading
 import urllib.parse
 
 from .errors import CoordinatorError, CoordinatorUnavailable, CotxError
+from .retry_rules import RETRY_REQUEST, daemon_action, phase_of
 
 
 def _q(s: str) -> str:
@@ -106,13 +107,13 @@ class _Http:
             self._local.conn = None
 
     @staticmethod
-    def _read_response(f) -> tuple[int, bytes, bool]:
+    def _read_response(f) -> tuple[int, bytes, bool, float | None]:
         status_line = f.readline()
         if not status_line:
             raise ConnectionError("connection closed by the coordinator")
         parts = status_line.split(None, 2)
         status = int(parts[1])
-        length, chunked, close = None, False, False
+        length, chunked, close, retry_after = None, False, False, None
         while True:
             h = f.readline()
             if h in (b"\r\n", b"\n", b""):
@@ -125,6 +126,8 @@ class _Http:
                 chunked = True
             elif k == b"connection" and b"close" in v.lower():
                 close = True
+            elif k == b"retry-after" and v.strip().isdigit():
+                retry_after = float(v.strip())  # seconds; the daemon never sends an HTTP date
         if chunked:
             body = b""
             while True:
@@ -139,7 +142,7 @@ class _Http:
         else:
             body = f.read()
             close = True
-        return status, body, close
+        return status, body, close, retry_after
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None,
                 _followed: bool = False, traceparent: str | None = None) -> dict:
@@ -147,6 +150,7 @@ class _Http:
         goes with a followed 421 or a retry at another daemon: one operation, one span parent."""
         data = json.dumps(body).encode() if body is not None else b""
         head = self._head(method, path, data, traceparent)
+        phase = phase_of(method, path, body)
         self._drain()
         for attempt in range(2):
             fresh = True
@@ -156,7 +160,7 @@ class _Http:
                 sock, f = self._conn(timeout or self.timeout)
                 fresh = self._local.fresh
                 sock.sendall(head + data)
-                status, raw, close = self._read_response(f)
+                status, raw, close, retry_after = self._read_response(f)
                 if close:
                     self.close()
                 break
@@ -175,7 +179,7 @@ class _Http:
                                                                   traceparent=traceparent)
                             except CotxError:
                                 continue
-                    raise CoordinatorUnavailable(f"{method} {path}: {e}") from e
+                    raise CoordinatorUnavailable(f"{method} {path}: {e}", phase) from e
         try:
             payload = json.loads(raw) if raw else {}
         except ValueError:
@@ -186,7 +190,19 @@ class _Http:
                 # Another daemon owns this transaction: ask it (same token, same request).
                 return self._peer(err["owner_url"]).request(method, path, body, timeout, _followed=True,
                                                             traceparent=traceparent)
-            raise CoordinatorError(status, err.get("code", "unknown"), err.get("message", str(payload)))
+            refused = CoordinatorError(status, err.get("code", "unknown"), err.get("message", str(payload)), phase,
+                                       retry_after)
+            if phase == "begin" and not _followed and daemon_action(phase, status, refused.code) == RETRY_REQUEST:
+                # "Not now" from this daemon (its lease unconfirmed, overloaded, restarting a
+                # resource): a begin may go to any daemon of the deployment; the caller waits
+                # only if none of them takes it.
+                for url in self.alternates:
+                    try:
+                        return self._peer(url).request(method, path, body, timeout, _followed=True,
+                                                       traceparent=traceparent)
+                    except CotxError:
+                        continue
+            raise refused
         return payload
 
     def _peer(self, url: str) -> "_Http":

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from ._http import _q
 from .dialect import DIALECTS, ISOLATION_LEVELS, _already_finished, _kind_of, _retryable
-from .errors import CotxError, PrepareRefused, RetryableError, TransactionAborted
+from .errors import CoordinatorError, CotxError, PrepareRefused, RetryableError, TransactionAborted
+from .retry_rules import ABORTED, daemon_action
 
 
 class Branch:
@@ -51,6 +52,9 @@ class Branch:
 
     def __enter__(self) -> "Branch":
         reg = {"resource": self.resource, "branch_id": self.branch_id}
+        session = self._sql.session(self.conn)
+        if session is not None:
+            reg["session"] = session
         if self.tx._gtid is None:
             body = {"branch": reg}
             if self.tx._timeout_ms is not None:
@@ -59,7 +63,15 @@ class Branch:
             self.tx._gtid = begun["gtid"]
             r = begun["branch"]
         else:
-            r = self.tx._request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
+            try:
+                r = self.tx._request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
+            except CoordinatorError as e:
+                if daemon_action("register", e.status, e.code) == ABORTED:
+                    # Aborted meanwhile, or presumed aborted (the daemon restarted): the
+                    # abort's own reason says whether running it again may work.
+                    self.tx._rollback_local()
+                    self.tx._raise_abort(f"{self.resource}: registration refused: {e}")
+                raise
         if r["kind"] != self.kind:
             raise CotxError(f"resource {self.resource!r} is {r['kind']} at the coordinator but the connection is {self.kind}")
         try:
@@ -91,7 +103,10 @@ class Branch:
             return False
         self._rollback_unprepared()
         retry = _retryable(ev)
-        self._report_failed(f"{et.__name__}: {ev}", retry)
+        ack = self._report_failed(f"{et.__name__}: {ev}", retry)
+        # The daemon cancelled our statement to break a deadlock across databases: the
+        # error is a cancel, the transaction is worth running again.
+        retry = retry or ack.get("aborted_as") == "deadlock_victim"
         self.state = "failed"
         if retry:
             # A serialization failure, deadlock or lock timeout inside the branch: the same
@@ -99,13 +114,14 @@ class Branch:
             raise RetryableError(self.tx.gtid, f"{self.resource}: {ev}") from ev
         return False
 
-    def _report_failed(self, reason: str, retryable: bool) -> None:
+    def _report_failed(self, reason: str, retryable: bool) -> dict:
+        """The daemon's answer ({} when it could not be told)."""
         try:
-            self.tx._request(
+            return self.tx._request(
                 "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/failed",
-                {"reason": reason[:900], "retryable": bool(retryable)})
+                {"reason": reason[:900], "retryable": bool(retryable)}) or {}
         except CotxError:
-            pass  # the coordinator aborts on timeout anyway (presumed abort)
+            return {}  # the coordinator aborts on timeout anyway (presumed abort)
 
     def _rollback_unprepared(self) -> None:
         try:

@@ -6,17 +6,27 @@ class CotxError(Exception):
 
 
 class CoordinatorError(CotxError):
-    """The coordinator refused a request (4xx) or failed (5xx)."""
+    """The coordinator refused a request (4xx) or failed (5xx). `phase`: which request it
+    answered, as the retry rules name it (cotx.retry_rules.phase_of: "begin", "register",
+    "commit", …); `retry_after`: its Retry-After header in seconds (None without one)."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, phase: str = "other",
+                 retry_after: float | None = None):
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.phase = phase
+        self.retry_after = retry_after
 
 
 class CoordinatorUnavailable(CotxError):
-    """The coordinator could not be reached."""
+    """The coordinator could not be reached (or its answer not read). `phase`: which
+    request, as for CoordinatorError."""
+
+    def __init__(self, message: str, phase: str = "other"):
+        super().__init__(message)
+        self.phase = phase
 
 
 class TransactionAborted(CotxError):

@@ -24,6 +24,8 @@ from .dialect import Postgres, _retryable
 from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      RetryableError, TransactionAborted)
 from .propagation import HEADER as GTID_HEADER
+from .retry_rules import (ABORTED, OUTCOME_UNKNOWN, POLL_DECISION, RETRY_REQUEST, RETRY_TRANSACTION, abort_action,
+                          daemon_action)
 from .trace import TraceContext
 
 
@@ -117,24 +119,38 @@ class Transaction:
 
     def _commit_call(self, body: dict) -> str:
         """POST …/commit, waiting for participants' prepared reports; the decision, or
-        "in_participant" when the decision branch now decides."""
+        "in_participant" when the decision branch now decides. Each refusal is handled as
+        the retry rules' "commit" rows say (clients/retry-rules.json)."""
         mine = body.get("prepared", [])
         deadline = time.monotonic() + 5.0
         while True:
             try:
                 return self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {**body, "prepared": mine})["decision"]
             except CoordinatorError as e:
-                if e.code == "branch_not_prepared" and time.monotonic() < deadline:
-                    time.sleep(0.01)  # a participant has not reported yet
-                    continue
+                act = daemon_action("commit", e.status, e.code)
                 if e.code == "already_prepared" and mine:
                     mine = []  # an earlier attempt got through
                     continue
-                if e.status >= 500 or e.code in ("transaction_committed", "transaction_deciding"):
+                if act == RETRY_REQUEST and e.code != "already_prepared" and time.monotonic() < deadline:
+                    # A participant has not reported yet, or the request was not read.
+                    time.sleep(min(e.retry_after or 0.01, max(0.0, deadline - time.monotonic())))
+                    continue
+                if act == POLL_DECISION:
                     return self._wait_decision()
+                if act == OUTCOME_UNKNOWN:
+                    raise OutcomeUnknown(f"{self.gtid}: {e}") from e
+                # Refused: abort it (with the reason, which the abort's classification
+                # reads back), roll back our branches, raise the abort.
+                self._abort_at_daemon(f"commit refused: {e}")
                 return "abort"
             except CoordinatorUnavailable:
                 return self._wait_decision()
+
+    def _abort_at_daemon(self, reason: str) -> None:
+        try:
+            self._request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
+        except CotxError:
+            pass  # already aborted, or unreachable: the daemon aborts on timeout
 
     def _decide_in(self, d: Branch, mine: list[str]) -> str:
         """Every other branch is prepared: commit `d` in one phase with the global decision
@@ -172,7 +188,14 @@ class Transaction:
             if e.code == "not_single_branch":
                 return False  # other services joined: two-phase
             self.abort(f"one-phase commit refused: {e}")
+            if daemon_action("one_phase", e.status, e.code) == RETRY_TRANSACTION:
+                # Not acted on ("not now"), and the branch was never committed.
+                raise RetryableError(self.gtid, f"one-phase commit refused: {e}") from e
             self._raise_abort()
+        except CoordinatorUnavailable as e:
+            # The branch commits only after the daemon's answer: rolled back, run again.
+            self.abort(f"one-phase commit: {e}")
+            raise RetryableError(self.gtid, f"one-phase commit: {e}") from e
         try:
             b.commit_one_phase()
         except Exception as e:
@@ -251,13 +274,14 @@ class Transaction:
                 if r.get("decision"):
                     return r["decision"]
             except CoordinatorError as e:
-                if e.code == "unknown_transaction":
+                act = daemon_action("decision", e.status, e.code)
+                if act == ABORTED:
                     return "abort"  # presumed abort: no record, no live transaction
-                if e.code == "outcome_forgotten":
+                if act == OUTCOME_UNKNOWN:
                     # Its record was purged after the retention: the outcome is not known
                     # any more (never "abort": it may have committed).
                     raise OutcomeUnknown(f"{self.gtid}: {e}") from e
-                time.sleep(0.2)
+                time.sleep(min(e.retry_after or 0.2, 1.0))
             except CoordinatorUnavailable:
                 time.sleep(0.2)  # coordinator restarting: its recovery keeps our branches safe
 
@@ -287,17 +311,26 @@ class Transaction:
         self._raise_abort()
 
     def _raise_abort(self, reason: str | None = None) -> None:
+        """Raises the abort of this transaction: RetryableError when the retry rules'
+        "aborts" rows say running it again is safe and may work (the daemon marked it
+        retryable, or it was aborted by a crash, a takeover or presumed abort), else
+        TransactionAborted. The daemon's own reason decides; `reason` (the client's words)
+        is shown, and decides only when the daemon cannot be asked."""
         self.outcome = "abort"
-        retry = False
+        retryable, recorded = False, reason
         try:
             d = self.coord.decision(self.gtid, traceparent=self.trace.header())
-            retry = bool(d.get("retryable"))
-            reason = reason or d.get("abort_reason")
+            if d.get("decision") is not None:  # (undecided: only the client's words)
+                retryable, recorded = bool(d.get("retryable")), d.get("abort_reason")
+        except CoordinatorError as e:
+            if daemon_action("decision", e.status, e.code) == ABORTED:
+                recorded = None  # presumed abort: the daemon no longer knows it
         except CotxError:
             pass
-        if retry:
-            raise RetryableError(self.gtid, reason)
-        raise TransactionAborted(self.gtid, reason)
+        shown = reason or recorded
+        if abort_action(retryable, recorded) == RETRY_TRANSACTION:
+            raise RetryableError(self.gtid, shown)
+        raise TransactionAborted(self.gtid, shown)
 
     def _background(self) -> None:
         try:
