@@ -12,6 +12,12 @@
 //	err = tx.Commit(ctx)                           // prepare, durable decision, completion
 //	if cotx.IsRetryable(err) { ... run the whole transaction again ... }
 //
+// Coordinator.Run is that loop, and also rides through the daemon's "not now" answers
+// (503, 429: again after Retry-After) and restarts, as the retry rules
+// (clients/retry-rules.json, RetryAction) say:
+//
+//	err := coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error { ... branches ... }, cotx.Retries(5))
+//
 // A participant joins by gtid, runs its branch, then Prepare (prepares and reports) and
 // Finish (waits for the root's decision and completes the branch on the same session):
 //
