@@ -201,9 +201,9 @@ pub fn list(c: &Parts, filter: Option<&str>) -> Res<TransactionList> {
     let txs = c.registry.txs.lock().unwrap();
     let mut out: Vec<(u128, Transaction)> = txs
         .values()
-        .filter(|e| filter.map_or(true, |f| f.matches(&e.tx)))
+        .filter(|e| filter.is_none_or(|f| f.matches(&e.tx)))
         .map(|e| (e.tx.created.elapsed().as_millis(), Transaction::from_tx(&e.tx)))
         .collect();
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|x| std::cmp::Reverse(x.0));
     Ok(TransactionList { transactions: out.into_iter().map(|x| x.1).collect(), quarantined: None })
 }

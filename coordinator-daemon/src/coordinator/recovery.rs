@@ -3,6 +3,7 @@
 //!   2. take the active set (undecided transactions),
 //!   3. read the decisions (the store),
 //!   4. list the prepared branches again (P2).
+//!
 //! Only branches in both P1 and P2 are acted on: such a branch was prepared before we
 //! looked at the active set, so if its transaction is not in that set it was decided before
 //! step 2 and step 3 sees the decision (a commit is durable before its transaction leaves
@@ -294,7 +295,7 @@ async fn record_abort(c: &Arc<Parts>, gtid: &str, branches: &[(String, String)])
         source: "takeover".into(),
     };
     let node = naming::gtid_node(gtid).unwrap_or_default();
-    let Some(fence) = c.owner.grant(node) else { return None };
+    let fence = c.owner.grant(node)?;
     match c.store.decide(rec.clone(), Some(fence)).await {
         Ok(Decided::Outcome(o)) => {
             let mut r = rec;

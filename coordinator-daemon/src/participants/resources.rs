@@ -51,6 +51,8 @@ pub struct ResourceClient {
     locks: Mutex<HashMap<String, LockConn>>,
 }
 
+// One per resource, made once: the size of the PostgreSQL variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Inner {
     Pg {
         cfg: tokio_postgres::Config,
@@ -71,7 +73,7 @@ impl ResourceClient {
                 let (mut cfg, tls) =
                     crate::dbtls::pg(&r.dsn, r.tls.as_ref()).map_err(|e| format!("{}: {e}", r.name))?;
                 cfg.connect_timeout(CONNECT_TIMEOUT);
-                cfg.application_name(&format!("cotx-coordinator:{node}"));
+                cfg.application_name(format!("cotx-coordinator:{node}"));
                 Inner::Pg {
                     cfg,
                     tls,

@@ -1,7 +1,7 @@
 //! Optional export of request spans to OpenTelemetry through the OpenTelemetry SDK
 //! (`opentelemetry_sdk`'s batch span processor, `opentelemetry-otlp`'s OTLP/HTTP exporter
 //! with the JSON encoding and its blocking reqwest client), to `[telemetry] otlp_endpoint`
-//! + `/v1/traces` (plain http: a collector or agent on the host or its pod; it forwards
+//! plus `/v1/traces` (plain http: a collector or agent on the host or its pod; it forwards
 //! with TLS where needed). A request that carries a W3C `traceparent` becomes one SERVER
 //! span, child of the caller's span, with the gtid as an attribute.
 //!
