@@ -2,8 +2,8 @@
 # Formatters and linters, as a Rust/Python/Go shop runs them in CI: a finding fails the
 # suite, and the message says the command that fixes or shows it.
 #   Rust:   cargo fmt --check (rustfmt.toml), clippy -D warnings on the daemon's crates,
-#           pg_co's pure rules and the load driver (pg_co itself builds through pgrx:
-#           scripts/build-pg-co.sh compiles it with warnings denied, not clippy)
+#           pg_co's pure rules and the load driver (not yet pg_co's pgrx shell: clippy
+#           would need pgrx's per-major build environment; its logic is in pg_co_rules)
 #   Python: ruff check (ruff.toml; ruff pinned in requirements.txt)
 #   Go:     gofmt -l, go vet (offline: the module cache bootstrap-tm.sh filled)
 set -uo pipefail
