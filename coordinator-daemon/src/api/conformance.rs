@@ -29,6 +29,7 @@ const NOT_PRODUCED: &[(&str, &str, &str)] = &[
     ("Decision", "from_store", "a commit whose earlier answer was lost"),
     ("Decision", "unfinished_branches", "force of an already decided transaction"),
     ("Decision", "branches", "force of a quarantined transaction"),
+    ("Ack", "aborted_as", "a deadlock victim's branch failed: needs lock waits across two reachable databases"),
     ("Blocking", "locks_held", "needs a reachable PostgreSQL resource"),
     ("Blocking", "sessions_waiting_on_prepared", "needs a reachable PostgreSQL resource"),
     ("Blocking", "lock_waits_on_resource", "needs a reachable MariaDB resource"),

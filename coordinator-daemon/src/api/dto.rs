@@ -73,6 +73,10 @@ pub struct RegisterRequest {
     pub resource: String,
     #[schema(value_type = Id)]
     pub branch_id: String,
+    /// The branch's database session (PostgreSQL backend pid, MariaDB connection id): how
+    /// the daemon maps a lock wait to this transaction to break a deadlock across
+    /// databases, and whose waiting statement it cancels when it aborts the transaction.
+    pub session: Option<i64>,
 }
 
 #[derive(Deserialize, Default, ToSchema)]

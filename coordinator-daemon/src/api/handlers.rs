@@ -78,10 +78,18 @@ pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
     }
     match (b.branch, b.branches) {
         (None, None) => created(c.begin(b.timeout_ms)?),
-        (Some(br), _) => created(c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?),
+        (Some(br), _) => {
+            let begun = c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?;
+            c.note_session(&begun.gtid, &br.branch_id, br.session);
+            created(begun)
+        }
         (None, Some(all)) => {
-            let all: Vec<(String, String)> = all.into_iter().map(|b| (b.resource, b.branch_id)).collect();
-            created(c.begin_with_branches(b.timeout_ms, &all).await?)
+            let ids: Vec<(String, String)> = all.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect();
+            let begun = c.begin_with_branches(b.timeout_ms, &ids).await?;
+            for br in &all {
+                c.note_session(&begun.gtid, &br.branch_id, br.session);
+            }
+            created(begun)
         }
     }
 }
@@ -109,7 +117,9 @@ pub async fn get(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn register(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: RegisterRequest = parse_required(&r.body)?;
-    created(c.register(&r.p[0], &b.resource, &b.branch_id).await?)
+    let reg = c.register(&r.p[0], &b.resource, &b.branch_id).await?;
+    c.note_session(&r.p[0], &b.branch_id, b.session);
+    created(reg)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/prepared", summary = "report a branch prepared",

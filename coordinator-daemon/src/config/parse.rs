@@ -113,6 +113,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             0,
             30 * 86_400_000,
         )?,
+        deadlock_check_ms: cx.ms(&t.deadlock_check_ms, "timeouts.deadlock_check_ms", 500, 0, 3_600_000)?,
     };
     if timeouts.outcome_retention_ms < timeouts.retention_ms {
         return cx.err(

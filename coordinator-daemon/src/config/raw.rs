@@ -99,6 +99,7 @@ pub(super) struct RawTimeouts {
     pub(super) long_poll_max_ms: Option<Spanned<u64>>,
     pub(super) retention_ms: Option<Spanned<u64>>,
     pub(super) outcome_retention_ms: Option<Spanned<u64>>,
+    pub(super) deadlock_check_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -33,6 +33,10 @@ pub struct Timeouts {
     /// Decision records stay in the store (answerable) this long after their branches
     /// finished; then they are purged and their gtids answer "outcome_forgotten".
     pub outcome_retention_ms: u64,
+    /// Deadlocks across databases (coordinator/deadlocks.rs): once a transaction has been
+    /// active this long, its resources' lock waits are read every this-many ms and a cycle
+    /// is broken. 0: never (each engine's own timeouts then end such a wait).
+    pub deadlock_check_ms: u64,
 }
 
 /// Ownership of the node id (docs/coordinator.md, "Several daemons").

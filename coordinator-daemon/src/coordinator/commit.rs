@@ -179,17 +179,18 @@ pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
 }
 
 pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<Ack> {
-    let newly = answers::on(c, gtid, |e| {
+    let (newly, victim) = answers::on(c, gtid, |e| {
         let was = e.tx.state;
         e.tx.failed(bid, reason, retryable)?;
-        Ok(was != TxState::Aborted && e.tx.state == TxState::Aborted)
+        Ok((was != TxState::Aborted && e.tx.state == TxState::Aborted, e.tx.deadlock_victim))
     })
     .await?;
     if newly {
         c.metrics.aborted.fetch_add(1, Relaxed);
         completion::spawn_completion(c, gtid);
     }
-    Ok(Ack { decision: Some(wire::OutcomeArg::Abort), ..Ack::branch(gtid, bid, BranchState::Failed) })
+    let aborted_as = victim.then(|| crate::refusal::RefusalCode::DeadlockVictim.as_str().to_string());
+    Ok(Ack { decision: Some(wire::OutcomeArg::Abort), aborted_as, ..Ack::branch(gtid, bid, BranchState::Failed) })
 }
 
 /// Several branches finished by their owner(s) in one call. All or nothing.
@@ -225,5 +226,6 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
         state: BranchState::Finished,
         outcome: Some(outcome.into()),
         decision: None,
+        aborted_as: None,
     })
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::completion;
+use super::deadlocks;
 use super::decisions;
 use super::holds;
 use super::parts::Parts;
@@ -62,7 +63,9 @@ pub fn tick(c: &Arc<Parts>) {
         c.metrics.aborted.fetch_add(1, Relaxed);
         log("info", "transaction timed out; aborted", json!({"gtid": g}));
         completion::spawn_completion(c, &g);
+        deadlocks::spawn_cancel(c, &g);
     }
+    deadlocks::tick(c, now);
     for g in c.registry.grace_over(now) {
         decisions::spawn_resolution(c, &g);
     }

@@ -13,7 +13,7 @@
 //!     │      │          │         └─► answers ─► decisions ─► completion
 //!     │      └──────────┴─────────────────────────────────────────┘
 //!     ├─► recovery ─► ha::lease, decisions, holds, completion
-//!     ├─► housekeeping ─► holds, decisions, completion
+//!     ├─► housekeeping ─► holds, decisions, completion, deadlocks ─► wait_graph
 //!     ▼
 //!   parts    Parts: cfg, store, metrics, resources, incidents, and:
 //!     ├─► registry       live transactions, quarantine, Lookup (memory only)
@@ -26,6 +26,7 @@ pub mod answers;
 pub mod begin;
 pub mod commit;
 pub mod completion;
+pub mod deadlocks;
 pub mod decisions;
 pub mod expiry;
 pub mod holds;
@@ -34,6 +35,7 @@ pub mod operator;
 pub mod parts;
 pub mod recovery;
 pub mod registry;
+pub mod wait_graph;
 
 use crate::config::Config;
 use crate::ha::lease;
@@ -155,6 +157,15 @@ impl Coordinator {
 
     pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res<wire::Registered> {
         begin::register(&self.parts, gtid, resource, bid).await
+    }
+
+    /// A branch's database session, as its client reported it at registration (the
+    /// deadlock detector's map from lock waits to transactions; deadlocks.rs).
+    pub fn note_session(&self, gtid: &str, bid: &str, session: Option<i64>) {
+        if let Some(s) = session {
+            let after = std::time::Duration::from_millis(self.parts.cfg.timeouts.deadlock_check_ms);
+            let _ = self.parts.registry.note_session(gtid, bid, s, after);
+        }
     }
 
     pub async fn prepared(&self, gtid: &str, bid: &str) -> Res<wire::Ack> {

@@ -109,6 +109,20 @@ pub struct Registry {
     /// (expiry.rs) When each transaction deciding in a participant stops waiting for its
     /// owner's report, soonest first: one heap entry instead of a task and timer each.
     pub(super) graces: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
+    /// (deadlocks.rs) Transactions with a branch whose database session is known, by when
+    /// they have been active long enough for the deadlock detector to look: the tick asks
+    /// the top of this heap, so no transaction that long means no query to any database.
+    pub(super) waits_due: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
+    /// When the detector last read lock waits, and whether a pass is running now.
+    pub(super) waits_checked: Mutex<(Option<Instant>, bool)>,
+}
+
+/// Our transactions' sessions at the resources, as the deadlock detector maps lock waits:
+/// (resource, session) -> gtid, and when each began (unix ms: the victim is the youngest).
+#[derive(Debug, Default)]
+pub struct Sessions {
+    pub of: HashMap<(String, i64), String>,
+    pub begun: HashMap<String, u64>,
 }
 
 impl Registry {
@@ -123,6 +137,70 @@ impl Registry {
             }
             None => Lookup::NotHere,
         }
+    }
+
+    /// Records the session of a branch (its client's report) and when the deadlock
+    /// detector should start looking at the transaction (`after` from its start).
+    pub fn note_session(&self, gtid: &str, bid: &str, session: i64, after: Duration) -> Lookup<()> {
+        let due = match self.with_entry(gtid, |e| e.tx.set_session(bid, session).ok().map(|_| e.tx.created + after)) {
+            Lookup::Here(Some(due)) => due,
+            Lookup::Here(None) => return Lookup::Here(()),
+            Lookup::NotHere => return Lookup::NotHere,
+        };
+        self.waits_due.lock().unwrap().push(Reverse((due, gtid.to_string())));
+        Lookup::Here(())
+    }
+
+    /// Has a transaction with a known session been active long enough to look for lock
+    /// waits? Decided or gone transactions at the top of the heap are dropped on the way.
+    pub fn waits_due(&self, now: Instant) -> bool {
+        let mut heap = self.waits_due.lock().unwrap();
+        let txs = self.txs.lock().unwrap();
+        while let Some(Reverse((due, g))) = heap.peek() {
+            if txs.get(g).is_some_and(|e| e.tx.state == TxState::Active) {
+                return *due <= now;
+            }
+            heap.pop();
+        }
+        false
+    }
+
+    /// Starts a detector pass if one is due: a watched transaction is old enough, the last
+    /// pass began `every` or more ago and none is running. `pass_done` must follow.
+    pub fn start_wait_check(&self, now: Instant, every: Duration) -> bool {
+        let mut w = self.waits_checked.lock().unwrap();
+        if w.1 || w.0.is_some_and(|t| now.duration_since(t) < every) || !self.waits_due(now) {
+            return false;
+        }
+        *w = (Some(now), true);
+        true
+    }
+
+    pub fn wait_check_done(&self) {
+        self.waits_checked.lock().unwrap().1 = false;
+    }
+
+    /// The sessions of every active transaction the detector watches (and the heap
+    /// without the decided ones).
+    pub fn live_sessions(&self) -> Sessions {
+        let mut heap = self.waits_due.lock().unwrap();
+        let txs = self.txs.lock().unwrap();
+        let mut out = Sessions::default();
+        heap.retain(|Reverse((_, g))| txs.get(g).is_some_and(|e| e.tx.state == TxState::Active));
+        for Reverse((_, g)) in heap.iter() {
+            let tx = &txs[g].tx;
+            for (res, s) in tx.active_sessions() {
+                out.of.insert((res, s), g.clone());
+            }
+            out.begun.insert(g.clone(), tx.created_unix_ms);
+        }
+        out
+    }
+
+    /// The sessions of a transaction's branches not yet prepared (an abort cancels their
+    /// waiting statements).
+    pub fn sessions_of(&self, gtid: &str) -> Vec<(String, i64)> {
+        self.txs.lock().unwrap().get(gtid).map(|e| e.tx.active_sessions()).unwrap_or_default()
     }
 
     pub fn insert(&self, gtid: &str, e: Entry) {

@@ -44,7 +44,6 @@ pub use super::branch_sql::Completion;
 
 pub struct ResourceClient {
     pub name: String,
-    #[allow(dead_code)]
     pub kind: ResourceKind,
     prefix: String,
     inner: Inner,

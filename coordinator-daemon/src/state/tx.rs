@@ -60,6 +60,11 @@ pub struct Branch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     pub attempts: u32,
+    /// The branch's database session as its client reported it (PostgreSQL backend pid,
+    /// MariaDB connection id): how the deadlock detector maps a lock wait to this
+    /// transaction, and whose waiting statement an abort cancels. Not in the API's bodies.
+    #[serde(skip)]
+    pub session: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +83,8 @@ pub struct Tx {
     pub recovered: bool,
     /// The branch whose commit carries the global decision (decision in the participant).
     pub decide_in: Option<String>,
+    /// Aborted to break a deadlock across databases: refusals say `deadlock_victim`.
+    pub deadlock_victim: bool,
 }
 
 use crate::refusal::{refuse, Refusal, RefusalCode};
@@ -101,6 +108,7 @@ impl Tx {
             retryable: false,
             recovered: false,
             decide_in: None,
+            deadlock_victim: false,
         }
     }
 
@@ -135,7 +143,7 @@ impl Tx {
     fn decided_refusal<T>(&self, what: &str) -> Result<T, Refusal> {
         match self.state {
             TxState::Aborted => refuse(
-                RefusalCode::TransactionAborted,
+                if self.deadlock_victim { RefusalCode::DeadlockVictim } else { RefusalCode::TransactionAborted },
                 format!(
                     "{what}: transaction {} was aborted ({})",
                     self.gtid,
@@ -183,6 +191,7 @@ impl Tx {
             finished_by: None,
             note: None,
             attempts: 0,
+            session: None,
         });
         Ok(())
     }
@@ -320,6 +329,34 @@ impl Tx {
         self.decided = Some(Instant::now());
         self.abort_reason = Some(reason);
         self.retryable = retryable;
+    }
+
+    /// Aborts an active transaction to break a deadlock across databases (retryable).
+    /// False when it is no longer active: it was decided meanwhile and is left alone.
+    pub fn abort_as_deadlock_victim(&mut self, reason: String) -> bool {
+        if self.state != TxState::Active {
+            return false;
+        }
+        self.abort(reason, true);
+        self.deadlock_victim = true;
+        true
+    }
+
+    /// Records the database session a branch runs on (see `Branch::session`).
+    pub fn set_session(&mut self, bid: &str, session: i64) -> Result<(), Refusal> {
+        let i = self.branch_idx(bid)?;
+        self.branches[i].session = Some(session);
+        Ok(())
+    }
+
+    /// The sessions of branches not yet prepared, by resource: where a statement of this
+    /// transaction may be waiting for a lock.
+    pub fn active_sessions(&self) -> Vec<(String, i64)> {
+        self.branches
+            .iter()
+            .filter(|b| b.state == BranchState::Registered)
+            .filter_map(|b| b.session.map(|s| (b.resource.clone(), s)))
+            .collect()
     }
 
     pub fn check_abort(&self) -> Result<(), Refusal> {

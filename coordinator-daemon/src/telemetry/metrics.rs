@@ -48,6 +48,14 @@ pub struct Metrics {
     pub takeovers: AtomicU64,
     /// Our own node's grant found gone at a renewal (lease.rs, `regain`).
     pub lease_losses: AtomicU64,
+    /// Deadlocks across databases (coordinator/deadlocks.rs): passes that read lock waits,
+    /// cycles found, victims aborted, waiting statements cancelled (victims and aborts),
+    /// and the victims' summed age when aborted (an upper bound of how long each waited).
+    pub deadlock_checks: AtomicU64,
+    pub deadlock_cycles: AtomicU64,
+    pub deadlock_victims: AtomicU64,
+    pub statements_cancelled: AtomicU64,
+    pub deadlock_victim_age_ms: AtomicU64,
     /// Per bucket, the observations that fell in it and in no lower one (not cumulative:
     /// the encoder accumulates them); the last slot holds those above 1 s.
     lat_buckets: [AtomicU64; 13],
@@ -111,6 +119,11 @@ impl Metrics {
             gauge("cotx_adopted_nodes", "Nodes taken over from daemons whose lease ran out.", g.adopted_nodes as f64),
             counter("cotx_takeovers", "Nodes taken over.", v(&self.takeovers)),
             counter("cotx_lease_losses", "Times this daemon found its own node's lease grant gone and reclaimed the node (memory reconciled with the store).", v(&self.lease_losses)),
+            counter("cotx_deadlock_checks", "Passes that read the resources' lock waits (only while a transaction has been active timeouts.deadlock_check_ms).", v(&self.deadlock_checks)),
+            counter("cotx_deadlock_cycles", "Wait cycles across databases found.", v(&self.deadlock_cycles)),
+            counter("cotx_deadlock_victims", "Transactions aborted to break a wait cycle across databases (retryable: deadlock_victim).", v(&self.deadlock_victims)),
+            counter("cotx_deadlock_victim_age_ms", "Summed age in ms of the deadlock victims when aborted (divided by victims: how long a cycle lasted at most).", v(&self.deadlock_victim_age_ms)),
+            counter("cotx_statements_cancelled", "Waiting statements cancelled: of deadlock victims, and of transactions aborted by timeout or an operator.", v(&self.statements_cancelled)),
             counter("cotx_foreign_branches", "Prepared branches of our node id from an epoch our store does not know (left alone).", v(&self.foreign_branches)),
             counter("cotx_overloaded", "Begins refused with 429 (limits.max_active).", v(&self.overloaded)),
             counter("cotx_connections_refused", "Connections refused (limits.max_connections).", v(&self.connections_refused)),

@@ -84,6 +84,10 @@ pub struct Ack {
     /// failed: the transaction's decision (abort).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<OutcomeArg>,
+    /// failed: `deadlock_victim` when the daemon had aborted the transaction to break a
+    /// deadlock across databases (the branch's error was that cancel): retry it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aborted_as: Option<String>,
 }
 
 impl Ack {
@@ -96,6 +100,7 @@ impl Ack {
             state,
             outcome: None,
             decision: None,
+            aborted_as: None,
         }
     }
 }
