@@ -31,7 +31,7 @@ fi
 mkdir -p "$COTX_M2"
 # The tests that need no server, at least one per module: a module's surefire provider is
 # resolved only when it runs a test.
-offline_tests="RetryTest,RefusalsTest,TraceparentTest,StandInDaemonTest,CotxPropertiesTest"
+offline_tests="RetryTest,RetryRulesTest,RefusalsTest,TraceparentTest,StandInDaemonTest,CotxPropertiesTest"
 poms=(pom.xml client/pom.xml spring-boot-starter/pom.xml example/pom.xml)
 stamp="$COTX_M2/.cotx-pom-$(cd "$COTX_ROOT/clients/java" && cat "${poms[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then

@@ -258,9 +258,10 @@ public final class Coordinator {
         } catch (IOException e) {
             throw new CotxException("cannot encode a request body", e);
         }
+        String phase = RetryRules.phaseOf(method, path, body != null && body.has("one_phase_branch"));
         String at = base;
         for (int hop = 0; ; hop++) {
-            HttpResponse<byte[]> resp = send(at, method, path, data, traceparent, timeout == null ? requestTimeout : timeout);
+            HttpResponse<byte[]> resp = send(at, method, path, data, traceparent, timeout == null ? requestTimeout : timeout, phase);
             JsonNode answer = parse(resp.body());
             int status = resp.statusCode();
             if (status < 400) {
@@ -280,11 +281,19 @@ public final class Coordinator {
                     continue;
                 }
             }
-            throw new CoordinatorException(status, code, message);
+            java.time.Duration after = resp.headers().firstValue("Retry-After").map(v -> {
+                try {
+                    return Duration.ofSeconds(Long.parseLong(v.trim()));
+                } catch (NumberFormatException e) {
+                    return null; // an HTTP date: the client's own backoff
+                }
+            }).orElse(null);
+            throw new CoordinatorException(status, code, message, phase, after);
         }
     }
 
-    private HttpResponse<byte[]> send(String at, String method, String path, byte[] data, String traceparent, Duration timeout) {
+    private HttpResponse<byte[]> send(String at, String method, String path, byte[] data, String traceparent, Duration timeout,
+            String phase) {
         HttpRequest.Builder rb = HttpRequest.newBuilder(URI.create(at + path)).timeout(timeout)
                 .header("Content-Type", "application/json")
                 .method(method, data == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofByteArray(data));
@@ -297,10 +306,10 @@ public final class Coordinator {
         try {
             return http.send(rb.build(), HttpResponse.BodyHandlers.ofByteArray());
         } catch (IOException e) {
-            throw new CoordinatorUnavailableException("coordinator unavailable: " + method + " " + path + ": " + e, e);
+            throw new CoordinatorUnavailableException("coordinator unavailable: " + method + " " + path + ": " + e, e, phase);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new CoordinatorUnavailableException("interrupted: " + method + " " + path, e);
+            throw new CoordinatorUnavailableException("interrupted: " + method + " " + path, e, phase);
         }
     }
 

@@ -177,17 +177,24 @@ public final class Transaction {
             try {
                 decision = call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit", body).path("decision").asText();
             } catch (CoordinatorException ce) {
-                if (ce.code().equals("branch_not_prepared") && Instant.now().isBefore(deadline)) {
-                    sleep(10); // a participant has not reported yet
-                } else if (ce.code().equals("already_prepared") && !mine.isEmpty()) {
-                    mine = Coordinator.JSON.createArrayNode(); // an earlier attempt got through
-                } else if (ce.status() >= 500 || ce.code().equals("transaction_committed")) {
-                    decision = waitDecision();
-                } else {
-                    // Refused (a participant failed or never reported, the transaction timed
-                    // out): make sure it is aborted, then roll back our own branches.
-                    abortQuietly("commit refused: " + ce.getMessage());
-                    decision = "abort";
+                switch (ce.action()) {
+                    case RetryRules.RETRY_REQUEST -> {
+                        if (ce.code().equals("already_prepared") && !mine.isEmpty()) {
+                            mine = Coordinator.JSON.createArrayNode(); // an earlier attempt got through
+                        } else if (Instant.now().isBefore(deadline)) {
+                            sleep(ce.code().equals("branch_not_prepared") ? 10 : 100); // a participant has not reported yet
+                        } else {
+                            decision = waitDecision(); // no more asking: the timeout decides it
+                        }
+                    }
+                    case RetryRules.POLL_DECISION -> decision = waitDecision();
+                    case RetryRules.OUTCOME_UNKNOWN -> throw new OutcomeUnknownException(gtid, true, ce);
+                    default -> {
+                        // Refused (a participant failed or never reported, the transaction
+                        // timed out): make sure it is aborted, then roll back our branches.
+                        abortQuietly("commit refused: " + ce.getMessage());
+                        decision = "abort";
+                    }
                 }
             } catch (CoordinatorUnavailableException e) {
                 decision = waitDecision(); // the decision may or may not be durable
@@ -206,8 +213,18 @@ public final class Transaction {
             if (ce.code().equals("not_single_branch")) {
                 return false;
             }
+            if (ce.action().equals(RetryRules.RETRY_TRANSACTION)) {
+                // The daemon did not act: the branch was never committed; roll it back and run again.
+                abortLocal("one-phase commit not taken: " + ce.getMessage());
+                throw aborted(new TransactionAbortedException(gtid, "one-phase commit not taken: " + ce.getMessage(), true, false, ce));
+            }
             abortLocal("one-phase commit refused: " + ce.getMessage());
-            throw aborted(abortError(ce.getMessage(), null));
+            throw aborted(abortError(ce.getMessage(), ce));
+        } catch (CoordinatorUnavailableException e) {
+            // The branch commits only after the daemon's answer, which never came: roll it back.
+            abortLocal("one-phase commit unanswered: " + e.getMessage());
+            throw aborted(new TransactionAbortedException(gtid, "one-phase commit unanswered: " + e.getMessage(),
+                    RetryRules.transportAction("one_phase").equals(RetryRules.RETRY_TRANSACTION), false, e));
         }
         try {
             b.commitOnePhase();
@@ -328,15 +345,18 @@ public final class Transaction {
                     return d.path("decision").asText();
                 }
             } catch (CoordinatorException ce) {
-                if (ce.code().equals("unknown_transaction")) {
-                    return "abort"; // presumed abort: no record and no live transaction
+                switch (ce.action()) {
+                    case RetryRules.ABORTED -> {
+                        return "abort"; // presumed abort: no record and no live transaction
+                    }
+                    case RetryRules.OUTCOME_UNKNOWN ->
+                        // Purged after the retention: not known any more (never "abort").
+                        throw new OutcomeUnknownException(gtid, true, ce);
+                    default -> {
+                        last = ce;
+                        sleep(200); // store_unavailable, owner_unavailable, quarantined: ask again
+                    }
                 }
-                if (ce.code().equals("outcome_forgotten")) {
-                    // Purged after the retention: not known any more (never "abort").
-                    throw new OutcomeUnknownException(gtid, true, ce);
-                }
-                last = ce;
-                sleep(200);
             } catch (CoordinatorUnavailableException e) {
                 last = e;
                 sleep(200); // restarting: its recovery keeps our branches safe
@@ -383,20 +403,30 @@ public final class Transaction {
         throw aborted(abortError(null, null));
     }
 
+    /** Whether the daemon's abort of this transaction may be run again (the abort rows). */
+    boolean abortedRetryably() {
+        return abortError(null, null).retryable();
+    }
+
+    /** The exception for an aborted transaction: retryable as the retry rules' abort rows
+     * say, from the decision's {@code retryable} and {@code abort_reason} (a daemon that no
+     * longer knows the gtid: presumed abort, no reason). */
     private TransactionAbortedException abortError(String reason, Throwable cause) {
         outcome = "abort";
-        boolean retry = false;
-        String why = reason;
+        boolean flagged = false;
+        String recorded = null;
+        boolean known = true;
         try {
             JsonNode d = coord.decision(gtid, Duration.ZERO, traceparent());
-            retry = d.path("retryable").asBoolean(false);
-            if (why == null) {
-                why = d.path("abort_reason").asText(null);
-            }
-        } catch (CotxException ignored) {
-            // the reason stays unknown; not retryable
+            flagged = d.path("retryable").asBoolean(false);
+            recorded = d.hasNonNull("abort_reason") ? d.path("abort_reason").asText() : null;
+        } catch (CoordinatorException ce) {
+            known = ce.action().equals(RetryRules.ABORTED);
+        } catch (CotxException e) {
+            known = false; // unreachable: the reason stays unknown; not retried
         }
-        return new TransactionAbortedException(gtid, why, retry, false, cause);
+        boolean retry = known && RetryRules.abortAction(flagged, recorded).equals(RetryRules.RETRY_TRANSACTION);
+        return new TransactionAbortedException(gtid, reason != null ? reason : recorded, retry, false, cause);
     }
 
     private static void sleep(long ms) {
