@@ -1,0 +1,182 @@
+"""coord.run (clients/python/cotx/retry.py) rides through the daemon's faults as the retry
+rules say (clients/retry-rules.json), on real servers and the real daemon:
+
+- a begin refused with 429 too_many_transactions, and one refused with 503
+  resource_unavailable (client mode's helper cannot be prepared: every prepared-transaction
+  slot of the server is taken), are run again after Retry-After and commit;
+- the daemon killed with kill -9 and restarted, three times, under withdrawals run in a
+  thread per request: every withdrawal ends done or declined, none fails, the money is
+  conserved and nothing stays prepared.
+
+The table's rows themselves: test_client_retry_rules.py."""
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+
+import pytest
+from cotest import PgServer
+from cotest.coord import make_daemon, nothing_prepared, pg_prepared, wait_until
+from cotx import Coordinator
+from cotx.daemon import Daemon
+from cotx.errors import CoordinatorError
+
+
+@pytest.fixture(scope="module")
+def tables(pg, mariadb):
+    pg.sql("DROP TABLE IF EXISTS wd_acct; CREATE TABLE wd_acct(u int PRIMARY KEY, bal int NOT NULL)")
+    mariadb.sql("DROP TABLE IF EXISTS wd_log")
+    mariadb.sql("CREATE TABLE wd_log(id varchar(64) PRIMARY KEY, u int NOT NULL, amt int NOT NULL) ENGINE=InnoDB")
+
+
+def reset(pg, mariadb, users, balance):
+    pg.sql("DELETE FROM wd_acct")
+    for u in range(users):
+        pg.sql("INSERT INTO wd_acct VALUES (%s, %s)", (u, balance))
+    mariadb.sql("DELETE FROM wd_log")
+
+
+def withdrawal(pc, mc, wid, u, amt):
+    """fn(tx) of one withdrawal: savings on PostgreSQL, the ledger on MariaDB."""
+    def fn(tx):
+        with tx.branch(pc, "pg"):
+            bal = pc.execute("SELECT bal FROM wd_acct WHERE u = %s", (u,)).fetchone()[0]
+            if bal < amt:
+                return "declined"
+            pc.execute("UPDATE wd_acct SET bal = bal - %s WHERE u = %s", (amt, u))
+        with tx.branch(mc, "my"):
+            mc.cursor().execute("INSERT INTO wd_log VALUES (%s, %s, %s)", (wid, u, amt))
+        return "done"
+    return fn
+
+
+def test_a_begin_refused_with_429_is_run_again(pg, mariadb, tables):
+    """limits.max_active = 1 and another transaction undecided: the begin is refused with
+    429 too_many_transactions (Retry-After: 1); run() waits, the other ends, it commits."""
+    reset(pg, mariadb, 1, 100)
+    with make_daemon(pg, mariadb, limits={"max_active": 1}) as d:
+        coord = Coordinator(d.url, d.token)
+        other = coord.begin()
+        waits, refused = [], []
+
+        def sleep(s):
+            waits.append(s)
+            coord.http.request("POST", f"/v1/transactions/{other}/abort", {"reason": "test"})
+        out = coord.run(withdrawal(pg.connect(), mariadb.connect(), "w429", 0, 10), sleep=sleep,
+                        on_retry=lambda n, e, s: refused.append((n, e)))
+        assert out == "done"
+        assert [(n, e.status, e.code, e.phase) for n, e in refused] == [(0, 429, "too_many_transactions", "begin")]
+        assert 1.0 <= waits[0] <= 1.25          # Retry-After, spread by up to a quarter
+    assert pg.sql("SELECT bal FROM wd_acct") == [(90,)]
+    assert mariadb.sql("SELECT id FROM wd_log") == (("w429",),)
+
+
+def test_a_begin_refused_with_503_is_run_again():
+    """Client mode on a PostgreSQL whose prepared-transaction slots are all taken: the
+    daemon cannot prepare the branch's helper and refuses the begin with 503
+    resource_unavailable; once the slots are free again run() commits."""
+    with PgServer(preload=False, conf={"max_prepared_transactions": 3}) as bare:
+        bare.sql("CREATE TABLE t(k int PRIMARY KEY)")
+        blocker = bare.connect()
+        for i in range(3):
+            blocker.execute("BEGIN")
+            blocker.execute(f"PREPARE TRANSACTION 'blocker-{i}'")
+        with Daemon([{"name": "bare", "kind": "postgres", "dsn": bare.dsn, "enforcement": "client"}]) as d:
+            coord = Coordinator(d.url, d.token)
+            conn, refused = bare.connect(), []
+
+            def fn(tx):
+                with tx.branch(conn, "bare"):
+                    conn.execute("INSERT INTO t VALUES (1)")
+                return "done"
+
+            def sleep(s):
+                for i in range(3):
+                    bare.sql(f"ROLLBACK PREPARED 'blocker-{i}'")
+            out = coord.run(fn, sleep=sleep, on_retry=lambda n, e, s: refused.append(e))
+            assert out == "done"
+            assert [(e.status, e.code, e.phase) for e in refused] == [(503, "resource_unavailable", "begin")]
+            wait_until(lambda: not pg_prepared(bare), 15, "the helper rolled back")
+        assert bare.sql("SELECT k FROM t") == [(1,)]
+
+
+@pytest.fixture
+def load_daemon(pg, mariadb):
+    d = make_daemon(pg, mariadb, timeouts={"transaction_ms": 10000})
+    d.start()
+    yield d
+    d.destroy()
+
+
+def test_kill9_of_the_daemon_under_load_every_withdrawal_is_done_or_declined(pg, mariadb, tables, load_daemon):
+    """Four clients, each running withdrawals through coord.run in a thread per request (as
+    a threaded web service does); the daemon is killed with kill -9 and restarted three
+    times meanwhile. Every withdrawal ends done or declined (run() ran again what was
+    aborted by the crash or refused while the daemon restarted), the money is conserved,
+    and nothing stays prepared."""
+    users, balance = 6, 400
+    reset(pg, mariadb, users, balance)
+    d = load_daemon
+    coord = Coordinator(d.url, d.token, decision_timeout=60)
+    results, stop, seq, retried = {}, threading.Event(), iter(range(10**6)), []
+
+    def request(wid, u, amt):
+        pc, mc = pg.connect(), mariadb.connect()
+        try:
+            results[wid] = coord.run(withdrawal(pc, mc, wid, u, amt), retries=30, max_wait=60,
+                                     on_retry=lambda n, e, s: retried.append(type(e).__name__))
+        except Exception as e:  # noqa: BLE001 - every failure is counted
+            results[wid] = e
+        finally:
+            pc.close()
+            mc.close()
+
+    def client(rng):
+        while not stop.is_set():
+            wid = f"w{next(seq)}"
+            t = threading.Thread(target=request, args=(wid, rng.randrange(users), rng.randrange(5, 40)))
+            t.start()
+            t.join()
+
+    clients = [threading.Thread(target=client, args=(random.Random(i),)) for i in range(4)]
+    for t in clients:
+        t.start()
+    try:
+        for _ in range(3):
+            time.sleep(1.5)
+            d.kill9()
+            time.sleep(0.3)
+            d.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(120)
+    failed = {w: r for w, r in results.items() if r not in ("done", "declined")}
+    print(f"{len(results)} withdrawals: {sum(r == 'done' for r in results.values())} done, "
+          f"{sum(r == 'declined' for r in results.values())} declined, {len(failed)} failed; "
+          f"run again after: {collections.Counter(retried)}")
+    assert not failed, f"{len(failed)} of {len(results)} withdrawals failed: {list(failed.items())[:5]}"
+    done = {w for w, r in results.items() if r == "done"}
+    assert len(done) >= 20 and "CoordinatorUnavailable" in retried, (len(done), retried)
+    wait_until(lambda: nothing_prepared(pg, mariadb), 30, "nothing left prepared")
+    assert {r[0] for r in mariadb.sql("SELECT id FROM wd_log")} == done
+    spent = dict(mariadb.sql("SELECT u, SUM(amt) FROM wd_log GROUP BY u"))
+    for u, bal in pg.sql("SELECT u, bal FROM wd_acct"):
+        assert bal == balance - int(spent.get(u, 0)) and bal >= 0, (u, bal, spent.get(u))
+
+
+def test_a_refusal_that_is_not_retry_later_is_not_waited_on(pg, mariadb, tables):
+    """An unknown resource is a misconfiguration (the table's "fail"): no wait, no retry."""
+    with make_daemon(pg, mariadb) as d:
+        coord = Coordinator(d.url, d.token)
+        conn, waits = pg.connect(), []
+
+        def fn(tx):
+            with tx.branch(conn, "no-such-resource"):
+                pass
+        with pytest.raises(CoordinatorError) as ei:
+            coord.run(fn, sleep=waits.append)
+        assert (ei.value.status, ei.value.code, ei.value.phase) == (404, "unknown_resource", "begin") and waits == []
