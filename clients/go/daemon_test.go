@@ -59,6 +59,12 @@ func startDaemon(resources []resource) (*daemon, error) {
 // startDaemonAs: node id node (another daemon's branches on the same servers are left
 // alone by each), owner grace period ownerGraceMs.
 func startDaemonAs(resources []resource, node string, ownerGraceMs int) (*daemon, error) {
+	return startDaemonConf(resources, node, ownerGraceMs, "")
+}
+
+// startDaemonConf: startDaemonAs with more of the config's tables (TOML, e.g.
+// "[limits]\nmax_active = 1\n").
+func startDaemonConf(resources []resource, node string, ownerGraceMs int, extra string) (*daemon, error) {
 	bin, err := daemonBinary()
 	if err != nil {
 		return nil, err
@@ -78,7 +84,7 @@ func startDaemonAs(resources []resource, node string, ownerGraceMs int) (*daemon
 	fmt.Fprintf(&cfg, "node_id = %q\nlisten = \"127.0.0.1:%d\"\ntoken = %q\n\n[timeouts]\n", node, port, d.token)
 	fmt.Fprintf(&cfg, "transaction_ms = 30000\nowner_grace_ms = %d\n", ownerGraceMs)
 	cfg.WriteString("recovery_interval_ms = 500\nretry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
-	fmt.Fprintf(&cfg, "\n[store]\nkind = \"sqlite\"\npath = %q\n", filepath.Join(dir, "decisions.db"))
+	fmt.Fprintf(&cfg, "\n[store]\nkind = \"sqlite\"\npath = %q\n\n%s", filepath.Join(dir, "decisions.db"), extra)
 	for _, r := range resources {
 		fmt.Fprintf(&cfg, "\n[[resources]]\nname = %q\nkind = %q\ndsn = %q\npool_size = 2\n", r.name, r.kind, r.dsn)
 		if r.enforcement != "" {
