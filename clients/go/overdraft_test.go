@@ -471,6 +471,9 @@ func overdraft(t *testing.T, run overdraftRun) stats {
 	var st stats
 	for r := 1; r <= rounds; r++ {
 		user := fmt.Sprintf("go-%s-u%d", mode, r)
+		// A run again on the same servers (-count=N, a second suite) starts the user afresh.
+		mustExec(t, run.pg, "DELETE FROM savings WHERE u = $1", user)
+		mustExec(t, run.my, "DELETE FROM checking WHERE u = ?", user)
 		mustExec(t, run.pg, "INSERT INTO savings VALUES ($1, $2, '')", user, start)
 		mustExec(t, run.my, "INSERT INTO checking VALUES (?, ?, '')", user, start)
 		// Both withdrawals read both balances before either writes: the race the overdraft
