@@ -5,8 +5,8 @@ import io.micrometer.core.instrument.MeterRegistry;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.beans.factory.SmartInitializingSingleton;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnWebApplication;
@@ -30,7 +30,7 @@ import org.springframework.web.servlet.config.annotation.WebMvcConfigurer;
 public class CotxAutoConfiguration {
     @Bean
     @ConditionalOnMissingBean
-    public Coordinator cotxCoordinator(CotxProperties p, ObjectProvider<CotxMetrics> metrics) {
+    public Coordinator cotxCoordinator(CotxProperties p) {
         Coordinator.Builder b = Coordinator.builder(p.getUrl()).token(p.getToken()).requestTimeout(p.getRequestTimeout())
                 .decisionTimeout(p.getDecisionTimeout());
         if (p.getTokenFile() != null) {
@@ -39,9 +39,7 @@ public class CotxAutoConfiguration {
         if (p.getCaFile() != null) {
             b.caFile(p.getCaFile());
         }
-        Coordinator c = b.build();
-        metrics.ifAvailable(c::addListener);
-        return c;
+        return b.build();
     }
 
     /** Participants wait for the root's decision here, after they answered the request. */
@@ -59,13 +57,15 @@ public class CotxAutoConfiguration {
         return new GlobalTransactionalAspect(coord, p, cotxFinisher());
     }
 
+    /** The counters go to the application's MeterRegistry, looked up once every singleton
+     * exists: Boot's metrics auto-configuration makes the registry after this one, so a
+     * condition on the bean here would never see it. */
     @Configuration(proxyBeanMethods = false)
     @ConditionalOnClass(MeterRegistry.class)
     static class Metrics {
         @Bean
-        @ConditionalOnBean(MeterRegistry.class)
-        CotxMetrics cotxMetrics(MeterRegistry registry) {
-            return new CotxMetrics(registry);
+        SmartInitializingSingleton cotxMetricsBinder(Coordinator coord, ObjectProvider<MeterRegistry> registry) {
+            return () -> registry.ifUnique(r -> coord.addListener(new CotxMetrics(r)));
         }
     }
 

@@ -22,7 +22,8 @@ import org.springframework.jdbc.core.JdbcTemplate;
 
 /** The auto-configuration from properties alone, no servers: the coordinator (token file),
  * a BranchDataSource per resource over its HikariCP pool (Boot's own DataSource backs off, its
- * JdbcTemplate uses ours), the aspect, the RestClient customizer, the counters, and the health
+ * JdbcTemplate uses ours), the aspect, the RestClient customizer, the counters in the
+ * application's MeterRegistry, and the health
  * indicator down for a daemon that is not there. */
 class CotxPropertiesTest {
     final ApplicationContextRunner runner = new ApplicationContextRunner().withConfiguration(
@@ -53,8 +54,7 @@ class CotxPropertiesTest {
                     assertThat(pool.getJdbcUrl()).isEqualTo("jdbc:postgresql://127.0.0.1:1/bank");
                     assertThat(pool.getMaximumPoolSize()).isEqualTo(3);
                     assertThat(ctx.getBean(JdbcTemplate.class).getDataSource()).isSameAs(ds);
-                    assertThat(ctx).hasSingleBean(GlobalTransactionalAspect.class).hasSingleBean(RestClientCustomizer.class)
-                            .hasSingleBean(CotxMetrics.class);
+                    assertThat(ctx).hasSingleBean(GlobalTransactionalAspect.class).hasSingleBean(RestClientCustomizer.class);
                     assertThat(ctx.getBean(MeterRegistry.class).find("cotx.refusals").counter()).isNotNull();
                     assertThat(ctx.getBean(CotxHealthIndicator.class).health().getStatus()).isEqualTo(Status.DOWN);
                 });
