@@ -111,8 +111,10 @@ class Coordinator:
                            trace=TraceContext.resolve(traceparent))
 
     def run(self, fn, retries: int = 5, **kw):
-        """fn(tx) in a new global transaction, rerun on RetryableError up to `retries` more
-        times with jittered exponential backoff; returns fn's result (cotx.retry.run)."""
+        """fn(tx) in a new global transaction, run again as the retry rules say
+        (clients/retry-rules.json): a RetryableError up to `retries` more times with
+        jittered exponential backoff, the daemon's "not now" answers at the begin after
+        Retry-After within `max_wait`; returns fn's result (cotx.retry.run)."""
         from .retry import run
         return run(self, fn, retries, **kw)
 
