@@ -18,5 +18,5 @@ start_tm_servers "$work" --bare
 cd "$COTX_ROOT/clients/java"
 # shellcheck disable=SC2086
 nice -n 5 mvn -o -B -ntp -Dmaven.repo.local="$COTX_M2" -Dcotx.pg.port="$PG_PORT" -Dcotx.my.port="$MY_PORT" \
-  -Dcotx.bare.pg.port="$BARE_PG_PORT" -Dcotx.bare.my.port="$BARE_MY_PORT" \
+  -Dcotx.bare.pg.port="$BARE_PG_PORT" -Dcotx.bare.my.port="$BARE_MY_PORT" -Dcotx.python="$COTX_VENV/bin/python" \
   ${JAVA_TEST_ARGS:-} test

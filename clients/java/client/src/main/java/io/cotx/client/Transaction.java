@@ -418,8 +418,12 @@ public final class Transaction {
         boolean known = true;
         try {
             JsonNode d = coord.decision(gtid, Duration.ZERO, traceparent());
-            flagged = d.path("retryable").asBoolean(false);
-            recorded = d.hasNonNull("abort_reason") ? d.path("abort_reason").asText() : null;
+            if (d.hasNonNull("decision")) { // undecided (aborting just now): only our own words count
+                flagged = d.path("retryable").asBoolean(false);
+                recorded = d.hasNonNull("abort_reason") ? d.path("abort_reason").asText() : null;
+            } else {
+                recorded = reason;
+            }
         } catch (CoordinatorException ce) {
             known = ce.action().equals(RetryRules.ABORTED);
         } catch (CotxException e) {
