@@ -1,9 +1,11 @@
 """coord.run (clients/python/cotx/retry.py) rides through the daemon's faults as the retry
 rules say (clients/retry-rules.json), on real servers and the real daemon:
 
-- a begin refused with 429 too_many_transactions, and one refused with 503
+- a begin refused with 429 too_many_transactions, one refused with 503
   resource_unavailable (client mode's helper cannot be prepared: every prepared-transaction
-  slot of the server is taken), are run again after Retry-After and commit;
+  slot of the server is taken), and one refused with 503 lease_unconfirmed (the daemon's
+  decision store stopped past the lease's validity) are run again after Retry-After and
+  commit;
 - the daemon killed with kill -9 and restarted, three times, under withdrawals run in a
   thread per request: every withdrawal ends done or declined, none fails, the money is
   conserved and nothing stays prepared.
@@ -12,7 +14,9 @@ The table's rows themselves: test_client_retry_rules.py."""
 from __future__ import annotations
 
 import collections
+import os
 import random
+import signal
 import threading
 import time
 
@@ -100,6 +104,54 @@ def test_a_begin_refused_with_503_is_run_again():
             assert [(e.status, e.code, e.phase) for e in refused] == [(503, "resource_unavailable", "begin")]
             wait_until(lambda: not pg_prepared(bare), 15, "the helper rolled back")
         assert bare.sql("SELECT k FROM t") == [(1,)]
+
+
+class Paused:
+    """The PostgreSQL server `srv` stopped (SIGSTOP: its postmaster and its sessions; a
+    paused or partitioned decision store) until resume()."""
+
+    def __init__(self, srv):
+        sessions = srv.sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                           "AND pid <> pg_backend_pid()")
+        self.pids = [int((srv.data / "postmaster.pid").read_text().split()[0])] + [p for (p,) in sessions]
+        for p in self.pids:
+            os.kill(p, signal.SIGSTOP)
+
+    def resume(self):
+        for p in self.pids:
+            os.kill(p, signal.SIGCONT)
+        self.pids = []
+
+
+def test_a_daemon_whose_lease_lapsed_is_ridden_through(pg, mariadb, tables):
+    """The daemon's decision store (PostgreSQL) stops answering past the lease's validity:
+    the daemon refuses new work with 503 lease_unconfirmed. run() waits Retry-After (the
+    store comes back during the first wait) and commits once the lease is renewed."""
+    reset(pg, mariadb, 1, 100)
+    with PgServer(preload=False) as store_srv:
+        store = {"kind": "postgres", "dsn": store_srv.dsn, "table": "lease_t"}
+        with make_daemon(pg, mariadb, store=store, lease={"ttl_ms": 1000, "renew_ms": 250}) as d:
+            coord = Coordinator(d.url, d.token)
+            paused = Paused(store_srv)
+            try:
+                def lapsed():
+                    try:
+                        coord.begin()       # a begin that goes through just times out
+                    except CoordinatorError as e:
+                        return e.code == "lease_unconfirmed"
+                wait_until(lapsed, 15, "the daemon to refuse new work")
+                refused = []
+
+                def sleep(s):
+                    paused.resume()
+                    time.sleep(s)
+                out = coord.run(withdrawal(pg.connect(), mariadb.connect(), "w-lease", 0, 10), sleep=sleep,
+                                on_retry=lambda n, e, s: refused.append(e))
+            finally:
+                paused.resume()
+            assert out == "done"
+            assert refused and all((e.status, e.code, e.phase) == (503, "lease_unconfirmed", "begin") for e in refused)
+    assert mariadb.sql("SELECT id FROM wd_log") == (("w-lease",),)
 
 
 @pytest.fixture
