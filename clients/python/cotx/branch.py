@@ -104,9 +104,10 @@ class Branch:
         self._rollback_unprepared()
         retry = _retryable(ev)
         ack = self._report_failed(f"{et.__name__}: {ev}", retry)
-        # The daemon cancelled our statement to break a deadlock across databases: the
-        # error is a cancel, the transaction is worth running again.
-        retry = retry or ack.get("aborted_as") == "deadlock_victim"
+        # The daemon had aborted the transaction and cancelled our statement (a deadlock
+        # across databases, a timeout): the error is that cancel; the daemon says whether
+        # running the transaction again may work.
+        retry = retry or bool(ack.get("retryable"))
         self.state = "failed"
         if retry:
             # A serialization failure, deadlock or lock timeout inside the branch: the same

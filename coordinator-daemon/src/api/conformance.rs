@@ -30,6 +30,11 @@ const NOT_PRODUCED: &[(&str, &str, &str)] = &[
     ("Decision", "unfinished_branches", "force of an already decided transaction"),
     ("Decision", "branches", "force of a quarantined transaction"),
     ("Ack", "aborted_as", "a deadlock victim's branch failed: needs lock waits across two reachable databases"),
+    (
+        "Ack",
+        "retryable",
+        "a branch failed after its transaction timed out: needs a wait longer than a transaction's timeout",
+    ),
     ("Blocking", "locks_held", "needs a reachable PostgreSQL resource"),
     ("Blocking", "sessions_waiting_on_prepared", "needs a reachable PostgreSQL resource"),
     ("Blocking", "lock_waits_on_resource", "needs a reachable MariaDB resource"),

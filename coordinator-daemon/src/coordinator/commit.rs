@@ -179,10 +179,11 @@ pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
 }
 
 pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<Ack> {
-    let (newly, victim) = answers::on(c, gtid, |e| {
+    let (newly, victim, earlier) = answers::on(c, gtid, |e| {
         let was = e.tx.state;
         e.tx.failed(bid, reason, retryable)?;
-        Ok((was != TxState::Aborted && e.tx.state == TxState::Aborted, e.tx.deadlock_victim))
+        let earlier = (was == TxState::Aborted).then_some(e.tx.retryable);
+        Ok((was != TxState::Aborted && e.tx.state == TxState::Aborted, e.tx.deadlock_victim, earlier))
     })
     .await?;
     if newly {
@@ -190,7 +191,12 @@ pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryab
         completion::spawn_completion(c, gtid);
     }
     let aborted_as = victim.then(|| crate::refusal::RefusalCode::DeadlockVictim.as_str().to_string());
-    Ok(Ack { decision: Some(wire::OutcomeArg::Abort), aborted_as, ..Ack::branch(gtid, bid, BranchState::Failed) })
+    Ok(Ack {
+        decision: Some(wire::OutcomeArg::Abort),
+        aborted_as,
+        retryable: earlier,
+        ..Ack::branch(gtid, bid, BranchState::Failed)
+    })
 }
 
 /// Several branches finished by their owner(s) in one call. All or nothing.
@@ -227,5 +233,6 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
         outcome: Some(outcome.into()),
         decision: None,
         aborted_as: None,
+        retryable: None,
     })
 }

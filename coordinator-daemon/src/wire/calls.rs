@@ -88,6 +88,11 @@ pub struct Ack {
     /// deadlock across databases (the branch's error was that cancel): retry it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aborted_as: Option<String>,
+    /// failed, of a transaction the daemon had aborted before this report (a timeout, a
+    /// deadlock victim: its waiting statement was cancelled): whether running it again
+    /// may succeed, whatever error the branch saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
 }
 
 impl Ack {
@@ -101,6 +106,7 @@ impl Ack {
             outcome: None,
             decision: None,
             aborted_as: None,
+            retryable: None,
         }
     }
 }
