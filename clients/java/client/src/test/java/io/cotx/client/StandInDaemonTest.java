@@ -7,19 +7,28 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import com.sun.net.httpserver.HttpsConfigurator;
+import com.sun.net.httpserver.HttpsServer;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.KeyStore;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import javax.net.ssl.KeyManagerFactory;
+import javax.net.ssl.SSLContext;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /** What the client does with the daemon's answers, against stand-in daemons (the JDK's HTTP
  * server) that answer as the real one does in cases a test cannot easily make it reach: a
  * {@code 421 wrong_node} followed to {@code owner_url} with the same token and traceparent,
- * {@code 410 outcome_forgotten} and an unreachable daemon as "outcome unknown", never abort. */
+ * {@code 410 outcome_forgotten} and an unreachable daemon as "outcome unknown", never abort;
+ * an https:// daemon trusted through a CA file, the token from a file. */
 class StandInDaemonTest {
     record Seen(String path, String auth, String traceparent) {
     }
@@ -95,6 +104,53 @@ class StandInDaemonTest {
         OutcomeUnknownException e = assertThrows(OutcomeUnknownException.class, () -> c.join("n1.abc-8").finish());
         assertFalse(e.forgotten());
         assertThrows(CoordinatorUnavailableException.class, c::health);
+    }
+
+    /** An https:// daemon whose certificate chains to the CA file only (a self-signed one, made
+     * by the JDK's keytool with the address in its subjectAltName), and the token read from a
+     * file: trusted with caFile, refused without it. */
+    @Test
+    void httpsWithACaFileAndATokenFile(@TempDir Path dir) throws Exception {
+        Path ks = dir.resolve("daemon.p12");
+        String keytool = Path.of(System.getProperty("java.home"), "bin", "keytool").toString();
+        run(keytool, "-genkeypair", "-keystore", ks.toString(), "-storetype", "PKCS12", "-storepass", "changeit", "-alias", "d",
+                "-keyalg", "EC", "-dname", "CN=cotx test daemon", "-ext", "SAN=ip:127.0.0.1", "-validity", "2");
+        Path pem = dir.resolve("ca.pem");
+        run(keytool, "-exportcert", "-rfc", "-keystore", ks.toString(), "-storetype", "PKCS12", "-storepass", "changeit", "-alias", "d",
+                "-file", pem.toString());
+        KeyStore store = KeyStore.getInstance("PKCS12");
+        try (var in = Files.newInputStream(ks)) {
+            store.load(in, "changeit".toCharArray());
+        }
+        KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+        kmf.init(store, "changeit".toCharArray());
+        SSLContext ctx = SSLContext.getInstance("TLS");
+        ctx.init(kmf.getKeyManagers(), null, null);
+        HttpsServer https = HttpsServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+        https.setHttpsConfigurator(new HttpsConfigurator(ctx));
+        List<Seen> seen = new CopyOnWriteArrayList<>();
+        https.createContext("/", ex -> {
+            seen.add(new Seen(ex.getRequestURI().toString(), ex.getRequestHeaders().getFirst("Authorization"), null));
+            byte[] b = "{\"status\": \"ok\"}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        https.start();
+        servers.add(https);
+        Path tok = dir.resolve("token");
+        Files.writeString(tok, "0123456789abcdef-file\n");
+        String url = "https://127.0.0.1:" + https.getAddress().getPort();
+        Coordinator.builder(url).tokenFile(tok).caFile(pem).build().health();
+        assertEquals("Bearer 0123456789abcdef-file", seen.get(0).auth());
+        assertThrows(CoordinatorUnavailableException.class, () -> Coordinator.builder(url).build().health(),
+                "the JDK's default trust store does not know the daemon's certificate");
+    }
+
+    static void run(String... cmd) throws Exception {
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertEquals(0, p.waitFor(), String.join(" ", cmd) + ": " + out);
     }
 
     @Test
