@@ -18,7 +18,6 @@ import java.security.KeyStore;
 import java.security.cert.Certificate;
 import java.security.cert.CertificateFactory;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -350,11 +349,5 @@ public final class Coordinator {
 
     private static String stripSlash(String s) {
         return s.endsWith("/") ? s.substring(0, s.length() - 1) : s;
-    }
-
-    static List<String> texts(JsonNode arr) {
-        List<String> out = new ArrayList<>();
-        arr.forEach(n -> out.add(n.asText()));
-        return out;
     }
 }
