@@ -109,15 +109,18 @@ func (c *Coordinator) Run(ctx context.Context, fn func(ctx context.Context, tx *
 	attempt, waits := 0, 0
 	var waited time.Duration
 	for {
-		err := c.runOnce(ctx, fn, cfg.timeoutMs)
-		if err == nil {
-			return nil
+		committed, err := c.runOnce(ctx, fn, cfg.timeoutMs)
+		if err == nil || committed || ctx.Err() != nil {
+			return err // committed: a branch's completion failed, never run again
 		}
-		if ctx.Err() != nil {
-			return err
+		act := RetryAction(err)
+		if act == ActionFail && IsRetryableDBError(err) {
+			// fn returned the driver's error without Branch.Fail; the transaction was
+			// rolled back.
+			act = ActionRetryTransaction
 		}
 		var delay time.Duration
-		switch act := RetryAction(err); {
+		switch {
 		case act == ActionRetryRequest:
 			delay = backoff(waits, cfg.base, cfg.max, cfg.rand)
 			var ce *CoordinatorError
@@ -148,14 +151,16 @@ func (c *Coordinator) Run(ctx context.Context, fn func(ctx context.Context, tx *
 	}
 }
 
-// runOnce is one attempt: fn in a new transaction, committed or rolled back.
-func (c *Coordinator) runOnce(ctx context.Context, fn func(ctx context.Context, tx *Tx) error, timeoutMs int) error {
+// runOnce is one attempt: fn in a new transaction, committed or rolled back; committed
+// tells that the transaction committed (whatever the error).
+func (c *Coordinator) runOnce(ctx context.Context, fn func(ctx context.Context, tx *Tx) error, timeoutMs int) (committed bool, err error) {
 	tx := c.Transaction(timeoutMs)
-	if err := fn(ctx, tx); err != nil {
+	if err = fn(ctx, tx); err != nil {
 		if tx.Outcome == "" {
 			tx.Rollback(ctx, "fn failed: "+trunc(err.Error(), 800))
 		}
-		return err
+		return false, err
 	}
-	return tx.Commit(ctx)
+	err = tx.Commit(ctx)
+	return tx.Outcome == "commit", err
 }
