@@ -1,4 +1,4 @@
-"""Deadlocks across databases (issue 41; coordinator-daemon/src/coordinator/deadlocks.rs):
+"""Deadlocks across databases (coordinator-daemon/src/coordinator/deadlocks.rs):
 two global transfers that lock the same rows in opposite order on two databases wait for
 each other, and neither engine sees the cycle. With the engines' defaults (PostgreSQL's
 lock_timeout 0: forever; InnoDB's 50 s) they stayed blocked 50 s and then both aborted.
