@@ -71,6 +71,13 @@ class Postgres:
     def _sql(conn, text: str, literal: str | None = None) -> None:
         conn.execute(text.format(_pg_literal(literal)) if literal is not None else text)
 
+    @staticmethod
+    def session(conn) -> int | None:
+        """The backend's pid, from the connection's start-up (no round trip): the daemon
+        maps lock waits to the branch by it to break deadlocks across databases."""
+        pid = getattr(getattr(conn, "info", None), "backend_pid", None)
+        return int(pid) if pid else None
+
     @classmethod
     def begin(cls, conn, gid: str, isolation: str) -> None:
         if not conn.autocommit:
@@ -119,6 +126,13 @@ class MariaDB:
         spelled = f"{conn.escape(g)},{conn.escape(b)},{int(f)}"
         with conn.cursor() as cur:
             cur.execute(text.replace("{xid}", spelled))
+
+    @staticmethod
+    def session(conn) -> int | None:
+        """The connection id (CONNECTION_ID()), from the handshake (no round trip): the
+        daemon maps lock waits to the branch by it to break deadlocks across databases."""
+        tid = getattr(conn, "thread_id", None)
+        return int(tid()) if callable(tid) and tid() else None
 
     @classmethod
     def begin(cls, conn, xid: tuple, isolation: str) -> None:
