@@ -5,7 +5,7 @@ rules say (clients/retry-rules.json), on real servers and the real daemon:
   resource_unavailable (client mode's helper cannot be prepared: every prepared-transaction
   slot of the server is taken), and one refused with 503 lease_unconfirmed (the daemon's
   decision store stopped past the lease's validity) are run again after Retry-After and
-  commit;
+  commit; with several daemons of one deployment, the begin goes to another at once;
 - the daemon killed with kill -9 and restarted, three times, under withdrawals run in a
   thread per request: every withdrawal ends done or declined, none fails, the money is
   conserved and nothing stays prepared.
@@ -104,6 +104,26 @@ def test_a_begin_refused_with_503_is_run_again():
             assert [(e.status, e.code, e.phase) for e in refused] == [(503, "resource_unavailable", "begin")]
             wait_until(lambda: not pg_prepared(bare), 15, "the helper rolled back")
         assert bare.sql("SELECT k FROM t") == [(1,)]
+
+
+def test_a_begin_refused_goes_to_another_daemon_of_the_deployment(pg, mariadb, tables):
+    """Two daemons on one PostgreSQL store, the client given both URLs: the first refuses
+    the begin (429, full), the second takes it at once (no wait); the rest of the
+    transaction follows it there (421)."""
+    reset(pg, mariadb, 1, 100)
+    if not pg.sql("SELECT 1 FROM pg_database WHERE datname = 'retry_log'"):
+        pg.sql("CREATE DATABASE retry_log")
+    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=retry_log"), "table": "multi_t"}
+    with make_daemon(pg, mariadb, store=store, limits={"max_active": 1}) as full:
+        other = make_daemon(pg, mariadb, store=store)
+        other.token = full.token
+        other.write_config()
+        with other:
+            Coordinator(full.url, full.token).begin()          # the one undecided transaction allowed
+            coord, waits = Coordinator([full.url, other.url], full.token), []
+            assert coord.run(withdrawal(pg.connect(), mariadb.connect(), "w-multi", 0, 10), sleep=waits.append) == "done"
+            assert waits == []
+    assert mariadb.sql("SELECT id FROM wd_log") == (("w-multi",),)
 
 
 class Paused:
