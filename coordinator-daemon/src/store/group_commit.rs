@@ -323,6 +323,9 @@ fn drain_writes(
 /// One transaction of the log for every op of the batch, each answered (if asked) with
 /// its result or the batch's error.
 fn write_batch(log: &mut dyn DecisionLog, batch: Vec<(Op, Option<Reply<OpResult>>)>, stats: &StoreStats) {
+    // Busy from here, whoever called: a batch of held writes (nobody waits for them) that
+    // hangs on the store must show as a stall too, or the writer is stuck unseen.
+    stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
     let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
     let res = log.write_batch(&ops);
     stats.batches.fetch_add(1, Ordering::Relaxed);

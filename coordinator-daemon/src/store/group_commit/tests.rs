@@ -165,3 +165,21 @@ async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due()
     store.get("n.g-6").await.unwrap();
     assert_eq!(*sizes.lock().unwrap(), vec![4, 1, 1]);
 }
+
+/// A store that stops answering while the writer holds only writes nobody waits for
+/// (finished marks, forgets): the writer is stuck in that batch, and the stall must show
+/// (the daemon logs "decision store is not answering" from it). It did not: the held
+/// batch was written with the writer marked idle (issue 41).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_batch_of_held_writes_shows_as_a_stall() {
+    let sizes = Arc::new(Mutex::new(vec![]));
+    let store = Store::start(Box::new(TestLog { sizes: sizes.clone(), sync: Duration::from_millis(600) }), 1024);
+    store.write_later(Op::Forget("n.g-1".into()));
+    // Due after LATER_MS, then 600 ms in its "sync": look in the middle of it.
+    tokio::time::sleep(Duration::from_millis(LATER_MS + 300)).await;
+    assert!(sizes.lock().unwrap().is_empty(), "still in the held batch's sync");
+    assert!(store.stats.stalled_ms() >= 100, "stalled {} ms", store.stats.stalled_ms());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(*sizes.lock().unwrap(), vec![1]);
+    assert_eq!(store.stats.stalled_ms(), 0, "idle again");
+}
