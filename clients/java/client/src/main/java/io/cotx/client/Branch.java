@@ -129,7 +129,11 @@ public final class Branch {
     public TransactionAbortedException fail(Throwable e) {
         rollbackUnprepared();
         boolean retry = Refusals.retryable(e);
-        reportFailed(String.valueOf(e.getMessage()), retry);
+        JsonNode ack = reportFailed(String.valueOf(e.getMessage()), retry);
+        // The daemon had aborted the transaction and cancelled our statement (a deadlock
+        // across databases, a timeout): the error is that cancel; the daemon says whether
+        // running the transaction again may work.
+        retry = retry || ack.path("retryable").asBoolean(false) || ack.path("aborted_as").asText("").equals("deadlock_victim");
         state = State.FAILED;
         tx.rollbackOthers(this);
         TransactionAbortedException ab = new TransactionAbortedException(tx.gtidOrNull(), resource + ": " + e.getMessage(), retry, false, e);
@@ -141,13 +145,14 @@ public final class Branch {
         return "/v1/transactions/" + Coordinator.q(tx.gtidOrNull()) + "/branches/" + Coordinator.q(id) + suffix;
     }
 
-    void reportFailed(String reason, boolean retryable) {
+    /** The daemon's answer (empty when there is none). */
+    JsonNode reportFailed(String reason, boolean retryable) {
         // Best effort: if it is lost, the coordinator aborts on timeout (presumed abort).
         try {
-            tx.call("POST", path("/failed"),
+            return tx.call("POST", path("/failed"),
                     Coordinator.JSON.createObjectNode().put("reason", Coordinator.trunc(reason, 900)).put("retryable", retryable));
         } catch (CotxException ignored) {
-            // the timeout aborts it
+            return Coordinator.JSON.createObjectNode(); // the timeout aborts it
         }
     }
 

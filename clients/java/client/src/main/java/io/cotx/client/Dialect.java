@@ -178,6 +178,29 @@ enum Dialect {
         throw new CotxException("unsupported database " + p + ": use pgjdbc or MariaDB Connector/J");
     }
 
+    /** The connection's database session as the daemon's deadlock detector knows it
+     * (PostgreSQL's backend pid, MariaDB's connection id), from the driver's own handshake
+     * (no round trip): pgjdbc's {@code PGConnection.getBackendPID()}, MariaDB Connector/J's
+     * {@code Connection.getThreadId()}, reached by unwrap (a pool's proxy included) and by name,
+     * so that neither driver is needed to compile against; null when neither answers. */
+    static Long session(Connection c) {
+        for (String[] api : new String[][] {{"org.postgresql.PGConnection", "getBackendPID"}, {"org.mariadb.jdbc.Connection", "getThreadId"}}) {
+            try {
+                Class<?> type = Class.forName(api[0], false, c.getClass().getClassLoader());
+                if (c.isWrapperFor(type)) {
+                    Object id = type.getMethod(api[1]).invoke(c.unwrap(type));
+                    long v = ((Number) id).longValue();
+                    return v > 0 ? v : null;
+                }
+            } catch (ClassNotFoundException e) {
+                // not this driver
+            } catch (ReflectiveOperationException | SQLException | RuntimeException e) {
+                return null; // an older driver: the daemon then cannot see this branch's lock waits
+            }
+        }
+        return null;
+    }
+
     static void exec(Connection c, String sql) throws SQLException {
         try (Statement st = c.createStatement()) {
             st.setQueryTimeout(PROTOCOL_TIMEOUT_S);

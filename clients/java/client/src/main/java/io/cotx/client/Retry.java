@@ -96,8 +96,11 @@ public final class Retry {
                 try {
                     result = work.apply(tx);
                 } catch (Exception e) {
+                    // Asked before our own abort is recorded: a statement the daemon cancelled
+                    // (it aborted the transaction as a deadlock victim, or at its timeout).
+                    boolean cancelled = !(e instanceof CotxException) && tx.daemonAbortedRetryably();
                     tx.rollback("the work failed: " + e);
-                    if (!(e instanceof CotxException) && Refusals.retryable(e)) {
+                    if (cancelled || (!(e instanceof CotxException) && Refusals.retryable(e))) {
                         // A serialization failure, deadlock or lock timeout raised by a
                         // statement (also wrapped, e.g. in Spring's DataAccessException).
                         throw new TransactionAbortedException(tx.gtidOrNull(), "a statement failed: " + e.getMessage(), true, false, e);

@@ -114,6 +114,12 @@ public final class Transaction {
                 : (resource.length() > 24 ? resource.substring(0, 24) : resource) + "-" + Traceparent.randomHex(8);
         Branch b = new Branch(this, conn, resource, id, isolation);
         ObjectNode reg = Coordinator.JSON.createObjectNode().put("resource", resource).put("branch_id", id);
+        Long session = Dialect.session(conn);
+        if (session != null) {
+            // The daemon maps lock waits to the branch by it, and an abort cancels its waiting
+            // statement: how a deadlock across databases is broken in seconds.
+            reg.put("session", session);
+        }
         JsonNode r;
         if (gtid == null) {
             ObjectNode body = Coordinator.JSON.createObjectNode();
@@ -401,6 +407,20 @@ public final class Transaction {
         }
         rollbackLocal();
         throw aborted(abortError(null, null));
+    }
+
+    /** Whether the daemon had aborted this transaction, retryably, before we report anything
+     * (a deadlock victim, a timeout: the statement that failed was the daemon's cancel). */
+    boolean daemonAbortedRetryably() {
+        if (gtid == null) {
+            return false;
+        }
+        try {
+            JsonNode d = coord.decision(gtid, Duration.ZERO, traceparent());
+            return "abort".equals(d.path("decision").asText(null)) && d.path("retryable").asBoolean(false);
+        } catch (CotxException e) {
+            return false;
+        }
     }
 
     /** Whether the daemon's abort of this transaction may be run again (the abort rows). */
