@@ -410,8 +410,9 @@ public final class Transaction {
     }
 
     /** Whether the daemon had aborted this transaction, retryably, before we report anything
-     * (a deadlock victim, a timeout: the statement that failed was the daemon's cancel). */
-    boolean daemonAbortedRetryably() {
+     * (a deadlock victim, a timeout: the statement that failed was the daemon's cancel). For
+     * code that handles a statement's error itself (the Spring starter's participant). */
+    public boolean daemonAbortedRetryably() {
         if (gtid == null) {
             return false;
         }

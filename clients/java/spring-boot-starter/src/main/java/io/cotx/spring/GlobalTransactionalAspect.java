@@ -2,8 +2,10 @@ package io.cotx.spring;
 
 import io.cotx.client.Coordinator;
 import io.cotx.client.CotxException;
+import io.cotx.client.Refusals;
 import io.cotx.client.Retry;
 import io.cotx.client.Transaction;
+import io.cotx.client.TransactionAbortedException;
 import java.lang.reflect.Method;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -18,7 +20,9 @@ import org.springframework.core.annotation.AnnotatedElementUtils;
  * PlatformTransactionManager: see the starter's README). Root: the client's retry loop
  * ({@link Retry#run}) around the method, each attempt's branch connections given back after
  * it ended. Participant (the request carried {@code Cotx-Gtid}): join, run, prepare, and
- * finish in the background after the root's decision. */
+ * finish in the background after the root's decision; a statement's retryable error (or the
+ * daemon's cancel) becomes a retryable {@link TransactionAbortedException}, for the
+ * application to answer so that the root runs the transaction again (e.g. HTTP 409). */
 @Aspect
 public class GlobalTransactionalAspect {
     private final Coordinator coord;
@@ -87,10 +91,16 @@ public class GlobalTransactionalAspect {
         try {
             result = pjp.proceed();
         } catch (Throwable t) {
+            boolean cancelled = !(t instanceof CotxException) && tx.daemonAbortedRetryably();
             try {
                 tx.rollback("the participant failed: " + t);
             } finally {
                 scope.release();
+            }
+            if (cancelled || (!(t instanceof CotxException) && Refusals.retryable(t))) {
+                // A serialization failure, deadlock or lock timeout of a statement, or the
+                // daemon's cancel of a deadlock victim: the caller's root may run it again.
+                throw new TransactionAbortedException(in.gtid(), "the participant's statement failed: " + t.getMessage(), true, false, t);
             }
             throw t;
         } finally {

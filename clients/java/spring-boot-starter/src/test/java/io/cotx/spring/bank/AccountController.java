@@ -1,6 +1,6 @@
 package io.cotx.spring.bank;
 
-import io.cotx.client.Refusals;
+import io.cotx.client.TransactionAbortedException;
 import java.util.Map;
 import org.springframework.http.ResponseEntity;
 import org.springframework.web.bind.annotation.ExceptionHandler;
@@ -26,7 +26,7 @@ public class AccountController {
 
     @ExceptionHandler(Exception.class)
     public ResponseEntity<String> failed(Exception e) {
-        return ResponseEntity.status(Refusals.retryable(e)
-                || (e instanceof io.cotx.client.TransactionAbortedException a && a.retryable()) ? 409 : 500).body(String.valueOf(e));
+        // The starter turns a retryable failure of the participant into a retryable abort.
+        return ResponseEntity.status(e instanceof TransactionAbortedException a && a.retryable() ? 409 : 500).body(String.valueOf(e));
     }
 }
