@@ -61,6 +61,20 @@ class CotxPropertiesTest {
     }
 
     @Test
+    void aResourceOverTheApplicationsOwnDataSource() {
+        runner.withBean("checkingPool", DataSource.class, () -> {
+            HikariDataSource h = new HikariDataSource();
+            h.setJdbcUrl("jdbc:mariadb://127.0.0.1:1/bank");
+            return h;
+        }).withPropertyValues("cotx.resources.checking.data-source=checkingPool", "cotx.resources.checking.isolation=repeatable-read")
+                .run(ctx -> {
+                    assertThat(ctx).hasNotFailed();
+                    BranchDataSource ds = ctx.getBean("checkingDataSource", BranchDataSource.class);
+                    assertThat(ds.pool()).isSameAs(ctx.getBean("checkingPool"));
+                });
+    }
+
+    @Test
     void aResourceNeedsAPoolOrABean() {
         runner.withPropertyValues("cotx.resources.savings.username=bank")
                 .run(ctx -> assertThat(ctx).getFailure().hasMessageContaining("cotx.resources.savings needs url"));
