@@ -280,7 +280,7 @@ def catalogue():
 
 
 def named_schedules():
-    """Schedules that must always run: the overdraft and the rule-C schedule of co-rules.md."""
+    """Schedules that must always run: the overdraft and the rule-C schedule of docs/pg_co.md ("Rule C")."""
     od = [G("T1", "r pg:x", "r my:x", "w pg:x"), G("T2", "r pg:x", "r my:x", "w my:x")]
     out = [("overdraft: both read, T1 prepares and commits first", od, schedule_from_db_orders(od, {
         "pg": ["T1.r(pg:x)", "T2.r(pg:x)", "T1.w(pg:x)", "T1.prep(pg)", "T1.commit(pg)", "T2.prep(pg)", "T2.commit(pg)"],
@@ -288,7 +288,7 @@ def named_schedules():
            ("overdraft: both prepared before either commits", od, schedule_from_db_orders(od, {
                "pg": ["T1.r(pg:x)", "T2.r(pg:x)", "T1.w(pg:x)", "T2.prep(pg)", "T1.prep(pg)", "T1.commit(pg)", "T2.commit(pg)"],
                "my": ["T1.r(my:x)", "T2.r(my:x)", "T2.w(my:x)", "T1.prep(my)", "T2.prep(my)", "T1.commit(my)", "T2.commit(my)"]}))]
-    # Rule C (../shared/design/co-rules.md), A = PostgreSQL, B = MariaDB:
+    # Rule C (docs/pg_co.md, "Rule C"), A = PostgreSQL, B = MariaDB:
     # Y writes y at A and z at B; G writes x at A and reads z at B (after Y committed at B);
     # G is committed at A before Y; a local reader L at A reads x (G's) and y (Y's in doubt).
     rc = [G("Y", "w pg:y", "w my:z"), G("G", "w pg:x", "r my:z"), L("L", "r pg:x", "r pg:y")]

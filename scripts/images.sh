@@ -78,7 +78,7 @@ build "$MARIADB_IMAGE" mariadb-mysql_co.Containerfile "$DIST/$my_deb" "$COTX_ROO
 "${PODMAN[@]}" image prune -f --filter label=org.cotx.image >/dev/null
 echo "images: $COORD_IMAGE $PG_IMAGE $MARIADB_IMAGE"
 if [ "$what" = save ]; then
-  # One docker-archive with the three (shared base layers stored once; about 1.3 GB).
+  # One docker-archive with the three (shared base layers stored once; about 870 MB: docs/testing.md).
   rm -f "$ARCHIVE"
   "${PODMAN[@]}" save -q -m -o "$ARCHIVE" "$COORD_IMAGE" "$PG_IMAGE" "$MARIADB_IMAGE"
   echo "archive: $ARCHIVE ($(( $(stat -c %s "$ARCHIVE") / 1000000 )) MB)"

@@ -29,7 +29,7 @@ PG_CONFIG="$PG_BIN/pg_config"
 # Every PostgreSQL major pg_co is built for and tested on (docs/pg_co.md, "Versions"); each
 # one's pg_config is at $COTX_CACHE/pg/<major>/bin/pg_config. One source per major
 # (docs/setup.md, "PostgreSQL majors"): 15 Debian 12's packages (linked there), 16 and 17
-# PyPI's relocatable builds (PG_WHEEL below, scripts/install-pg-wheels.sh), 18 built from
+# PyPI's relocatable builds (PG_WHEEL below, scripts/build-pg-servers.sh), 18 built from
 # Debian's source package (scripts/build-pg-servers.sh). COTX_PG_MAJORS="15" narrows a run;
 # exported so that pytest, the demo and bench/ see the same list.
 export COTX_PG_MAJORS="${COTX_PG_MAJORS:-15 16 17 18}"

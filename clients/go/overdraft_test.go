@@ -567,7 +567,7 @@ func overdraft(t *testing.T, run overdraftRun) stats {
 // through a daemon of its own at enforcement "none". Not the shared daemon: it runs its
 // resources at auto and probes them every recovery pass (500 ms); a pass while the checks
 // are off moves them to client mode, which refuses this test's REPEATABLE READ branches
-// (issue 46: round 6 failed with "peer answered 500"). At "none" nothing is probed, so the
+// (round 6 once failed so, with "peer answered 500"). At "none" nothing is probed, so the
 // baseline cannot change mode under the test, however long its rounds take (GO_ROUNDS).
 func TestOverdraftChecksOff(t *testing.T) {
 	needServers(t)

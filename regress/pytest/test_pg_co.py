@@ -235,7 +235,7 @@ def test_summarized_conflicts_refuse_prepare(pg_co_on, pg_major):
 
 @pytest.mark.parametrize("rule_c", [False, True])
 def test_rule_c_local_reader_of_in_doubt_write(two_pg, rule_c):
-    """co-rules.md's rule C schedule. Y writes y at A and z at B; G writes x at A and reads
+    """The rule C schedule of docs/pg_co.md. Y writes y at A and z at B; G writes x at A and reads
     z at B after Y committed there, so Y -> G. A local reader L at A sees G's x but not
     Y's y (Y still in doubt at A): L -> Y -> G -> L, a cycle no serial order explains."""
     a, b = two_pg

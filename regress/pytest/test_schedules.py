@@ -1,5 +1,5 @@
 """Small schedules on the real engines (checker/schedules.py): the named ones (the
-overdraft in two orders, rule C of co-rules.md) and a seeded sample of the full set
+overdraft in two orders, rule C of docs/pg_co.md) and a seeded sample of the full set
 (every per-database interleaving of 2-transaction combinations and of rule C's three
 programs). With the project on, every committed history is serializable (the graph
 checker and the brute-force serial-order oracle agree); with plain 2PC the same

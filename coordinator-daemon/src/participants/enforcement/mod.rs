@@ -4,7 +4,7 @@
 //!   break commitment ordering (docs/pg_co.md, docs/mysql_co.md).
 //! - `client`: neither can be installed (managed services, MySQL 8): Sonata's shims, run by
 //!   the daemon and the clients (docs/client-mode.md): on PostgreSQL a prepared helper
-//!   transaction per branch (shim.rs), on MariaDB/MySQL SERIALIZABLE branches that write a
+//!   transaction per branch (runtime.rs), on MariaDB/MySQL SERIALIZABLE branches that write a
 //!   slot row, plus the restart gate (gate.rs).
 //! - `none`: plain 2PC, only when configured so (baselines, comparisons): logged at start.
 //!

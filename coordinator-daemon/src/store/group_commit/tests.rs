@@ -169,7 +169,7 @@ async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due()
 /// A store that stops answering while the writer holds only writes nobody waits for
 /// (finished marks, forgets): the writer is stuck in that batch, and the stall must show
 /// (the daemon logs "decision store is not answering" from it). It did not: the held
-/// batch was written with the writer marked idle (issue 41).
+/// batch was written with the writer marked idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_batch_of_held_writes_shows_as_a_stall() {
     let sizes = Arc::new(Mutex::new(vec![]));
