@@ -5,6 +5,12 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
 grep -q 'VERSION_CODENAME=bookworm' /etc/os-release || die "Debian 12 (bookworm) is required; this is $(. /etc/os-release; echo "$PRETTY_NAME")"
+# What must be there before anything is installed (README, "Before the first command"):
+# checked first, so a machine without it fails in seconds, not minutes into the installs.
+command -v cargo >/dev/null && command -v rustup >/dev/null \
+  || die "Rust is not installed (cargo and rustup are needed; the toolchain $RUST_TOOLCHAIN is pinned by rust-toolchain.toml).
+  Install it first, as root:  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --default-toolchain $RUST_TOOLCHAIN --component rustfmt,clippy
+  then:  . \"\$HOME/.cargo/env\"  and run this command again."
 
 # --- apt sources: deb-src (for the MariaDB and PostgreSQL source packages) and pins ------
 SRC_LIST=/etc/apt/sources.list.d/cotx-deb-src.sources
