@@ -9,8 +9,8 @@ import org.springframework.web.bind.annotation.RequestParam;
 import org.springframework.web.bind.annotation.RestController;
 
 /** The peer's view of the account: POST /read?user= inside the caller's global transaction
- * (the {@code Cotx-Gtid} header); 409 when its branch was refused or conflicted, so the
- * caller retries. */
+ * (the {@code Cotx-Gtid} header): the balance and the log of withdrawal ids; 409 when its
+ * branch was refused or conflicted, so the caller retries. */
 @RestController
 public class AccountController {
     private final AccountService accounts;
@@ -20,8 +20,9 @@ public class AccountController {
     }
 
     @PostMapping("/read")
-    public Map<String, Integer> read(@RequestParam("user") String user) {
-        return Map.of("balance", accounts.balance(user));
+    public Map<String, Object> read(@RequestParam("user") String user) {
+        Map<String, Object> row = accounts.row(user);
+        return Map.of("balance", row.get("bal"), "log", row.get("log"));
     }
 
     @ExceptionHandler(Exception.class)

@@ -44,20 +44,27 @@ public class AccountService {
         peerUrl.set(url);
     }
 
+    /** The account's row: balance and the ids of the withdrawals that debited it. */
     @GlobalTransactional
-    public int balance(String user) {
-        return jdbc.queryForObject("SELECT bal FROM " + account + " WHERE u = ?", Integer.class, user);
+    public Map<String, Object> row(String user) {
+        return jdbc.queryForMap("SELECT bal, log FROM " + account + " WHERE u = ?", user);
     }
 
-    /** Withdraws AMOUNT for {@code user}; {@code attempts} gets each attempt's id (also written
-     * into the row's log when it debits); the first attempt meets the peer's withdrawal at
-     * {@code lineup} between its reads and its write. Returns the committed attempt's id. */
+    /** Withdraws AMOUNT for {@code user}; {@code attempts} gets each attempt (its id, also
+     * written into the row's log when it debits, and what it read, for the history checker);
+     * the first attempt meets the peer's withdrawal at {@code lineup} between its reads and
+     * its write. Returns the committed attempt's id. */
     @GlobalTransactional(retries = 4)
-    public String withdraw(String user, String tag, CountDownLatch lineup, List<String> attempts) throws InterruptedException {
-        String tid = tag + "." + GlobalTransactions.attempt();
-        attempts.add(tid);
-        int mine = balance(user);
-        int other = askPeer(user);
+    public String withdraw(String user, String tag, CountDownLatch lineup, List<Attempt> attempts) throws InterruptedException {
+        Attempt a = new Attempt(tag + "." + GlobalTransactions.attempt());
+        String tid = a.tid;
+        attempts.add(a);
+        Map<String, Object> own = row(user);
+        a.reads.put(account + ":" + user, Attempt.parse(String.valueOf(own.get("log"))));
+        int mine = ((Number) own.get("bal")).intValue();
+        Map<?, ?> peerRow = askPeer(user);
+        a.reads.put((account.equals("savings") ? "checking" : "savings") + ":" + user, Attempt.parse(String.valueOf(peerRow.get("log"))));
+        int other = ((Number) peerRow.get("balance")).intValue();
         if (GlobalTransactions.attempt() == 1) {
             lineup.countDown();
             lineup.await(5, TimeUnit.SECONDS);
@@ -68,16 +75,17 @@ public class AccountService {
         String update = account.equals("savings") ? "UPDATE savings SET bal = bal - ?, log = log || ' ' || ? WHERE u = ?"
                 : "UPDATE checking SET bal = bal - ?, log = CONCAT(log, ' ', ?) WHERE u = ?";
         jdbc.update(update, AMOUNT, tid, user);
+        a.appendedTo = account + ":" + user;
         return tid;
     }
 
-    private int askPeer(String user) {
+    private Map<?, ?> askPeer(String user) {
         Map<?, ?> r = peer.post().uri(peerUrl.get() + "/read?user={u}", user).retrieve()
                 .onStatus(s -> s.value() == 409, (req, resp) -> {
                     // the peer's branch was refused or conflicted: as retryable as our own
                     throw new TransactionAbortedException(GlobalTransactions.current().gtid(), "peer refused", true, false, null);
                 })
                 .body(Map.class);
-        return ((Number) r.get("balance")).intValue();
+        return r;
     }
 }

@@ -3,10 +3,14 @@ package io.cotx.spring.bank;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.fasterxml.jackson.databind.ObjectMapper;
 import io.cotx.client.LocalDaemon;
 import io.cotx.client.TransactionAbortedException;
 import io.cotx.spring.CotxHealthIndicator;
 import io.micrometer.core.instrument.MeterRegistry;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -15,6 +19,7 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -34,16 +39,24 @@ import org.springframework.context.ConfigurableApplicationContext;
  * off, the daemon's enforcement "none", MariaDB branches REPEATABLE READ) shows negative
  * totals; engine mode (pg_co / mysql_co) and client mode (servers without them) show none.
  * Every mode: what the services were told is what the databases did, nothing is left
- * prepared; the counters and the health indicator as the services saw it. Each mode has a
- * daemon of its own. */
+ * prepared; the counters and the health indicator as the services saw it; the project's
+ * history checker finds a cycle in plain 2PC's history and none in the others'. Each mode
+ * has a daemon of its own. */
 class TwoServiceOverdraftTest {
     static final int START = 50;
     static final int ROUNDS = Integer.getInteger("cotx.java.rounds", 4);
+    static final ObjectMapper JSON = new ObjectMapper();
 
-    record Outcome(String told, String committedTid, List<String> attempts, String error) {
+    record Outcome(String told, String committedTid, List<Attempt> attempts, String error) {
+        @Override
+        public String toString() {
+            return told + " " + attempts.stream().map(a -> a.tid).toList() + (error == null ? "" : " " + error);
+        }
     }
 
-    record Stats(int negative, int withdrawn, int declined, int failed, int mismatches, int prepared, List<String> notes) {
+    /** checkerExit, checker: the history checker's verdict on every attempt of the run (exit 1: a cycle). */
+    record Stats(int negative, int withdrawn, int declined, int failed, int mismatches, int prepared, int checkerExit,
+            String checker, List<String> notes) {
     }
 
     static ConfigurableApplicationContext service(String account, TestServers s, LocalDaemon d, boolean mariaRR) {
@@ -80,6 +93,7 @@ class TwoServiceOverdraftTest {
             }
             int negative = 0, withdrawn = 0, declined = 0, failed = 0, mismatches = 0;
             List<String> notes = new ArrayList<>();
+            List<Map<String, Object>> history = new ArrayList<>();
             for (int r = 1; r <= ROUNDS; r++) {
                 String user = "boot-" + mode + "-u" + r + "-" + System.nanoTime() % 100000;
                 s.exec(true, "INSERT INTO savings VALUES ('" + user + "', " + START + ", '')");
@@ -104,15 +118,21 @@ class TwoServiceOverdraftTest {
                             notes.add(o.error());
                         }
                     }
-                    for (String tid : o.attempts()) {
-                        if (tid.equals(o.committedTid()) != inDb.contains(tid)) {
+                    for (Attempt a : o.attempts()) {
+                        boolean committed = a.tid.equals(o.committedTid());
+                        if (committed != inDb.contains(a.tid)) {
                             mismatches++; // told committed but rolled back, or told aborted but committed
                         }
+                        // A failed withdrawal's last attempt: outcome not known to the service.
+                        String status = committed ? "ok" : o.told().equals("failed") ? "info" : "fail";
+                        history.add(a.toJson(status, mode + " " + o.told()));
                     }
                 }
                 System.out.printf("[boot %s] round %d: total %d; %s / %s%n", mode, r, total, results.get(0), results.get(1));
             }
-            Stats st = new Stats(negative, withdrawn, declined, failed, mismatches, s.prepared(), notes);
+            String[] verdict = checkHistory(history);
+            Stats st = new Stats(negative, withdrawn, declined, failed, mismatches, s.prepared(), Integer.parseInt(verdict[0]), verdict[1],
+                    notes);
             double refusals = 0;
             double retries = 0;
             for (ConfigurableApplicationContext ctx : List.of(savings, checking)) {
@@ -127,6 +147,9 @@ class TwoServiceOverdraftTest {
             assertEquals(0, st.mismatches(), "what the services were told differs from the databases: " + st);
             assertEquals(0, st.prepared(), "prepared transactions left: " + st);
             if (!enforcement.equals("none")) {
+                assertEquals(0, st.checkerExit(), "the history checker found a cycle: " + st.checker());
+            }
+            if (!enforcement.equals("none")) {
                 assertEquals(0, st.failed(), "failed withdrawals: " + st);
                 assertTrue(retries > 0, "the counters saw the retries (refusals: " + refusals + "): " + st);
             }
@@ -136,8 +159,29 @@ class TwoServiceOverdraftTest {
         }
     }
 
+    /** The project's history checker (python -m checker, the venv's python: -Dcotx.python) on
+     * the run's attempts: its exit status (0: serializable, 1: a cycle) and its summary. */
+    static String[] checkHistory(List<Map<String, Object>> history) throws Exception {
+        Path f = Files.createTempFile("boot-overdraft-", ".jsonl");
+        try {
+            StringBuilder lines = new StringBuilder();
+            for (Map<String, Object> t : history) {
+                lines.append(JSON.writeValueAsString(t)).append('\n');
+            }
+            Files.writeString(f, lines);
+            String python = TestServers.need("cotx.python");
+            Process p = new ProcessBuilder(python, "-m", "checker", f.toString()).redirectErrorStream(true).start();
+            String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).trim();
+            int rc = p.waitFor();
+            assertTrue(rc == 0 || rc == 1, "the checker failed: " + out);
+            return new String[] {String.valueOf(rc), out};
+        } finally {
+            Files.deleteIfExists(f);
+        }
+    }
+
     static Outcome withdraw(AccountService svc, String user, String tag, CountDownLatch lineup) {
-        List<String> attempts = Collections.synchronizedList(new ArrayList<>());
+        List<Attempt> attempts = Collections.synchronizedList(new ArrayList<>());
         try {
             String tid = svc.withdraw(user, tag, lineup, attempts);
             return new Outcome("withdrawn", tid, attempts, null);
@@ -171,6 +215,7 @@ class TwoServiceOverdraftTest {
         try {
             Stats st = overdraft(s, "plain", "none", true);
             assertTrue(st.negative() > 0, "plain 2PC should overdraw at least once: " + st);
+            assertEquals(1, st.checkerExit(), "the history checker should find the overdraft's cycle: " + st.checker());
         } finally {
             s.setChecks(true);
         }
