@@ -149,6 +149,37 @@ def test_helpers_and_slots_are_let_go_whatever_the_outcome(bare_pg, bare_my):
         assert rows(bare_pg, bare_my, "ok") == (1, 1) and rows(bare_pg, bare_my, "aborted") == (0, 0)
 
 
+def test_helpers_are_let_go_when_the_request_thread_ends_at_its_commit(bare_pg, bare_my):
+    """A thread per request that ends right after its commit (as ThreadingHTTPServer and
+    the demo's services run): the branch's "finished" acknowledgement is the thread's last
+    request, and its connection closes with the thread. The helpers must go as soon as
+    that acknowledgement arrives, not `owner_grace_ms` (here 5 s) later: they count
+    against max_prepared_transactions. Before the daemon served a request whose client
+    had half-closed (hyper's half_close), several stayed prepared for the whole grace."""
+    import threading
+    with make_daemon(bare_pg, bare_my, timeouts={"owner_grace_ms": 5000}) as d:
+        coord = Coordinator(d.url, d.token)
+
+        def request(i):
+            pc, mc = bare_pg.connect(), bare_my.connect()
+            with coord.transaction() as tx:
+                with tx.branch(pc, "pg"):
+                    pc.execute("INSERT INTO crash VALUES (%s, 1)", (f"thr-{i}",))
+                with tx.branch(mc, "my"):
+                    mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (f"thr-{i}",))
+            pc.close()
+            mc.close()
+
+        for i in range(15):
+            t = threading.Thread(target=request, args=(i,))
+            t.start()
+            t.join()
+        # The grace is 5 s: within 2 s every helper is gone only if the acknowledgements
+        # were served.
+        wait_until(lambda: not pg_prepared(bare_pg), 2, "every helper rolled back well inside owner_grace_ms")
+        assert rows(bare_pg, bare_my, "thr-14") == (1, 1)
+
+
 CLIENT = textwrap.dedent('''
     import os, signal, sys
     import psycopg, pymysql

@@ -153,6 +153,11 @@ where
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
+        // A client that sends a request it does not wait for (a branch's "finished"
+        // acknowledgement) and then closes its connection (its thread ended) has sent the
+        // whole request: serve it. By default hyper drops the request at the EOF, and the
+        // helpers of client mode stayed prepared until owner_grace_ms.
+        .half_close(true)
         .header_read_timeout(header_timeout)
         .serve_connection(io, svc);
     tokio::pin!(conn);
