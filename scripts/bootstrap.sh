@@ -72,6 +72,7 @@ PKGS=(
   libaio-dev liburing-dev libsnappy-dev liblz4-dev libzstd-dev libsystemd-dev libpam0g-dev
   libcrack2-dev libedit-dev libboost-dev libjudy-dev libbz2-dev liblzma-dev libkrb5-dev
   libcurl4-openssl-dev libfmt-dev gawk procps psmisc lsof iproute2
+  faketime   # a daemon whose clock runs slow (test_coordinator_pgstore.py)
 )
 missing=()
 for p in "${PKGS[@]}"; do

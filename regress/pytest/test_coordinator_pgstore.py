@@ -2,6 +2,9 @@
 daemon crashes after a decision; a restarted daemon finds the decision in the table and
 completes every branch; the record is marked finished once all branches are (and kept,
 answerable, for timeouts.outcome_retention_ms)."""
+import os
+import time
+
 import pytest
 from cotx import Coordinator
 from cotest.coord import make_daemon, nothing_prepared, wait_until
@@ -82,3 +85,41 @@ def test_connecting_takes_no_lock_on_a_busy_store(pg, mariadb):
         finally:
             holder.rollback()
             d.destroy()
+
+
+# Debian's libfaketime (scripts/bootstrap.sh installs the faketime package).
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def test_a_daemon_whose_clock_runs_slow_says_so(pg, mariadb, monkeypatch):
+    """The daemon's clocks (wall and monotonic) run at a quarter of real time, the
+    PostgreSQL store's do not: it renews its lease every 300 ms by its clock, 1.2 s by the
+    store's. Before, nothing said why its lease kept running out; now the rate is
+    exported (cotx_clock_rate), the skew logged once, and CotxClockSkewed alerts on it
+    (deploy/prometheus). A daemon in step shows 1."""
+    import json
+    import urllib.request
+    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "cotx_clock_t"}
+
+    def rate(d):
+        req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("cotx_clock_rate "):
+                    return float(line.split()[1])
+
+    lease = {"ttl_ms": 1500, "renew_ms": 300}
+    with make_daemon(pg, mariadb, store=store, lease=lease) as d:
+        wait_until(lambda: 0.8 < (rate(d) or 0) < 1.25 and "clock runs" not in d.log_tail(200), 10, "in step")
+        time.sleep(2)
+        assert 0.8 < rate(d) < 1.25 and "clock runs at another rate" not in d.log_tail(400)
+    assert os.path.exists(FAKETIME), "faketime is not installed: run scripts/bootstrap.sh"
+    monkeypatch.setenv("LD_PRELOAD", FAKETIME)
+    monkeypatch.setenv("FAKETIME", "+0 x0.25")
+    monkeypatch.setenv("FAKETIME_NO_CACHE", "1")
+    with make_daemon(pg, mariadb, store=store, lease=lease) as d:
+        monkeypatch.delenv("LD_PRELOAD")
+        wait_until(lambda: "clock runs at another rate" in d.log_tail(400), 30, "the skew logged")
+        assert rate(d) < 0.5, rate(d)
+        said = [json.loads(x) for x in d.log_tail(400).splitlines() if "clock runs at another rate" in x]
+        assert len(said) == 1, said

@@ -15,7 +15,7 @@
 //! reaction, acts on (`regain`); what memory keeps is a pure function of the store's word
 //! (`reconcile`). What the daemon owns in memory is ha/ownership.rs.
 
-use crate::config::ResourceKind;
+use crate::config::{ResourceKind, StoreConfig};
 use crate::coordinator::parts::Parts;
 use crate::coordinator::registry::Reconciled;
 use crate::refusal::RefusalCode;
@@ -30,6 +30,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::clock::{self, ClockNews, ClockWatch};
 use super::ownership::mono_ms;
 use super::witness;
 
@@ -259,10 +260,16 @@ pub fn spawn_renewal(c: Arc<Parts>) {
     tokio::spawn(async move {
         let l = c.cfg.lease.clone();
         let mut last_renewed = Instant::now();
+        let mut clock = ClockWatch::default();
         loop {
             tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
+            let left = store_time_left(&c).await;
+            let local_ms = last_renewed.elapsed().as_millis() as u64;
             let round = renew_all(&c).await;
             let mut ok = round.answered;
+            if let (true, Some(left)) = (ok, left) {
+                watch_clock(&c, &mut clock, local_ms, left);
+            }
             // A renewal long overdue: this process was paused or cut off (say so: it
             // explains what follows, a lost grant or a takeover elsewhere).
             let gap = last_renewed.elapsed().as_millis() as u64;
@@ -308,6 +315,34 @@ pub fn spawn_renewal(c: Arc<Parts>) {
             }
         }
     });
+}
+
+/// Our node's lease time left by the store's clock (PostgreSQL store only: SQLite's clock
+/// is ours, and nothing is read for it).
+async fn store_time_left(c: &Parts) -> Option<i64> {
+    if !matches!(c.cfg.store, StoreConfig::Postgres { .. }) {
+        return None;
+    }
+    let leases = c.store.nodes().await.ok()?;
+    leases.into_iter().find(|l| l.node == c.cfg.node_id).map(|l| l.expires_in_ms)
+}
+
+/// One renewal's interval into the clock watch: the rate exported, a skew said once.
+fn watch_clock(c: &Parts, w: &mut ClockWatch, local_ms: u64, store_left_ms: i64) {
+    let news = w.sample(local_ms, c.cfg.lease.ttl_ms, store_left_ms);
+    c.metrics.clock_rate_milli.store((w.rate() * 1000.0) as u64, Relaxed);
+    match news {
+        ClockNews::Skewed(rate) => log(
+            "error",
+            "this daemon's clock runs at another rate than the decision store's: its lease is renewed late or early \
+             by the store's clock (lost and taken back, transactions aborted by takeover); fix the host's clock",
+            json!({"node_id": c.cfg.node_id, "rate": rate, "renewals": clock::SAMPLES}),
+        ),
+        ClockNews::Normal(rate) => {
+            log("warn", "this daemon's clock runs with the decision store's again", json!({"rate": rate}))
+        }
+        ClockNews::Nothing => {}
+    }
 }
 
 /// Records a grant of a node taken over.

@@ -1,9 +1,11 @@
 //! High availability: what this daemon owns in memory (`ownership`: node and holder ids,
 //! the lease clock, grants, nodes taken over), owning a node id in the store and at each
 //! resource (`lease`: claims, renewals, takeovers, the reaction to a lost grant; the
-//! grants themselves decided by `cotx_protocol::lease`) and the witness file that refuses
-//! a store gone back to an older copy.
+//! grants themselves decided by `cotx_protocol::lease`), this daemon's clock against the
+//! store's (`clock`, pure) and the witness file that refuses a store gone back to an
+//! older copy.
 
+pub mod clock;
 pub mod lease;
 pub mod ownership;
 pub mod witness;

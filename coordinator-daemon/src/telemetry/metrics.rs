@@ -56,6 +56,9 @@ pub struct Metrics {
     pub deadlock_victims: AtomicU64,
     pub statements_cancelled: AtomicU64,
     pub deadlock_victim_age_ms: AtomicU64,
+    /// This daemon's clock rate against the decision store's, x1000 (ha/clock.rs; 1000
+    /// with a SQLite store, whose clock is ours).
+    pub clock_rate_milli: AtomicU64,
     /// Per bucket, the observations that fell in it and in no lower one (not cumulative:
     /// the encoder accumulates them); the last slot holds those above 1 s.
     lat_buckets: [AtomicU64; 13],
@@ -124,6 +127,7 @@ impl Metrics {
             counter("cotx_deadlock_victims", "Transactions aborted to break a wait cycle across databases (retryable: deadlock_victim).", v(&self.deadlock_victims)),
             counter("cotx_deadlock_victim_age_ms", "Summed age in ms of the deadlock victims when aborted (divided by victims: how long a cycle lasted at most).", v(&self.deadlock_victim_age_ms)),
             counter("cotx_statements_cancelled", "Waiting statements cancelled: of deadlock victims, and of transactions aborted by timeout or an operator.", v(&self.statements_cancelled)),
+            gauge("cotx_clock_rate", "This daemon's clock rate against the decision store's (1: in step; PostgreSQL store only).", match v(&self.clock_rate_milli) { 0 => 1.0, m => m as f64 / 1e3 }),
             counter("cotx_foreign_branches", "Prepared branches of our node id from an epoch our store does not know (left alone).", v(&self.foreign_branches)),
             counter("cotx_overloaded", "Begins refused with 429 (limits.max_active).", v(&self.overloaded)),
             counter("cotx_connections_refused", "Connections refused (limits.max_connections).", v(&self.connections_refused)),
