@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import urllib.error
 import urllib.request
 
 import pytest
@@ -53,6 +54,15 @@ def resources(d):
     req = urllib.request.Request(d.url + "/v1/resources", headers={"Authorization": f"Bearer {d.token}"})
     with urllib.request.urlopen(req, timeout=5) as r:
         return {x["name"]: x for x in json.loads(r.read())["resources"]}
+
+
+def readyz(d):
+    """(status, body) of GET /readyz, served without a credential."""
+    try:
+        with urllib.request.urlopen(d.url + "/readyz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def settled(pg, my):
@@ -103,7 +113,7 @@ def test_each_resource_gets_the_mode_it_can_do_and_shows_it(pg, mariadb, bare_pg
         wait_until(lambda: not pg_prepared(bare_pg), 10, "the aborted branch's helper rolled back\n" + d.log_tail(60))
 
 
-def test_a_resource_that_can_do_neither_is_refused_by_name(bare_pg):
+def test_a_resource_that_can_do_neither_is_refused_by_name(bare_pg, bare_my):
     """Never plain 2PC by accident: no prepared transactions (client mode impossible) and
     no pg_co (engine impossible) → every registration is refused with the resource's name
     and the reasons; `engine` on a server without pg_co likewise. Nothing is left behind."""
@@ -123,6 +133,14 @@ def test_a_resource_that_can_do_neither_is_refused_by_name(bare_pg):
                 assert f"resource {name} cannot be used" in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
                 assert resources(d)[name]["enforcement"]["mode"] == "refused"
             assert not pg_prepared(no2pc) and not pg_prepared(bare_pg)
+            # Its readiness says so too (before: /healthz answered ok, and nothing but the
+            # first branch's refusal told), while liveness stays ok.
+            code, ready = readyz(d)
+            assert code == 503 and ready["status"] == "not_ready", ready
+            assert [p.split(":")[0] for p in ready["problems"]] == ["resource no2pc", "resource forced"], ready
+        with make_daemon(bare_pg, bare_my) as ok:
+            wait_until(lambda: readyz(ok)[0] == 200, 15, "a daemon whose resources can each enforce is ready")
+            assert readyz(ok)[1] == {"status": "ready", "node_id": readyz(ok)[1]["node_id"], "problems": []}
 
 
 def test_helpers_and_slots_are_let_go_whatever_the_outcome(bare_pg, bare_my):

@@ -197,6 +197,7 @@ async fn every_answer_fits_its_schema() {
     let mut k = Checker { doc: document(), seen: BTreeSet::new(), fields: BTreeSet::new(), errors: vec![] };
     let n = Value::Null;
     k.call(&c, "GET", "/healthz", n.clone()).await;
+    k.call(&c, "GET", "/readyz", n.clone()).await;
     k.call(&c, "GET", "/openapi.json", n.clone()).await;
     // Two branches, one per kind of resource (a gid, an XA id), committed in two phases.
     let g = k.call(&c, "POST", "/v1/transactions", json!({"branch": {"resource": "pg", "branch_id": "b0"}})).await

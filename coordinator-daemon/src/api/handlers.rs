@@ -14,8 +14,8 @@ use crate::api::dto::{
 use crate::coordinator::Coordinator;
 use crate::refusal::{refuse, Refusal, RefusalCode};
 use crate::wire::{
-    self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Registered, Resources, Transaction,
-    TransactionList,
+    self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Ready, Registered, Resources,
+    Transaction, TransactionList,
 };
 use bytes::Bytes;
 use http_body_util::Full;
@@ -29,6 +29,29 @@ pub async fn healthz(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let resources = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
     ok(Health { status: "ok".into(), node_id: c.cfg.node_id.clone(), resources })
+}
+
+#[utoipa::path(get, path = "/readyz", security(()), summary = "readiness: 503 while this daemon cannot take new transactions",
+    responses((status = 200, body = Ready), (status = 503, body = Ready), (status = 400, body = Error)))]
+pub async fn readyz(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let mut problems = Vec::new();
+    if c.owner.lease.expired() {
+        problems
+            .push(format!("node {}'s lease is not confirmed: new work is refused (lease_unconfirmed)", c.cfg.node_id));
+    }
+    let stalled = c.store.stats.stalled_ms();
+    if c.store_stalled.load(Relaxed) || stalled > c.cfg.lease.ttl_ms.min(2_000) {
+        problems.push(format!("the decision store has not answered for {stalled} ms"));
+    }
+    for res in &c.cfg.resources {
+        if let Some(e) = c.enforcement.report(&res.name).filter(|e| e.mode == "refused") {
+            problems.push(format!("resource {}: branches refused: {}", res.name, e.reason.unwrap_or_default()));
+        }
+    }
+    let status = if problems.is_empty() { "ready" } else { "not_ready" };
+    let body = wire::Ready { status: status.into(), node_id: c.cfg.node_id.clone(), problems };
+    Ok((if status == "ready" { 200 } else { 503 }, Err(wire::to_json(&body))))
 }
 
 #[utoipa::path(get, path = "/metrics", summary = "Prometheus metrics",

@@ -61,6 +61,7 @@ macro_rules! route {
 /// Every route the daemon serves.
 pub const ROUTES: &[Route] = &[
     route!(Public, h::healthz, __path_healthz),
+    route!(Public, h::readyz, __path_readyz),
     route!(Public, self::openapi, __path_openapi),
     route!(Metrics, h::metrics, __path_metrics),
     route!(Client, h::begin, __path_begin),
@@ -274,8 +275,8 @@ mod tests {
     #[test]
     fn roles_of_the_routes() {
         for m in table() {
-            let public =
-                m.template == "/healthz" || m.template == "/openapi.json" || m.template.starts_with("/console");
+            let public = ["/healthz", "/readyz", "/openapi.json"].contains(&m.template.as_str())
+                || m.template.starts_with("/console");
             assert_eq!(m.route.role == Role::Public, public, "{} {}", m.method, m.template);
             assert_eq!(m.route.role == Role::Metrics, m.template == "/metrics", "{}", m.template);
         }

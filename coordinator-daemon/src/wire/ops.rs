@@ -16,6 +16,19 @@ pub struct Health {
     pub resources: BTreeMap<String, bool>,
 }
 
+/// /readyz, served without a credential: whether this daemon can take new transactions
+/// now (200) or not (503), for load balancers and Kubernetes' readiness probes.
+#[derive(Serialize, ToSchema, Clone, Debug)]
+pub struct Ready {
+    /// ready | not_ready
+    pub status: String,
+    pub node_id: String,
+    /// Why not: its lease unconfirmed, its decision store not answering, a resource whose
+    /// branches are refused (it can enforce commitment ordering neither way its
+    /// `enforcement` allows). Empty when ready.
+    pub problems: Vec<String>,
+}
+
 #[derive(Serialize, ToSchema, Clone, Debug, PartialEq, Eq)]
 pub struct ResourceEnforcement {
     /// auto | engine | client | none (the config).
