@@ -66,6 +66,17 @@ class _Http:
         return f"{method} {self.base}{path} HTTP/1.1\r\n".encode() + self._fixed + \
             f"{trace}Content-Length: {len(data)}\r\n\r\n".encode()
 
+    def _on_alternates(self, method, path, body, timeout, traceparent) -> tuple[bool, dict | None]:
+        """The same request to the deployment's other daemons, in order: (True, answer) from
+        the first that answers it, (False, None) when none does."""
+        for url in self.alternates:
+            try:
+                return True, self._peer(url).request(method, path, body, timeout, _followed=True,
+                                                     traceparent=traceparent)
+            except CotxError:
+                continue
+        return False, None
+
     def send_nowait(self, method: str, path: str, body: dict | None = None, traceparent: str | None = None) -> None:
         """Sends a request whose answer nobody waits for (acknowledgements): its response
         is read and dropped before the next request on this thread's connection."""
@@ -173,12 +184,9 @@ class _Http:
                         # Other daemons of the deployment answer for any gtid (decisions
                         # from the shared store); only their success is taken: a refusal
                         # from a non-owner says nothing about the outcome.
-                        for url in self.alternates:
-                            try:
-                                return self._peer(url).request(method, path, body, timeout, _followed=True,
-                                                                  traceparent=traceparent)
-                            except CotxError:
-                                continue
+                        found, answer = self._on_alternates(method, path, body, timeout, traceparent)
+                        if found:
+                            return answer
                     raise CoordinatorUnavailable(f"{method} {path}: {e}", phase) from e
         try:
             payload = json.loads(raw) if raw else {}
@@ -196,12 +204,9 @@ class _Http:
                 # "Not now" from this daemon (its lease unconfirmed, overloaded, restarting a
                 # resource): a begin may go to any daemon of the deployment; the caller waits
                 # only if none of them takes it.
-                for url in self.alternates:
-                    try:
-                        return self._peer(url).request(method, path, body, timeout, _followed=True,
-                                                       traceparent=traceparent)
-                    except CotxError:
-                        continue
+                found, answer = self._on_alternates(method, path, body, timeout, traceparent)
+                if found:
+                    return answer
             raise refused
         return payload
 
