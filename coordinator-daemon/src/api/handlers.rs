@@ -12,6 +12,7 @@ use crate::api::dto::{
     NoQuery, RegisterRequest, Routed,
 };
 use crate::coordinator::Coordinator;
+use crate::participants::enforcement::Effective;
 use crate::refusal::{refuse, Refusal, RefusalCode};
 use crate::wire::{
     self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Ready, Registered, Resources,
@@ -41,12 +42,12 @@ pub async fn readyz(c: Arc<Coordinator>, r: Call) -> Routed {
             .push(format!("node {}'s lease is not confirmed: new work is refused (lease_unconfirmed)", c.cfg.node_id));
     }
     let stalled = c.store.stats.stalled_ms();
-    if c.store_stalled.load(Relaxed) || stalled > c.cfg.lease.ttl_ms.min(2_000) {
+    if c.store_stalled.load(Relaxed) || stalled > crate::coordinator::housekeeping::store_stall_limit_ms(&c) {
         problems.push(format!("the decision store has not answered for {stalled} ms"));
     }
     for res in &c.cfg.resources {
-        if let Some(e) = c.enforcement.report(&res.name).filter(|e| e.mode == "refused") {
-            problems.push(format!("resource {}: branches refused: {}", res.name, e.reason.unwrap_or_default()));
+        if let Some((_, Effective::Refused(why))) = c.enforcement.effective(&res.name) {
+            problems.push(format!("resource {}: branches refused: {why}", res.name));
         }
     }
     let status = if problems.is_empty() { "ready" } else { "not_ready" };

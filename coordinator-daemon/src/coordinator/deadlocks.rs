@@ -78,7 +78,7 @@ async fn pass(c: &Arc<Parts>) {
             json!({"gtid": cycle.victim, "cycle": members, "waits": waits, "victim_age_ms": age_ms}),
         );
         completion::spawn_completion(c, &cycle.victim);
-        cancel_waiting(c, &cycle.victim).await;
+        cancel_waiting(c, &cycle.victim, c.registry.sessions_of(&cycle.victim)).await;
     }
 }
 
@@ -100,9 +100,10 @@ fn describe(c: &Cycle) -> Vec<String> {
         .collect()
 }
 
-/// Cancels the statements of `gtid`'s unprepared branches that wait for a lock now.
-pub async fn cancel_waiting(c: &Parts, gtid: &str) {
-    for (res, session) in c.registry.sessions_of(gtid) {
+/// Cancels the statements of `gtid`'s unprepared branches (`sessions`: resource and
+/// session of each) that wait for a lock now.
+async fn cancel_waiting(c: &Parts, gtid: &str, sessions: Vec<(String, i64)>) {
+    for (res, session) in sessions {
         let Some(rc) = c.resources.get(&res) else { continue };
         match rc.cancel_if_waiting(session).await {
             Ok(true) => {
@@ -126,9 +127,10 @@ pub async fn cancel_waiting(c: &Parts, gtid: &str) {
 /// An abort that must act (a timeout): its waiting statements cancelled in the
 /// background. Nothing is asked of a database when no branch reported its session.
 pub fn spawn_cancel(c: &Arc<Parts>, gtid: &str) {
-    if c.registry.sessions_of(gtid).is_empty() {
+    let sessions = c.registry.sessions_of(gtid);
+    if sessions.is_empty() {
         return;
     }
     let (c, g) = (c.clone(), gtid.to_string());
-    tokio::spawn(async move { cancel_waiting(&c, &g).await });
+    tokio::spawn(async move { cancel_waiting(&c, &g, sessions).await });
 }

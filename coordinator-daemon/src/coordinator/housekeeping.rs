@@ -27,12 +27,17 @@ pub fn store_news(stalled_ms: u64, limit_ms: u64, was_stalled: bool) -> Option<b
     }
 }
 
+/// How long the store may take over one request before it counts as not answering (the
+/// log below, readiness).
+pub fn store_stall_limit_ms(c: &Parts) -> u64 {
+    c.cfg.lease.ttl_ms.min(2_000)
+}
+
 /// Says once per stall that the decision store stopped answering, and when it answers
 /// again: a paused or partitioned store holds every commit and renewal silently.
 fn watch_store(c: &Parts) {
     let stalled = c.store.stats.stalled_ms();
-    let limit = c.cfg.lease.ttl_ms.min(2_000);
-    match store_news(stalled, limit, c.store_stalled.load(Relaxed)) {
+    match store_news(stalled, store_stall_limit_ms(c), c.store_stalled.load(Relaxed)) {
         Some(true) => {
             c.store_stalled.store(true, Relaxed);
             log(

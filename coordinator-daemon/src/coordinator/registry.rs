@@ -139,15 +139,19 @@ impl Registry {
         }
     }
 
-    /// Records the session of a branch (its client's report) and when the deadlock
-    /// detector should start looking at the transaction (`after` from its start).
+    /// Records the session of a branch (its client's report) and, for the transaction's
+    /// first such branch, when the deadlock detector should start looking at it (`after`
+    /// from its start): one heap entry per transaction.
     pub fn note_session(&self, gtid: &str, bid: &str, session: i64, after: Duration) -> Lookup<()> {
-        let due = match self.with_entry(gtid, |e| e.tx.set_session(bid, session).ok().map(|_| e.tx.created + after)) {
-            Lookup::Here(Some(due)) => due,
-            Lookup::Here(None) => return Lookup::Here(()),
+        let first_due = self.with_entry(gtid, |e| {
+            let first = e.tx.branches.iter().all(|b| b.session.is_none());
+            e.tx.set_session(bid, session).ok().filter(|_| first).map(|_| e.tx.created + after)
+        });
+        match first_due {
+            Lookup::Here(Some(due)) => self.waits_due.lock().unwrap().push(Reverse((due, gtid.to_string()))),
+            Lookup::Here(None) => {}
             Lookup::NotHere => return Lookup::NotHere,
-        };
-        self.waits_due.lock().unwrap().push(Reverse((due, gtid.to_string())));
+        }
         Lookup::Here(())
     }
 
