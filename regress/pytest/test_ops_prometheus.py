@@ -55,10 +55,13 @@ def test_rules_are_valid_and_their_unit_tests_pass():
 
 
 def test_rule_unit_tests_catch_a_broken_rule(tmp_path):
-    """The unit tests can fail: alerting on resources that are up, or on any in-doubt
-    age instead of an old one, breaks them."""
+    """The unit tests can fail: alerting on resources that are up, on any in-doubt
+    age instead of an old one, on a daemon with no quarantined record, or on a lease-loss
+    count that only fell (a restart) breaks them."""
     for good, bad in [("cotx_resource_up == 0", "cotx_resource_up == 1"),
-                      ("cotx_in_doubt_oldest_seconds > 600", "cotx_in_doubt_oldest_seconds > 0")]:
+                      ("cotx_in_doubt_oldest_seconds > 600", "cotx_in_doubt_oldest_seconds > 0"),
+                      ("cotx_quarantined > 0", "cotx_quarantined >= 0"),
+                      ("increase(cotx_lease_losses_total[15m]) > 0", "cotx_lease_losses_total > 0")]:
         text = RULES.read_text()
         assert good in text
         (tmp_path / RULES.name).write_text(text.replace(good, bad))
