@@ -36,9 +36,10 @@ def _server(kind, **kw):
 @pytest.fixture(scope="module")
 def servers():
     """Engine servers (pg_co, mysql_co), servers without them (client mode), a second
-    PostgreSQL with pg_co (PostgreSQL-PostgreSQL)."""
+    PostgreSQL of each kind (PostgreSQL-PostgreSQL)."""
     made = {"pg": _server("pg"), "my": _server("my"), "pg2": _server("pg"),
-            "bare_pg": _server("pg", preload=False), "bare_my": _server("my", plugin=False)}
+            "bare_pg": _server("pg", preload=False), "bare_pg2": _server("pg", preload=False),
+            "bare_my": _server("my", plugin=False)}
     yield made
     for s in made.values():
         s.__exit__(None, None, None)
@@ -49,6 +50,7 @@ PAIRS = {
     "engine-pg-my": (("pg", "postgres"), ("my", "mariadb"), "engine"),
     "client-pg-my": (("bare_pg", "postgres"), ("bare_my", "mariadb"), "client"),
     "engine-pg-pg": (("pg", "postgres"), ("pg2", "postgres"), "engine"),
+    "client-pg-pg": (("bare_pg", "postgres"), ("bare_pg2", "postgres"), "client"),
 }
 
 
@@ -139,6 +141,89 @@ def test_the_crossed_pair_is_broken_in_seconds(servers, pair):
     # Only T1's updates: row a and row b once each, at both resources.
     assert servers[a].sql("SELECT k, v FROM dl ORDER BY k") in ([("a", 1), ("b", 0)], (("a", 1), ("b", 0)))
     assert servers[b].sql("SELECT k, v FROM dl ORDER BY k") in ([("a", 0), ("b", 1)], (("a", 0), ("b", 1)))
+
+
+def start_in_turn(specs):
+    """specs: (name, fn(started, go)) per thread. Each thread takes its first lock in turn
+    (so each begins after the one before it: the last is the youngest), then all go on
+    together. Returns when all have ended."""
+    go, threads = threading.Event(), []
+    for name, fn in specs:
+        started = threading.Event()
+        t = threading.Thread(target=fn, args=(started, go))
+        t.start()
+        assert started.wait(15), f"{name} did not take its first lock"
+        threads.append(t)
+    go.set()
+    for t in threads:
+        t.join(90)
+    assert not any(t.is_alive() for t in threads), "a transaction is still blocked after 90 s"
+
+
+def global_transfer(coord, servers, steps, out, name):
+    return name, lambda started, go: transfer(coord, servers, steps, started, go, out, name)
+
+
+def test_three_transactions_across_two_databases(servers):
+    """T1 holds a at PostgreSQL and wants b at MariaDB; T2 holds b there and wants c at
+    PostgreSQL; T3 holds c and wants a: a cycle of three whose waits come from two
+    databases. The youngest (T3) is the one victim; T2 then T1 commit."""
+    reset(servers, ["pg", "my"])
+    servers["pg"].sql("INSERT INTO dl VALUES ('c', 0)")
+    with daemon_for(servers, ("pg", "postgres"), ("my", "mariadb"), "engine") as d:
+        coord, out = Coordinator(d.url, d.token), {}
+        start_in_turn([global_transfer(coord, servers, (("pg", "a"), ("my", "b")), out, "T1"),
+                       global_transfer(coord, servers, (("my", "b"), ("pg", "c")), out, "T2"),
+                       global_transfer(coord, servers, (("pg", "c"), ("pg", "a")), out, "T3")])
+        print({k: (v[0], round(v[1], 2), str(v[2])[:200]) for k, v in out.items()})
+        assert [out[t][0] for t in ("T1", "T2", "T3")] == ["committed", "committed", "retryable"], out
+        assert f'"gtid":"{out["T3"][3]}"' in d.log_tail(400).replace(" ", ""), "the log names the victim"
+        assert max(v[1] for v in out.values()) < BOUND_S, out
+        assert metric(d, "cotx_deadlock_victims_total") == 1
+        wait_until(lambda: nothing_prepared_on(servers, ["pg", "my"]), 20, "nothing prepared")
+    assert servers["pg"].sql("SELECT k, v FROM dl ORDER BY k") == [("a", 1), ("b", 0), ("c", 1)]
+    assert servers["my"].sql("SELECT k, v FROM dl ORDER BY k") in ((("a", 0), ("b", 2)), [("a", 0), ("b", 2)])
+
+
+def test_a_cycle_through_a_local_transaction(servers):
+    """G1 holds a at PostgreSQL and wants b at MariaDB; G2 holds b and wants c at
+    PostgreSQL; a local transaction L (no coordinator) holds c and wants a. L is a node of
+    the cycle but never its victim: G2, the younger global one, is; then G1 commits and L
+    gets its row."""
+    reset(servers, ["pg", "my"])
+    servers["pg"].sql("INSERT INTO dl VALUES ('c', 0)")
+
+    def local(out, started, go):
+        c = servers["pg"].connect(autocommit=False)
+        t0 = None
+        try:
+            # READ COMMITTED (the server's default is SERIALIZABLE): it then updates the
+            # row G1 committed, rather than failing on it, so its end shows it was let go.
+            c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            c.execute("UPDATE dl SET v = v + 100 WHERE k = 'c'")
+            started.set()
+            go.wait()
+            t0 = time.monotonic()
+            c.execute("UPDATE dl SET v = v + 100 WHERE k = 'a'")
+            c.commit()
+            out["L"] = ("committed", time.monotonic() - t0, None, None)
+        except Exception as e:  # noqa: BLE001 - the outcome is the test's
+            out["L"] = ("error", time.monotonic() - (t0 or time.monotonic()), e, None)
+        finally:
+            c.close()
+
+    with daemon_for(servers, ("pg", "postgres"), ("my", "mariadb"), "engine") as d:
+        coord, out = Coordinator(d.url, d.token), {}
+        start_in_turn([global_transfer(coord, servers, (("pg", "a"), ("my", "b")), out, "G1"),
+                       global_transfer(coord, servers, (("my", "b"), ("pg", "c")), out, "G2"),
+                       ("L", lambda started, go: local(out, started, go))])
+        print({k: (v[0], round(v[1], 2), str(v[2])[:200]) for k, v in out.items()})
+        assert [out[t][0] for t in ("G1", "G2", "L")] == ["committed", "retryable", "committed"], out
+        assert max(v[1] for v in out.values()) < BOUND_S, out
+        assert metric(d, "cotx_deadlock_victims_total") == 1
+        assert "no global transaction of this daemon" in d.log_tail(400)
+        wait_until(lambda: nothing_prepared_on(servers, ["pg", "my"]), 20, "nothing prepared")
+    assert servers["pg"].sql("SELECT k, v FROM dl ORDER BY k") == [("a", 101), ("b", 0), ("c", 100)]
 
 
 def test_without_the_detector_the_pair_waits_for_a_timeout(servers):
