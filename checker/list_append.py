@@ -28,6 +28,8 @@ read a key the other appended), i.e. would have closed a cycle had they committe
 
     python -m checker.list_append --major 18 --mode plain --txn local --seconds 600 --seed 1
     python -m checker.list_append --help
+    python -m checker.list_append --engines pg,my --mode co --txns 5000   # across both databases:
+                                                                          # checker/list_append_global.py
 
 Modes: `plain` starts the server without pg_co in shared_preload_libraries (PostgreSQL's
 own SERIALIZABLE, no pg_co code in the process: the behaviour the public report is
@@ -496,6 +498,11 @@ def server_conf(mode: str, durable: bool = False, max_connections: int | None = 
 
 
 def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if any(x == "--engines" or x.startswith("--engines=") for x in args):
+        # Across PostgreSQL and MariaDB through the coordinator: list_append_global.
+        from .list_append_global import main as main_global
+        return main_global(args)
     ap = argparse.ArgumentParser(prog="python -m checker.list_append",
                                  description="List-append over upserts on a throwaway PostgreSQL server; "
                                              "checks the history for cycles (exit 1 if any anomaly).")
