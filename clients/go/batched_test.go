@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 )
 
 // The batched calls on real servers and the real daemon: acknowledgements carried by the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"

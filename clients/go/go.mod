@@ -1,4 +1,4 @@
-module cotx/client
+module cotx.io/client
 
 // go 1.19: Debian 12's golang-go builds it; pgx v5.5.5 and go-sql-driver/mysql v1.8.1 are the
 // newest releases that still build with it (pgx >= 5.5.4 has the 2024 protocol fixes).

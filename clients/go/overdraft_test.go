@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"

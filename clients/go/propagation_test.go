@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 )
 
 // stub is a stand-in daemon that records the requests it gets and answers the few calls a

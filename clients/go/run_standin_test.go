@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 )
 
 // Run's bounds against a stand-in daemon (httptest): "not now" answers waited on for

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	cotx "cotx/client"
+	cotx "cotx.io/client"
 )
 
 // Coordinator.Run against the real daemon: a begin refused with 429 too_many_transactions
