@@ -1,7 +1,8 @@
 -- cotx client mode on a PostgreSQL without pg_co (docs/client-mode.md).
 -- The coordinator daemon runs this itself when it finds the objects missing; an operator
--- may run it instead (psql -f), as a role with CREATE on the database, when the daemon's
--- role may not create a schema. Idempotent.
+-- may run it instead (psql -f), as the database's owner (or a role with CREATE on it),
+-- when the daemon's role may not create a schema. Idempotent. Run this way, the daemon's
+-- role needs nothing on these objects: it only calls the functions (granted to PUBLIC).
 --
 -- cotx.shim: one row per slot. The daemon gives each client-mode branch a slot k; its
 -- helper transaction (daemon side) reads row k with cotx.shim_hold(k) and is prepared,
@@ -29,7 +30,19 @@ CREATE OR REPLACE FUNCTION cotx.shim_touch(key integer) RETURNS void
     SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET enable_bitmapscan = off
     AS $$ UPDATE cotx.shim SET v = v + 1 WHERE k = key $$;
 
--- Applications' roles call cotx.shim_touch inside their branches: they need the schema,
--- not the table (the function runs as its owner).
+-- The daemon counts the slots with this, so that its role needs no privilege on the table.
+CREATE OR REPLACE FUNCTION cotx.shim_slots() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $$ SELECT count(*) FROM cotx.shim $$;
+
+-- The slots (the daemon's SHIM_SLOTS rows), filled here so that a daemon whose role may not
+-- insert finds them; ANALYZE so that the planner knows the table is not empty.
+INSERT INTO cotx.shim (k) SELECT generate_series(1, 4096) ON CONFLICT DO NOTHING;
+ANALYZE cotx.shim;
+
+-- Applications' roles call cotx.shim_touch inside their branches, the daemon's role
+-- cotx.shim_hold and cotx.shim_slots: they need the schema, not the table (the functions
+-- run as their owner).
 GRANT USAGE ON SCHEMA cotx TO PUBLIC;
-GRANT EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer), cotx.shim_slots() TO PUBLIC;

@@ -107,20 +107,36 @@ fn pg_engine(enabled: Option<&str>, observe: Option<&str>, spl: Option<&str>) ->
 }
 
 /// The shim objects, created when missing (sql/client_mode/postgres.sql), and their rows.
+/// Created by the database's owner (the script run as it), they ask nothing of the
+/// daemon's role: it counts the slots with cotx.shim_slots() and holds them with
+/// cotx.shim_hold(), both SECURITY DEFINER and executable by PUBLIC.
 async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
     let have =
         "SELECT to_regclass('cotx.shim') IS NOT NULL AND to_regprocedure('cotx.shim_hold(integer)') IS NOT NULL \
-                AND to_regprocedure('cotx.shim_touch(integer)') IS NOT NULL";
-    let m = rc.pg_batch(have).await?;
-    if simple_first(&m).as_deref() != Some("t") {
+                AND to_regprocedure('cotx.shim_touch(integer)') IS NOT NULL, \
+                to_regprocedure('cotx.shim_slots()') IS NOT NULL";
+    let flags = |m: &[SimpleQueryMessage]| {
+        rows(m).first().map(|r| (r.get(0) == Some("t"), r.get(1) == Some("t"))).unwrap_or((false, false))
+    };
+    let (objects, mut counter) = flags(&rc.pg_batch(have).await?);
+    if !(objects && counter) {
         // One creator at a time (several daemons may probe together).
         let script = format!("BEGIN; SELECT pg_advisory_xact_lock({}, 1); {PG_SCRIPT}\nCOMMIT;", naming::XA_FORMAT_ID);
-        rc.pg_batch(&script).await.map_err(|e| {
-            format!("cannot create the client-mode objects of sql/client_mode/postgres.sql ({e}); run that script as the database's owner")
-        })?;
+        match rc.pg_batch(&script).await {
+            Ok(_) => counter = true,
+            // Objects of an older script (without cotx.shim_slots) that this role may not
+            // replace: used as they are, counted directly if this role may read the table.
+            Err(_) if objects => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the client-mode objects of sql/client_mode/postgres.sql ({e}); run that script as the database's owner"
+                ))
+            }
+        }
     }
     let count = |m: &[SimpleQueryMessage]| simple_first(m).and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
-    let n = count(&rc.pg_batch("SELECT count(*) FROM cotx.shim").await?);
+    let n =
+        count(&rc.pg_batch(if counter { "SELECT cotx.shim_slots()" } else { "SELECT count(*) FROM cotx.shim" }).await?);
     if n >= SHIM_SLOTS {
         return Ok(n);
     }
@@ -137,7 +153,7 @@ async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
             );
             Ok(n)
         }
-        Err(e) => Err(format!("cotx.shim has no rows and none can be added: {e}")),
+        Err(e) => Err(format!("cotx.shim has no rows and none can be added: {e}; run sql/client_mode/postgres.sql as the database's owner")),
     }
 }
 
@@ -166,6 +182,22 @@ async fn maria_engine(conn: &mut mysql_async::Conn) -> Result<Result<(), String>
     })
 }
 
+/// The statements of sql/client_mode/mariadb.sql: comment lines dropped, split where a
+/// line ends with ';' (the script's own rule; the client protocol takes one at a time).
+fn maria_statements() -> Vec<String> {
+    let mut out = vec![String::new()];
+    for line in MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")) {
+        let last = out.last_mut().expect("never empty");
+        last.push_str(line);
+        last.push('\n');
+        if line.trim_end().ends_with(';') {
+            *last = last.trim().trim_end_matches(';').to_string();
+            out.push(String::new());
+        }
+    }
+    out.into_iter().filter(|s| !s.trim().is_empty()).collect()
+}
+
 async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
     let db: Option<Option<String>> = conn.query_first("SELECT DATABASE()").await.map_err(|e| my_err(&e))?;
     if db.flatten().is_none() {
@@ -183,11 +215,11 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
         .await
         .map_err(|e| my_err(&e))?;
     if have != Some(1) {
-        let ddl: String =
-            MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n");
-        conn.query_drop(ddl.trim().trim_end_matches(';')).await.map_err(|e| {
-            format!("cannot create the client-mode table of sql/client_mode/mariadb.sql ({}); run that script as the database's owner", my_err(&e))
-        })?;
+        for stmt in maria_statements() {
+            conn.query_drop(stmt).await.map_err(|e| {
+                format!("cannot create the client-mode table of sql/client_mode/mariadb.sql ({}); run that script as the database's owner", my_err(&e))
+            })?;
+        }
     }
     let n: Option<i64> = conn.query_first("SELECT COUNT(*) FROM cotx_shim").await.map_err(|e| my_err(&e))?;
     let n = n.unwrap_or(0) as i32;
@@ -212,7 +244,9 @@ async fn maria_shim(conn: &mut mysql_async::Conn) -> Result<i32, String> {
             );
             Ok(n)
         }
-        Some(e) => Err(format!("cotx_shim has no rows and none can be added: {e}")),
+        Some(e) => Err(format!(
+            "cotx_shim has no rows and none can be added: {e}; run sql/client_mode/mariadb.sql as the database's owner"
+        )),
     }
 }
 
@@ -313,9 +347,17 @@ mod tests {
     }
 
     #[test]
-    fn the_mariadb_script_is_one_statement() {
-        let ddl: Vec<&str> = MARIA_SCRIPT.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
-        assert_eq!(ddl.join("\n").matches(';').count(), 1);
-        assert!(PG_SCRIPT.contains("cotx.shim_hold") && PG_SCRIPT.contains("cotx.shim_touch"));
+    fn the_scripts_create_and_fill_what_the_daemon_uses() {
+        let stmts = maria_statements();
+        assert_eq!(stmts.len(), 2, "{stmts:?}");
+        assert!(stmts[0].starts_with("CREATE TABLE IF NOT EXISTS cotx_shim") && !stmts[0].contains(';'));
+        assert!(stmts[1].starts_with("INSERT IGNORE INTO cotx_shim") && stmts[1].ends_with("AS slots"));
+        // Both fill exactly the slots the daemon counts on.
+        assert!(stmts[1].contains("i < 63") && stmts[1].contains("64 * b.i") && 64 * 64 == SHIM_SLOTS);
+        assert!(PG_SCRIPT.contains(&format!("generate_series(1, {SHIM_SLOTS})")));
+        assert!(PG_SCRIPT.contains("FUNCTION cotx.shim_slots() RETURNS bigint"));
+        assert!(PG_SCRIPT.contains(
+            "EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer), cotx.shim_slots() TO PUBLIC"
+        ));
     }
 }

@@ -1,0 +1,93 @@
+"""The database accounts docs/ops.md and docs/client-mode.md document, used as documented,
+on servers without pg_co and mysql_co (a managed service): the client-mode objects created
+once by the database's owner (sql/client_mode/*.sql, run as that owner), the daemon
+connected as its documented role (no superuser, no ownership, only the grants the docs
+list), an application connected as its own role; a global transaction across both engines
+commits in client mode, and its helper is let go.
+
+PostgreSQL: three roles, none superuser: the owner (owns the database and the
+application's table, runs the script), the application's role (DML on its table), and
+the daemon's role, both as ops.md recommends (the applications' role, which can finish
+branches left by their owner) and as a role of its own (CONNECT only).
+MariaDB: the owner account (ALL on the database, runs the script), ops.md's daemon account
+(PROCESS and SELECT) and the application's account (SELECT, INSERT, UPDATE, DELETE).
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pymysql
+import pytest
+from cotest import MariaServer, PgServer
+from cotest.coord import my_prepared, pg_prepared, wait_until
+from cotx import Coordinator
+from cotx.daemon import Daemon
+
+ROOT = Path(__file__).resolve().parents[2]
+PW = "CHANGE-ME"
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """PostgreSQL and MariaDB without the extension / plugin, set up as the docs say."""
+    with PgServer(preload=False) as pg, MariaServer(plugin=False) as my:
+        # PostgreSQL: the owner owns the database and the application's table.
+        for role in ("shop_owner", "shop_app", "cotx_daemon"):
+            pg.sql(f"CREATE ROLE {role} LOGIN PASSWORD '{PW}'")
+        pg.sql("CREATE DATABASE shop OWNER shop_owner")
+        with psycopg.connect(pg_dsn(pg, "shop_owner"), autocommit=True) as c:
+            c.execute("CREATE TABLE acct(id int PRIMARY KEY, bal int NOT NULL)")
+            c.execute("INSERT INTO acct VALUES (1, 1000)")
+            c.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON acct TO shop_app")
+        # docs/client-mode.md: the script, once, as the database's owner.
+        subprocess.run([str(pg.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", pg_dsn(pg, "shop_owner"),
+                        "-f", str(ROOT / "sql/client_mode/postgres.sql")], check=True, capture_output=True)
+        # MariaDB: ops.md's accounts, and an owner account that runs the script.
+        my.sql("CREATE DATABASE stock")
+        my.sql("CREATE TABLE stock.items (id int PRIMARY KEY, qty int NOT NULL) ENGINE=InnoDB")
+        my.sql("INSERT INTO stock.items VALUES (1, 1000)")
+        for stmt in (f"CREATE USER 'stock_owner'@'%' IDENTIFIED BY '{PW}'",
+                     "GRANT ALL ON stock.* TO 'stock_owner'@'%'",
+                     f"CREATE USER 'cotx_recovery'@'%' IDENTIFIED BY '{PW}'",
+                     "GRANT PROCESS ON *.* TO 'cotx_recovery'@'%'",
+                     "GRANT SELECT ON stock.* TO 'cotx_recovery'@'%'",
+                     f"CREATE USER 'shop_app'@'%' IDENTIFIED BY '{PW}'",
+                     "GRANT SELECT, INSERT, UPDATE, DELETE ON stock.* TO 'shop_app'@'%'"):
+            my.sql(stmt)
+        with open(ROOT / "sql/client_mode/mariadb.sql") as script:
+            subprocess.run(["mariadb", "-h", "127.0.0.1", "-P", str(my.port), "-u", "stock_owner", f"-p{PW}",
+                            "stock"], stdin=script, check=True, capture_output=True)
+        yield pg, my
+
+
+def pg_dsn(pg, role: str, db: str = "shop") -> str:
+    return f"host=127.0.0.1 port={pg.port} user={role} password={PW} dbname={db}"
+
+
+@pytest.mark.parametrize("daemon_role", ["shop_app", "cotx_daemon"],
+                         ids=["daemon-as-applications-role", "daemon-role-of-its-own"])
+def test_a_global_transaction_in_client_mode_with_the_documented_accounts(servers, daemon_role):
+    pg, my = servers
+    d = Daemon([{"name": "pg", "kind": "postgres", "dsn": pg_dsn(pg, daemon_role)},
+                {"name": "my", "kind": "mariadb", "dsn": f"mysql://cotx_recovery:{PW}@127.0.0.1:{my.port}/stock"}])
+    with d:
+        pc = psycopg.connect(pg_dsn(pg, "shop_app"), autocommit=True)
+        mc = pymysql.connect(host="127.0.0.1", port=my.port, user="shop_app", password=PW, database="stock",
+                             autocommit=True)
+        try:
+            tx = Coordinator(d.url, d.token).transaction()
+            with tx:
+                with tx.branch(pc, "pg") as bp:
+                    pc.execute("UPDATE acct SET bal = bal - 10 WHERE id = 1")
+                with tx.branch(mc, "my") as bm:
+                    mc.cursor().execute("UPDATE items SET qty = qty + 10 WHERE id = 1")
+            assert tx.outcome == "commit"
+            assert (bp.enforcement, bm.enforcement) == ("client", "client")
+        finally:
+            pc.close()
+            mc.close()
+        wait_until(lambda: not pg_prepared(pg) and not my_prepared(my), 15, "the helper rolled back, nothing prepared")
+    # The daemon created nothing and owns nothing: the owner's objects, used as they are.
+    assert pg.sql("SELECT tableowner FROM pg_tables WHERE schemaname = 'cotx'", dbname="shop") == [("shop_owner",)]
