@@ -157,5 +157,6 @@ fi
 # --- Java (Narayana example) and Go client: toolchains and dependency caches -----------
 bash "$COTX_ROOT/scripts/bootstrap-tm.sh"
 bash "$COTX_ROOT/scripts/bootstrap-ops.sh"   # prometheus/promtool for deploy/ tests
+bash "$COTX_ROOT/scripts/bootstrap-helm.sh"   # helm (built from its Go module) for the chart's test
 bash "$COTX_ROOT/scripts/bootstrap-browser.sh"   # chromium for the web console's test
 log "bootstrap complete"

@@ -16,6 +16,11 @@ RUST_TOOLCHAIN="1.95.0"
 CHROMIUM_VERSION="156.0.8078.108-1~deb12u1"
 # Machine-wide caches that survive fresh clones; nothing depends on them being there.
 COTX_CACHE="${COTX_CACHE:-/var/cache/cotx}"
+# Helm, for the chart's test (deploy/helm, regress/pytest/test_helm_chart.py): built from its Go module
+# (scripts/bootstrap-helm.sh), whose go.mod asks for Go 1.26.
+HELM_VERSION="v3.22.0"
+HELM_GO_MINOR=26
+HELM_BIN="$COTX_CACHE/tools/helm-$HELM_VERSION/helm"
 COTX_VENV="${COTX_VENV:-$COTX_CACHE/venv}"
 # Separate cargo target dirs per part: builds of the daemon and of the extension do not
 # wait on each other's lock, and pgrx's feature set does not invalidate the daemon's cache.
