@@ -143,7 +143,7 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 	if err != nil {
 		return nil, err
 	}
-	reg := map[string]string{"resource": b.Resource, "branch_id": b.ID}
+	reg := b.registration(ctx)
 	var r registered
 	if t.gtid == "" {
 		body := map[string]interface{}{"branch": reg}
@@ -206,13 +206,13 @@ func (t *Tx) Branches(ctx context.Context, specs ...BranchSpec) ([]*Branch, erro
 		return out, nil
 	}
 	all := make([]*Branch, len(specs))
-	regs := make([]map[string]string, len(specs))
+	regs := make([]map[string]interface{}, len(specs))
 	for i, s := range specs {
 		b, err := t.newBranch(s)
 		if err != nil {
 			return nil, err
 		}
-		all[i], regs[i] = b, map[string]string{"resource": b.Resource, "branch_id": b.ID}
+		all[i], regs[i] = b, b.registration(ctx)
 	}
 	body := map[string]interface{}{"branches": regs}
 	if t.timeoutMs > 0 {
@@ -370,7 +370,9 @@ func (b *Branch) shimTouch() error {
 func (b *Branch) Fail(err error) error {
 	b.rollbackUnprepared()
 	retry := IsRetryableDBError(err)
-	b.reportFailed(b.tx.traced(context.Background()), describeDBError(err), retry)
+	// The daemon says whether the abort is one a new attempt may cure though the error
+	// does not (a statement it cancelled: a deadlock victim, a timeout).
+	retry = b.reportFailed(b.tx.traced(context.Background()), describeDBError(err), retry) || retry
 	b.state = stFailed
 	for _, o := range b.tx.branches {
 		if o != b {
@@ -392,9 +394,15 @@ func (b *Branch) path(suffix string) string {
 	return "/v1/transactions/" + q(b.tx.gtid) + "/branches/" + q(b.ID) + suffix
 }
 
-func (b *Branch) reportFailed(ctx context.Context, reason string, retryable bool) {
-	// Best effort: if it is lost, the coordinator aborts on timeout (presumed abort).
-	_ = b.tx.coord.do(ctx, "POST", b.path("/failed"), map[string]interface{}{"reason": trunc(reason, 900), "retryable": retryable}, nil, 0)
+// reportFailed tells the coordinator and returns whether its answer calls the abort
+// retryable. Best effort: if the report is lost, the coordinator aborts on timeout
+// (presumed abort).
+func (b *Branch) reportFailed(ctx context.Context, reason string, retryable bool) bool {
+	var ack struct {
+		Retryable bool `json:"retryable"`
+	}
+	body := map[string]interface{}{"reason": trunc(reason, 900), "retryable": retryable}
+	return b.tx.coord.do(ctx, "POST", b.path("/failed"), body, &ack, 0) == nil && ack.Retryable
 }
 
 func (b *Branch) rollbackUnprepared() {
