@@ -25,6 +25,7 @@ Usage: bank_service.py NAME KIND PORT DB_PORT COORD_URL TOKEN PEER_URL
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import threading
@@ -60,11 +61,14 @@ class Service:
     def connect(self):
         if self.kind == "postgres":
             import psycopg
+            # A password only for servers the demo did not start (overdraft.py --external).
             return psycopg.connect(host="127.0.0.1", port=self.db_port, user="postgres", dbname="postgres",
-                                   autocommit=True, connect_timeout=5)
+                                   password=os.environ.get("COTX_DEMO_PG_PASSWORD"), autocommit=True,
+                                   connect_timeout=5)
         import pymysql
         return pymysql.connect(host="127.0.0.1", port=self.db_port, user="root", database="test",
-                               autocommit=True, connect_timeout=5)
+                               password=os.environ.get("COTX_DEMO_MY_PASSWORD") or "", autocommit=True,
+                               connect_timeout=5)
 
     def q(self, conn, sql, args=()):
         if self.kind == "postgres":

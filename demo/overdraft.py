@@ -68,19 +68,67 @@ def post(url, body, timeout=120):
         return json.loads(r.read())
 
 
+class External:
+    """A server the demo did not start (--external: the compose quickstart's), on
+    127.0.0.1 as the superuser, with the password from the environment; what the demo asks
+    of its own servers: sql(), port, version, destroy() (nothing: not ours)."""
+
+    def __init__(self, kind: str, port: int):
+        self.kind, self.port = kind, port
+        self.version = {"postgres": "PostgreSQL", "mariadb": "MariaDB"}[kind] + f" on 127.0.0.1:{port}"
+
+    def sql(self, query: str, params=None, db: str = "test"):
+        if self.kind == "postgres":
+            import psycopg
+            with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                                 password=os.environ.get("COTX_DEMO_PG_PASSWORD"), autocommit=True,
+                                 connect_timeout=5) as c:
+                cur = c.execute(query, params)
+                return cur.fetchall() if cur.description else None
+        import pymysql
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", autocommit=True, connect_timeout=5,
+                             password=os.environ.get("COTX_DEMO_MY_PASSWORD") or "") as c, c.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {db}")
+            cur.execute(f"USE {db}")
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description else None
+
+    def destroy(self):
+        pass
+
+
+class ExternalDaemon:
+    """A running coordinator (--external): its URL and client token; never restarted."""
+
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def destroy(self):
+        pass
+
+
 class Bank:
     """Servers, coordinator and the two service processes."""
 
-    def __init__(self, workdir: Path, pg_major: int | None = None, extensions: bool = True):
+    def __init__(self, workdir: Path, pg_major: int | None = None, extensions: bool = True,
+                 external: dict | None = None):
         self.workdir = workdir
         # extensions=False: the servers a managed service gives you (no pg_co, no mysql_co).
         self.extensions = extensions
-        self.pg = PgServer(major=pg_major, preload=None if extensions else False)
-        self.my = MariaServer(plugin=None if extensions else False)
+        # external: servers and a coordinator already running; the demo starts only the
+        # services, and changes nothing of the servers' or the coordinator's settings.
+        self.external = external
+        if external:
+            self.pg, self.my = External("postgres", external["pg_port"]), External("mariadb", external["my_port"])
+        else:
+            self.pg = PgServer(major=pg_major, preload=None if extensions else False)
+            self.my = MariaServer(plugin=None if extensions else False)
         self.procs = []
         self.enforcement = "none"
 
     def start(self):
+        if self.external:
+            return self._start_external()
         if self.extensions:
             say(f"starting {self.pg.version} (pg_co preloaded) and MariaDB (mysql_co loaded) ...")
         else:
@@ -99,6 +147,19 @@ class Bank:
                              workdir=str(self.workdir / "coordinator"))
         say(f"starting the coordinator on {self.daemon.url} ...")
         self.daemon.start()
+        self._start_services()
+
+    def _start_external(self):
+        say(f"using {self.pg.version} and {self.my.version}, and the coordinator at {self.external['url']}")
+        # A run again starts from empty tables: its users' names are the previous run's.
+        self.pg.sql("DROP TABLE IF EXISTS savings")
+        self.pg.sql("CREATE TABLE savings(u text PRIMARY KEY, bal int NOT NULL, log text NOT NULL DEFAULT '')")
+        self.my.sql("DROP TABLE IF EXISTS checking")
+        self.my.sql("CREATE TABLE checking(u varchar(64) PRIMARY KEY, bal int NOT NULL, log text NOT NULL) ENGINE=InnoDB")
+        self.daemon = ExternalDaemon(self.external["url"], self.external["token"])
+        self._start_services()
+
+    def _start_services(self):
         ports = {"savings": free_port(), "checking": free_port()}
         self.urls = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}
         for name, kind, dbport in (("savings", "postgres", self.pg.port), ("checking", "mariadb", self.my.port)):
@@ -134,6 +195,8 @@ class Bank:
         say(f"coordinator restarted with enforcement = \"{enforcement}\"")
 
     def set_mode(self, mode: str):
+        if self.external:
+            return   # the servers' and the coordinator's own settings (engine mode: co)
         self._set_engines(mode)
         # After the engines' settings: the coordinator probes them when it starts.
         self.set_enforcement({"plain": "none", "observe": "none", "co": "engine", "client": "client"}[mode])
@@ -313,13 +376,27 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-history", metavar="DIR", help="write each mode's history (JSON lines) there")
     ap.add_argument("--pg", type=int, choices=PG_MAJORS, default=DEFAULT_PG_MAJOR,
                     help="PostgreSQL major to run (default $COTX_PG_MAJOR or 15)")
+    ap.add_argument("--external", nargs=3, metavar=("PG_PORT", "MARIADB_PORT", "COORDINATOR_URL"),
+                    help="servers and a coordinator already running on 127.0.0.1 (the compose quickstart, "
+                         "deploy/compose): only the co mode, with their own settings; passwords from "
+                         "COTX_DEMO_PG_PASSWORD and COTX_DEMO_MY_PASSWORD, the client token from COTX_TOKEN")
     args = ap.parse_args(argv)
-    if os.geteuid() != 0:
+    external = None
+    if args.external:
+        if args.mode not in ("both", "co"):
+            ap.error("--external runs the co mode only: the servers and the coordinator keep their settings")
+        args.mode = "co"
+        if not os.environ.get("COTX_TOKEN"):
+            ap.error("--external needs the coordinator's client token in COTX_TOKEN")
+        external = {"pg_port": int(args.external[0]), "my_port": int(args.external[1]), "url": args.external[2],
+                    "token": os.environ["COTX_TOKEN"]}
+    elif os.geteuid() != 0:
         say("run as root (the demo starts throwaway servers as the 'cotx' user)")
         return 2
-    reap_orphans()
+    else:
+        reap_orphans()
     workdir = Path(tempfile.mkdtemp(prefix="cotx-demo-"))
-    bank = Bank(workdir, args.pg, extensions=args.mode != "client")
+    bank = Bank(workdir, args.pg, extensions=args.mode != "client", external=external)
     modes = {"both": ["plain", "co"], "client": ["plain", "client"]}.get(args.mode, [args.mode])
     stats = []
     try:

@@ -88,10 +88,10 @@ PODMAN_LIMITS=(--ulimit nofile=20000:20000 --ulimit nproc=32768:32768)
 # The base of every image: bookworm minbase made here (no registry is reachable).
 PODMAN_BASE=debian:12
 
-# Installs Debian's podman, runc and debootstrap when missing; starts no service.
+# Installs Debian's podman, runc, debootstrap and podman-compose when missing; starts no service.
 podman_install() {
   local missing=() p
-  for p in podman runc debootstrap; do [ -n "$(deb_version "$p")" ] || missing+=("$p"); done
+  for p in podman runc debootstrap podman-compose; do [ -n "$(deb_version "$p")" ] || missing+=("$p"); done
   [ ${#missing[@]} -gt 0 ] || return 0
   log "installing ${missing[*]}"
   apt-get update -qq
