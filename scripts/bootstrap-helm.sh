@@ -27,7 +27,7 @@ for pkg in pkg/lint/rules pkg/chartutil; do
   ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$k8s_minor"
 done
 # -trimpath: no build paths in the binary; CGO off: a static binary, as helm's releases are.
-(cd / && CGO_ENABLED=0 GOBIN="$tmp" nice -n 10 go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") \
+(cd / && CGO_ENABLED=0 GOBIN="$tmp" long_step "helm $HELM_VERSION" 240 nice -n 10 go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") \
   || die "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION failed (Go module proxy reachable?)"
 [ "$("$tmp/helm" version --template '{{.Version}}')" = "$HELM_VERSION" ] || die "the helm just built does not run or is not $HELM_VERSION"
 mkdir -p "$(dirname "$HELM_BIN")"

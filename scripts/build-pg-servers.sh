@@ -193,7 +193,7 @@ for m in "${to_build[@]}"; do
   rm -rf "$build" "$prefix"; mkdir -p "$build" "$prefix"; chmod 755 "$COTX_CACHE/pg" "$prefix"
   cd "$build"
   step "$m" configure nice -n 10 "$SRC_DIR/postgresql-$upstream/configure" --prefix="$prefix" "${CONFIGURE_OPTS[@]}"
-  step "$m" make nice -n 10 make -j2
+  long_step "PostgreSQL $m: make" 600 step "$m" make nice -n 10 make -j2
   step "$m" make-install make install
   stamp_text "$m" > "$prefix/.cotx-built"
   rm -rf "$build"   # objects are not needed once installed (about 400 MB)

@@ -76,6 +76,34 @@ as_user() { runuser -u "$COTX_USER" -- "$@"; }
 
 timed() { local label=$1; shift; local t0=$SECONDS; "$@"; local rc=$?; log "$label took $((SECONDS - t0)) s"; return $rc; }
 
+# long_step LABEL USUAL_SECONDS COMMAND...: a step of minutes, with a line every minute
+# (COTX_PROGRESS_EVERY seconds) while it runs: the time so far and about how long is left,
+# from how long it usually takes on 2 cores; past that, by how much (a busy machine takes
+# longer). The command runs in the foreground (Ctrl-C stops it as before); the ticker is a
+# background loop that ends with the command, or with this shell. Returns the command's status.
+long_step() {
+  local label=$1 usual=$2; shift 2
+  local t0=$SECONDS every=${COTX_PROGRESS_EVERY:-60} ticker rc=0
+  (
+    next=$((t0 + every))
+    while kill -0 $$ 2>/dev/null; do
+      sleep 1
+      [ $SECONDS -ge $next ] || continue
+      next=$((next + every)); spent=$((SECONDS - t0))
+      if [ $spent -lt "$usual" ]; then
+        log "$label: $(_duration $spent) so far, about $(_duration $((usual - spent))) left (usually $(_duration "$usual") on 2 cores)"
+      else
+        log "$label: $(_duration $spent) so far, $(_duration $((spent - usual))) past its usual $(_duration "$usual") (a busy machine takes longer)"
+      fi
+    done
+  ) &
+  ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+  return $rc
+}
+_duration() { if [ "$1" -ge 60 ]; then printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); else printf '%d s' "$1"; fi; }
+
 # --- podman (scripts/docker-demo.sh, scripts/images.sh) ----------------------------------
 # Debian's podman with runc: crun refuses this kernel's hybrid cgroups. Its storage lives
 # under $COTX_CACHE (the local base image and the layer cache survive like the other
