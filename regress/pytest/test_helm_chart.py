@@ -278,6 +278,15 @@ def test_lint_and_render(tmp_path):
     assert set(objs) == {"ConfigMap", "Service", "StatefulSet", "PodDisruptionBudget"}, set(objs)
 
 
+def test_chart_and_image_carry_the_release_version():
+    """The chart is released with the project, and runs the coordinator image of the release."""
+    release = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == release and chart["appVersion"] == release, chart
+    image = run(["bash", ROOT / "scripts/images.sh", "names"]).stdout.split()[0]
+    assert image == f"{yaml.safe_load((CHART / 'values.yaml').read_text())['image']['repository']}:{release}", image
+
+
 def test_statefulset_probes(tmp_path):
     check_probes(render(tmp_path))
 
