@@ -293,7 +293,7 @@ def numbers(res: Result) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m checker.list_append --engines pg,my",
+    ap = argparse.ArgumentParser(prog="python -m checker.list_append",
                                  description="List-append across PostgreSQL and MariaDB through the coordinator "
                                              "daemon; checks the combined history for cycles (exit 1 on any "
                                              "anomaly or anything left prepared, except with --mode none, "
