@@ -48,6 +48,11 @@ and pg_co / mysql_co switched off; the daemon is restarted when a slice needs an
 enforcement than the one before (bench/harness/core.py, Env.set_mode).
 --modes (e.g. 2pc,co,client) narrows every point to those of its modes (2pc is the
 baseline of the ratios: keep it).
+--rate TPS runs every slice in the driver's open loop (bench/loadgen/src/pace.rs): TPS
+transactions per second whatever the completions, so the modes' CPU per transaction
+compares at equal throughput. Every slice, in either loop, counts the flushes per commit
+(bench/harness/flushes.py: PostgreSQL's WAL syncs, MariaDB's redo fsyncs, the decision
+store's syncs).
 """
 from __future__ import annotations
 
@@ -229,6 +234,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per slice")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per slice")
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--rate", type=float, default=None, metavar="TPS",
+                    help="open loop: every slice issues TPS global transactions per second at fixed times, whatever "
+                         "the completions (--clients sessions serve them), instead of the closed loop; CPU per "
+                         "transaction then compares at equal throughput; pick a rate every mode sustains (the "
+                         "slices' `missed` says when one did not). Slices also count flushes per commit "
+                         "(WAL, redo log, decision store), in either loop")
     ap.add_argument("--tpcc-clients-per-warehouse", type=int, default=2)
     ap.add_argument("--warehouses", default="2,4,8")
     ap.add_argument("--ytd-split", type=int, default=4, help="YTD rows per warehouse/district (0: classic schema)")
@@ -245,6 +256,10 @@ def main(argv=None) -> int:
                          "by this build of the daemon (modes 2pc:other, co:other, driven with the per-step calls "
                          "any version understands), interleaved; experiment `profile`: the build profiled as before")
     a = ap.parse_args(argv)
+    if a.rate is not None and not a.rate > 0:
+        ap.error(f"--rate {a.rate}: expected transactions per second above 0")
+    if a.rate is not None and "narayana" in a.experiments.split(","):
+        ap.error("--rate: the Narayana driver has no open loop (experiment narayana)")
     if "daemon" in a.experiments.split(",") and not a.other_daemon:
         ap.error("--experiments daemon needs --other-daemon BINARY (the build to compare with)")
     cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or []))
@@ -278,11 +293,11 @@ def main(argv=None) -> int:
         csv_path.unlink(missing_ok=True)
         t0 = time.time()
         meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "command": cmd,
-                "clients": a.clients, "tpcc_cpw": a.tpcc_clients_per_warehouse, "slices": a.slices,
+                "clients": a.clients, "rate": a.rate, "tpcc_cpw": a.tpcc_clients_per_warehouse, "slices": a.slices,
                 "warmup": a.warmup, "seconds": a.seconds, "quiet": {}, "settings": {}}
         log(f"experiments {','.join(exps)}: about {estimate(a, exps):.0f} min")
         meta["quiet"]["start"] = slices.require_quiet(a.force, "start")
-        common = dict(slices=a.slices, warmup=a.warmup, seconds=a.seconds)
+        common = dict(slices=a.slices, warmup=a.warmup, seconds=a.seconds, rate=a.rate)
         all_rows = []
         if not a.no_attempt_logs:
             att_dir.mkdir(exist_ok=True)

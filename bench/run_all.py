@@ -22,6 +22,10 @@ bench/results/ and the generated block of bench/RESULTS.md.
   --experiments scaling [--plots-dir DIR]
                   the scaling study (S, clients, read-only share; not in the default
                   set), its PNGs in bench/plots (--smoke: in --out)
+  --rate TPS      open loop: every slice issues TPS transactions per second at fixed times
+                  (the --clients sessions serve them), for CPU per transaction at equal
+                  throughput; every slice also counts flushes per commit (WAL, redo,
+                  decision store)
   --report-only   redo RESULTS.md (and the scaling PNGs) from the CSVs in --out
   --smoke         tiny sizes, sub-second slices, no fsync, written to --out only (CI)
   --python-driver the earlier harness (Python worker processes, bench/harness/driver.py),

@@ -5,7 +5,10 @@ talks to the i-th mod n). The driver prints an event line when its window opens 
 servers' CPU (PostgreSQL, mariadbd, the coordinator: core.cpu_snapshot) is sampled at
 exactly those moments, so CPU per committed transaction covers the same window as the
 commits it is divided by (the driver keeps its sessions open until the second sample is
-taken: a backend exiting during the sample would be counted nowhere).
+taken: a backend exiting during the sample would be counted nowhere). The flushes to
+stable storage (flushes.py: WAL, redo log, decision store) are counted over the same
+window. `rate`: the driver's open loop (--rate), a fixed number of transactions per second
+whatever the completions, for CPU per transaction at equal throughput.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import jta
+from . import flushes, jta
 from .core import cpu_snapshot
 
 DIP = "dip"
@@ -51,11 +54,14 @@ def tpcc_args(W: int, items: int, customers: int, remote_item: float = 0.10, rem
 
 def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup: float, seconds: float,
               seed: int = 1, extra: list[str] | None = None, attempt_log: Path | None = None,
-              timeout: float | None = None) -> dict:
+              timeout: float | None = None, rate: float | None = None) -> dict:
     """One slice in `mode` (the servers must already be switched: env.set_mode). Returns
     the driver's result plus the servers' CPU ms per committed transaction in the window
     and the driver's own share of all CPU used in it. A mode base:jta runs the Narayana
-    driver (jta.py) in mode base; any other label runs the Rust driver in the base mode."""
+    driver (jta.py) in mode base; any other label runs the Rust driver in the base mode.
+    `rate`: open loop at that many transactions per second (the Rust driver's --rate)."""
+    if rate is not None and jta.is_jta(mode):
+        raise ValueError(f"{mode}: the Narayana driver has no open loop (--rate)")
     if jta.is_jta(mode):
         cmd = jta.command(env, mode, workload_args, clients=clients, warmup=warmup, seconds=seconds, seed=seed,
                           extra=extra)
@@ -65,11 +71,13 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
                "--seconds", str(seconds), "--seed", str(seed), "--sync-stdin"] + workload_args + (extra or [])
         if attempt_log is not None:
             cmd += ["--attempt-log", str(attempt_log)]
+        if rate is not None:
+            cmd += ["--rate", str(rate)]
     penv = dict(os.environ, COTX_TOKEN=env.daemon.token or "")
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=penv)
     deadline = time.time() + (timeout or (warmup + seconds + 120))
-    cpu0 = cpu1 = None
+    cpu0 = cpu1 = fl0 = fl1 = None
     result = None
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -79,9 +87,13 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
             continue
         ev = msg.get("event")
         if ev == "measure_start":
+            # The counters' own queries before the CPU sample at the start and after it at
+            # the end: their CPU stays outside the window.
+            fl0 = flushes.snapshot(env)
             cpu0 = cpu_snapshot(env)
         elif ev == "measure_end":
             cpu1 = cpu_snapshot(env)
+            fl1 = flushes.snapshot(env)
             _release(proc)
         else:
             result = msg
@@ -118,6 +130,9 @@ def run_slice(env, mode: str, workload_args: list[str], *, clients: int, warmup:
         used = sum(srv.values()) + drv
         result["driver_cpu_share"] = drv / used if used > 0 else 0.0
         result["server_cpu_util"] = sum(srv.values()) / float(result.get("seconds") or seconds)
+    if fl0 is not None and fl1 is not None:
+        inproc = result.get("store_syncs") if result.get("coordinator") == "in-process" else None
+        result.update(flushes.per_commit(fl0, fl1, int(result.get("commits") or 0), inproc))
     if err.strip() and not result.get("errors"):
         result.setdefault("stderr", err[-500:])
     return result

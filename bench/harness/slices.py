@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from . import canonical, jta
+from . import canonical, flushes, jta
 from .core import log
 from .loadgen import run_slice
 from .reasons import pool as pool_reasons
@@ -99,10 +99,13 @@ def require_quiet(force: bool, label: str) -> dict:
 
 
 # --- slices ---------------------------------------------------------------------------------
+FLUSH_FIELDS = [f"{k}_per_commit" for k in flushes.COUNTERS]
 SLICE_FIELDS = ["experiment", "point", "params", "round", "order", "mode", "clients", "seconds", "commits",
                 "tps", "attempts", "aborts", "abort_rate", "reasons", "p50_ms", "p99_ms", "cpu_ms_pg",
                 "cpu_ms_my", "cpu_ms_coord", "cpu_ms_server", "cpu_ms_driver", "driver_cpu_share",
-                "server_cpu_util", "client_branches", "enforcement", "check", "errors", "started_utc", "cpu_ms_store"]
+                "server_cpu_util", "client_branches", "enforcement", "check", "errors", "started_utc", "cpu_ms_store",
+                # Open loop (--rate) and the flushes per commit (flushes.py); empty otherwise.
+                "rate", "arrivals", "missed", "start_lag_p99_ms"] + FLUSH_FIELDS
 
 
 def variant_log(attempt_log: Path | None, mode: str) -> Path | None:
@@ -117,7 +120,7 @@ def variant_log(attempt_log: Path | None, mode: str) -> Path | None:
 def run_point(env, experiment: str, point: str, params: dict, workload_args: list[str], modes: list[str], *,
               slices: int, warmup: float, seconds: float, clients: int, csv_path: Path,
               extra: dict | None = None, check=None, attempt_log: Path | None = None,
-              quiet: dict | None = None, switch: dict | None = None) -> list[dict]:
+              quiet: dict | None = None, switch: dict | None = None, rate: float | None = None) -> list[dict]:
     """Warm-up slice per mode, then `slices` rounds over the modes, ABBA order. extra[mode]:
     extra driver arguments (levers that are client-side). A mode may be a variant
     "base:label" (e.g. "co:acr=ON"): the servers, the daemon and the driver run `base`, and
@@ -125,7 +128,9 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
     whose driver says `skipped` (dip without support) are dropped with a log line. The
     mode switch (env.set_mode) restarts the daemon when the enforcement changes (none for
     2pc and local, engine for co and dip, client for client); after each slice the daemon
-    must still say so (else the slice's check says what it said)."""
+    must still say so (else the slice's check says what it said). `rate`: every slice in the
+    driver's open loop at that many transactions per second (CPU per transaction at equal
+    throughput); a slice whose mode did not keep up says how many arrivals it missed."""
     extra = extra or {}
     switch = switch or {}
     modes = [canonical(m) for m in modes]
@@ -147,7 +152,7 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
     for mode in list(modes):
         base = enter(mode)
         r = run_slice(env, drv(mode), workload_args, clients=clients, warmup=warmup, seconds=max(1.0, seconds / 2),
-                      seed=999, extra=extra.get(mode))
+                      seed=999, extra=extra.get(mode), rate=rate)
         if r.get("skipped"):
             log(f"[{experiment} {point}] {mode}: skipped: {r['skipped']}")
             modes.remove(mode)
@@ -163,7 +168,8 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
             started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             n += 1
             r = run_slice(env, drv(mode), workload_args, clients=clients, warmup=warmup, seconds=seconds,
-                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=variant_log(attempt_log, mode))
+                          seed=rnd * 7919 + pos + 1, extra=extra.get(mode), attempt_log=variant_log(attempt_log, mode),
+                          rate=rate)
             left = env.leftovers()
             chk = check(env) if check else ""
             if left != (0, 0):
@@ -183,12 +189,14 @@ def run_point(env, experiment: str, point: str, params: dict, workload_args: lis
                    "check": chk, "errors": " | ".join(r.get("errors") or ([r["error"]] if r.get("error") else []))[:500],
                    "started_utc": started}
             for k in ("cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "cpu_ms_store", "cpu_ms_server", "cpu_ms_driver",
-                      "driver_cpu_share", "server_cpu_util"):
+                      "driver_cpu_share", "server_cpu_util", "rate", "arrivals", "missed", "start_lag_p99_ms",
+                      *FLUSH_FIELDS):
                 row[k] = r.get(k)
             rows.append(row)
             log(f"[{experiment} {point}] round {rnd + 1}/{slices} {mode:5s} {float(row['tps']):8.1f} tx/s  "
                 f"aborts {row['abort_rate']:6.2%}  server {float(row['cpu_ms_server'] or 0):5.2f} ms/tx  "
                 f"driver {100 * float(row['driver_cpu_share'] or 0):4.1f}%  {row['reasons'][:60]}"
+                + (f"  missed {row['missed']} of {row['arrivals']} arrivals" if row.get("missed") else "")
                 + (f"  check: {chk}" if chk not in ("", "ok") else "") + (f"  ERR {row['errors'][:120]}" if row["errors"] else ""))
     new = not csv_path.exists()
     with open(csv_path, "a", newline="") as f:
@@ -267,7 +275,7 @@ SUMMARY_FIELDS = ["experiment", "point", "params", "mode", "slices", "tps_median
                   "ratio", "ratio_lo", "ratio_hi", "ratio_verdict", "cpu_ms_server", "cpu_ratio", "cpu_ratio_lo",
                   "cpu_ratio_hi", "cpu_ms_pg", "cpu_ms_my", "cpu_ms_coord", "driver_cpu_share", "abort_rate",
                   "abort_ratio", "abort_ratio_lo", "abort_ratio_hi", "p50_ms", "p99_ms", "reasons", "checks", "errors",
-                  "cpu_ms_store"]
+                  "cpu_ms_store", "rate", "missed"] + FLUSH_FIELDS
 
 
 def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
@@ -303,7 +311,9 @@ def summarize(rows: list[dict], base: str = "2pc") -> list[dict]:
                         "abort_ratio_hi": abr[2], "p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                         "reasons": pool_reasons(ok),
                         "checks": ",".join(sorted({str(r.get("check") or "") for r in mr} - {""})) or "ok",
-                        "errors": len(mr) - len(ok)})
+                        "errors": len(mr) - len(ok), "rate": mr[0].get("rate") or "",
+                        "missed": sum(int(_f(r.get("missed")) or 0) for r in ok if r.get("missed") not in (None, "")),
+                        **{k: med(k) for k in FLUSH_FIELDS}})
     return out
 
 

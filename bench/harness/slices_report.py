@@ -31,21 +31,30 @@ def _abort_ratio_cell(s) -> str:
     return _ci(_f(s.get("abort_ratio")), _f(s.get("abort_ratio_lo")), _f(s.get("abort_ratio_hi")), "{:.2f}")
 
 
+def _flushes(s) -> str:
+    """Flushes per commit, pg WAL / MariaDB redo / decision store (slices.FLUSH_FIELDS)."""
+    got = [_f(s.get(f"{k}_per_commit")) for k in ("pg_wal_syncs", "my_log_fsyncs", "store_syncs")]
+    return "n/a" if all(x != x for x in got) else "/".join(f"{x:.2f}" for x in got)
+
+
 def table(summary: list[dict], exp: str) -> str:
-    lines = ["| point | mode | tx/s median [95% CI] | / 2pc [95% CI] | server CPU ms/tx (pg/my/coord) | CPU/tx / 2pc [95% CI] | aborts | aborts / 2pc's [95% CI] | driver CPU | p50 / p99 ms | abort reasons (pooled) |",
-             "|---|---|---|---|---|---|---:|---|---:|---|---|"]
+    lines = ["| point | mode | tx/s median [95% CI] | / 2pc [95% CI] | server CPU ms/tx (pg/my/coord) | CPU/tx / 2pc [95% CI] | flushes/commit (pg/my/store) | aborts | aborts / 2pc's [95% CI] | driver CPU | p50 / p99 ms | abort reasons (pooled) |",
+             "|---|---|---|---|---|---|---|---:|---|---:|---|---|"]
     for s in summary:
         if s["experiment"] != exp:
             continue
         reasons = cell(s["reasons"], 100)
         chk = "" if s.get("checks") in ("", "ok", None) else f" (checks: {s['checks']})"
         err = f" ({s['errors']} slices with errors)" if int(_f(s.get("errors")) or 0) else ""
+        # Open loop (--rate): arrivals the mode did not start in time (not at equal throughput).
+        if int(_f(s.get("missed")) or 0):
+            err += f" (missed {s['missed']} arrivals at {_f(s.get('rate')):.0f} tx/s)"
         cpu = (f"{_f(s['cpu_ms_server']):.2f} ({_f(s['cpu_ms_pg']):.2f}/{_f(s['cpu_ms_my']):.2f}/{_f(s['cpu_ms_coord']):.2f}"
                # The PostgreSQL decision store's own instance (experiment store), when it ran.
                + (f", store {_f(s.get('cpu_ms_store')):.2f}" if _f(s.get("cpu_ms_store")) > 0 else "") + ")")
         cpu_r = "1" if s["ratio_verdict"] == "baseline" else _ci(_f(s["cpu_ratio"]), _f(s["cpu_ratio_lo"]), _f(s["cpu_ratio_hi"]))
         lines.append(f"| {s['point']} | {s['mode']} | {_ci(_f(s['tps_median']), _f(s['tps_lo']), _f(s['tps_hi']), '{:.0f}')} | "
-                     f"{_ratio_cell(s)} | {cpu} | {cpu_r} | {100 * _f(s['abort_rate']):.2f} % | {_abort_ratio_cell(s)} | "
+                     f"{_ratio_cell(s)} | {cpu} | {cpu_r} | {_flushes(s)} | {100 * _f(s['abort_rate']):.2f} % | {_abort_ratio_cell(s)} | "
                      f"{100 * _f(s['driver_cpu_share']):.1f} % | {_f(s['p50_ms']):.1f} / {_f(s['p99_ms']):.1f} | {reasons}{chk}{err} |")
     return "\n".join(lines)
 

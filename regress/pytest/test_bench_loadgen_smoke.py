@@ -163,6 +163,62 @@ def test_run_all_smoke(tmp_path):
     assert (tmp_path / "attempts" / "micro_default.jsonl").stat().st_size > 0
 
 
+def test_fixed_rate_and_flushes_per_commit(env):
+    """The driver's open loop (--rate): arrivals at fixed times whatever the completions, in
+    plain 2PC and in client mode, and the flushes each commit cost counted over the window
+    (WAL syncs, redo fsyncs, decision-store syncs). Seconds long, no timing asserted: only
+    what follows from the schedule (40/s for 1 s offers exactly 40 arrivals) and from the
+    counts."""
+    import subprocess
+    from bench.harness import loadgen
+    from bench.micro import micro
+    micro.load(env, 500)
+    args = loadgen.micro_args(micro.parse_point("N=500"))
+    for mode in ("2pc", "client"):
+        env.set_mode(mode)
+        r = loadgen.run_slice(env, mode, args, clients=3, warmup=0.3, seconds=1.0, rate=40)
+        assert not r.get("errors") and not r.get("error") and not r.get("flush_errors"), r
+        assert r["rate"] == 40 and r["arrivals"] == 40 and 0 <= r["missed"] <= 40, r
+        assert r["start_lag_p99_ms"] is not None and r["start_lag_p99_ms"] >= 0, r
+        # Never more commits than offered: the window's arrivals plus those of the warm-up
+        # still queued or running when it opened (at most one per client).
+        assert 0 < r["commits"] <= r["arrivals"] + 3, r
+        assert r["cpu_ms_server"] > 0, r
+        # fsync is off on these servers (Env(fsync=False)): the counts exist, may be 0;
+        # every commit's decision went through the store.
+        for k in ("pg_wal_syncs", "my_log_fsyncs", "store_syncs"):
+            assert r[k] >= 0 and r[f"{k}_per_commit"] == r[k] / r["commits"], (k, r)
+        assert r["store_syncs"] > 0, r
+        assert env.leftovers() == (0, 0)
+    # A rate that is not a rate is refused before anything connects.
+    bad = subprocess.run([str(loadgen.binary()), "--mode", "2pc", "--rate", "0"] + args,
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "--rate 0: expected transactions per second above 0" in bad.stderr, bad
+
+
+def test_run_all_fixed_rate_smoke(tmp_path):
+    """run_all.py --rate: every slice in the open loop, the rate, missed arrivals and the
+    flushes per commit in the slices' CSV and the summary."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, str(root / "bench/run_all.py"), "--smoke", "--experiments", "ro", "--modes", "2pc,client",
+           "--out", str(tmp_path)]
+    refused = subprocess.run(cmd + ["--rate", "-1"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--rate -1.0: expected transactions per second above 0" in refused.stderr
+    r = subprocess.run(cmd + ["--rate", "30"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    rows = list(csv.DictReader(open(tmp_path / "slices.csv")))
+    assert {x["mode"] for x in rows} == {"2pc", "client"}, rows
+    for x in rows:
+        assert float(x["rate"]) == 30 and int(x["arrivals"]) > 0 and int(x["missed"]) >= 0, x
+        assert all(x[f"{k}_per_commit"] != "" for k in ("pg_wal_syncs", "my_log_fsyncs", "store_syncs")), x
+    for s in csv.DictReader(open(tmp_path / "slices_summary.csv")):
+        assert float(s["rate"]) == 30 and float(s["store_syncs_per_commit"]) > 0, s
+
+
 def test_pg_store_three_daemons(env):
     """The experiment `store`'s switch: the PostgreSQL store in its own instance shared by
     3 daemons, the driver's clients spread over them (--coord URL,URL,URL), every daemon

@@ -8,6 +8,7 @@ mod client;
 mod coord;
 mod db;
 mod http;
+mod pace;
 mod workload;
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use client::{Cfg, Client, Failure, Mode};
+use pace::Pace;
 use workload::{Micro, Rng, Sub, Tpcc, Workload};
 
 const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|client|dip
@@ -26,6 +28,12 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
   [--my-isolation repeatable-read|serializable: MariaDB branches' level; default REPEATABLE READ
    in mode 2pc, SERIALIZABLE otherwise]
   [--sync-stdin: after measure_end, keep the sessions until a line arrives on stdin]
+  [--rate R: open loop: R global transactions per second over all clients, at fixed times
+   whatever the completions (the --clients sessions serve them; when all are busy an arrival
+   waits, and its latency counts from its scheduled time); the result adds rate, arrivals
+   (scheduled in the measured window), missed (of those, not started by its end: the mode
+   did not keep up) and start_lag_p50_ms / start_lag_p99_ms. Without it: the closed loop,
+   each client starting its next transaction when the last is done]
   [--calls batched|per-step: batched (default) registers every branch with the begin and
    carries the finished acknowledgements on the next begin; per-step is the earlier protocol
    (the first branch with the begin, a request per further branch, one acknowledgement per
@@ -99,6 +107,10 @@ struct Stats {
     error: Option<String>,
     enforcement: BTreeMap<String, u64>,
     unfinished: u64,
+    /// Open loop: arrivals scheduled in the measured window that this client started, and
+    /// how late each started (ms after its scheduled time).
+    arrivals: u64,
+    lag_ms: Vec<f64>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -148,13 +160,29 @@ async fn client_loop(
     t_measure: Instant,
     t_end: Instant,
     want_log: bool,
+    pace: Option<Arc<Pace>>,
 ) -> (Stats, Client) {
     let mut st = Stats::default();
     let mut rng = Rng::new(seed);
     let mut n_attempt = 0u64;
     'outer: while Instant::now() < t_end {
+        // Closed loop: now. Open loop: the next arrival's time (latency counts from it).
+        let t0 = match &pace {
+            None => Instant::now(),
+            Some(p) => {
+                let at = p.claim();
+                if at >= t_end {
+                    break 'outer;
+                }
+                tokio::time::sleep_until(at.into()).await;
+                if at >= t_measure {
+                    st.arrivals += 1;
+                    st.lag_ms.push(Instant::now().saturating_duration_since(at).as_secs_f64() * 1000.0);
+                }
+                at
+            }
+        };
         let subs = wl.txn(&mut rng, c.wid);
-        let t0 = Instant::now();
         let mut from = 0usize;
         let mut tries = 0u32;
         loop {
@@ -362,7 +390,14 @@ async fn run(a: Args) -> i32 {
     let warmup = a.f("warmup", 1.0);
     let seconds = a.f("seconds", 5.0);
     let seed = a.f("seed", 1.0) as u64;
-    let base = json!({"workload": workload, "mode": mode_name, "clients": clients, "warmup_s": warmup, "seconds": seconds,
+    let rate = a.0.get("rate").map(|_| a.f("rate", 0.0));
+    if let Some(r) = rate {
+        if let Err(e) = Pace::new(Instant::now(), r) {
+            eprintln!("{e}\n{HELP}");
+            return 2;
+        }
+    }
+    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "clients": clients, "warmup_s": warmup, "seconds": seconds,
                       "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
                       "my_isolation": cfg.my_isolation, "calls": if cfg.batched { "batched" } else { "per-step" }});
 
@@ -402,10 +437,22 @@ async fn run(a: Args) -> i32 {
     let t_start = Instant::now();
     let t_measure = t_start + Duration::from_secs_f64(warmup);
     let t_end = t_measure + Duration::from_secs_f64(seconds);
+    let pace = rate.map(|r| Arc::new(Pace::new(t_start, r).expect("checked above")));
     let mut handles = Vec::new();
     for c in cs {
         let s = seed * 1000 + c.wid as u64;
-        handles.push(tokio::spawn(client_loop(c, wl.clone(), mode, mode_name.clone(), s, t_measure, t_end, want_log)));
+        let p = pace.clone();
+        handles.push(tokio::spawn(client_loop(
+            c,
+            wl.clone(),
+            mode,
+            mode_name.clone(),
+            s,
+            t_measure,
+            t_end,
+            want_log,
+            p,
+        )));
     }
     tokio::time::sleep_until(t_measure.into()).await;
     let syncs = || cfg.in_process.as_ref().map(|c| c.store_syncs()).unwrap_or_default();
@@ -432,6 +479,8 @@ async fn run(a: Args) -> i32 {
                     *all.enforcement.entry(k).or_default() += v;
                 }
                 all.unfinished += st.unfinished;
+                all.arrivals += st.arrivals;
+                all.lag_ms.extend(st.lag_ms);
                 if let Some(e) = st.error {
                     errors.push(e);
                 }
@@ -475,6 +524,13 @@ async fn run(a: Args) -> i32 {
     v["tps"] = json!(all.commits as f64 / seconds);
     v["p50_ms"] = json!(percentile(&mut all.lat_ms, 0.5));
     v["p99_ms"] = json!(percentile(&mut all.lat_ms, 0.99));
+    if let Some(p) = &pace {
+        let offered = p.scheduled_between(t_measure, t_end);
+        v["arrivals"] = json!(offered);
+        v["missed"] = json!(offered.saturating_sub(all.arrivals));
+        v["start_lag_p50_ms"] = json!(percentile(&mut all.lag_ms, 0.5));
+        v["start_lag_p99_ms"] = json!(percentile(&mut all.lag_ms, 0.99));
+    }
     v["cpu_s"] = json!(cpu1 - cpu0);
     v["cpu_s_total"] = json!(cpu_self());
     if cfg.in_process.is_some() {
