@@ -11,6 +11,8 @@ the daemon's role, both as ops.md recommends (the applications' role, which can 
 branches left by their owner) and as a role of its own (CONNECT only).
 MariaDB: the owner account (ALL on the database, runs the script), ops.md's daemon account
 (PROCESS and SELECT) and the application's account (SELECT, INSERT, UPDATE, DELETE).
+And what PostgreSQL lets a daemon role do to the applications' sessions (deadlock
+detection's cancel) and branches (finishing them), as ops.md's table says.
 """
 from __future__ import annotations
 
@@ -91,3 +93,42 @@ def test_a_global_transaction_in_client_mode_with_the_documented_accounts(server
         wait_until(lambda: not pg_prepared(pg) and not my_prepared(my), 15, "the helper rolled back, nothing prepared")
     # The daemon created nothing and owns nothing: the owner's objects, used as they are.
     assert pg.sql("SELECT tableowner FROM pg_tables WHERE schemaname = 'cotx'", dbname="shop") == [("shop_owner",)]
+
+
+def test_what_a_daemon_role_of_its_own_may_cancel_and_finish(servers):
+    """ops.md's deadlock-detection row, as PostgreSQL enforces it: a daemon role of its own
+    may not cancel the applications' waiting statements; a member of the applications'
+    role may (pg_cancel_backend), yet still may not finish their prepared branches (only
+    the preparing role or a superuser may): why ops.md has the daemon log in as the
+    applications' role."""
+    import threading
+    pg, _ = servers
+    pg.sql(f"CREATE ROLE cotx_member LOGIN PASSWORD '{PW}'")
+    pg.sql("GRANT shop_app TO cotx_member")
+    app = psycopg.connect(pg_dsn(pg, "shop_app"), autocommit=True)
+    pid = app.info.backend_pid
+    cancelled = []
+
+    def wait():
+        try:
+            app.execute("SELECT pg_sleep(10)")
+        except psycopg.errors.QueryCanceled:
+            cancelled.append(True)
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_until(lambda: pg.sql("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)) == [("PgSleep",)],
+               10, "the application's statement running")
+    with psycopg.connect(pg_dsn(pg, "cotx_daemon"), autocommit=True) as own:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            own.execute("SELECT pg_cancel_backend(%s)", (pid,))
+    with psycopg.connect(pg_dsn(pg, "cotx_member"), autocommit=True) as member:
+        assert member.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
+        t.join(10)
+        assert cancelled == [True]
+        app.execute("BEGIN")
+        app.execute("UPDATE acct SET bal = bal WHERE id = 1")
+        app.execute("PREPARE TRANSACTION 'cotx:member-test:b0'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            member.execute("COMMIT PREPARED 'cotx:member-test:b0'")
+    app.execute("ROLLBACK PREPARED 'cotx:member-test:b0'")
+    app.close()
