@@ -91,6 +91,13 @@ pub enum Sess {
 }
 
 impl Sess {
+    fn id(&self) -> i64 {
+        match self {
+            Sess::Pg(s) => s.id,
+            Sess::My(s) => s.id,
+        }
+    }
+
     async fn simple(&mut self, sql: &str) -> Result<(), DbError> {
         match self {
             Sess::Pg(s) => s.simple(sql).await,
@@ -337,7 +344,10 @@ impl Client {
             let regs: Vec<Value> = subs
                 .iter()
                 .enumerate()
-                .map(|(i, sub)| json!({"resource": sub.db.name(), "branch_id": format!("b{i}")}))
+                .map(|(i, sub)| {
+                    let session = self.sess[&sub.session].id();
+                    json!({"resource": sub.db.name(), "branch_id": format!("b{i}"), "session": session})
+                })
                 .collect();
             let mut body = json!({"branches": regs});
             if !self.acks.is_empty() {
@@ -359,7 +369,7 @@ impl Client {
         }
         for (i, sub) in subs.iter().enumerate() {
             let bid = format!("b{i}");
-            let reg = json!({"resource": sub.db.name(), "branch_id": bid});
+            let reg = json!({"resource": sub.db.name(), "branch_id": bid, "session": self.sess[&sub.session].id()});
             let http = self.http.as_mut().unwrap();
             let r = match &gtid {
                 _ if self.cfg.batched => Ok(batch[i].clone()),

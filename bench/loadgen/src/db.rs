@@ -174,6 +174,9 @@ pub fn pg_sql(sql: &str) -> String {
 pub struct PgSession {
     pub client: tokio_postgres::Client,
     stmts: HashMap<String, tokio_postgres::Statement>,
+    /// Its backend pid: a branch's registration carries it, as the clients' do (the
+    /// daemon's deadlock detection maps lock waits by it).
+    pub id: i64,
 }
 
 impl PgSession {
@@ -182,8 +185,9 @@ impl PgSession {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let s = PgSession { client, stmts: HashMap::new() };
+        let mut s = PgSession { client, stmts: HashMap::new(), id: 0 };
         s.simple(&format!("SET lock_timeout = '{lock_timeout_ms}ms'")).await?;
+        s.id = s.first_value("SELECT pg_backend_pid()").await?.and_then(|v| v.parse().ok()).unwrap_or(0);
         Ok(s)
     }
 
@@ -237,6 +241,8 @@ impl PgSession {
 
 pub struct MySession {
     pub conn: mysql_async::Conn,
+    /// Its connection id (PgSession::id).
+    pub id: i64,
 }
 
 impl MySession {
@@ -254,7 +260,8 @@ impl MySession {
         conn.query_drop(format!("SET SESSION TRANSACTION ISOLATION LEVEL {isolation}"))
             .await
             .map_err(DbError::from_my)?;
-        Ok(MySession { conn })
+        let id = i64::from(conn.id());
+        Ok(MySession { conn, id })
     }
 
     pub async fn simple(&mut self, sql: &str) -> Result<(), DbError> {
