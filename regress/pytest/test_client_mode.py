@@ -349,6 +349,8 @@ def test_mariadb_restart_gate(bare_pg):
             assert "restarted" in str(refused) and "1 of our branches" in str(refused)
             assert resources(d)["my"]["enforcement"]["restart_gate"]
             assert metric(d, 'cotx_restart_gate_closed{resource="my"}') == 1
+            # Counted by resource and code: where a storm of retried registrations goes.
+            assert metric(d, 'cotx_branch_refusals_total{resource="my",code="restart_gate"}') >= 1
             blocked.abort("test")
             # Decided (commit): the daemon completes the recovered branch; the gate opens.
             assert tx._commit_call({"prepared": []}) == "commit"

@@ -129,7 +129,7 @@ fn ca_certs(ca_file: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, Strin
         .collect()
 }
 
-fn age(ms: u64) -> String {
+pub(super) fn age(ms: u64) -> String {
     match ms {
         m if m < 1000 => format!("{m}ms"),
         m if m < 120_000 => format!("{:.1}s", m as f64 / 1000.0),
@@ -137,7 +137,7 @@ fn age(ms: u64) -> String {
     }
 }
 
-fn print_tx(t: &Value) {
+pub(super) fn print_tx(t: &Value) {
     println!(
         "{}  state={}  decision={}  age={}{}",
         t["gtid"].as_str().unwrap_or("?"),
@@ -166,7 +166,7 @@ fn print_tx(t: &Value) {
     }
 }
 
-fn check(r: Result<(u16, Value), String>) -> Result<Value, String> {
+pub(super) fn check(r: Result<(u16, Value), String>) -> Result<Value, String> {
     let (st, v) = r?;
     if st >= 300 {
         return Err(format!("{st}: {}", v.get("error").map(|e| e.to_string()).unwrap_or(v.to_string())));
@@ -184,6 +184,17 @@ pub fn in_doubt(cfg: &Target, json: bool) -> Result<(), String> {
     println!("{} in-doubt transaction(s), oldest first", list.len());
     for t in &list {
         print_tx(t);
+    }
+    // Records the daemon cannot read: their branches wait for an operator's `force`.
+    let quarantined = v["quarantined"].as_array().cloned().unwrap_or_default();
+    if !quarantined.is_empty() {
+        println!(
+            "{} quarantined transaction(s): the decision record cannot be read; decide each with force",
+            quarantined.len()
+        );
+        for q in &quarantined {
+            println!("  {}  problem: {}", q["gtid"].as_str().unwrap_or("?"), q["problem"].as_str().unwrap_or("?"));
+        }
     }
     Ok(())
 }

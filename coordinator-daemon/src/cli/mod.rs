@@ -3,6 +3,7 @@
 
 pub mod bench_store;
 pub mod client;
+pub mod listing;
 
 use crate::config;
 use crate::serve::{self, die};
@@ -77,6 +78,32 @@ enum Cmd {
         #[command(flatten)]
         c: ApiArg,
         gtid: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The transactions in the daemon's memory (undecided, and decided ones until their
+    /// branches are finished and their outcome retention ran out), oldest first.
+    Transactions {
+        #[command(flatten)]
+        c: ApiArg,
+        /// Only those in this state (in_doubt: decided, with a branch still prepared).
+        #[arg(long, value_parser = listing::STATES)]
+        state: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Branches that did not reach the decided outcome, since the daemon started.
+    Incidents {
+        #[command(flatten)]
+        c: ApiArg,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The node leases in the decision store: who holds each, until when, and the nodes
+    /// this daemon took over.
+    Nodes {
+        #[command(flatten)]
+        c: ApiArg,
         #[arg(long)]
         json: bool,
     },
@@ -211,6 +238,9 @@ pub fn main() {
         Cmd::InDoubt { c, json } => client::in_doubt(&target(&c), json),
         Cmd::Show { c, gtid, json } => client::show(&target(&c), &gtid, json),
         Cmd::Resources { c, json } => client::resources(&target(&c), json),
+        Cmd::Transactions { c, state, json } => listing::transactions(&target(&c), state.as_deref(), json),
+        Cmd::Incidents { c, json } => listing::incidents(&target(&c), json),
+        Cmd::Nodes { c, json } => listing::nodes(&target(&c), json),
         Cmd::Force { c, gtid, outcome, yes_i_know, operator, reason } => {
             if !yes_i_know {
                 die("forcing an outcome overrides the protocol: add --yes-i-know (an audit record is written)");

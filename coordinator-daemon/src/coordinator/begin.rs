@@ -97,7 +97,13 @@ pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<R
     answers::on(c, gtid, |e| e.tx.check_register(bid)).await?;
     let rc = c.resources[resource].clone();
     let keep = |g: &str, b: &str, prepared: bool| holds::keep_helper(c, g, b, prepared);
-    let adm = c.enforcement.admit(&rc, gtid, bid, &keep).await?;
+    let adm = match c.enforcement.admit(&rc, gtid, bid, &keep).await {
+        Ok(adm) => adm,
+        Err(e) => {
+            c.metrics.branch_refused(resource, e.code.as_str());
+            return Err(e);
+        }
+    };
     if let Err(e) = answers::on(c, gtid, |e| e.tx.register(bid, resource, kind)).await {
         holds::release_hold(c, gtid, bid).await;
         return Err(e);

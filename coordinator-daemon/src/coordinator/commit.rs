@@ -179,13 +179,17 @@ pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
 }
 
 pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<Ack> {
-    let (newly, victim, earlier) = answers::on(c, gtid, |e| {
+    let (newly, victim, earlier, resource) = answers::on(c, gtid, |e| {
         let was = e.tx.state;
         e.tx.failed(bid, reason, retryable)?;
         let earlier = (was == TxState::Aborted).then_some(e.tx.retryable);
-        Ok((was != TxState::Aborted && e.tx.state == TxState::Aborted, e.tx.deadlock_victim, earlier))
+        let resource = e.tx.branches.iter().find(|b| b.branch_id == bid).map(|b| b.resource.clone());
+        Ok((was != TxState::Aborted && e.tx.state == TxState::Aborted, e.tx.deadlock_victim, earlier, resource))
     })
     .await?;
+    if let Some(r) = resource {
+        c.metrics.branch_failed(&r);
+    }
     if newly {
         c.metrics.aborted.fetch_add(1, Relaxed);
         completion::spawn_completion(c, gtid);

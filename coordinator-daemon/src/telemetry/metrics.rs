@@ -14,7 +14,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 /// Decision latency buckets in seconds (commit request → decision durable).
 const BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0];
@@ -56,6 +58,13 @@ pub struct Metrics {
     pub deadlock_victims: AtomicU64,
     pub statements_cancelled: AtomicU64,
     pub deadlock_victim_age_ms: AtomicU64,
+    /// Branches reported failed (a refused prepare, a failed statement: each aborts its
+    /// transaction), by resource: where a storm of retried transactions comes from.
+    pub branch_failures: Mutex<BTreeMap<String, u64>>,
+    /// Branch registrations refused by the resource's enforcement (restart gate, slots
+    /// all held, mode unknown or refused), by resource and refusal code: the 503s a storm
+    /// of retries meets before any branch runs.
+    pub branch_refusals: Mutex<BTreeMap<(String, &'static str), u64>>,
     /// This daemon's clock rate against the decision store's, x1000 (ha/clock.rs; 1000
     /// with a SQLite store, whose clock is ours).
     pub clock_rate_milli: AtomicU64,
@@ -72,6 +81,14 @@ impl Metrics {
         self.lat_buckets[i].fetch_add(1, Relaxed);
         self.lat_count.fetch_add(1, Relaxed);
         self.lat_sum_us.fetch_add((secs * 1e6) as u64, Relaxed);
+    }
+
+    pub fn branch_failed(&self, resource: &str) {
+        *self.branch_failures.lock().unwrap().entry(resource.to_string()).or_default() += 1;
+    }
+
+    pub fn branch_refused(&self, resource: &str, code: &'static str) {
+        *self.branch_refusals.lock().unwrap().entry((resource.to_string(), code)).or_default() += 1;
     }
 
     /// `g`: gauges the caller computes from the live state.
@@ -91,6 +108,9 @@ impl Metrics {
             kind: Kind::Labelled { kind, label, rows },
         };
         let count = |rows: &[(&str, &AtomicU64)]| rows.iter().map(|(k, a)| (k.to_string(), v(a) as f64)).collect();
+        // Every resource has its row from the start (0), so a rate over it is never empty.
+        let mut failures: BTreeMap<String, u64> = resources_up.iter().map(|(n, _)| (n.clone(), 0)).collect();
+        failures.extend(self.branch_failures.lock().unwrap().iter().map(|(n, x)| (n.clone(), *x)));
         let mut buckets: Vec<(f64, u64)> = BUCKETS.iter().zip(&self.lat_buckets).map(|(b, n)| (*b, v(n))).collect();
         buckets.push((f64::INFINITY, v(&self.lat_buckets[BUCKETS.len()])));
         // Same order, names, HELP and labels as the hand-written text this replaced.
@@ -111,6 +131,11 @@ impl Metrics {
                     ("retry", &self.completion_retries),
                     ("forced", &self.forced),
                 ])),
+            labelled("cotx_branch_failures", "Branches reported failed (refused prepare, failed statement), each aborting its transaction, by resource.", MetricType::Counter, "resource",
+                failures.into_iter().map(|(n, x)| (n, x as f64)).collect()),
+            Series { name: "cotx_branch_refusals", help: "Branch registrations refused by the resource's enforcement (restart_gate, resource_busy, resource_unavailable, resource_refused), by resource and code.",
+                kind: Kind::MultiCounter(self.branch_refusals.lock().unwrap().iter()
+                    .map(|((r, code), n)| (vec![("resource", r.clone()), ("code", code.to_string())], *n)).collect()) },
             counter("cotx_recovery_runs", "Recovery passes.", v(&self.recovery_runs)),
             counter("cotx_recovery_errors", "Recovery passes that could not reach a resource.", v(&self.recovery_errors)),
             counter("cotx_incidents", "Branches that did not reach the decided outcome (e.g. MariaDB 1402).", v(&self.incidents)),
@@ -199,6 +224,8 @@ enum Kind {
     },
     /// Gauges with several labels.
     MultiLabelled(Vec<(Vec<(&'static str, String)>, f64)>),
+    /// Counters with several labels.
+    MultiCounter(Vec<(Vec<(&'static str, String)>, u64)>),
     /// Non-cumulative bucket counts, the last one +Inf.
     Histogram {
         buckets: Vec<(f64, u64)>,
@@ -247,6 +274,13 @@ impl Collector for Scrape {
                         gauge_value(&mut m.encode_family(labels)?, *x)?;
                     }
                 }
+                Kind::MultiCounter(rows) => {
+                    let mut m = enc.encode_descriptor(s.name, s.help, None, MetricType::Counter)?;
+                    for (labels, n) in rows {
+                        m.encode_family(labels)?
+                            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(n, None)?;
+                    }
+                }
                 Kind::Histogram { buckets, count, sum } => {
                     let mut m = enc.encode_descriptor(s.name, s.help, None, MetricType::Histogram)?;
                     m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(*sum, *count, buckets, None)?;
@@ -291,6 +325,17 @@ mod tests {
         assert!(t.contains("cotx_decision_seconds_bucket{le=\"+Inf\"} 2"));
         assert!(t.contains("cotx_in_doubt 1"));
         assert!(t.contains("cotx_resource_up{resource=\"pg\"} 1"));
+        assert!(t.contains("cotx_branch_failures_total{resource=\"pg\"} 0"), "{t}");
+        m.branch_failed("pg");
+        m.branch_failed("gone");
+        let t = m.render(&g, 3, 4, &[("pg".into(), true)]);
+        assert!(t.contains("cotx_branch_failures_total{resource=\"pg\"} 1"), "{t}");
+        assert!(t.contains("cotx_branch_failures_total{resource=\"gone\"} 1"), "{t}");
+        assert!(t.contains("# TYPE cotx_branch_refusals_total counter\n"), "{t}");
+        m.branch_refused("my", "restart_gate");
+        m.branch_refused("my", "restart_gate");
+        let t = m.render(&g, 3, 4, &[("pg".into(), true)]);
+        assert!(t.contains("cotx_branch_refusals_total{resource=\"my\",code=\"restart_gate\"} 2"), "{t}");
     }
 
     /// The cost of one scrape's text (`cargo test --release -p coordinator-daemon render_cost -- --ignored --nocapture`):
