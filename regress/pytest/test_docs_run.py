@@ -163,11 +163,12 @@ def plain(block, work, env):
 
 
 @contextmanager
-def coordinator(block, work, env):
+def coordinator(block, work, env, forced_abort=True):
     """What coordinator.md's earlier steps set up: the daemon built and on PATH
     (`export PATH=/var/cache/cotx/bin:$PATH`), running with a config file the CLI reads
     from COTX_CONFIG, and GTID naming a transaction in doubt (a branch prepared, no
-    decision), the case the operator commands are for."""
+    decision), the case the operator commands are for. `forced_abort`: the block ends
+    with `force "$GTID" abort`, and that is checked."""
     with PgServer() as pg:
         pg.sql("CREATE TABLE orders (id int PRIMARY KEY)")
         d = Daemon([{"name": "orders", "kind": "postgres", "dsn": pg.dsn}],
@@ -181,6 +182,8 @@ def coordinator(block, work, env):
             conn.close()
             yield {**env, "PATH": f"{Path(find_binary()).parent}:{env['PATH']}",
                    "COTX_CONFIG": str(d.config), "GTID": tx.gtid}
+            if not forced_abort:
+                return
             # force ... abort was obeyed: the branch is rolled back, nothing left prepared.
             deadline = time.time() + 30
             while pg.sql("SELECT count(*) FROM pg_prepared_xacts")[0][0] and time.time() < deadline:
@@ -189,6 +192,14 @@ def coordinator(block, work, env):
             assert pg.sql("SELECT count(*) FROM orders")[0][0] == 0
         finally:
             d.destroy()
+
+
+@contextmanager
+def operator(block, work, env):
+    """ops.md's runbooks: the same daemon and GTID as `coordinator`; a runbook looks, and
+    may force either outcome (what stays prepared goes with the servers)."""
+    with coordinator(block, work, env, forced_abort=False) as e:
+        yield e
 
 
 # A host as ops.md's "Install (systemd)" finds it: no user cotx, nothing in /usr/local/bin,
@@ -221,7 +232,7 @@ def fresh_host(block, work, env):
            "DOC_ARGV": "unshare"}
 
 
-SETUPS = {"": plain, "coordinator": coordinator, "fresh-host": fresh_host}
+SETUPS = {"": plain, "coordinator": coordinator, "operator": operator, "fresh-host": fresh_host}
 
 
 def run_sql(block: Block, server, cwd: Path):
