@@ -169,6 +169,19 @@
       el("td", {}, at(i.at_unix_ms)), el("td", {}, i.gtid), el("td", {}, i.branch_id), el("td", {}, i.resource), el("td", {}, i.message))));
   }
 
+  async function loadWaits() {
+    const r = await api("GET", "/v1/waits");
+    const tbody = $("#waits tbody");
+    const bbody = $("#broken tbody");
+    if (r.status !== 200) { status("waits", refusal(r, "the operator credential")); fill(tbody, []); fill(bbody, []); return; }
+    $("#waits-at").textContent = at(r.body.checked_at_unix_ms);
+    status("waits", r.body.waits.length ? "" : "No global transaction waits for a lock.");
+    fill(tbody, r.body.waits.map((w) => el("tr", {className: "wait-row"},
+      el("td", {}, w.waiter), el("td", {}, w.blocker), el("td", {}, w.resource), el("td", {}, w.on))));
+    fill(bbody, r.body.broken.map((b) => el("tr", {},
+      el("td", {}, at(b.at_unix_ms)), el("td", {}, b.victim), el("td", {}, el("ul", {}, ...b.waits.map((w) => el("li", {}, w)))))));
+  }
+
   async function loadAudit() {
     const r = await api("GET", "/v1/audit");
     const tbody = $("#audit tbody");
@@ -267,7 +280,7 @@
     }
     document.body.classList.toggle("operator", operator);
     if (operator !== wasOperator) $("#force").hidden = !operator;
-    await Promise.all([loadNodes(), loadResources(), loadRate(), loadIncidents(), loadAudit(), loadTx()]);
+    await Promise.all([loadNodes(), loadResources(), loadRate(), loadWaits(), loadIncidents(), loadAudit(), loadTx()]);
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   }
 

@@ -336,3 +336,41 @@ def test_data_is_shown_as_text(daemon, browser):
     assert not drv.find_elements(By.ID, "injected") and not drv.find_elements(By.CSS_SELECTOR, "img")
     assert drv.title == "cotx coordinator"
     assert script_errors(drv) == []
+
+
+def test_operator_sees_a_lock_wait(daemon, pg, browser):
+    """A local transaction holds a row; a global one waits for it past the deadlock
+    detector's threshold: the console's "Lock waits" shows the global transaction waiting
+    at pg for that session (the detector's last read, /v1/waits), and nothing once the
+    local transaction ends."""
+    import threading
+    drv = browser
+    pg.sql("INSERT INTO console_t VALUES ('held') ON CONFLICT DO NOTHING")
+    local = pg.connect(autocommit=False)
+    local.execute("DELETE FROM console_t WHERE k = 'held'")
+    holder = local.execute("SELECT pg_backend_pid()").fetchone()[0]
+    tx = Coordinator(daemon.url, CLIENT).transaction()
+    conn = pg.connect()
+
+    def waiter():
+        try:
+            with tx.branch(conn, "pg"):
+                conn.execute("UPDATE console_t SET k = 'held2' WHERE k = 'held'")
+        except Exception:  # noqa: BLE001 - the wait is what is tested, not how it ends
+            pass
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    try:
+        open_console(drv, daemon, OPERATOR)
+        wait(drv, lambda: tx.gtid and any(r[0] == tx.gtid for r in rows(drv, "#waits")), "the wait in the console")
+        row = next(r for r in rows(drv, "#waits") if r[0] == tx.gtid)
+        assert row[1] == f"session {holder} at pg (no global transaction)" and row[2] == "pg", row
+        assert "console_t" in row[3], row
+    finally:
+        local.rollback()
+        local.close()
+        t.join(30)
+        conn.close()
+    wait(drv, lambda: not any(r[0] == tx.gtid for r in rows(drv, "#waits")), "the wait gone", timeout=30)
+    assert not script_errors(drv)

@@ -13,7 +13,7 @@ pub enum Role {
     Client,
     /// Read one transaction and its decision (clients poll it, operators inspect it).
     Read,
-    /// Operate: list transactions, in-doubt, incidents, audit, force an outcome.
+    /// Operate: list transactions, in-doubt, incidents, lock waits, audit, force an outcome.
     Operator,
     /// Scrape `/metrics`.
     Metrics,

@@ -16,7 +16,7 @@ use crate::participants::enforcement::Effective;
 use crate::refusal::{refuse, Refusal, RefusalCode};
 use crate::wire::{
     self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Ready, Registered, Resources,
-    Transaction, TransactionList,
+    Transaction, TransactionList, Waits,
 };
 use bytes::Bytes;
 use http_body_util::Full;
@@ -253,6 +253,17 @@ pub async fn incidents(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let incidents = c.incidents.lock().unwrap().clone();
     ok(Incidents { incidents })
+}
+
+#[utoipa::path(get, path = "/v1/waits", summary = "lock waits of global transactions at the deadlock detector's last pass, and the cycles across databases it broke lately",
+    responses((status = 200, body = Waits), (status = 400, body = Error), (status = 401, body = Error)))]
+pub async fn waits(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let mut w = c.waits.lock().unwrap().clone();
+    // Passes stop when no transaction waits any more: a wait of a transaction gone since
+    // is over.
+    w.waits.retain(|x| c.registry.contains(&x.waiter) || c.registry.contains(&x.blocker));
+    ok(w)
 }
 
 #[utoipa::path(get, path = "/v1/audit", summary = "operator audit log",

@@ -77,6 +77,7 @@ pub const ROUTES: &[Route] = &[
     route!(Read, h::decision, __path_decision),
     route!(Operator, h::in_doubt, __path_in_doubt),
     route!(Operator, h::incidents, __path_incidents),
+    route!(Operator, h::waits, __path_waits),
     route!(Operator, h::audit, __path_audit),
     route!(Operator, h::force, __path_force),
     route!(Operator, h::nodes, __path_nodes),

@@ -8,6 +8,11 @@
 //! transactions in it (retryable: `deadlock_victim`) and cancel its waiting statements.
 //! Without such a transaction no database is asked anything.
 //!
+//! Several daemons on one store: each pass publishes our transactions' sessions in the
+//! store and reads the other daemons' (store::postgres::sessions), so a cycle through two
+//! daemons' transactions is one cycle to both. Both pick the same victim (the youngest of
+//! all), and only its owner aborts it: each cycle is broken once.
+//!
 //! An abort that must act — a timeout — cancels the transaction's waiting statements too
 //! (`spawn_cancel`): otherwise its session stays blocked, and so does every transaction
 //! queued behind its rows.
@@ -21,7 +26,10 @@ use std::time::{Duration, Instant};
 
 use super::completion;
 use super::parts::Parts;
+use super::registry::Sessions;
 use super::wait_graph::{self, Cycle, Edge, Node};
+use crate::store::SharedSession;
+use crate::wire::{BrokenCycle, LockWait};
 
 /// From the housekeeping tick: a pass in the background when one is due.
 pub fn tick(c: &Arc<Parts>, now: Instant) {
@@ -37,8 +45,9 @@ pub fn tick(c: &Arc<Parts>, now: Instant) {
 }
 
 async fn pass(c: &Arc<Parts>) {
-    let sessions = c.registry.live_sessions();
-    let resources: BTreeSet<&String> = sessions.of.keys().map(|(r, _)| r).collect();
+    let ours = c.registry.live_sessions();
+    let sessions = with_other_daemons(c, &ours).await;
+    let resources: BTreeSet<&String> = ours.of.keys().map(|(r, _)| r).collect();
     let mut edges = Vec::new();
     for name in resources {
         let Some(rc) = c.resources.get(name) else { continue };
@@ -58,7 +67,11 @@ async fn pass(c: &Arc<Parts>) {
         }
     }
     c.metrics.deadlock_checks.fetch_add(1, Relaxed);
+    seen(c, &edges, &sessions, &ours);
     for cycle in wait_graph::cycles(&edges, &sessions.of, &sessions.begun) {
+        if !ours.begun.contains_key(&cycle.victim) {
+            continue; // another daemon's: it sees this cycle too, and breaks it
+        }
         c.metrics.deadlock_cycles.fetch_add(1, Relaxed);
         let waits = describe(&cycle);
         let reason = format!("deadlock victim, the youngest in a wait cycle across databases: {}", waits.join("; "));
@@ -75,17 +88,85 @@ async fn pass(c: &Arc<Parts>) {
         log(
             "warn",
             "deadlock across databases: aborted the youngest transaction of the cycle (retryable)",
-            json!({"gtid": cycle.victim, "cycle": members, "waits": waits, "victim_age_ms": age_ms}),
+            json!({"gtid": cycle.victim, "cycle": members, "waits": &waits, "victim_age_ms": age_ms}),
         );
+        remember_broken(c, &cycle.victim, waits);
         completion::spawn_completion(c, &cycle.victim);
         cancel_waiting(c, &cycle.victim, c.registry.sessions_of(&cycle.victim)).await;
     }
 }
 
+/// Our sessions and those the other daemons on the store published in their last passes.
+/// Ours win a session both name (theirs may be a pass old, and the session reused since).
+async fn with_other_daemons(c: &Parts, ours: &Sessions) -> Sessions {
+    let mine: Vec<SharedSession> = ours
+        .of
+        .iter()
+        .map(|((resource, session), gtid)| SharedSession {
+            gtid: gtid.clone(),
+            resource: resource.clone(),
+            session: *session,
+            begun_ms: ours.begun.get(gtid).copied().unwrap_or(0),
+        })
+        .collect();
+    // Fresh while their daemon passes (every deadlock_check_ms), gone soon after it stops.
+    let max_age_ms = 2 * c.cfg.timeouts.deadlock_check_ms + 500;
+    let theirs = match c.store.exchange_sessions(&c.cfg.node_id, mine, max_age_ms).await {
+        Ok(t) => t,
+        Err(e) => {
+            c.registry.warn_once(
+                "sessions-exchange".into(),
+                "cannot exchange sessions with the other daemons through the store: a deadlock through two daemons' \
+                 transactions is left to their timeouts",
+                json!({"error": e}),
+            );
+            Vec::new()
+        }
+    };
+    let mut all = Sessions::default();
+    for s in theirs {
+        all.of.insert((s.resource, s.session), s.gtid.clone());
+        all.begun.insert(s.gtid, s.begun_ms);
+    }
+    all.of.extend(ours.of.iter().map(|(k, v)| (k.clone(), v.clone())));
+    all.begun.extend(ours.begun.iter().map(|(k, v)| (k.clone(), *v)));
+    all
+}
+
+/// The waits of this pass that involve one of our transactions, for /v1/waits and the
+/// console.
+fn seen(c: &Parts, edges: &[Edge], sessions: &Sessions, ours: &Sessions) {
+    let node = |r: &str, s: i64| {
+        let key = (r.to_string(), s);
+        match sessions.of.get(&key) {
+            Some(g) => (ours.of.contains_key(&key), g.clone()),
+            None => (false, name(&Node::Local(r.to_string(), s))),
+        }
+    };
+    let mut waits: Vec<LockWait> = edges
+        .iter()
+        .filter_map(|e| {
+            let ((gw, waiter), (gb, blocker)) = (node(&e.resource, e.waiter), node(&e.resource, e.blocker));
+            (gw || gb).then(|| LockWait { waiter, blocker, resource: e.resource.clone(), on: e.on.clone() })
+        })
+        .collect();
+    waits.dedup();
+    let mut w = c.waits.lock().unwrap();
+    w.checked_at_unix_ms = Some(crate::state::unix_ms());
+    w.waits = waits;
+}
+
+/// Kept for /v1/waits: the latest 20 cycles broken.
+fn remember_broken(c: &Parts, victim: &str, waits: Vec<String>) {
+    let mut w = c.waits.lock().unwrap();
+    w.broken.insert(0, BrokenCycle { at_unix_ms: crate::state::unix_ms(), victim: victim.to_string(), waits });
+    w.broken.truncate(20);
+}
+
 fn name(n: &Node) -> String {
     match n {
         Node::Global(g) => g.clone(),
-        Node::Local(r, s) => format!("session {s} at {r} (no global transaction of this daemon)"),
+        Node::Local(r, s) => format!("session {s} at {r} (no global transaction)"),
     }
 }
 

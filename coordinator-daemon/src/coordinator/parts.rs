@@ -12,6 +12,7 @@ use crate::participants::resources::ResourceClient;
 use crate::state::Outcome;
 use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
+use crate::wire::Waits;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -33,6 +34,8 @@ pub struct Parts {
     pub enforcement: Enforcement,
     /// The store has stopped answering (logged once per stall: housekeeping.rs).
     pub store_stalled: AtomicBool,
+    /// The deadlock detector's last look at the lock waits (deadlocks.rs; /v1/waits).
+    pub waits: Mutex<Waits>,
 }
 
 impl Parts {
@@ -52,6 +55,7 @@ impl Parts {
             incidents: Mutex::new(Vec::new()),
             registry: Registry::default(),
             store_stalled: AtomicBool::new(false),
+            waits: Mutex::new(Waits::default()),
         })
     }
 

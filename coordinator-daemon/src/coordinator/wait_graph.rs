@@ -1,16 +1,14 @@
 //! The global wait-for graph and the cycles the coordinator breaks (pure: no I/O; the
 //! pass that reads the databases and acts is deadlocks.rs).
 //!
-//! A node is one of this daemon's global transactions, or a session no global transaction
-//! of ours is known to run on (a local transaction, another daemon's branch) at one
-//! resource. An edge "a waits for b" comes from one resource's lock waits. Each engine
+//! A node is a global transaction, or a session no global transaction is known to run on
+//! (a local transaction) at one resource. An edge "a waits for b" comes from one resource's lock waits. Each engine
 //! breaks the cycles it can see itself (PostgreSQL after `deadlock_timeout`, InnoDB at
 //! once); a cycle whose edges come from two or more resources no engine sees, and only
-//! those are ours to break. The victim is the youngest of our transactions in the cycle
-//! (the latest begun; ties by gtid): deterministic, and the one that has done least. A
-//! session of another daemon's transaction is a node of its own here, so a daemon sees
-//! only cycles among its own transactions (and local ones): two daemons never both act
-//! on one cycle.
+//! those are ours to break. The victim is the youngest global transaction in the cycle
+//! (the latest begun; ties by gtid): deterministic, and the one that has done least. The
+//! sessions given include other daemons' (published through the store): every daemon sees
+//! the same cycle and names the same victim, and only the victim's owner acts on it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -40,8 +38,8 @@ pub struct Cycle {
     pub victim: String,
 }
 
-/// Our transactions' sessions: (resource, session) -> gtid; `begun`: gtid -> when it began
-/// (unix ms), which decides the victim.
+/// Global transactions' sessions (ours and other daemons'): (resource, session) -> gtid;
+/// `begun`: gtid -> when it began (unix ms), which decides the victim.
 pub fn cycles(edges: &[Edge], sessions: &HashMap<(String, i64), String>, begun: &HashMap<String, u64>) -> Vec<Cycle> {
     let node = |res: &str, s: i64| match sessions.get(&(res.to_string(), s)) {
         Some(g) => Node::Global(g.clone()),
@@ -206,11 +204,21 @@ mod tests {
     }
 
     #[test]
-    fn another_daemons_transaction_is_not_ours_to_break() {
-        // The same crossed pair, but T2 is another daemon's: its sessions are two unrelated
-        // nodes here, so this daemon sees no cycle (the other daemon sees none either).
-        let s = ours(&[("pg", 11, "T1"), ("my", 21, "T1")]);
-        assert!(cycles(&[e("my", 21, 22), e("pg", 12, 11)], &s, &begun(&[("T1", 1)])).is_empty());
+    fn a_cycle_through_two_daemons_needs_their_sessions_and_has_one_victim() {
+        // The crossed pair, T1 on daemon A and T2 on daemon B. Without B's sessions, A sees
+        // T2's two sessions as two unrelated nodes: no cycle (the defect: left to timeouts).
+        let a = ours(&[("pg", 11, "T1"), ("my", 21, "T1")]);
+        let w = [e("my", 21, 22), e("pg", 12, 11)];
+        assert!(cycles(&w, &a, &begun(&[("T1", 1)])).is_empty());
+        // With the sessions both publish through the store, each daemon sees the one cycle
+        // and names the same victim; only its owner (B) acts on it.
+        let all = ours(&[("pg", 11, "T1"), ("my", 21, "T1"), ("pg", 12, "T2"), ("my", 22, "T2")]);
+        let b = begun(&[("T1", 1), ("T2", 2)]);
+        let seen_by_a = cycles(&w, &all, &b);
+        let seen_by_b = cycles(&w, &all, &b);
+        assert_eq!(seen_by_a.len(), 1);
+        assert_eq!(seen_by_a, seen_by_b);
+        assert_eq!(seen_by_a[0].victim, "T2");
     }
 
     #[test]

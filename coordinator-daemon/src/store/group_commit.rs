@@ -21,6 +21,7 @@ enum Req {
     Release { node: String, holder: String, forget: bool, reply: Reply<()> },
     Nodes(Reply<Vec<NodeLease>>),
     Identity(Reply<Identity>),
+    Sessions { node: String, mine: Vec<SharedSession>, max_age_ms: u64, reply: Reply<Vec<SharedSession>> },
 }
 
 #[derive(Default, Debug)]
@@ -157,6 +158,16 @@ impl Store {
     pub async fn identity(&self) -> Result<Identity, String> {
         self.ask(Req::Identity).await
     }
+
+    pub async fn exchange_sessions(
+        &self,
+        node: &str,
+        mine: Vec<SharedSession>,
+        max_age_ms: u64,
+    ) -> Result<Vec<SharedSession>, String> {
+        let node = node.to_string();
+        self.ask(|reply| Req::Sessions { node, mine, max_age_ms, reply }).await
+    }
 }
 
 /// How long a write nobody waits for (a finished transaction's record marked for purging)
@@ -277,6 +288,9 @@ fn writer_loop(
             }
             Req::Identity(s) => {
                 let _ = s.send(log.identity());
+            }
+            Req::Sessions { node, mine, max_age_ms, reply } => {
+                let _ = reply.send(log.exchange_sessions(&node, &mine, max_age_ms));
             }
             Req::Write(op, s) => {
                 // Group commit: the held writes and everything that queued up while we were

@@ -140,6 +140,28 @@ pub trait DecisionLog: Send + 'static {
     /// taken: "forgotten", never presumed aborted), moves lease generations past any given
     /// since, and counts the restore. Refused while a daemon runs on the store.
     fn mark_restored(&mut self) -> Result<Restored, String>;
+    /// Several daemons on one store: replaces `node`'s published sessions with `mine` and
+    /// returns the other daemons' published within `max_age_ms` (by the store's clock).
+    /// Deadlock detection needs them to see a cycle through two daemons' transactions
+    /// (coordinator::deadlocks). A store one daemon owns has nobody to tell.
+    fn exchange_sessions(
+        &mut self,
+        _node: &str,
+        _mine: &[SharedSession],
+        _max_age_ms: u64,
+    ) -> Result<Vec<SharedSession>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// A session of an active transaction, as its daemon tells the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedSession {
+    pub gtid: String,
+    pub resource: String,
+    pub session: i64,
+    /// When the transaction began (its daemon's unix ms): the victim is the youngest.
+    pub begun_ms: u64,
 }
 
 /// The outcome of an existing row met by a conditional insert.

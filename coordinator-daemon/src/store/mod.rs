@@ -17,7 +17,7 @@ pub mod sqlite;
 pub use group_commit::{Store, StoreStats, STORE_THREAD};
 pub use log::{
     existing_outcome, newer_schema, Claim, Decided, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored,
-    Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
+    SharedSession, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
 };
 pub use record::{
     branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, CorruptRecord, DecisionRecord,

@@ -10,13 +10,20 @@
 //! terminated by whoever takes the node over.
 
 use super::log::{
-    existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token,
-    RESTORE_GRANT_JUMP, SCHEMA_VERSION,
+    existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored,
+    SharedSession, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
 };
 use super::record::{branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Loaded, Stored};
 use crate::naming::{self, XA_FORMAT_ID};
 use cotx_protocol::lease;
 use postgres::Client;
+
+mod common;
+mod schema;
+mod sessions;
+
+use common::{e, NOW_MS};
+use schema::{make_schema, schema_version};
 
 pub struct PgLog {
     /// The DSN with the TLS mode applied (crate::dbtls), and its TLS connector.
@@ -25,16 +32,6 @@ pub struct PgLog {
     table: String,
     client: Option<Client>,
 }
-
-fn e(x: postgres::Error) -> String {
-    match x.as_db_error() {
-        Some(d) => format!("postgres store: {} (SQLSTATE {})", d.message(), d.code().code()),
-        None => format!("postgres store: {}", crate::dbtls::chain(&x)),
-    }
-}
-
-/// The store's clock in ms: every daemon compares lease expiries against one clock.
-const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 impl PgLog {
     /// `table` is checked by the config to be a plain lowercase identifier.
@@ -189,62 +186,6 @@ impl PgLog {
 
 /// Whether this session holds node's lock: already (a re-lock would stack counts), or
 /// taken now because it was free.
-/// The store's schema version from its meta row (None: no meta table, a store made by
-/// release 0.1.0 or nothing yet). Read from the catalogs and the meta table only: a daemon
-/// (re)connecting to a current store takes no lock on the decision tables. The DDL below
-/// takes ACCESS EXCLUSIVE on the decision table; queued behind an open transaction there
-/// (another daemon's decision whose commit waits for a synchronous standby mid-failover),
-/// it would make every later reader and writer queue behind it: the whole store stopped
-/// until that standby returned. The meta row is written in the DDL's transaction, so a
-/// current version means every table and column is there.
-fn schema_version(c: &mut Client, t: &str) -> Result<Option<i64>, String> {
-    let meta = format!("{t}_meta");
-    let exists: bool = c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&meta]).map_err(e)?.get(0);
-    if !exists {
-        return Ok(None);
-    }
-    Ok(c.query_opt(&format!("SELECT schema_version FROM {meta} WHERE id = 1"), &[])
-        .map_err(e)?
-        .map(|r| r.get::<_, i64>(0)))
-}
-
-/// Creates the tables or brings an older store up to date in place (idempotent). The lock
-/// wait is bounded (the caller retries on error). Committed without waiting for a
-/// synchronous standby: if the primary is lost before the standby has it, the next
-/// connection finds the schema short and makes it again.
-fn make_schema(c: &mut Client, t: &str) -> Result<(), String> {
-    c.batch_execute(&format!(
-        "BEGIN;
-         SET LOCAL lock_timeout = '5s';
-         SET LOCAL synchronous_commit = local;
-         CREATE TABLE IF NOT EXISTS {t}(gtid text PRIMARY KEY, outcome text NOT NULL, branches text NOT NULL,
-            decided_ms bigint NOT NULL, node text NOT NULL, source text NOT NULL);
-         CREATE TABLE IF NOT EXISTS {t}_audit(id bigserial PRIMARY KEY, at_ms bigint NOT NULL, gtid text NOT NULL,
-            outcome text NOT NULL, operator text NOT NULL, reason text NOT NULL, result text NOT NULL);
-         CREATE TABLE IF NOT EXISTS {t}_epochs(node text NOT NULL, nonce bigint NOT NULL, started_ms bigint NOT NULL,
-            PRIMARY KEY(node, nonce));
-         CREATE TABLE IF NOT EXISTS {t}_nodes(node text PRIMARY KEY, holder text NOT NULL, url text NOT NULL,
-            expires_ms bigint NOT NULL);
-         -- Lease grants (cotx_protocol::lease), finished records kept for the retention,
-         -- purge watermarks (cotx_protocol::answer). Added in place to older tables.
-         CREATE SEQUENCE IF NOT EXISTS {t}_grants;
-         ALTER TABLE {t}_nodes ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0;
-         ALTER TABLE {t} ADD COLUMN IF NOT EXISTS finished_ms bigint;
-         ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS purged_seq bigint;
-         CREATE INDEX IF NOT EXISTS {t}_finished ON {t}(finished_ms) WHERE finished_ms IS NOT NULL;
-         -- Schema version 2: the meta row (store identity, restores), the tick a daemon's
-         -- witness file compares, epochs sealed by a restore.
-         ALTER TABLE {t}_epochs ADD COLUMN IF NOT EXISTS sealed_ms bigint;
-         CREATE SEQUENCE IF NOT EXISTS {t}_ticks;
-         CREATE TABLE IF NOT EXISTS {t}_meta(id int PRIMARY KEY CHECK (id = 1), schema_version bigint NOT NULL,
-            store_id text NOT NULL, restores bigint NOT NULL DEFAULT 0, restored_ms bigint);
-         INSERT INTO {t}_meta(id, schema_version, store_id) VALUES (1, {SCHEMA_VERSION}, md5(random()::text || clock_timestamp()::text))
-            ON CONFLICT (id) DO UPDATE SET schema_version = GREATEST({t}_meta.schema_version, EXCLUDED.schema_version);
-         COMMIT;"
-    ))
-    .map_err(e)
-}
-
 fn hold_lock(c: &mut Client, t: &str, node: &str) -> Result<bool, String> {
     let args = lock_args(t);
     Ok(c.query_one(
@@ -446,6 +387,15 @@ impl DecisionLog for PgLog {
                 .map_err(e)?;
             Ok(Identity { store_id: r.get(0), restores: r.get(1), tick: r.get(2) })
         })
+    }
+
+    fn exchange_sessions(
+        &mut self,
+        node: &str,
+        mine: &[SharedSession],
+        max_age_ms: u64,
+    ) -> Result<Vec<SharedSession>, String> {
+        self.with(|c, t| sessions::exchange(c, t, node, mine, max_age_ms))
     }
 
     fn mark_restored(&mut self) -> Result<Restored, String> {

@@ -21,7 +21,7 @@ mod tests;
 pub use self::calls::{Ack, Begun, Decided, Decision, EnforcementMode, Registered, Shim, Xid};
 pub use self::common::{to_json, BranchState, FinishedBy, Id, Kind, OutcomeArg};
 pub use self::ops::{
-    Audit, AuditEntry, Health, Incident, Incidents, NodeLease, Nodes, Ready, ResourceEnforcement, ResourceInfo,
-    Resources,
+    Audit, AuditEntry, BrokenCycle, Health, Incident, Incidents, LockWait, NodeLease, Nodes, Ready,
+    ResourceEnforcement, ResourceInfo, Resources, Waits,
 };
 pub use self::tx::{Blocking, Branch, DecisionState, Quarantined, Transaction, TransactionList};

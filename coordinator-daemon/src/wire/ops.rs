@@ -106,6 +106,37 @@ pub struct Incidents {
     pub incidents: Vec<Incident>,
 }
 
+/// One lock wait the deadlock detector read, in which one of this daemon's live
+/// transactions waits or is waited for: each side a gtid, or "session N at R (no global
+/// transaction)".
+#[derive(Serialize, ToSchema, Clone, Debug, PartialEq, Eq)]
+pub struct LockWait {
+    pub waiter: String,
+    pub blocker: String,
+    pub resource: String,
+    /// What is waited for, as the engine says (tables; table, index and key on MariaDB).
+    pub on: String,
+}
+
+/// A wait cycle across databases this daemon broke.
+#[derive(Serialize, ToSchema, Clone, Debug)]
+pub struct BrokenCycle {
+    pub at_unix_ms: u64,
+    pub victim: String,
+    pub waits: Vec<String>,
+}
+
+/// What the deadlock detector saw at its last pass, and the cycles it broke lately.
+#[derive(Serialize, ToSchema, Clone, Debug, Default)]
+pub struct Waits {
+    /// When the last pass read the resources' lock waits (none yet: null). Passes run only
+    /// while a transaction has been active `timeouts.deadlock_check_ms`.
+    pub checked_at_unix_ms: Option<u64>,
+    pub waits: Vec<LockWait>,
+    /// The latest first, at most 20.
+    pub broken: Vec<BrokenCycle>,
+}
+
 /// One operator action (force), audited before it acts (`result` "attempt") and after.
 #[derive(Serialize, ToSchema, Clone, Debug)]
 pub struct AuditEntry {
