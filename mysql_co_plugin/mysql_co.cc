@@ -51,6 +51,7 @@
 
 #include "mysql_co_layout.h"
 #include "mysql_co_rules.h"
+#include "mysql_co_server_check.h"
 
 /* ---------------------------------------------------------------------------------------
    Layout check. mysql_co_layout.h holds the offsets the installed mariadbd uses, read from
@@ -474,8 +475,30 @@ static void arm_restart_gate()
   }
 }
 
+/* Is the running server the exact build this library was compiled for (build-id and
+   version recorded by scripts/build-mysql-co.sh in mysql_co_layout.h)? Every plugin of the
+   library asks before doing anything: the offsets above are only right for that build. The
+   refusal is logged once; each refused plugin then fails its init (the server goes on
+   without mysql_co and says "init function returned error" for each). */
+static bool server_is_ours()
+{
+  static const std::string refusal= co_server_check::mismatch(
+      MYSQL_CO_EXPECT_BUILD_ID, MYSQL_CO_EXPECT_SERVER_VERSION,
+      co_server_check::running_build_id(), server_version,
+      "sudo bash scripts/build-mysql-co.sh in the cotx checkout, then restart the server");
+  static bool logged= false;
+  if (!refusal.empty() && !logged)
+  {
+    logged= true;
+    sql_print_error("%s", refusal.c_str());
+  }
+  return refusal.empty();
+}
+
 static int co_hton_init(void *p)
 {
+  if (!server_is_ours())
+    return 1;
   handlerton *h= (handlerton*) p;
   h->db_type= DB_TYPE_UNKNOWN;
   h->savepoint_offset= 0;
@@ -665,6 +688,8 @@ static void co_audit_notify(MYSQL_THD thd, unsigned int event_class, const void 
 
 static int co_audit_init(void *)
 {
+  if (!server_is_ours())
+    return 1;
   if (co_hton && !co_hton->prepare)
   {
     hooks_enabled();    // logs the error once and sets the status variables
@@ -759,6 +784,8 @@ static int fill_gate(THD *thd, TABLE_LIST *tables, Item *)
 
 static int lost_init(void *p)
 {
+  if (!server_is_ours())
+    return 1;
   ST_SCHEMA_TABLE *s= (ST_SCHEMA_TABLE*) p;
   s->fields_info= Show::lost_fields;
   s->fill_table= fill_lost;
@@ -767,6 +794,8 @@ static int lost_init(void *p)
 
 static int gate_init(void *p)
 {
+  if (!server_is_ours())
+    return 1;
   ST_SCHEMA_TABLE *s= (ST_SCHEMA_TABLE*) p;
   s->fields_info= Show::gate_fields;
   s->fill_table= fill_gate;

@@ -5,11 +5,30 @@
 #
 #   bash scripts/build-mysql-co.sh          # configure once (~1 min), build (~1 min first), install
 #   MYSQL_CO_NO_INSTALL=1 bash ...          # build and check only
+#
+# It builds for the MariaDB 10.11.x package installed here (dpkg's mariadb-server-core),
+# not for a pinned one: after a Debian update of mariadb-server, stop the server, upgrade,
+# run this script again, start (docs/mysql_co.md, "Upgrading MariaDB: rebuild mysql_co").
+# Only the version pinned in scripts/lib.sh (MARIADB_VERSION) has been tested.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 require_root
 
-SRC="$COTX_CACHE/mariadb-src/mariadb-$MARIADB_UPSTREAM"
+# The installed package's version (1:10.11.18-0+deb12u1) and its upstream part (10.11.18).
+pkg_ver=$(deb_version mariadb-server-core)
+[ -n "$pkg_ver" ] || die "package mariadb-server-core is not installed: mysql_co is built for the installed
+  Debian MariaDB server (scripts/bootstrap.sh installs $MARIADB_VERSION)"
+upstream=${pkg_ver#*:}; upstream=${upstream%%[-+~]*}
+case "$upstream" in
+  10.11.*) ;;
+  *) die "installed MariaDB is $pkg_ver: mysql_co is written for MariaDB 10.11.x only" ;;
+esac
+if [ "$pkg_ver" = "$MARIADB_VERSION" ]; then
+  SRC="$COTX_CACHE/mariadb-src/mariadb-$MARIADB_UPSTREAM"   # where bootstrap.sh unpacks it
+else
+  SRC="$COTX_CACHE/mariadb-src/mariadb-${pkg_ver#*:}"
+  log "building mysql_co for the installed MariaDB $pkg_ver (cotx is tested with $MARIADB_VERSION only)"
+fi
 BUILD="${MYSQL_CO_BUILD_DIR:-$COTX_CACHE/mariadb-build}"
 PLUGIN_SRC="$COTX_ROOT/mysql_co_plugin"
 PLUGIN_DIR="${COTX_MARIADB_PLUGIN_DIR:-/usr/lib/mysql/plugin}"
@@ -19,26 +38,27 @@ SYMS=/usr/share/doc/mariadb-server/mariadbd.sym.gz
 # --- 1. the installed server must be exactly the source we compile against ----------------
 [ -x "$MARIADBD" ] || die "mariadbd not found: run scripts/bootstrap.sh first"
 srv_ver=$("$MARIADBD" --version | sed -n 's/.*Ver \([0-9][0-9.]*\)-MariaDB-\([^ ]*\) .*/\1-\2/p')
-pkg_ver=$(deb_version mariadb-server-core)
-want_ver="$MARIADB_UPSTREAM-${MARIADB_VERSION##*-}"
-if [ "$srv_ver" != "$want_ver" ] || [ "$pkg_ver" != "$MARIADB_VERSION" ]; then
-  die "installed MariaDB server is '$srv_ver' (package mariadb-server-core '$pkg_ver'), but mysql_co
-  is compiled from the $MARIADB_VERSION source and a plugin built from other headers is refused
-  by the server (or worse, loads with a different THD layout). Install $MARIADB_VERSION
-  (scripts/bootstrap.sh, COTX_ALLOW_MARIADB_DOWNGRADE=1) or change MARIADB_VERSION in scripts/lib.sh."
+want_ver="$upstream-${pkg_ver##*-}"
+if [ "$srv_ver" != "$want_ver" ]; then
+  die "$MARIADBD says it is '$srv_ver', but package mariadb-server-core is '$pkg_ver' (expected
+  '$want_ver'): mysql_co is compiled from the source package of the installed version, and
+  $MARIADBD is not that build (a server not from Debian's packages? see docs/mysql_co.md,
+  \"MariaDB from mariadb.org's packages\")."
 fi
 
 # --- 2. the source package (bootstrap normally fetched it) ---------------------------------
 if [ ! -f "$SRC/debian/rules" ]; then
-  log "downloading MariaDB source package $MARIADB_VERSION"
+  log "downloading MariaDB source package $pkg_ver"
   mkdir -p "$COTX_CACHE/mariadb-src"
-  (cd "$COTX_CACHE/mariadb-src" && apt-get source -qq --download-only "mariadb=$MARIADB_VERSION" >/dev/null \
-     && dpkg-source -x --no-check "mariadb_${MARIADB_VERSION#1:}.dsc" "mariadb-$MARIADB_UPSTREAM" >/dev/null)
+  (cd "$COTX_CACHE/mariadb-src" && apt-get source -qq --download-only "mariadb=$pkg_ver" >/dev/null \
+     && dpkg-source -x --no-check "mariadb_${pkg_ver#*:}.dsc" "$SRC" >/dev/null) \
+    || die "could not fetch the source package mariadb=$pkg_ver (apt needs a deb-src line for the
+  repository the installed server came from, e.g. bookworm-security after a security update)"
 fi
 src_ver=$(awk -F= '/^MYSQL_VERSION_(MAJOR|MINOR|PATCH)/ {printf "%s%s", sep, $2; sep="."}' "$SRC/VERSION")
-[ "$src_ver" = "$MARIADB_UPSTREAM" ] || die "source tree $SRC is version $src_ver, expected $MARIADB_UPSTREAM"
+[ "$src_ver" = "$upstream" ] || die "source tree $SRC is version $src_ver, expected $upstream"
 chlog_ver=$(dpkg-parsechangelog -l "$SRC/debian/changelog" -S Version)
-[ "$chlog_ver" = "$MARIADB_VERSION" ] || die "source package in $SRC is $chlog_ver, expected $MARIADB_VERSION"
+[ "$chlog_ver" = "$pkg_ver" ] || die "source package in $SRC is $chlog_ver, expected $pkg_ver"
 
 # One build at a time (build.sh and test runs of several checkouts share the build dir).
 mkdir -p "$COTX_CACHE"
@@ -74,7 +94,7 @@ CMAKE_ARGS=(
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
   -DWITH_PMEM=ON
   "-DCOMPILATION_COMMENT=Debian 12"
-  "-DMYSQL_SERVER_SUFFIX=-${MARIADB_VERSION##*-}"
+  "-DMYSQL_SERVER_SUFFIX=-${pkg_ver##*-}"
   -DSYSTEM_TYPE=debian-linux-gnu
   -DCMAKE_SYSTEM_PROCESSOR=amd64
   -DBUILD_CONFIG=mysql_release
@@ -88,10 +108,10 @@ CMAKE_ARGS=(
   -DWITH_INNODB_SNAPPY=ON
   -DDEB=Debian
 )
-stamp_key=$(printf '%s\n' "$MARIADB_VERSION" "$SRC" "$CFLAGS" "$CXXFLAGS" "$LDFLAGS" "${CMAKE_ARGS[@]}" | sha256sum | cut -c1-16)
+stamp_key=$(printf '%s\n' "$pkg_ver" "$SRC" "$CFLAGS" "$CXXFLAGS" "$LDFLAGS" "${CMAKE_ARGS[@]}" | sha256sum | cut -c1-16)
 stamp="$BUILD/.cotx-configured-$stamp_key"
 if [ ! -f "$stamp" ]; then
-  log "configuring MariaDB $MARIADB_UPSTREAM in $BUILD (Debian's flags; about a minute)"
+  log "configuring MariaDB $upstream in $BUILD (Debian's flags; about a minute)"
   rm -rf "$BUILD"; mkdir -p "$BUILD"
   (cd "$BUILD" && cmake "$SRC" "${CMAKE_ARGS[@]}" > "$BUILD/cotx-configure.log" 2>&1) \
     || { tail -30 "$BUILD/cotx-configure.log" >&2; die "cmake configure failed (full log: $BUILD/cotx-configure.log)"; }
@@ -134,10 +154,18 @@ for v in off_iso off_ro off_ilt off_lex off_cmd off_trans off_xs off_ixid off_sl
   [ -n "${!v}" ] || die "layout check: could not read $v from the machine code of $MARIADBD
   (compiler output changed?). Inspect with: objdump -d -M intel --start-address=... $MARIADBD"
 done
-IFS=. read -r vmaj vmin vpat <<<"$MARIADB_UPSTREAM"
+IFS=. read -r vmaj vmin vpat <<<"$upstream"
+# The identity of the build, checked again when the plugin loads (mysql_co_server_check.h):
+# the GNU build-id note of mariadbd and its version string.
+build_id=$(readelf -n "$MARIADBD" | awk '/Build ID:/ {print $3; exit}')
+[ -n "$build_id" ] || log "warning: $MARIADBD has no build-id note: at load mysql_co can check the version string only"
+srv_version_string=$("$MARIADBD" --version | sed -n 's/.*Ver \([^ ]*\) .*/\1/p')
+[ -n "$srv_version_string" ] || die "could not read the version string from '$MARIADBD --version'"
 mkdir -p "$(dirname "$layout_h")"
 new_layout="/* Generated by scripts/build-mysql-co.sh from $MARIADBD ($srv_ver). */
 #define MYSQL_CO_EXPECT_VERSION_ID $((vmaj * 10000 + vmin * 100 + vpat))
+#define MYSQL_CO_EXPECT_BUILD_ID \"$build_id\"
+#define MYSQL_CO_EXPECT_SERVER_VERSION \"$srv_version_string\"
 #define MYSQL_CO_OFF_THD_TX_ISOLATION $off_iso
 #define MYSQL_CO_OFF_THD_TX_READ_ONLY $off_ro
 #define MYSQL_CO_OFF_THD_IN_LOCK_TABLES $off_ilt

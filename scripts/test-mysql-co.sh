@@ -51,13 +51,16 @@ fail=0
 
 # The rules without a server: mysql_co_rules.h is plain C++ (no server headers), so g++ alone
 # builds its unit test. Every verdict and the exact refusal texts are checked there.
-log "mysql_co rules unit test (mysql_co_plugin/mysql_co_rules_test.cc)"
-if g++ -std=c++17 -Wall -Wextra -Werror -o "$work/mysql_co_rules_test" \
-     "$COTX_ROOT/mysql_co_plugin/mysql_co_rules_test.cc" && "$work/mysql_co_rules_test" >&2; then
-  :
-else
-  log "mysql_co rules unit test FAILED"; fail=1
-fi
+# mysql_co_server_check.h (is the running server the build it was made for) likewise.
+for t in mysql_co_rules_test mysql_co_server_check_test; do
+  log "mysql_co unit test (mysql_co_plugin/$t.cc)"
+  if g++ -std=c++17 -Wall -Wextra -Werror -o "$work/$t" \
+       "$COTX_ROOT/mysql_co_plugin/$t.cc" && "$work/$t" >&2; then
+    :
+  else
+    log "mysql_co unit test $t FAILED"; fail=1
+  fi
+done
 
 log "mysql-test suite mysql_co"
 rec=(); [ "${MYSQL_CO_MTR_RECORD:-0}" = 1 ] && rec=(--record $(cd "$SUITE/t" && ls *.test | sed 's/^/mysql_co./; s/\.test$//'))

@@ -82,7 +82,9 @@ def test_mysql_co_variables_status_and_tables(mariadb):
     code = {"mysql_co_plugin": (ROOT / "mysql_co_plugin").is_dir(),           # the folder
             "mysql_co_layout": "mysql_co_layout.h" in (ROOT / "scripts" / "build-mysql-co.sh").read_text(),  # generated header
             "mysql_co_rules": (ROOT / "mysql_co_plugin" / "mysql_co_rules.h").is_file(),            # the rules' header
-            "mysql_co_rules_test": (ROOT / "mysql_co_plugin" / "mysql_co_rules_test.cc").is_file()}  # and its unit test
+            "mysql_co_rules_test": (ROOT / "mysql_co_plugin" / "mysql_co_rules_test.cc").is_file(),  # and its unit test
+            "mysql_co_server_check": (ROOT / "mysql_co_plugin" / "mysql_co_server_check.h").is_file(),  # the load check
+            "mysql_co_server_check_test": (ROOT / "mysql_co_plugin" / "mysql_co_server_check_test.cc").is_file()}
     check(named(r"\b(mysql_co_[a-z_]+)\b"), lambda n: n in variables or n in plugins or code.get(n, False),
           "mysql_co_no_such_variable")
     check(named(r"\b(Mysql_co_[a-z_]+)\b"), lambda n: n.lower() in status, "Mysql_co_no_such_status")
