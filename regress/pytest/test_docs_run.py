@@ -21,7 +21,7 @@ import pytest
 from cotest import MariaServer, PgServer
 from cotx import Coordinator
 from cotx.daemon import Daemon, find_binary
-from docblocks import ROOT, Block, all_blocks
+from docblocks import ROOT, Block, all_blocks, docs
 
 BLOCKS = all_blocks()
 RUN = [b for b in BLOCKS if b.kind == "run"]
@@ -68,6 +68,17 @@ def test_no_bare_python_in_shell_blocks():
     hits = [b.where for b in BLOCKS if b.shell and BARE_PYTHON.search(re.sub(r"#.*", "", b.text))]
     assert BARE_PYTHON.search("cd x && python -m checker\n")
     assert not hits, f"shell blocks running a bare `python` (use {VENV_PY}): {hits}"
+
+
+# The same in prose: an inline command (`python -m checker ...`) runs as written only with
+# the venv's interpreter (Debian 12 has no `python`; python3 lacks the project's packages).
+INLINE_PYTHON = re.compile(r"`python3? (-m |[\w./-]+\.py\b)")
+
+
+def test_no_bare_python_in_inline_commands():
+    assert INLINE_PYTHON.search("run `python -m checker --help`")
+    hits = [f"{d.relative_to(ROOT)}: {m.group(0)}" for d in docs() for m in INLINE_PYTHON.finditer(d.read_text())]
+    assert not hits, f"inline commands running a bare `python` (use {VENV_PY}): {hits}"
 
 
 KEYWORDS = {"for", "do", "done", "if", "then", "else", "fi", "while", "in", "cd", "export", "umask", "set",
