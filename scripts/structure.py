@@ -10,6 +10,10 @@ Code after `#[cfg(test)]` is not looked at, nor a file that starts with `#![cfg(
 test module in a file of its own): a test module may import whatever it tests.
 Reported, each a reason to exit 1:
 - a circle: modules that import each other, directly or through others;
+- a folder circle: folders (a module with children, taken whole: its files and
+  subfolders) that import each other, directly or through others, even when no two files
+  do (ha/lease.rs -> coordinator/parts.rs while coordinator/recovery.rs -> ha/lease.rs):
+  a folder is a layer, and layers import one way;
 - an import that runs back up: a file importing an item its own ancestor (a mod.rs or
   lib.rs above it) defines. A folder's mod.rs declares and re-exports its children; what
   they share lives in a sibling file, so the folder reads top-down;
@@ -123,6 +127,28 @@ def circles(g: dict) -> list[list]:
     return sccs(sorted(g), g)
 
 
+def folder_circles(g: dict) -> list[list]:
+    """Circles between folders: at each depth d, every module is taken as its ancestor
+    of depth d (a folder stands for everything in it), edges inside one folder and
+    between a folder and its own descendants are dropped, and the circles found that
+    hold a folder (not only single files, already reported as circles) are returned."""
+    found: list[list] = []
+    deepest = max((len(m) for m in g), default=0)
+    for d in range(1, deepest):
+        cut = {m: m[:d] for m in g}
+        folders = {m[:d] for m in g if len(m) > d}
+        h: dict[tuple[str, ...], set[tuple[str, ...]]] = {c: set() for c in cut.values()}
+        for m, ts in g.items():
+            for t in ts:
+                a, b = cut[m], cut[t]
+                if a != b and a[:len(b)] != b and b[:len(a)] != a:
+                    h[a].add(b)
+        for comp in sccs(sorted(h), h):
+            if any(c in folders for c in comp) and comp not in found:
+                found.append(comp)
+    return found
+
+
 def name(m: tuple[str, ...]) -> str:
     return "::".join(m) or "crate"
 
@@ -132,6 +158,8 @@ def check(root: Path, max_lines: int | None = None) -> list[str]:
     problems = []
     for comp in circles(g):
         problems.append("circle: " + " <-> ".join(name(m) for m in comp))
+    for comp in folder_circles(g):
+        problems.append("folder circle: " + " <-> ".join(name(m) + ("/" if any(len(x) > len(m) and x[:len(m)] == m for x in g) else "") for m in comp))
     for m in sorted(g):
         for t in sorted(g[m]):
             if len(t) < len(m) and m[:len(t)] == t:

@@ -1,4 +1,5 @@
-"""The module structure of the Rust crates (scripts/structure.py): no circles, no import
+"""The module structure of the Rust crates (scripts/structure.py): no circles (between
+files, or between folders taken whole), no import
 that runs back up to a parent module, no coordinator-daemon source file over 500 lines. The
 checker is first shown to find each kind of problem in a small made-up crate."""
 from __future__ import annotations
@@ -43,6 +44,31 @@ def test_finds_a_child_importing_its_parent_and_ignores_tests_and_comments(tmp_p
     assert structure.check(root) == []
     (root / "core" / "part.rs").write_text("use super::Core;\n")
     assert structure.check(root) == ["runs back up: core::part (core/part.rs) imports its ancestor core"]
+
+
+def test_finds_a_circle_between_folders_that_no_two_files_close(tmp_path):
+    # ha/lease.rs -> coordinator/parts.rs and coordinator/recovery.rs -> ha/lease.rs: no
+    # file circle (parts imports nothing), but the two folders import each other.
+    root = crate(tmp_path, {
+        "lib.rs": "pub mod coordinator;\npub mod ha;\n",
+        "coordinator/mod.rs": "pub mod parts;\npub mod recovery;\n",
+        "coordinator/parts.rs": "pub struct Parts;\n",
+        "coordinator/recovery.rs": "use crate::ha::lease;\n",
+        "ha/mod.rs": "pub mod lease;\n",
+        "ha/lease.rs": "use crate::coordinator::parts::Parts;\n",
+    })
+    assert structure.check(root) == ["folder circle: coordinator/ <-> ha/"]
+    # The shared type moved to the lower layer: one way only.
+    (root / "ha" / "lease.rs").write_text("pub struct Parts;\n")
+    assert structure.check(root) == []
+    # A folder and a top-level file in a circle, through a nested folder.
+    (root / "lib.rs").write_text("pub mod coordinator;\npub mod ha;\npub mod serve;\n")
+    (root / "serve.rs").write_text("use crate::coordinator::parts::Parts;\n")
+    (root / "ha" / "mod.rs").write_text("pub mod lease;\npub mod deep;\n")
+    (root / "ha" / "deep" / "mod.rs").parent.mkdir()
+    (root / "ha" / "deep" / "mod.rs").write_text("pub mod x;\n")
+    (root / "ha" / "deep" / "x.rs").write_text("fn f() { crate::serve::g() }\n")
+    assert structure.check(root) == ["folder circle: coordinator/ <-> ha/ <-> serve"]
 
 
 def test_finds_a_long_file(tmp_path):
