@@ -114,7 +114,7 @@ pub struct Resource {
     /// `tls` / `tls_ca_file`: None leaves TLS to the DSN (crate::dbtls).
     pub tls: Option<DbTls>,
     /// How commitment ordering is enforced there (crate::participants::enforcement): auto by default.
-    pub enforcement: crate::participants::enforcement::Configured,
+    pub enforcement: Configured,
 }
 
 #[derive(Debug, Clone)]
@@ -162,6 +162,29 @@ impl std::fmt::Display for ConfigError {
         match self.line {
             Some(l) => write!(f, "config error at line {l}, field `{}`: {}", self.field, self.message),
             None => write!(f, "config error, field `{}`: {}", self.field, self.message),
+        }
+    }
+}
+
+/// How a resource's commitment ordering is to be enforced (`[[resources]] enforcement =
+/// ...`); the modes and the rule choosing one are participants/enforcement/rules.rs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Configured {
+    #[default]
+    Auto,
+    Engine,
+    Client,
+    None,
+}
+
+impl Configured {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Configured::Auto => "auto",
+            Configured::Engine => "engine",
+            Configured::Client => "client",
+            Configured::None => "none",
         }
     }
 }

@@ -1,29 +1,8 @@
 //! The enforcement modes and the rule that chooses one per resource (pure; the module
 //! documentation of `enforcement` says what each mode means).
 
-use serde::Deserialize;
-
-/// What the config asks for (`[[resources]] enforcement = ...`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Configured {
-    #[default]
-    Auto,
-    Engine,
-    Client,
-    None,
-}
-
-impl Configured {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Configured::Auto => "auto",
-            Configured::Engine => "engine",
-            Configured::Client => "client",
-            Configured::None => "none",
-        }
-    }
-}
+/// What the config asks for: declared with the config, below this folder (config/types.rs).
+pub use crate::config::Configured;
 
 /// The mode branches on a resource run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
