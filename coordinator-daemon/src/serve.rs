@@ -90,11 +90,13 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
     let store = open_store(&cfg.store).map_err(|e| format!("cannot open the decision store: {e}"))?;
     let c = coordinator::Coordinator::new(cfg, store, Some(nonce))?;
     // A store that went back to an older copy is not acted on (crate::ha::witness).
-    lease::check_witness(c.parts()).await.map_err(|e| format!("refusing to start: {e}"))?;
+    lease::check_witness(&c.parts().holding()).await.map_err(|e| format!("refusing to start: {e}"))?;
     // Own the node id (store lease, then the lock at every resource) before anything else.
-    lease::claim_at_start(c.parts()).await.map_err(|e| format!("cannot own node {}: {e}", c.cfg.node_id))?;
-    lease::check_witness(c.parts()).await.map_err(|e| format!("refusing to start: {e}"))?;
-    lease::lock_resources_at_start(c.parts()).await.map_err(|e| format!("cannot own node {}: {e}", c.cfg.node_id))?;
+    lease::claim_at_start(&c.parts().holding()).await.map_err(|e| format!("cannot own node {}: {e}", c.cfg.node_id))?;
+    lease::check_witness(&c.parts().holding()).await.map_err(|e| format!("refusing to start: {e}"))?;
+    lease::lock_resources_at_start(&c.parts().holding())
+        .await
+        .map_err(|e| format!("cannot own node {}: {e}", c.cfg.node_id))?;
     let l = c.store.load().await.map_err(|e| format!("cannot read the decision store: {e}"))?;
     for q in &l.corrupt {
         c.quarantine(q);
@@ -104,7 +106,7 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
     if let Some(e) = &c.cfg.telemetry.otlp_endpoint {
         otlp::start(e, &c.cfg.node_id);
     }
-    lease::spawn_renewal(c.parts().clone());
+    lease::spawn_renewal(c.parts().clone(), coordinator::parts::Parts::holding);
     // Recovery at start, then periodically.
     let rc = c.parts().clone();
     tokio::spawn(async move {

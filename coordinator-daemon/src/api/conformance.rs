@@ -81,7 +81,7 @@ async fn coordinator() -> Arc<Coordinator> {
     let cfg = crate::config::parse(&src, None).unwrap();
     let store = Store::start(Box::new(SqliteLog::open(db.to_str().unwrap()).unwrap()), 64);
     let c = Coordinator::new(cfg, store, None).unwrap();
-    crate::ha::lease::claim_at_start(&c).await.unwrap();
+    crate::ha::lease::claim_at_start(&c.parts().holding()).await.unwrap();
     c
 }
 

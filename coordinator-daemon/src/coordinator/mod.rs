@@ -12,14 +12,15 @@
 //!     │      │          │         │
 //!     │      │          │         └─► answers ─► decisions ─► completion
 //!     │      └──────────┴─────────────────────────────────────────┘
-//!     ├─► recovery ─► ha::lease, decisions, holds, completion
+//!     ├─► recovery ─► ha::takeover, decisions, holds, completion
 //!     ├─► housekeeping ─► holds, decisions, completion, deadlocks ─► wait_graph
 //!     ▼
 //!   parts    Parts: cfg, store, metrics, resources, incidents, and:
 //!     ├─► registry       live transactions, quarantine, Lookup (memory only)
 //!     ├─► ha::ownership  node and holder ids, lease clock, grants, nodes taken over
 //!     └─► participants   resources' connections, enforcement runtime
-//!   (ha::lease sits on parts and registry: claims, renewals, takeovers, `regain`.)
+//!   (ha/ sits below all of this: its operations take `Parts::holding()`, the parts they
+//!   use, and reach memory through `ha::holding::Memory`, which the registry implements.)
 //! ```
 
 pub mod answers;
@@ -230,7 +231,7 @@ impl Coordinator {
     }
 
     pub async fn nodes_report(&self) -> Res<wire::Nodes> {
-        lease::nodes_report(&self.parts).await
+        lease::nodes_report(&self.parts.holding()).await
     }
 
     pub fn gauges(&self) -> Gauges {
@@ -278,7 +279,7 @@ pub(crate) mod tests {
         let cfg = crate::config::parse(&src, None).unwrap();
         let store = Store::start(Box::new(SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap()), 64);
         let c = Coordinator::new(cfg, store, None).unwrap();
-        crate::ha::lease::claim_at_start(c.parts()).await.unwrap();
+        crate::ha::lease::claim_at_start(&c.parts().holding()).await.unwrap();
         c
     }
 

@@ -6,6 +6,7 @@
 //! modules, never here.
 
 use crate::config::{Config, ResourceKind};
+use crate::ha::holding::Holding;
 use crate::ha::ownership::Ownership;
 use crate::participants::enforcement::runtime::Enforcement;
 use crate::participants::resources::ResourceClient;
@@ -57,6 +58,18 @@ impl Parts {
             store_stalled: AtomicBool::new(false),
             waits: Mutex::new(Waits::default()),
         })
+    }
+
+    /// The parts the lease operations use (ha/lease.rs), lent.
+    pub fn holding(&self) -> Holding<'_> {
+        Holding {
+            cfg: &self.cfg,
+            store: &self.store,
+            owner: &self.owner,
+            metrics: &self.metrics,
+            resources: &self.resources,
+            memory: &self.registry,
+        }
     }
 
     pub fn kind_of(&self, resource: &str) -> Option<ResourceKind> {

@@ -5,6 +5,7 @@
 //! ownership is passed in.
 
 use crate::config::ResourceKind;
+use crate::ha::holding::{Memory, Reconciled};
 use crate::naming;
 use crate::state::{BranchState, Outcome, Tx, TxState};
 use crate::store::{CorruptRecord, DecisionRecord, Op, Store};
@@ -69,20 +70,6 @@ impl<T> Lookup<T> {
             Lookup::NotHere => None,
         }
     }
-}
-
-/// What the store's word on a transaction of ours does to memory, once our own node's
-/// grant was lost and claimed again (cotx_protocol::answer::after_regrant).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reconciled {
-    /// Recorded: kept, as decided there, under the new grant.
-    Keep(Outcome),
-    /// No record (or unreadable now): forgotten; every answer about it comes from the store.
-    Drop,
-    /// An unreadable record: forgotten here, stopped until an operator decides.
-    Quarantine(CorruptRecord),
-    /// The store says quarantine but gave no record to show (left as it is).
-    Leave,
 }
 
 #[derive(Default)]
@@ -161,7 +148,7 @@ impl Registry {
         let mut heap = self.waits_due.lock().unwrap();
         let txs = self.txs.lock().unwrap();
         while let Some(Reverse((due, g))) = heap.peek() {
-            if txs.get(g).is_some_and(|e| e.tx.state == TxState::Active) {
+            if txs.get(g).is_some_and(|e| e.tx.state() == TxState::Active) {
                 return *due <= now;
             }
             heap.pop();
@@ -190,7 +177,7 @@ impl Registry {
         let mut heap = self.waits_due.lock().unwrap();
         let txs = self.txs.lock().unwrap();
         let mut out = Sessions::default();
-        heap.retain(|Reverse((_, g))| txs.get(g).is_some_and(|e| e.tx.state == TxState::Active));
+        heap.retain(|Reverse((_, g))| txs.get(g).is_some_and(|e| e.tx.state() == TxState::Active));
         for Reverse((_, g)) in heap.iter() {
             let tx = &txs[g].tx;
             for (res, s) in tx.active_sessions() {
@@ -260,7 +247,7 @@ impl Registry {
         let mut n = 0;
         for r in recs {
             if let Some(e) = txs.get(&r.gtid) {
-                if e.tx.state == TxState::Committing {
+                if e.tx.state() == TxState::Committing {
                     settled.push((r.gtid.clone(), r.outcome));
                 }
                 continue;
@@ -277,11 +264,7 @@ impl Registry {
                 let _ = tx.register(bid, res, kind_of(res).unwrap_or(ResourceKind::Postgres));
                 let _ = tx.prepared(bid);
             }
-            match r.outcome {
-                Outcome::Commit => tx.state = TxState::Committed,
-                Outcome::Abort => tx.abort(format!("recorded abort ({})", r.source), false),
-            }
-            tx.decided = Some(Instant::now());
+            tx.settle(r.outcome, || format!("recorded abort ({})", r.source));
             txs.insert(r.gtid.clone(), Entry::new(tx, true, grant));
             n += 1;
         }
@@ -297,13 +280,7 @@ impl Registry {
         if e.tx.decision() == Some(o) {
             return false;
         }
-        match o {
-            Outcome::Commit => {
-                e.tx.state = TxState::Committed;
-                e.tx.decided = Some(Instant::now());
-            }
-            Outcome::Abort => e.tx.abort("store holds an abort decision".into(), false),
-        }
+        e.tx.settle(o, || "store holds an abort decision".into());
         e.recorded = true;
         e.publish();
         true
@@ -318,13 +295,7 @@ impl Registry {
                     e.grant = generation;
                     e.recorded = true;
                     e.tx.recovered = true;
-                    match o {
-                        Outcome::Commit => e.tx.state = TxState::Committed,
-                        Outcome::Abort => {
-                            e.tx.abort("recorded abort (a daemon that took this node over)".into(), false)
-                        }
-                    }
-                    e.tx.decided.get_or_insert_with(Instant::now);
+                    e.tx.settle(o, || "recorded abort (a daemon that took this node over)".into());
                     e.publish();
                 }
             }
@@ -442,6 +413,22 @@ impl Registry {
             .and_then(|e| e.tx.decided)
             .map(|d| d.elapsed().as_millis() as u64)
             .unwrap_or(0)
+    }
+}
+
+/// The lease operations' view of memory (ha/lease.rs): the registry's own methods.
+impl Memory for Registry {
+    fn gtids_of(&self, node: &str) -> Vec<String> {
+        Registry::gtids_of(self, node)
+    }
+    fn reconcile(&self, gtid: &str, verdict: Reconciled, generation: i64) {
+        Registry::reconcile(self, gtid, verdict, generation)
+    }
+    fn forget_node(&self, node: &str) {
+        Registry::forget_node(self, node)
+    }
+    fn warn_once(&self, key: String, msg: &str, fields: Value) {
+        Registry::warn_once(self, key, msg, fields)
     }
 }
 

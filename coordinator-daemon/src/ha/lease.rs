@@ -14,10 +14,11 @@
 //! A lost grant is a value (`Fenced`) that the renewal loop, the one owner of the
 //! reaction, acts on (`regain`); what memory keeps is a pure function of the store's word
 //! (`reconcile`). What the daemon owns in memory is ha/ownership.rs.
+//!
+//! The operations take a [`Holding`] (ha/holding.rs): the few parts of the daemon they
+//! use, borrowed; taking over other nodes is ha/takeover.rs.
 
 use crate::config::{ResourceKind, StoreConfig};
-use crate::coordinator::parts::Parts;
-use crate::coordinator::registry::Reconciled;
 use crate::refusal::RefusalCode;
 use crate::state::Refusal;
 use crate::store::{Claim, Op, Renewal, Stored};
@@ -25,13 +26,14 @@ use crate::telemetry::log::log;
 use crate::wire::{NodeLease, Nodes};
 use cotx_protocol::answer::{after_regrant, Reconcile};
 use serde_json::json;
-use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::clock::{self, ClockNews, ClockWatch};
+use super::holding::{Holding, Reconciled};
 use super::ownership::mono_ms;
+use super::takeover::{reclaim_key, take_over_expired};
 use super::witness;
 
 /// Our own node's grant is gone (paused past the lease, taken over, finished and handed
@@ -43,7 +45,7 @@ pub struct Fenced {
 
 /// Claims our node at start, waiting while a previous holder may still let go (its lease
 /// runs out, or a daemon that took it over releases it). Err names the holder.
-pub async fn claim_at_start(c: &Parts) -> Result<(), String> {
+pub async fn claim_at_start(c: &Holding<'_>) -> Result<(), String> {
     let l = &c.cfg.lease;
     claim_own(c, Some(Instant::now() + Duration::from_millis(2 * l.ttl_ms + 2 * c.cfg.timeouts.recovery_interval_ms)))
         .await?;
@@ -57,13 +59,13 @@ pub async fn claim_at_start(c: &Parts) -> Result<(), String> {
 /// Compares the store with this daemon's witness of it (crate::ha::witness) and, when it may
 /// be acted on, writes down how far it has come. Err: the store went back to an older copy
 /// (or cannot say what it is).
-pub async fn check_witness(c: &Parts) -> Result<(), String> {
+pub async fn check_witness(c: &Holding<'_>) -> Result<(), String> {
     let Some(path) = &c.cfg.witness_file else { return Ok(()) };
     let now = c.store.identity().await.map_err(|e| format!("cannot read the decision store's identity: {e}"))?;
     witness::check(witness::read(path)?.as_ref(), &now)?;
     if let Err(e) = witness::write(path, &now) {
         // Only the safety net is weaker: say so, keep running.
-        c.registry.warn_once(
+        c.memory.warn_once(
             format!("witness:{e}"),
             "cannot write the witness file: a restored older store copy would not be noticed",
             json!({"error": e}),
@@ -74,7 +76,7 @@ pub async fn check_witness(c: &Parts) -> Result<(), String> {
 
 /// Claims our own node under a new grant, asking a daemon that took it over to give it
 /// back; waits until `deadline` (None: for as long as it takes).
-async fn claim_own(c: &Parts, deadline: Option<Instant>) -> Result<(), String> {
+async fn claim_own(c: &Holding<'_>, deadline: Option<Instant>) -> Result<(), String> {
     let l = &c.cfg.lease;
     let o = &c.owner;
     let mut said = false;
@@ -134,7 +136,7 @@ pub fn reconcile(read: Result<Stored, String>) -> Reconciled {
 /// Our grant is gone. Nothing from before may be acted on: stop, claim the node under a
 /// new grant, and keep of memory only what the store confirms (`reconcile`); nodes we had
 /// taken over are let go (their leases run out and a live daemon takes them over).
-async fn regain(c: &Parts, lost: Fenced) {
+async fn regain(c: &Holding<'_>, lost: Fenced) {
     c.owner.set_regaining(true);
     c.owner.lease.revoke();
     c.metrics.lease_losses.fetch_add(1, Relaxed);
@@ -150,14 +152,14 @@ async fn regain(c: &Parts, lost: Fenced) {
     // Every entry of our node goes through the store's word.
     let generation = c.owner.generation_of(&c.cfg.node_id);
     let (mut kept, mut dropped) = (0, 0);
-    for g in c.registry.gtids_of(&c.cfg.node_id) {
+    for g in c.memory.gtids_of(&c.cfg.node_id) {
         let verdict = reconcile(c.store.get(&g).await);
         match verdict {
             Reconciled::Keep(_) => kept += 1,
             Reconciled::Drop => dropped += 1,
             _ => {}
         }
-        c.registry.reconcile(&g, verdict, generation);
+        c.memory.reconcile(&g, verdict, generation);
     }
     let l = &c.cfg.lease;
     c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
@@ -170,17 +172,17 @@ async fn regain(c: &Parts, lost: Fenced) {
 }
 
 /// Drops what we hold of a node we no longer act for.
-fn forget_node(c: &Parts, node: &str) {
+fn forget_node(c: &Holding<'_>, node: &str) {
     c.owner.drop_grant(node);
-    c.registry.forget_node(node);
+    c.memory.forget_node(node);
 }
 
 /// Takes our node's lock at every reachable resource, refusing to run when another
 /// session holds it; checks that no two MariaDB resources are one server.
-pub async fn lock_resources_at_start(c: &Parts) -> Result<(), String> {
+pub async fn lock_resources_at_start(c: &Holding<'_>) -> Result<(), String> {
     // Same server twice first: its node lock (server-wide GET_LOCK) would look taken.
     let mut seen: Vec<(String, String)> = vec![];
-    for (name, rc) in &c.resources {
+    for (name, rc) in c.resources {
         if rc.kind != ResourceKind::Mariadb {
             continue;
         }
@@ -193,7 +195,7 @@ pub async fn lock_resources_at_start(c: &Parts) -> Result<(), String> {
             seen.push((name.clone(), id));
         }
     }
-    for (name, rc) in &c.resources {
+    for (name, rc) in c.resources {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             match rc.hold_node_lock(&c.cfg.node_id, false).await {
@@ -227,7 +229,7 @@ struct Round {
     lost: Option<Fenced>,
 }
 
-async fn renew_all(c: &Parts) -> Round {
+async fn renew_all(c: &Holding<'_>) -> Round {
     let ttl = c.cfg.lease.ttl_ms;
     let mut ok = true;
     let mut lost_own = None;
@@ -256,19 +258,21 @@ async fn renew_all(c: &Parts) -> Round {
 
 /// Renews our leases and, with takeover on, adopts nodes whose lease ran out. The one
 /// owner of the reaction to a lost grant.
-pub fn spawn_renewal(c: Arc<Parts>) {
+/// `holding` lends the operations their parts of `parts` (which the task keeps alive).
+pub fn spawn_renewal<P: Send + Sync + 'static>(parts: Arc<P>, holding: for<'a> fn(&'a P) -> Holding<'a>) {
     tokio::spawn(async move {
+        let c = &holding(&parts);
         let l = c.cfg.lease.clone();
         let mut last_renewed = Instant::now();
         let mut clock = ClockWatch::default();
         loop {
             tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
-            let left = store_time_left(&c).await;
+            let left = store_time_left(c).await;
             let local_ms = last_renewed.elapsed().as_millis() as u64;
-            let round = renew_all(&c).await;
+            let round = renew_all(c).await;
             let mut ok = round.answered;
             if let (true, Some(left)) = (ok, left) {
-                watch_clock(&c, &mut clock, local_ms, left);
+                watch_clock(c, &mut clock, local_ms, left);
             }
             // A renewal long overdue: this process was paused or cut off (say so: it
             // explains what follows, a lost grant or a takeover elsewhere).
@@ -281,16 +285,16 @@ pub fn spawn_renewal(c: Arc<Parts>) {
                 );
             }
             if let Some(lost) = round.lost {
-                regain(&c, lost).await;
+                regain(c, lost).await;
                 last_renewed = Instant::now();
                 continue;
             }
             // The store is the one we saw, not an older copy put in its place.
             if ok {
-                if let Err(why) = check_witness(&c).await {
+                if let Err(why) = check_witness(c).await {
                     ok = false;
                     c.owner.lease.revoke();
-                    c.registry.warn_once(
+                    c.memory.warn_once(
                         format!("witness:{why}"),
                         "acting on nothing: the decision store is not the one this daemon saw",
                         json!({"error": why}),
@@ -304,14 +308,14 @@ pub fn spawn_renewal(c: Arc<Parts>) {
                 }
                 c.owner.lease.confirmed(l.ttl_ms, l.renew_ms);
             } else if c.owner.lease.expired() {
-                c.registry.warn_once(
+                c.memory.warn_once(
                     format!("fenced:{}", mono_ms() / 60_000),
                     "lease not renewed within its ttl: acting on nothing until the store answers",
                     json!({"node_id": c.cfg.node_id}),
                 );
             }
             if ok && l.takeover {
-                take_over_expired(&c).await;
+                take_over_expired(c).await;
             }
         }
     });
@@ -319,7 +323,7 @@ pub fn spawn_renewal(c: Arc<Parts>) {
 
 /// Our node's lease time left by the store's clock (PostgreSQL store only: SQLite's clock
 /// is ours, and nothing is read for it).
-async fn store_time_left(c: &Parts) -> Option<i64> {
+async fn store_time_left(c: &Holding<'_>) -> Option<i64> {
     if !matches!(c.cfg.store, StoreConfig::Postgres { .. }) {
         return None;
     }
@@ -328,7 +332,7 @@ async fn store_time_left(c: &Parts) -> Option<i64> {
 }
 
 /// One renewal's interval into the clock watch: the rate exported, a skew said once.
-fn watch_clock(c: &Parts, w: &mut ClockWatch, local_ms: u64, store_left_ms: i64) {
+fn watch_clock(c: &Holding<'_>, w: &mut ClockWatch, local_ms: u64, store_left_ms: i64) {
     let news = w.sample(local_ms, c.cfg.lease.ttl_ms, store_left_ms);
     c.metrics.clock_rate_milli.store((w.rate() * 1000.0) as u64, Relaxed);
     match news {
@@ -345,101 +349,9 @@ fn watch_clock(c: &Parts, w: &mut ClockWatch, local_ms: u64, store_left_ms: i64)
     }
 }
 
-/// Records a grant of a node taken over.
-fn took_over(c: &Parts, node: &str, generation: i64) {
-    c.owner.granted(node, generation);
-    c.metrics.takeovers.fetch_add(1, Relaxed);
-}
-
-async fn take_over_expired(c: &Parts) {
-    let Ok(leases) = c.store.nodes().await else { return };
-    // Nodes whose own daemon is back and asks for them.
-    let wanted: Vec<String> =
-        leases.iter().filter_map(|l| l.node.strip_suffix("!reclaim").map(str::to_string)).collect();
-    for node in c.owner.adopted().into_iter().filter(|n| wanted.contains(n)) {
-        log("info", "the owner of a taken-over node is back: giving it back", json!({"node": node}));
-        release_adopted(c, &node, false).await;
-    }
-    for lease in leases {
-        if lease.node == c.cfg.node_id
-            || lease.node.contains('!')
-            || wanted.contains(&lease.node)
-            || lease.expires_in_ms > 0
-            || c.owner.is_adopted(&lease.node)
-        {
-            continue;
-        }
-        match c.store.claim_node(&lease.node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await {
-            Ok(Claim::Granted(g)) => {
-                took_over(c, &lease.node, g);
-                log(
-                    "warn",
-                    "took over a node whose lease ran out: finishing its transactions",
-                    json!({"node": lease.node, "previous_holder": lease.holder, "expired_ms_ago": -lease.expires_in_ms}),
-                );
-                c.owner.adopt(&lease.node);
-            }
-            Ok(Claim::HeldBy(_)) => {}
-            Err(e) => log("warn", "takeover failed; will retry", json!({"node": lease.node, "error": e})),
-        }
-    }
-}
-
-/// Prepared branches of nodes that have no lease row at all: a takeover finished such a
-/// node and forgot it, and then a branch of it came back — MariaDB's XA ROLLBACK of a
-/// prepared branch is not durable (it is not flushed; a crash within about a second
-/// brings the branch back prepared, and mysql_co's restart gate then refuses every
-/// XA PREPARE until it is decided). Only epochs registered in our store count (never
-/// another store's daemon); the claim is the ordinary takeover claim, so a live or
-/// returning owner keeps its node.
-pub async fn adopt_released_with_branches(c: &Parts, nodes: HashSet<String>) -> Vec<String> {
-    let mut taken = Vec::new();
-    if nodes.is_empty() || !c.cfg.lease.takeover {
-        return taken;
-    }
-    let Ok(leases) = c.store.nodes().await else { return taken };
-    for node in nodes {
-        if leases.iter().any(|l| l.node == node || l.node == reclaim_key(&node)) || c.owner.is_adopted(&node) {
-            continue; // leased (alive, or expired: the takeover loop handles it)
-        }
-        if let Ok(Claim::Granted(g)) =
-            c.store.claim_node(&node, &c.owner.holder, &c.cfg.advertise_url, c.cfg.lease.ttl_ms, true).await
-        {
-            took_over(c, &node, g);
-            log("warn", "a prepared branch of a released node came back (a database lost a rollback in a crash): taking the node again to finish it", json!({"node": node}));
-            c.owner.adopt(&node);
-            taken.push(node);
-        }
-    }
-    taken
-}
-
-/// A taken-over node is given back: `forget` when nothing of it is left (its lease row
-/// goes), otherwise only marked expired — its own daemon, coming back, recovers the rest
-/// (every decision we took for it is in the store), or another takeover does.
-pub async fn release_adopted(c: &Parts, node: &str, forget: bool) {
-    // Stop acting for it first: our completions of its gtids check this.
-    c.owner.unadopt(node);
-    if let Err(e) = c.store.release_node(node, &c.owner.holder, forget).await {
-        log("warn", "could not release a taken-over node; will retry", json!({"node": node, "error": e}));
-        c.owner.adopt(node);
-        return;
-    }
-    c.owner.drop_grant(node);
-    for rc in c.resources.values() {
-        rc.release_node_lock(node).await;
-    }
-    log("info", "released a taken-over node", json!({"node": node, "all_finished": forget}));
-}
-
-/// The row by which a returning daemon asks a survivor for its node back.
-pub fn reclaim_key(node: &str) -> String {
-    format!("{node}!reclaim")
-}
-
 /// Every node lease in the store (all daemons of the deployment, so the console shows
 /// who holds what and when it runs out) and what this daemon acts for.
-pub async fn nodes_report(c: &Parts) -> Result<Nodes, Refusal> {
+pub async fn nodes_report(c: &Holding<'_>) -> Result<Nodes, Refusal> {
     let leases = c.store.nodes().await.map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, e))?;
     let nodes = leases
         .into_iter()

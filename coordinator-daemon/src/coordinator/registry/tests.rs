@@ -46,7 +46,7 @@ fn timeouts_abort_active_transactions_and_retention_drops_finished_ones() {
     assert!(r.expire(now, Duration::from_secs(60)).is_empty(), "not yet past its deadline");
     let later = now + Duration::from_millis(20);
     assert_eq!(r.expire(later, Duration::from_secs(60)), vec![g.clone()]);
-    let (state, retryable) = r.with_entry(&g, |e| (e.tx.state, e.tx.retryable)).here().unwrap();
+    let (state, retryable) = r.with_entry(&g, |e| (e.tx.state(), e.tx.retryable)).here().unwrap();
     assert_eq!((state, retryable), (TxState::Aborted, true));
     assert!(r.expire(later, Duration::from_secs(60)).is_empty() && r.contains(&g), "kept for the retention");
     // Being completed: kept past the retention.
@@ -107,12 +107,15 @@ fn records_are_adopted_for_nodes_we_act_for_only() {
     assert_eq!(r.insert_capped(&g2, e2, 1), Err(1), "one undecided already");
     assert!(!r.contains(&g2));
     r.remove(&g1);
-    let (grant, state, recovered) = r.with_entry(&mine, |e| (e.grant, e.tx.state, e.tx.recovered)).here().unwrap();
+    let (grant, state, recovered) = r.with_entry(&mine, |e| (e.grant, e.tx.state(), e.tx.recovered)).here().unwrap();
     assert_eq!((grant, state, recovered), (4, TxState::Committed, true));
     // Still committing in memory: the record settles it (the caller applies it).
     let g = naming::new_gtid("n1", 1, 9);
-    r.insert(&g, Entry::new(Tx::new(g.clone(), Duration::from_secs(60)), false, 4));
-    r.with_entry(&g, |e| e.tx.state = TxState::Committing);
+    let mut tx = Tx::new(g.clone(), Duration::from_secs(60));
+    tx.register("b1", "pg", ResourceKind::Postgres).unwrap();
+    tx.begin_commit(&["b1".to_string()]).unwrap();
+    assert_eq!(tx.state(), TxState::Committing);
+    r.insert(&g, Entry::new(tx, false, 4));
     let (n, settled) = r.adopt_records(&[rec(&g, Outcome::Commit)], 1000, &generation, &kind);
     assert_eq!((n, settled), (0, vec![(g.clone(), Outcome::Commit)]));
 }
@@ -128,8 +131,11 @@ fn reconciling_keeps_drops_or_quarantines() {
     r.reconcile(&g[1], Reconciled::Keep(Outcome::Abort), 9);
     r.reconcile(&g[2], Reconciled::Drop, 9);
     r.reconcile(&g[3], Reconciled::Quarantine(CorruptRecord { gtid: g[3].clone(), problem: "bad".into() }), 9);
-    assert_eq!(r.with_entry(&g[0], |e| (e.tx.state, e.grant, e.recorded)).here(), Some((TxState::Committed, 9, true)));
-    assert_eq!(r.with_entry(&g[1], |e| e.tx.state).here(), Some(TxState::Aborted));
+    assert_eq!(
+        r.with_entry(&g[0], |e| (e.tx.state(), e.grant, e.recorded)).here(),
+        Some((TxState::Committed, 9, true))
+    );
+    assert_eq!(r.with_entry(&g[1], |e| e.tx.state()).here(), Some(TxState::Aborted));
     assert!(!r.contains(&g[2]) && !r.contains(&g[3]));
     assert!(r.is_quarantined(&g[3]) && !r.is_quarantined(&g[2]));
     assert_eq!(r.gtids_of("n1").len(), 2);

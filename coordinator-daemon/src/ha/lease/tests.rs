@@ -45,30 +45,30 @@ async fn a_lost_grant_is_found_by_a_renewal_and_regained() {
     let committed = c.begin(None).unwrap().gtid;
     c.register(&committed, "pg", "b1").await.unwrap();
     c.commit_with(&committed, "coordinator", &["b1".into()]).await.unwrap();
-    assert!(renew_all(p).await.lost.is_none());
+    assert!(renew_all(&p.holding()).await.lost.is_none());
     // Taken over, finished and handed back while we were away: the row is gone.
     p.store.release_node("u1", &p.owner.holder, true).await.unwrap();
-    let round = renew_all(p).await;
+    let round = renew_all(&p.holding()).await;
     let lost = round.lost.expect("the renewal finds the grant gone");
     assert!(round.answered);
     assert!(p.registry.contains(&undecided), "nothing is done until the loop reacts");
-    regain(p, lost).await;
+    regain(&p.holding(), lost).await;
     assert!(p.owner.generation_of("u1") > before, "a new grant");
     assert!(!p.owner.regaining() && !p.owner.lease.expired());
     assert_eq!(p.metrics.lease_losses.load(Relaxed), 1);
     assert!(!p.registry.contains(&undecided), "no record: dropped");
-    let kept = p.registry.with_entry(&committed, |e| (e.grant, e.tx.state)).here();
+    let kept = p.registry.with_entry(&committed, |e| (e.grant, e.tx.state())).here();
     assert_eq!(kept, Some((p.owner.generation_of("u1"), crate::state::TxState::Committed)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_nodes_report_names_our_lease() {
     let c = crate::coordinator::tests::coord("nodes").await;
-    let r = nodes_report(c.parts()).await.unwrap();
+    let r = nodes_report(&c.parts().holding()).await.unwrap();
     assert_eq!((r.node_id.as_str(), r.lease_valid), ("u1", true));
     assert!(r.adopted.is_empty());
     c.parts().owner.lease.revoke();
-    assert!(!nodes_report(c.parts()).await.unwrap().lease_valid);
+    assert!(!nodes_report(&c.parts().holding()).await.unwrap().lease_valid);
 }
 
 #[test]
