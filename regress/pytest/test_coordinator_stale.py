@@ -227,6 +227,12 @@ def test_finished_commits_stay_answerable_after_a_restart(pg, mariadb, daemons):
     assert {decision_of(a, gtid), decision_of(b, gtid)} == {"commit"}
     st, body = api(a, "POST", f"/v1/transactions/{gtid}/commit", {})
     assert (st, body.get("decision")) == (200, "commit"), (st, body)
+    # Any other call on it says the recorded outcome, on every daemon: never "presumed
+    # abort" (its owner said so before the daemon's answers became cotx_protocol's rule),
+    # nor "ask its owner" (another daemon), for a committed transaction.
+    for d in (a, b):
+        st, body = api(d, "POST", f"/v1/transactions/{gtid}/abort", {})
+        assert (st, body["error"]["code"]) == (409, "transaction_committed"), (d.url, st, body)
 
 
 def test_a_purged_outcome_is_forgotten_not_aborted(pg, mariadb, daemons):

@@ -76,20 +76,19 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
     let quarantined = c.registry.is_quarantined(gtid);
     let current = {
         let txs = c.registry.txs.lock().unwrap();
-        txs.get(gtid).map(|e| (e.tx.state, e.tx.check_commit().err()))
+        txs.get(gtid).map(|e| (e.tx.state(), e.tx.check_commit().err()))
     };
     if current.is_none() && !quarantined && !c.owner.acts_for(&node) {
         // Another node's transaction: a recorded decision is never contradicted; anything
         // else is its owner's to decide (or a takeover's), never "abort" here.
-        if let Some(rec) = answers::stored_decision(c, gtid).await? {
-            if rec.outcome != outcome {
-                return refuse(
-                    RefusalCode::ContradictsDecision,
-                    format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node),
-                );
-            }
-        }
-        return Err(answers::elsewhere(c, gtid).await);
+        return Err(match answers::from_store(c, gtid).await {
+            Ok(rec) if rec.outcome != outcome => Refusal::new(
+                RefusalCode::ContradictsDecision,
+                format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node),
+            ),
+            Ok(_) => answers::ask_owner(c, gtid).await,
+            Err((_, why)) => why,
+        });
     }
     if let Err(e) = audit(c, gtid, outcome, operator, reason, "attempt".into()).await {
         return refuse(
