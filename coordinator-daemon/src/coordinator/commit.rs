@@ -25,13 +25,7 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
     refuse_new_work(c)?;
     let t0 = Instant::now();
     let entered = answers::with_tx(c, gtid, |e| {
-        let mut next = e.tx.clone();
-        for bid in prepared {
-            next.prepared(bid)?;
-        }
-        next.check_commit()?;
-        e.tx = next;
-        e.tx.state = TxState::Committing;
+        e.tx.begin_commit(prepared)?;
         Ok((e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant))
     })?;
     let (branches, grant) = match entered {
@@ -39,9 +33,9 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
         // A commit asked again after the daemon forgot the transaction from memory
         // (restart, retention, lost lease): the store's record answers it.
         Lookup::NotHere => {
-            return match answers::stored_decision(c, gtid).await? {
-                Some(rec) => Ok(Decision { from_store: Some(true), ..Decision::new(gtid, rec.outcome.into()) }),
-                None => Err(answers::elsewhere(c, gtid).await),
+            return match answers::from_store(c, gtid).await {
+                Ok(rec) => Ok(Decision { from_store: Some(true), ..Decision::new(gtid, rec.outcome.into()) }),
+                Err((_, why)) => Err(why),
             };
         }
     };
@@ -125,20 +119,13 @@ pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], b
         );
     }
     answers::on(c, gtid, |e| {
-        let mut next = e.tx.clone();
-        for p in prepared {
-            next.prepared(p)?;
-        }
-        next.check_decide_in(bid)?;
-        let res = &next.branches.iter().find(|b| b.branch_id == bid).expect("checked").resource;
-        if !allowed.contains(res) {
-            return refuse(RefusalCode::NotADecisionResource,
-                format!("branch {bid:?} is on resource {res:?}, which is not configured with decisions = true (PostgreSQL with pg_co)"));
-        }
-        next.state = TxState::Deciding;
-        next.decide_in = Some(bid.to_string());
-        e.tx = next;
-        Ok(())
+        e.tx.begin_decide_in(prepared, bid, |b| {
+            if allowed.contains(&b.resource) {
+                return Ok(());
+            }
+            refuse(RefusalCode::NotADecisionResource,
+                format!("branch {bid:?} is on resource {:?}, which is not configured with decisions = true (PostgreSQL with pg_co)", b.resource))
+        })
     })
     .await?;
     c.metrics.decided_in_participant.fetch_add(1, Relaxed);
@@ -151,12 +138,7 @@ pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res<Decision> {
     if c.enforcement.holds(gtid, bid) {
         return refuse(RefusalCode::WrongState, format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
     }
-    answers::on(c, gtid, |e| {
-        e.tx.check_one_phase(bid)?;
-        e.tx.state = TxState::OnePhase;
-        Ok(())
-    })
-    .await?;
+    answers::on(c, gtid, |e| e.tx.begin_one_phase(bid)).await?;
     c.metrics.one_phase.fetch_add(1, Relaxed);
     Ok(Decision { branch_id: Some(bid.to_string()), ..Decision::new(gtid, wire::Decided::OnePhase) })
 }
@@ -164,7 +146,7 @@ pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res<Decision> {
 pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
     let newly = answers::on(c, gtid, |e| {
         e.tx.check_abort()?;
-        if e.tx.state == TxState::Aborted {
+        if e.tx.state() == TxState::Aborted {
             return Ok(false);
         }
         e.tx.abort(reason.to_string(), false);
@@ -180,11 +162,11 @@ pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
 
 pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<Ack> {
     let (newly, victim, earlier, resource) = answers::on(c, gtid, |e| {
-        let was = e.tx.state;
+        let was = e.tx.state();
         e.tx.failed(bid, reason, retryable)?;
         let earlier = (was == TxState::Aborted).then_some(e.tx.retryable);
         let resource = e.tx.branches.iter().find(|b| b.branch_id == bid).map(|b| b.resource.clone());
-        Ok((was != TxState::Aborted && e.tx.state == TxState::Aborted, e.tx.deadlock_victim, earlier, resource))
+        Ok((was != TxState::Aborted && e.tx.state() == TxState::Aborted, e.tx.deadlock_victim, earlier, resource))
     })
     .await?;
     if let Some(r) = resource {
@@ -210,7 +192,7 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
     }
     let decided_here = answers::on(c, gtid, |e| {
         let mut next = e.tx.clone();
-        let was = next.state;
+        let was = next.state();
         // The decision branch first, wherever the list names it: its outcome is the
         // decision the other branches' acknowledgements are checked against.
         let decider = next.decide_in.clone().filter(|d| was == TxState::Deciding && bids.contains(d));
@@ -218,7 +200,7 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
             next.finish(bid, outcome, FinishedBy::Owner)?;
         }
         e.tx = next;
-        Ok(was == TxState::Deciding && e.tx.state != TxState::Deciding)
+        Ok(was == TxState::Deciding && e.tx.state() != TxState::Deciding)
     })
     .await?;
     if decided_here {

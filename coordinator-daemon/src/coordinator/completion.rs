@@ -228,7 +228,7 @@ mod tests {
             tx.register(b, "pg", ResourceKind::Postgres).unwrap();
             tx.prepared(b).unwrap();
         }
-        tx.state = TxState::Committed;
+        tx.settle(Outcome::Commit, String::new);
         let mut e = Entry::new(tx, false, 1);
         e.completing = true;
         p.registry.insert(&g, e);
@@ -325,7 +325,7 @@ mod tests {
         apply_decision(p, &g, Outcome::Abort);
         assert_eq!(p.metrics.aborted.load(Relaxed), 1);
         let (state, recorded, completing) =
-            p.registry.with_entry(&g, |e| (e.tx.state, e.recorded, e.completing)).here().unwrap();
+            p.registry.with_entry(&g, |e| (e.tx.state(), e.recorded, e.completing)).here().unwrap();
         assert_eq!((state, recorded, completing), (TxState::Aborted, true, true));
     }
 }

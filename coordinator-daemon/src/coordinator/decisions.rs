@@ -119,7 +119,7 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
             let res = {
                 let txs = me.registry.txs.lock().unwrap();
                 match txs.get(&gtid) {
-                    Some(e) if e.tx.state == TxState::Deciding => {
+                    Some(e) if e.tx.state() == TxState::Deciding => {
                         let bid = e.tx.decide_in.clone().unwrap_or_default();
                         e.tx.branches.iter().find(|b| b.branch_id == bid).map(|b| b.resource.clone())
                     }
@@ -158,7 +158,7 @@ pub fn apply_participant_decision(c: &Arc<Parts>, gtid: &str, o: Outcome, by: Fi
     let changed = {
         let mut txs = c.registry.txs.lock().unwrap();
         match txs.get_mut(gtid) {
-            Some(e) if e.tx.state == TxState::Deciding => {
+            Some(e) if e.tx.state() == TxState::Deciding => {
                 e.tx.decided_in_participant(o, by);
                 e.publish();
                 true

@@ -33,7 +33,7 @@ impl Registry {
         let due = pop_due(&mut self.deadlines.lock().unwrap(), now);
         due.into_iter()
             .filter(|gtid| match txs.get_mut(gtid) {
-                Some(e) if e.tx.state == TxState::Active && now >= e.tx.deadline => {
+                Some(e) if e.tx.state() == TxState::Active && now >= e.tx.deadline => {
                     e.tx.abort("timeout: not decided in time".into(), true);
                     e.publish();
                     true
@@ -53,7 +53,7 @@ impl Registry {
     pub fn grace_over(&self, now: Instant) -> Vec<String> {
         let txs = self.txs.lock().unwrap();
         let due = pop_due(&mut self.graces.lock().unwrap(), now);
-        due.into_iter().filter(|gtid| txs.get(gtid).is_some_and(|e| e.tx.state == TxState::Deciding)).collect()
+        due.into_iter().filter(|gtid| txs.get(gtid).is_some_and(|e| e.tx.state() == TxState::Deciding)).collect()
     }
 
     /// Whether the retention sweep is due (at most once per SWEEP_EVERY); marks it run.
@@ -72,7 +72,7 @@ impl Registry {
         let mut undecided = 0;
         txs.retain(|_, e| {
             let old = e.tx.decided.map(|d| now.saturating_duration_since(d) >= retention).unwrap_or(false);
-            let keep = match e.tx.state {
+            let keep = match e.tx.state() {
                 TxState::Committed => !(old && e.tx.all_finished() && !e.completing),
                 TxState::Aborted => !(old && !e.tx.in_doubt() && !e.completing),
                 TxState::OnePhase => now < e.tx.deadline + retention,

@@ -42,7 +42,7 @@ pub fn keep_helper(c: &Parts, gtid: &str, bid: &str, branch_prepared: bool) -> b
 pub fn settled(r: &Registry, gtid: &str, bid: &str) -> bool {
     let txs = r.txs.lock().unwrap();
     let Some(e) = txs.get(gtid) else { return true };
-    if e.tx.state == TxState::Aborted {
+    if e.tx.state() == TxState::Aborted {
         return true;
     }
     match e.tx.branches.iter().find(|b| b.branch_id == bid) {

@@ -38,7 +38,7 @@ impl StateFilter {
     pub fn matches(self, tx: &Tx) -> bool {
         match self {
             StateFilter::InDoubt => tx.in_doubt(),
-            f => StateFilter::of(tx.state) == f,
+            f => StateFilter::of(tx.state()) == f,
         }
     }
 }

@@ -70,7 +70,9 @@ pub struct Branch {
 #[derive(Debug, Clone)]
 pub struct Tx {
     pub gtid: String,
-    pub state: TxState,
+    /// Changed only by the transitions below (one owner of the state machine); read with
+    /// `state()`.
+    state: TxState,
     pub branches: Vec<Branch>,
     pub created: Instant,
     pub created_unix_ms: u64,
@@ -110,6 +112,71 @@ impl Tx {
             decide_in: None,
             deadlock_victim: false,
         }
+    }
+
+    pub fn state(&self) -> TxState {
+        self.state
+    }
+
+    /// Two-phase commit begins: `prepared` are marked prepared and the commit checked, all
+    /// or nothing (a refusal leaves the transaction as it was), then `Committing` until
+    /// the decision is durable.
+    pub fn begin_commit(&mut self, prepared: &[String]) -> Result<(), Refusal> {
+        let mut next = self.clone();
+        for bid in prepared {
+            next.prepared(bid)?;
+        }
+        next.check_commit()?;
+        next.state = TxState::Committing;
+        *self = next;
+        Ok(())
+    }
+
+    /// Commit with the decision inside branch `bid` (`Deciding` until its outcome is
+    /// known): `prepared` marked prepared, the shape checked, and `allowed` asked whether
+    /// the branch's resource may decide; all or nothing.
+    pub fn begin_decide_in(
+        &mut self,
+        prepared: &[String],
+        bid: &str,
+        allowed: impl FnOnce(&Branch) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        let mut next = self.clone();
+        for p in prepared {
+            next.prepared(p)?;
+        }
+        next.check_decide_in(bid)?;
+        allowed(next.branches.iter().find(|b| b.branch_id == bid).expect("checked"))?;
+        next.state = TxState::Deciding;
+        next.decide_in = Some(bid.to_string());
+        *self = next;
+        Ok(())
+    }
+
+    /// One-phase commit of its single branch begins (`OnePhase` until its owner reports).
+    pub fn begin_one_phase(&mut self, bid: &str) -> Result<(), Refusal> {
+        self.check_one_phase(bid)?;
+        self.state = TxState::OnePhase;
+        Ok(())
+    }
+
+    /// A decision the store (or a participant) holds, applied: committed (decided at its
+    /// first application), or aborted for `abort_reason`.
+    pub fn settle(&mut self, o: Outcome, abort_reason: impl FnOnce() -> String) {
+        match o {
+            Outcome::Commit => {
+                self.state = TxState::Committed;
+                self.decided.get_or_insert_with(Instant::now);
+            }
+            Outcome::Abort => self.abort(abort_reason(), false),
+        }
+    }
+
+    /// A transaction found committed inside a participant by recovery (no record of it
+    /// here): committed, its decision branch unnamed.
+    pub fn committed_in_participant(&mut self) {
+        self.settle(Outcome::Commit, String::new);
+        self.decide_in = Some(String::new());
     }
 
     pub fn decision(&self) -> Option<Outcome> {

@@ -126,7 +126,7 @@ impl Transaction {
     pub fn from_tx(t: &Tx) -> Transaction {
         Transaction {
             gtid: t.gtid.clone(),
-            state: t.state,
+            state: t.state(),
             decision: t.decision().map(|o| o.as_str().to_string()),
             in_doubt: Some(t.in_doubt()),
             age_ms: Some(t.created.elapsed().as_millis() as u64),
@@ -215,7 +215,7 @@ impl DecisionState {
     pub fn from_tx(t: &Tx) -> DecisionState {
         DecisionState {
             gtid: t.gtid.clone(),
-            state: t.state,
+            state: t.state(),
             decision: t.decision().map(Into::into),
             abort_reason: t.abort_reason.clone(),
             retryable: t.retryable,
