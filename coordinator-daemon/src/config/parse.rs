@@ -2,10 +2,12 @@
 //! it, with its line and field.
 
 use super::check::{line_of, pg_dsn_hint, relative_to, Ctx};
-use super::raw::RawConfig;
+use super::raw::{RawConfig, RawResource};
+use super::store_section::store;
 use super::types::*;
 use crate::naming;
 use std::net::SocketAddr;
+use toml::Spanned;
 
 pub fn load(path: &str) -> Result<Config, ConfigError> {
     let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -17,7 +19,46 @@ pub fn load(path: &str) -> Result<Config, ConfigError> {
 }
 
 pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(src).map_err(|e| {
+    let raw = read_toml(src)?;
+    let cx = &Ctx { src };
+    let (node_id, gid_prefix) = names(cx, &raw)?;
+    let listen = listen(cx, &raw)?;
+    let (token, auth) = credentials(cx, base, &raw)?;
+    let timeouts = timeouts(cx, &raw)?;
+    let (store, witness_file) = store(cx, base, &raw)?;
+    let lease = lease(cx, &raw)?;
+    let limits = limits(cx, &raw, &timeouts)?;
+    let log = log(cx, &raw)?;
+    let telemetry = telemetry(cx, &raw)?;
+    let tls = tls(cx, base, &raw)?;
+    let advertise_url = advertise_url(cx, &raw, listen, tls.is_some())?;
+    let resources = resources(cx, base, &raw)?;
+    let witness_file = witness_file.or(match &store {
+        StoreConfig::Sqlite { path, .. } => Some(format!("{path}.witness")),
+        StoreConfig::Postgres { .. } => None,
+    });
+    Ok(Config {
+        node_id,
+        listen,
+        token,
+        auth,
+        gid_prefix,
+        timeouts,
+        store,
+        witness_file,
+        resources,
+        advertise_url,
+        lease,
+        limits,
+        tls,
+        log,
+        telemetry,
+    })
+}
+
+/// The text as TOML, or where it is not.
+fn read_toml(src: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(src).map_err(|e| {
         let line = e.span().map(|s| line_of(src, s.start));
         // toml points at the offending spot: name the key written on that line.
         let msg = e.message().trim().to_string();
@@ -30,9 +71,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             })
             .unwrap_or_else(|| "(syntax)".into());
         ConfigError { line, field, message: msg }
-    })?;
-    let cx = Ctx { src };
+    })
+}
 
+/// `node_id` (required) and `gid_prefix`.
+fn names(cx: &Ctx, raw: &RawConfig) -> Result<(String, String), ConfigError> {
     let node_id = match &raw.node_id {
         // No default: two daemons that both fell back to one would recover (and roll
         // back) each other's transactions.
@@ -56,7 +99,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             p.get_ref().clone()
         }
     };
-    let listen: SocketAddr = match &raw.listen {
+    Ok((node_id, gid_prefix))
+}
+
+/// `listen`: loopback unless exposed on purpose, with TLS.
+fn listen(cx: &Ctx, raw: &RawConfig) -> Result<SocketAddr, ConfigError> {
+    Ok(match &raw.listen {
         None => "127.0.0.1:7420".parse().unwrap(),
         Some(l) => match l.get_ref().parse::<SocketAddr>() {
             Ok(a) => {
@@ -70,7 +118,15 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             }
             Err(e) => return cx.err(Some(l.span()), "listen", format!("not an ip:port address: {e}")),
         },
-    };
+    })
+}
+
+/// The API's credentials: `token` and the per-role ones in `[auth]`, each its own.
+fn credentials(
+    cx: &Ctx,
+    base: Option<&std::path::Path>,
+    raw: &RawConfig,
+) -> Result<(Option<String>, Auth), ConfigError> {
     let token = cx.secret(base, &raw.token, &raw.token_file, "token")?;
     let a = &raw.auth;
     let auth = Auth {
@@ -97,6 +153,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             return cx.err(None, n, format!("the same secret as {m}: each role needs its own credential (a request is granted by which one it presents)"));
         }
     }
+    Ok((token, auth))
+}
+
+/// `[timeouts]`, each bounded, and the orders between them.
+fn timeouts(cx: &Ctx, raw: &RawConfig) -> Result<Timeouts, ConfigError> {
     let t = &raw.timeouts;
     let timeouts = Timeouts {
         transaction_ms: cx.ms(&t.transaction_ms, "timeouts.transaction_ms", 30_000, 10, 86_400_000)?,
@@ -129,123 +190,11 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             "must be >= retry_initial_ms",
         );
     }
-    let witness_file = match raw.store.as_ref().and_then(|s| s.get_ref().witness_file.as_ref()) {
-        Some(w) if w.get_ref().is_empty() => return cx.err(Some(w.span()), "store.witness_file", "must not be empty"),
-        Some(w) => Some(relative_to(base, w.get_ref()).display().to_string()),
-        None => None,
-    };
-    let store = match &raw.store {
-        None => StoreConfig::Sqlite {
-            path: "cotx-decisions.db".into(),
-            group_commit: true,
-            max_batch: 1024,
-            commit_delay_us: 0,
-        },
-        Some(s) => {
-            let sp = s.span();
-            let s = s.get_ref();
-            let max_batch = match &s.max_batch {
-                None => 1024,
-                Some(m) if *m.get_ref() == 0 || *m.get_ref() > 100_000 => {
-                    return cx.err(Some(m.span()), "store.max_batch", "must be between 1 and 100000")
-                }
-                Some(m) => *m.get_ref() as usize,
-            };
-            let group_commit = s.group_commit.unwrap_or(true);
-            // As PostgreSQL's commit_delay (0 to 100000 microseconds); it only has decisions
-            // to gather with group commit on.
-            let commit_delay_us = match &s.commit_delay_us {
-                None => 0,
-                Some(d) if *d.get_ref() > 100_000 => {
-                    return cx.err(
-                        Some(d.span()),
-                        "store.commit_delay_us",
-                        "must be between 0 and 100000 (microseconds)",
-                    )
-                }
-                Some(d) if *d.get_ref() > 0 && !group_commit => {
-                    return cx.err(
-                        Some(d.span()),
-                        "store.commit_delay_us",
-                        "needs group_commit = true (with one decision per sync there is nothing to wait for)",
-                    )
-                }
-                Some(d) => *d.get_ref(),
-            };
-            match s.kind.get_ref().as_str() {
-                "sqlite" => {
-                    if let Some(d) = &s.dsn {
-                        return cx.err(Some(d.span()), "store.dsn", "only for kind = \"postgres\"");
-                    }
-                    for (v, n) in [(&s.tls, "store.tls"), (&s.tls_ca_file, "store.tls_ca_file")] {
-                        if let Some(v) = v {
-                            return cx.err(Some(v.span()), n, "only for kind = \"postgres\"");
-                        }
-                    }
-                    let path = match &s.path {
-                        Some(p) if !p.get_ref().is_empty() => p.get_ref().clone(),
-                        Some(p) => return cx.err(Some(p.span()), "store.path", "must not be empty"),
-                        None => return cx.err(Some(sp), "store.path", "required for kind = \"sqlite\""),
-                    };
-                    let path = relative_to(base, &path).display().to_string();
-                    StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us }
-                }
-                "postgres" => {
-                    if let Some(p) = &s.path {
-                        return cx.err(Some(p.span()), "store.path", "only for kind = \"sqlite\"");
-                    }
-                    let dsn = match &s.dsn {
-                        Some(d) => {
-                            if let Err(e) = d.get_ref().parse::<tokio_postgres::Config>() {
-                                return cx.err(
-                                    Some(d.span()),
-                                    "store.dsn",
-                                    format!("not a PostgreSQL connection string: {e}{}", pg_dsn_hint(d.get_ref())),
-                                );
-                            }
-                            d.get_ref().clone()
-                        }
-                        None => return cx.err(Some(sp), "store.dsn", "required for kind = \"postgres\""),
-                    };
-                    let table = match &s.table {
-                        None => "cotx_decisions".to_string(),
-                        Some(t) => {
-                            let ok = !t.get_ref().is_empty()
-                                && t.get_ref().len() <= 48
-                                && t.get_ref()
-                                    .bytes()
-                                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-                                && !t.get_ref().as_bytes()[0].is_ascii_digit();
-                            if !ok {
-                                return cx.err(
-                                    Some(t.span()),
-                                    "store.table",
-                                    "must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, ≤ 48)",
-                                );
-                            }
-                            t.get_ref().clone()
-                        }
-                    };
-                    let tls = cx.db_tls(
-                        base,
-                        "store.",
-                        ResourceKind::Postgres,
-                        s.dsn.as_ref().unwrap(),
-                        &s.tls,
-                        &s.tls_ca_file,
-                    )?;
-                    StoreConfig::Postgres { dsn, table, group_commit, max_batch, commit_delay_us, tls }
-                }
-                other => {
-                    return cx.err(
-                        Some(s.kind.span()),
-                        "store.kind",
-                        format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""),
-                    )
-                }
-            }
-        }
-    };
+    Ok(timeouts)
+}
+
+/// `[lease]`: renewed at least twice within its ttl.
+fn lease(cx: &Ctx, raw: &RawConfig) -> Result<Lease, ConfigError> {
     let l = &raw.lease;
     let ttl_ms = cx.ms(&l.ttl_ms, "lease.ttl_ms", 10_000, 1_000, 600_000)?;
     let lease = Lease {
@@ -256,6 +205,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     if lease.renew_ms * 2 > lease.ttl_ms {
         return cx.err(l.renew_ms.as_ref().map(|s| s.span()), "lease.renew_ms", "must be at most half of lease.ttl_ms");
     }
+    Ok(lease)
+}
+
+/// `[limits]`, and the transaction timeout within them.
+fn limits(cx: &Ctx, raw: &RawConfig, timeouts: &Timeouts) -> Result<Limits, ConfigError> {
+    let t = &raw.timeouts;
     let m = &raw.limits;
     let limits = Limits {
         max_active: cx.ms(&m.max_active, "limits.max_active", 10_000, 1, 10_000_000)? as usize,
@@ -271,7 +226,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             "must be <= limits.max_transaction_ms",
         );
     }
-    let log = Log {
+    Ok(limits)
+}
+
+/// `[log]`: format and level.
+fn log(cx: &Ctx, raw: &RawConfig) -> Result<Log, ConfigError> {
+    Ok(Log {
         format: match &raw.log.format {
             None => crate::telemetry::log::Format::Text,
             Some(f) => match crate::telemetry::log::Format::parse(f.get_ref()) {
@@ -289,8 +249,12 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                 _ => return cx.err(Some(l.span()), "log.level", "must be \"error\", \"warn\", \"info\" or \"debug\""),
             },
         },
-    };
-    let telemetry = Telemetry {
+    })
+}
+
+/// `[telemetry]`: the OTLP endpoint, if any.
+fn telemetry(cx: &Ctx, raw: &RawConfig) -> Result<Telemetry, ConfigError> {
+    Ok(Telemetry {
         otlp_endpoint: match &raw.telemetry.otlp_endpoint {
             None => None,
             Some(e) => match crate::telemetry::otlp::parse_endpoint(e.get_ref()) {
@@ -298,9 +262,13 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                 Err(m) => return cx.err(Some(e.span()), "telemetry.otlp_endpoint", m),
             },
         },
-    };
+    })
+}
+
+/// `[tls]` of the API: its files readable now.
+fn tls(cx: &Ctx, base: Option<&std::path::Path>, raw: &RawConfig) -> Result<Option<Tls>, ConfigError> {
     let rel = |p: &str| relative_to(base, p).display().to_string();
-    let tls = match &raw.tls {
+    Ok(match &raw.tls {
         None => None,
         Some(t) => {
             let t = t.get_ref();
@@ -315,9 +283,13 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
                 ca_file: rel(t.ca_file.as_ref().unwrap_or(&t.cert_file).get_ref()),
             })
         }
-    };
-    let advertise_url = match &raw.advertise_url {
-        None => format!("{}://{listen}", if tls.is_some() { "https" } else { "http" }),
+    })
+}
+
+/// `advertise_url`: how other daemons and clients reach this one (default: `listen`).
+fn advertise_url(cx: &Ctx, raw: &RawConfig, listen: SocketAddr, tls: bool) -> Result<String, ConfigError> {
+    Ok(match &raw.advertise_url {
+        None => format!("{}://{listen}", if tls { "https" } else { "http" }),
         Some(u) => {
             let v = u.get_ref();
             if !(v.starts_with("http://") || v.starts_with("https://"))
@@ -332,92 +304,85 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
             }
             v.trim_end_matches('/').to_string()
         }
-    };
+    })
+}
+
+/// `[[resources]]`, each checked, names unique.
+fn resources(cx: &Ctx, base: Option<&std::path::Path>, raw: &RawConfig) -> Result<Vec<Resource>, ConfigError> {
     let mut resources: Vec<Resource> = Vec::new();
     for (i, r) in raw.resources.iter().enumerate() {
-        let rr = r.get_ref();
-        let field = |f: &str| format!("resources[{i}].{f}");
-        let name = rr.name.get_ref();
-        if let Err(m) = naming::check_token_name("name", name, 64) {
-            return cx.err(Some(rr.name.span()), &field("name"), m);
-        }
-        if resources.iter().any(|x| &x.name == name) {
-            return cx.err(Some(rr.name.span()), &field("name"), format!("duplicate resource name {name:?}"));
-        }
-        let kind = *rr.kind.get_ref();
-        let dsn = rr.dsn.get_ref();
-        let bad = match kind {
-            ResourceKind::Postgres => {
-                dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn)))
-            }
-            ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
-        };
-        if let Some(e) = bad {
-            return cx.err(Some(rr.dsn.span()), &field("dsn"), format!("not a valid {} DSN: {e}", kind.as_str()));
-        }
-        let pool_size = match &rr.pool_size {
-            None => 2,
-            Some(p) if *p.get_ref() == 0 || *p.get_ref() > 64 => {
-                return cx.err(Some(p.span()), &field("pool_size"), "must be between 1 and 64")
-            }
-            Some(p) => *p.get_ref() as usize,
-        };
-        let decisions = match &rr.decisions {
-            Some(d) if *d.get_ref() && kind != ResourceKind::Postgres => {
-                return cx.err(
-                    Some(d.span()),
-                    &field("decisions"),
-                    "only a postgres resource with pg_co can carry global decisions",
-                )
-            }
-            Some(d) => *d.get_ref(),
-            None => false,
-        };
-        let tls = cx.db_tls(base, &field(""), kind, &rr.dsn, &rr.tls, &rr.tls_ca_file)?;
-        use crate::participants::enforcement::Configured;
-        let enforcement = match rr.enforcement.as_ref().map(|e| (e, e.get_ref().as_str())) {
-            None | Some((_, "auto")) => Configured::Auto,
-            Some((_, "engine")) => Configured::Engine,
-            Some((_, "client")) => Configured::Client,
-            Some((_, "none")) => Configured::None,
-            Some((e, other)) => {
-                return cx.err(
-                    Some(e.span()),
-                    &field("enforcement"),
-                    format!("must be \"auto\", \"engine\", \"client\" or \"none\", not {other:?}"),
-                )
-            }
-        };
-        if decisions && enforcement == Configured::Client {
-            return cx.err(
-                rr.enforcement.as_ref().map(|e| e.span()),
-                &field("enforcement"),
-                "a decision resource (decisions = true) needs pg_co: engine mode, not client",
-            );
-        }
-        resources.push(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls, enforcement });
+        resources.push(resource(cx, base, i, r, &resources)?);
     }
-    let witness_file = witness_file.or(match &store {
-        StoreConfig::Sqlite { path, .. } => Some(format!("{path}.witness")),
-        StoreConfig::Postgres { .. } => None,
-    });
-    Ok(Config {
-        node_id,
-        listen,
-        token,
-        auth,
-        gid_prefix,
-        timeouts,
-        store,
-        witness_file,
-        resources,
-        advertise_url,
-        lease,
-        limits,
-        tls,
-        log,
-        telemetry,
-    })
+    Ok(resources)
+}
+
+fn resource(
+    cx: &Ctx,
+    base: Option<&std::path::Path>,
+    i: usize,
+    r: &Spanned<RawResource>,
+    resources: &[Resource],
+) -> Result<Resource, ConfigError> {
+    let rr = r.get_ref();
+    let field = |f: &str| format!("resources[{i}].{f}");
+    let name = rr.name.get_ref();
+    if let Err(m) = naming::check_token_name("name", name, 64) {
+        return cx.err(Some(rr.name.span()), &field("name"), m);
+    }
+    if resources.iter().any(|x| &x.name == name) {
+        return cx.err(Some(rr.name.span()), &field("name"), format!("duplicate resource name {name:?}"));
+    }
+    let kind = *rr.kind.get_ref();
+    let dsn = rr.dsn.get_ref();
+    let bad = match kind {
+        ResourceKind::Postgres => {
+            dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn)))
+        }
+        ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
+    };
+    if let Some(e) = bad {
+        return cx.err(Some(rr.dsn.span()), &field("dsn"), format!("not a valid {} DSN: {e}", kind.as_str()));
+    }
+    let pool_size = match &rr.pool_size {
+        None => 2,
+        Some(p) if *p.get_ref() == 0 || *p.get_ref() > 64 => {
+            return cx.err(Some(p.span()), &field("pool_size"), "must be between 1 and 64")
+        }
+        Some(p) => *p.get_ref() as usize,
+    };
+    let decisions = match &rr.decisions {
+        Some(d) if *d.get_ref() && kind != ResourceKind::Postgres => {
+            return cx.err(
+                Some(d.span()),
+                &field("decisions"),
+                "only a postgres resource with pg_co can carry global decisions",
+            )
+        }
+        Some(d) => *d.get_ref(),
+        None => false,
+    };
+    let tls = cx.db_tls(base, &field(""), kind, &rr.dsn, &rr.tls, &rr.tls_ca_file)?;
+    let enforcement = match rr.enforcement.as_ref().map(|e| (e, e.get_ref().as_str())) {
+        None | Some((_, "auto")) => Configured::Auto,
+        Some((_, "engine")) => Configured::Engine,
+        Some((_, "client")) => Configured::Client,
+        Some((_, "none")) => Configured::None,
+        Some((e, other)) => {
+            return cx.err(
+                Some(e.span()),
+                &field("enforcement"),
+                format!("must be \"auto\", \"engine\", \"client\" or \"none\", not {other:?}"),
+            )
+        }
+    };
+    if decisions && enforcement == Configured::Client {
+        return cx.err(
+            rr.enforcement.as_ref().map(|e| e.span()),
+            &field("enforcement"),
+            "a decision resource (decisions = true) needs pg_co: engine mode, not client",
+        );
+    }
+    Ok(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls, enforcement })
 }
 
 #[cfg(test)]

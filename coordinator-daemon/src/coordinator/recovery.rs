@@ -19,8 +19,8 @@
 //! wins), then the recorded outcome. A record that cannot be read stops its gtid.
 
 use crate::config::ResourceKind;
-use crate::ha::lease;
 use crate::ha::ownership::Ownership;
+use crate::ha::takeover;
 use crate::naming;
 use crate::participants::resources::Completion;
 use crate::state::{self, FinishedBy, Outcome};
@@ -30,7 +30,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::completion;
 use super::decisions;
@@ -67,6 +67,21 @@ fn decision_of(c: &Parts, gtid: &str) -> Option<(Outcome, bool)> {
     c.registry.decision_of(gtid, Duration::from_millis(c.cfg.timeouts.owner_grace_ms))
 }
 
+/// What a pass saw of the store and memory (steps 2 and 3) and what it asked the decision
+/// resources.
+struct Seen {
+    active: HashSet<String>,
+    recorded: HashMap<String, Outcome>,
+    epochs: HashSet<(String, u64)>,
+    /// Gtids the pass would presume aborted, asked of the decision resources, and their
+    /// answers (None: no decision resource to ask).
+    unknown: HashSet<String>,
+    in_participant: Option<HashMap<String, Outcome>>,
+}
+
+/// The prepared branches listed at each resource (P1 or P2).
+type Listed = HashMap<String, HashSet<(String, String)>>;
+
 pub async fn run_pass(c: &Arc<Parts>) -> Report {
     let mut rep = Report::default();
     if c.owner.lease.expired() {
@@ -74,10 +89,52 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
     }
     holds::enforcement_pass(c).await;
     let names: Vec<String> = c.resources.keys().cloned().collect();
-    let nodes = c.owner.nodes();
     // 1. P1, at resources where we hold the locks of the nodes we act for.
-    let mut p1: HashMap<String, HashSet<(String, String)>> = HashMap::new();
-    for n in &names {
+    let p1 = list_first(c, &names, &mut rep).await;
+    // 2. active set
+    let active = c.registry.active_set();
+    // 3. decisions: the store is the truth (it may be shared with other coordinators).
+    let Some((recorded, epochs)) = read_decisions(c, &mut rep).await else { return rep };
+    // 4. P2; collect P1 ∩ P2 by gtid.
+    let (both, p2) = list_second(c, &names, &p1, &mut rep).await;
+    let mut seen = Seen { active, recorded, epochs, unknown: HashSet::new(), in_participant: None };
+    ask_participants(c, &both, &mut seen).await;
+    let mut nodes_with_branches: HashSet<String> = HashSet::new();
+    let mut other_nodes: HashSet<String> = HashSet::new();
+    for (g, branches) in &both {
+        match whose(&c.owner, g, &seen.epochs) {
+            Ok(current) => {
+                if let Some(node) = naming::gtid_node(g) {
+                    nodes_with_branches.insert(node.to_string());
+                }
+                act_on(c, g, branches, current, &seen, &mut rep).await;
+            }
+            Err("another node") => {
+                if let Some((node, nonce)) = naming::gtid_epoch(g) {
+                    if seen.epochs.contains(&(node.to_string(), nonce)) {
+                        other_nodes.insert(node.to_string());
+                    }
+                }
+            }
+            Err("foreign epoch") => {
+                c.metrics.foreign_branches.fetch_add(1, Relaxed);
+                c.registry.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
+                    json!({"gtid": g, "branches": branches}));
+            }
+            Err(_) => {}
+        }
+    }
+    confirm_vanished(c, &names, &p1, &p2, &mut rep).await;
+    finish_pass(c, &mut rep, nodes_with_branches, other_nodes).await;
+    rep
+}
+
+/// Step 1: P1, at each resource where we hold the locks of every node we act for; a
+/// resource that cannot be locked or listed is reported unreachable.
+async fn list_first(c: &Parts, names: &[String], rep: &mut Report) -> Listed {
+    let nodes = c.owner.nodes();
+    let mut p1: Listed = HashMap::new();
+    for n in names {
         let rc = &c.resources[n];
         let mut locked = true;
         for node in &nodes {
@@ -106,35 +163,45 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
             }
         }
     }
-    // 2. active set
-    let active = c.registry.active_set();
-    // 3. decisions: the store is the truth (it may be shared with other coordinators).
-    let mut recorded: HashMap<String, Outcome> = HashMap::new();
-    let epochs = match c.store.load().await {
+    p1
+}
+
+/// Step 3: the store's decisions (applied to memory) and registered epochs. None: the
+/// store did not answer, and without the decisions nothing may be rolled back.
+async fn read_decisions(
+    c: &Arc<Parts>,
+    rep: &mut Report,
+) -> Option<(HashMap<String, Outcome>, HashSet<(String, u64)>)> {
+    match c.store.load().await {
         Ok(l) => {
             for q in &l.corrupt {
                 c.registry.quarantine(q);
             }
             completion::adopt_records(c, &l.records);
-            for r in l.records {
-                recorded.insert(r.gtid, r.outcome);
-            }
+            let recorded = l.records.into_iter().map(|r| (r.gtid, r.outcome)).collect();
             let e: HashSet<(String, u64)> = l.epochs.into_iter().collect();
             *c.owner.epochs.lock().unwrap() = e.clone();
-            e
+            Some((recorded, e))
         }
         Err(e) => {
-            // Without the decisions nothing may be rolled back: skip this pass entirely.
             log("error", "recovery: cannot read the decision store; pass skipped", json!({"error": e}));
             c.metrics.recovery_errors.fetch_add(1, Relaxed);
             rep.unreachable.push("(store)".into());
-            return rep;
+            None
         }
-    };
-    // 4. P2; collect P1 ∩ P2 by gtid.
+    }
+}
+
+/// Step 4: P2 at each resource listed in P1; the branches in both, by gtid.
+async fn list_second(
+    c: &Parts,
+    names: &[String],
+    p1: &Listed,
+    rep: &mut Report,
+) -> (BTreeMap<String, Vec<(String, String)>>, Listed) {
     let mut both: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    let mut second_of: HashMap<String, HashSet<(String, String)>> = HashMap::new();
-    for n in &names {
+    let mut second_of: Listed = HashMap::new();
+    for n in names {
         let Some(first) = p1.get(n) else { continue };
         let second: HashSet<(String, String)> = match c.resources[n].list_prepared().await {
             Ok(v) => v.into_iter().collect(),
@@ -150,92 +217,81 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
         }
         second_of.insert(n.clone(), second);
     }
-    // Gtids recovery would presume aborted may have committed with the decision inside a
-    // participant: ask the decision resources first (one batch each).
-    let unknown: HashSet<String> = both
+    (both, second_of)
+}
+
+/// The protocol's action for one gtid from what the pass saw (`current`: of our current
+/// epoch).
+fn action_of(c: &Parts, g: &str, current: bool, seen: &Seen) -> Action {
+    decide(decision_of(c, g), seen.active.contains(g), seen.recorded.get(g) == Some(&Outcome::Commit), current)
+}
+
+/// Gtids recovery would presume aborted may have committed with the decision inside a
+/// participant: ask the decision resources first (one batch each).
+async fn ask_participants(c: &Parts, both: &BTreeMap<String, Vec<(String, String)>>, seen: &mut Seen) {
+    seen.unknown = both
         .keys()
         .filter(|g| {
-            let Ok(current) = whose(&c.owner, g, &epochs) else { return false };
-            let a = decide(decision_of(c, g), active.contains(*g), recorded.get(*g) == Some(&Outcome::Commit), current);
-            matches!(a, Action::Rollback | Action::RecordAbort)
+            let Ok(current) = whose(&c.owner, g, &seen.epochs) else { return false };
+            matches!(action_of(c, g, current, seen), Action::Rollback | Action::RecordAbort)
                 && decision_of(c, g).is_none()
                 && !c.registry.is_quarantined(g)
         })
         .cloned()
         .collect();
-    let in_participant = if unknown.is_empty() || decisions::decision_resources(c).is_empty() {
-        None
-    } else {
-        Some(decisions::resolve_in_participants(c, &unknown.iter().cloned().collect::<Vec<_>>()).await)
-    };
-    let mut nodes_with_branches: HashSet<String> = HashSet::new();
-    let mut other_nodes: HashSet<String> = HashSet::new();
-    for (g, branches) in &both {
-        let current = match whose(&c.owner, g, &epochs) {
-            Ok(cur) => cur,
-            Err("another node") => {
-                if let Some((node, nonce)) = naming::gtid_epoch(g) {
-                    if epochs.contains(&(node.to_string(), nonce)) {
-                        other_nodes.insert(node.to_string());
-                    }
-                }
-                continue;
-            }
-            Err("foreign epoch") => {
-                c.metrics.foreign_branches.fetch_add(1, Relaxed);
-                c.registry.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
-                    json!({"gtid": g, "branches": branches}));
-                continue;
-            }
-            Err(_) => continue,
-        };
-        if let Some(node) = naming::gtid_node(g) {
-            nodes_with_branches.insert(node.to_string());
-        }
-        if c.registry.is_quarantined(g) {
-            continue; // an operator decides (cotx-coordinator force)
-        }
-        // Decided again rather than kept from the filter above: the participant lookup
-        // awaited, and a decision may have been recorded for g meanwhile.
-        let mut action =
-            decide(decision_of(c, g), active.contains(g), recorded.get(g) == Some(&Outcome::Commit), current);
-        if let (Some(found), true) = (&in_participant, unknown.contains(g)) {
-            action = match found.get(g) {
-                // Unanswered by some decision resource: it may hold a commit; wait.
-                None => Action::Leave,
-                Some(Outcome::Commit) => {
-                    adopt_participant_commit(c, g, branches, rep.unreachable.is_empty());
-                    Action::Commit
-                }
-                // co.resolve recorded abort there: no decision can commit any more.
-                Some(Outcome::Abort) => action,
-            };
-        }
-        let o = match action {
-            Action::Leave => continue,
-            Action::Commit => Outcome::Commit,
-            Action::Rollback => Outcome::Abort,
-            Action::RecordAbort => match record_abort(c, g, branches).await {
-                Some(o) => o,
-                None => continue,
-            },
-        };
-        let ago = c.registry.decided_ms_ago(g);
-        for (n, b) in branches {
-            let res = completion::complete_branch(c, g, n, b, o, ago).await;
-            let done = matches!(res, Completion::Done);
-            if completion::note_completion(c, g, n, b, o, res, FinishedBy::Recovery) && done {
-                match o {
-                    Outcome::Commit => rep.committed += 1,
-                    Outcome::Abort => rep.rolled_back += 1,
-                }
-            }
-        }
-        c.registry.maybe_forget(g, &c.store);
+    if !seen.unknown.is_empty() && !decisions::decision_resources(c).is_empty() {
+        let asked: Vec<String> = seen.unknown.iter().cloned().collect();
+        seen.in_participant = Some(decisions::resolve_in_participants(c, &asked).await);
     }
-    // Branches of decided transactions that are prepared in neither list are finished.
-    for n in &names {
-        let (Some(first), Some(second)) = (p1.get(n), second_of.get(n)) else { continue };
+}
+
+/// One gtid of ours found prepared in both lists: its action, then its branches finished.
+async fn act_on(c: &Arc<Parts>, g: &str, branches: &[(String, String)], current: bool, seen: &Seen, rep: &mut Report) {
+    if c.registry.is_quarantined(g) {
+        return; // an operator decides (cotx-coordinator force)
+    }
+    // Decided again rather than kept from the participants' filter: the participant
+    // lookup awaited, and a decision may have been recorded for g meanwhile.
+    let mut action = action_of(c, g, current, seen);
+    if let (Some(found), true) = (&seen.in_participant, seen.unknown.contains(g)) {
+        action = match found.get(g) {
+            // Unanswered by some decision resource: it may hold a commit; wait.
+            None => Action::Leave,
+            Some(Outcome::Commit) => {
+                adopt_participant_commit(c, g, branches, rep.unreachable.is_empty());
+                Action::Commit
+            }
+            // co.resolve recorded abort there: no decision can commit any more.
+            Some(Outcome::Abort) => action,
+        };
+    }
+    let o = match action {
+        Action::Leave => return,
+        Action::Commit => Outcome::Commit,
+        Action::Rollback => Outcome::Abort,
+        Action::RecordAbort => match record_abort(c, g, branches).await {
+            Some(o) => o,
+            None => return,
+        },
+    };
+    let ago = c.registry.decided_ms_ago(g);
+    for (n, b) in branches {
+        let res = completion::complete_branch(c, g, n, b, o, ago).await;
+        let done = matches!(res, Completion::Done);
+        if completion::note_completion(c, g, n, b, o, res, FinishedBy::Recovery) && done {
+            match o {
+                Outcome::Commit => rep.committed += 1,
+                Outcome::Abort => rep.rolled_back += 1,
+            }
+        }
+    }
+    c.registry.maybe_forget(g, &c.store);
+}
+
+/// Branches of decided transactions that are prepared in neither list are finished.
+async fn confirm_vanished(c: &Arc<Parts>, names: &[String], p1: &Listed, p2: &Listed, rep: &mut Report) {
+    for n in names {
+        let (Some(first), Some(second)) = (p1.get(n), p2.get(n)) else { continue };
         for (g, b) in c.registry.decided_prepared_on(n) {
             if let Some((o, false)) = decision_of(c, &g) {
                 let key = (g.clone(), b.clone());
@@ -255,6 +311,15 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
             }
         }
     }
+}
+
+/// The pass's end: counters, the retention sweep, taken-over nodes given back, the log.
+async fn finish_pass(
+    c: &Arc<Parts>,
+    rep: &mut Report,
+    mut nodes_with_branches: HashSet<String>,
+    other_nodes: HashSet<String>,
+) {
     if !rep.unreachable.is_empty() {
         c.metrics.recovery_errors.fetch_add(1, Relaxed);
     }
@@ -265,10 +330,10 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
     // Adopted now, acted on from the next pass (which holds their resource locks first).
-    nodes_with_branches.extend(lease::adopt_released_with_branches(c, other_nodes).await);
+    nodes_with_branches.extend(takeover::adopt_released_with_branches(&c.holding(), other_nodes).await);
     for node in c.owner.adopted() {
         if !nodes_with_branches.contains(&node) && !c.registry.has_unfinished_of(&node) {
-            lease::release_adopted(c, &node, rep.unreachable.is_empty()).await;
+            takeover::release_adopted(&c.holding(), &node, rep.unreachable.is_empty()).await;
         }
     }
     if rep.committed + rep.rolled_back > 0 {
@@ -278,7 +343,6 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
             json!({"committed": rep.committed, "rolled_back": rep.rolled_back, "confirmed": rep.confirmed, "unreachable": rep.unreachable}),
         );
     }
-    rep
 }
 
 /// An undecided transaction of another epoch (a previous run, or a node taken over): its
@@ -345,9 +409,7 @@ pub fn adopt_participant_commit(c: &Parts, gtid: &str, branches: &[(String, Stri
         let _ = tx.register(bid, res, c.kind_of(res).unwrap_or(ResourceKind::Postgres));
         let _ = tx.prepared(bid);
     }
-    tx.state = state::TxState::Committed;
-    tx.decided = Some(Instant::now());
-    tx.decide_in = Some(String::new());
+    tx.committed_in_participant();
     let mut e = Entry::new(tx, false, c.owner.generation_of(naming::gtid_node(gtid).unwrap_or_default()));
     e.dip_forgotten = !complete;
     c.registry.insert(gtid, e);
