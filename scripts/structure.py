@@ -2,7 +2,8 @@
 """The module structure of a Rust crate, checked: which file imports which, circles,
 imports that run back up, and files too long to read at once.
 
-  /var/cache/cotx/venv/bin/python scripts/structure.py coordinator-daemon/src [--max-lines 500] [--graph]
+  /var/cache/cotx/venv/bin/python scripts/structure.py coordinator-daemon/src [--max-lines 500]
+      [--max-fn-lines 120] [--graph]
 
 A node is a source file (a module). An edge A -> B is written when A names an item of B:
 `use crate::b::...`, `crate::b::x` in code, `super::...`, `use self::...` in a mod.rs.
@@ -17,7 +18,9 @@ Reported, each a reason to exit 1:
 - an import that runs back up: a file importing an item its own ancestor (a mod.rs or
   lib.rs above it) defines. A folder's mod.rs declares and re-exports its children; what
   they share lives in a sibling file, so the folder reads top-down;
-- a file over --max-lines lines (with --max-lines).
+- a file over --max-lines lines (with --max-lines);
+- a function over --max-fn-lines lines, from its `fn` line to its closing brace (with
+  --max-fn-lines): a long function is split into named steps.
 Why a script of our own: cargo-modules and similar need nightly or a full rust-analyzer
 run (minutes on two cores); a crate's `use` paths are regular enough to read directly.
 """
@@ -121,6 +124,33 @@ def edges(root: Path) -> tuple[dict[tuple[str, ...], set[tuple[str, ...]]], dict
     return out, files
 
 
+FN = re.compile(r"^[ \t]*(?:pub(?:\([a-z]+\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+(\w+)")
+
+
+def functions(text: str) -> list[tuple[str, int, int]]:
+    """(name, first line, line count) of every function with a body, found by its `fn`
+    line and the brace that closes it (strings, characters and line comments blanked)."""
+    lines = [re.sub(r"'(?:\\.|[^'\\])'", "' '", re.sub(r'"(?:\\.|[^"\\])*"', '""', line)).split("//")[0]
+             for line in text.splitlines()]
+    out = []
+    for i, line in enumerate(lines):
+        m = FN.match(line)
+        if not m:
+            continue
+        depth, started = 0, False
+        for j in range(i, len(lines)):
+            if not started and ";" in lines[j] and "{" not in lines[j]:
+                break   # a declaration without a body (trait method)
+            for ch in lines[j]:
+                depth += ch == "{"
+                depth -= ch == "}"
+                started = started or ch == "{"
+            if started and depth <= 0:
+                out.append((m.group(1), i + 1, j - i + 1))
+                break
+    return out
+
+
 def circles(g: dict) -> list[list]:
     """Strongly connected components with more than one module: the history checker's
     (iterative Tarjan), one implementation for both graphs."""
@@ -153,7 +183,7 @@ def name(m: tuple[str, ...]) -> str:
     return "::".join(m) or "crate"
 
 
-def check(root: Path, max_lines: int | None = None) -> list[str]:
+def check(root: Path, max_lines: int | None = None, max_fn_lines: int | None = None) -> list[str]:
     g, files = edges(root)
     problems = []
     for comp in circles(g):
@@ -169,6 +199,12 @@ def check(root: Path, max_lines: int | None = None) -> list[str]:
             n = len(f.read_text().splitlines())
             if n > max_lines:
                 problems.append(f"too long: {f.relative_to(root)} has {n} lines (at most {max_lines})")
+    if max_fn_lines:
+        for m, f in sorted(files.items()):
+            for fn, line, n in functions(f.read_text()):
+                if n > max_fn_lines:
+                    problems.append(f"function too long: {fn} ({f.relative_to(root)}:{line}) has {n} lines "
+                                    f"(at most {max_fn_lines})")
     return problems
 
 
@@ -176,6 +212,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("roots", nargs="+", type=Path, help="a crate's src folder")
     ap.add_argument("--max-lines", type=int)
+    ap.add_argument("--max-fn-lines", type=int)
     ap.add_argument("--graph", action="store_true", help="print every module's imports")
     a = ap.parse_args(argv)
     bad = 0
@@ -184,7 +221,7 @@ def main(argv=None) -> int:
             g, _ = edges(root)
             for m in sorted(g):
                 print(f"{root}: {name(m)} -> {', '.join(name(t) for t in sorted(g[m])) or '-'}")
-        for p in check(root, a.max_lines):
+        for p in check(root, a.max_lines, a.max_fn_lines):
             print(f"{root}: {p}")
             bad += 1
     return 1 if bad else 0
