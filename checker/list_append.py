@@ -144,6 +144,8 @@ class Result:
     scans: dict = field(default_factory=dict)    # table -> (seq_scan, idx_scan): how reads were planned
     version: str = ""
     left_prepared: int = 0
+    # Commits the daemon handed to a decision branch (co.decide; mode dip), from its metrics.
+    decided_in_participant: int = 0
 
     @property
     def committed(self) -> int:

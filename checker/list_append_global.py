@@ -227,6 +227,18 @@ def _settled(pg, my, timeout: float = 60) -> int:
         time.sleep(0.1)
 
 
+def _decided_in_participant(d) -> int:
+    """The daemon's count of commits decided inside a PostgreSQL branch (co.decide): what
+    shows mode dip ran as dip (co.decisions rows are purged once every branch finished)."""
+    import urllib.request
+    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("cotx_decided_in_participant_total "):
+                return int(float(line.split()[1]))
+    return 0
+
+
 def run(pg, my, *, mode: str, txns: int | None = None, seconds: float | None = None, clients: int = 8,
         window: int = 4, appends_per_key: int = 5, seed: int = 1, think_ms: int = 5, daemon=None) -> Result:
     """Runs the workload in `mode` until `txns` transactions were started or `seconds`
@@ -266,6 +278,7 @@ def run(pg, my, *, mode: str, txns: int | None = None, seconds: float | None = N
         if errors:
             raise RuntimeError("workload clients failed: " + "; ".join(errors) + "\n" + d.log_tail(30))
         left = _settled(pg, my)
+        in_participant = _decided_in_participant(d)
     finally:
         if own:
             d.destroy()
@@ -276,7 +289,8 @@ def run(pg, my, *, mode: str, txns: int | None = None, seconds: float | None = N
             for k, val in srv.sql(f"SELECT id, val FROM txn{t + 1}"):
                 final[key_name(db, t, k)] = [int(x) for x in val.split(",")] if val else []
     version = f"{pg.version.rstrip(')')} + MariaDB {my.sql('SELECT VERSION()')[0][0]}"
-    res = Result(records, final, elapsed, version=version, left_prepared=left)
+    res = Result(records, final, elapsed, version=version, left_prepared=left,
+                 decided_in_participant=in_participant)
     res.report = check([r.txn() for r in records], final_reads=final)
     res.server_log = _read_log(pg, wall0)
     return res

@@ -59,10 +59,9 @@ def test_no_cycle_across_engines_with_the_project(servers, mode):
     assert len(both) == n["committed"], n
     if MODES[mode][2]:
         # dip: the decisions were written inside the PostgreSQL branches (co.decide), not
-        # only by the daemon; a decision row may be purged once every branch is finished.
-        gtids = [r.gid for r in res.records if r.status == "ok"]
-        decided = pg.sql("SELECT count(*) FROM co.decisions WHERE gtid = ANY(%s)", (gtids,))[0][0]
-        assert decided > 0, f"no co.decisions row among {len(gtids)} committed dip transactions"
+        # only by the daemon. Counted by the daemon: the co.decisions rows themselves are
+        # purged once every branch finished, sometimes all before a query could see one.
+        assert res.decided_in_participant > 0, f"no commit decided in a participant among {n['committed']}"
 
 
 def test_plain_2pc_shows_cycles_across_engines(servers):
