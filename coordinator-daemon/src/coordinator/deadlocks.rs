@@ -19,17 +19,19 @@
 
 use crate::telemetry::log::log;
 use serde_json::json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::completion;
 use super::parts::Parts;
-use super::registry::Sessions;
+use super::registry::{Registry, Sessions};
 use super::wait_graph::{self, Cycle, Edge, Node};
-use crate::store::SharedSession;
-use crate::wire::{BrokenCycle, LockWait};
+use crate::participants::resources::ResourceClient;
+use crate::store::{SharedSession, Store};
+use crate::telemetry::metrics::Metrics;
+use crate::wire::{BrokenCycle, LockWait, Waits};
 
 /// From the housekeeping tick: a pass in the background when one is due.
 pub fn tick(c: &Arc<Parts>, now: Instant) {
@@ -46,7 +48,8 @@ pub fn tick(c: &Arc<Parts>, now: Instant) {
 
 async fn pass(c: &Arc<Parts>) {
     let ours = c.registry.live_sessions();
-    let sessions = with_other_daemons(c, &ours).await;
+    let sessions =
+        with_other_daemons(&c.store, &c.cfg.node_id, c.cfg.timeouts.deadlock_check_ms, &c.registry, &ours).await;
     let resources: BTreeSet<&String> = ours.of.keys().map(|(r, _)| r).collect();
     let mut edges = Vec::new();
     for name in resources {
@@ -67,7 +70,7 @@ async fn pass(c: &Arc<Parts>) {
         }
     }
     c.metrics.deadlock_checks.fetch_add(1, Relaxed);
-    seen(c, &edges, &sessions, &ours);
+    seen(&c.waits, &edges, &sessions, &ours);
     for cycle in wait_graph::cycles(&edges, &sessions.of, &sessions.begun) {
         if !ours.begun.contains_key(&cycle.victim) {
             continue; // another daemon's: it sees this cycle too, and breaks it
@@ -90,15 +93,21 @@ async fn pass(c: &Arc<Parts>) {
             "deadlock across databases: aborted the youngest transaction of the cycle (retryable)",
             json!({"gtid": cycle.victim, "cycle": members, "waits": &waits, "victim_age_ms": age_ms}),
         );
-        remember_broken(c, &cycle.victim, waits);
+        remember_broken(&c.waits, &cycle.victim, waits);
         completion::spawn_completion(c, &cycle.victim);
-        cancel_waiting(c, &cycle.victim, c.registry.sessions_of(&cycle.victim)).await;
+        cancel_waiting(&c.resources, &c.metrics, &cycle.victim, c.registry.sessions_of(&cycle.victim)).await;
     }
 }
 
 /// Our sessions and those the other daemons on the store published in their last passes.
 /// Ours win a session both name (theirs may be a pass old, and the session reused since).
-async fn with_other_daemons(c: &Parts, ours: &Sessions) -> Sessions {
+async fn with_other_daemons(
+    store: &Store,
+    node_id: &str,
+    check_ms: u64,
+    registry: &Registry,
+    ours: &Sessions,
+) -> Sessions {
     let mine: Vec<SharedSession> = ours
         .of
         .iter()
@@ -110,11 +119,11 @@ async fn with_other_daemons(c: &Parts, ours: &Sessions) -> Sessions {
         })
         .collect();
     // Fresh while their daemon passes (every deadlock_check_ms), gone soon after it stops.
-    let max_age_ms = 2 * c.cfg.timeouts.deadlock_check_ms + 500;
-    let theirs = match c.store.exchange_sessions(&c.cfg.node_id, mine, max_age_ms).await {
+    let max_age_ms = 2 * check_ms + 500;
+    let theirs = match store.exchange_sessions(node_id, mine, max_age_ms).await {
         Ok(t) => t,
         Err(e) => {
-            c.registry.warn_once(
+            registry.warn_once(
                 "sessions-exchange".into(),
                 "cannot exchange sessions with the other daemons through the store: a deadlock through two daemons' \
                  transactions is left to their timeouts",
@@ -135,7 +144,7 @@ async fn with_other_daemons(c: &Parts, ours: &Sessions) -> Sessions {
 
 /// The waits of this pass that involve one of our transactions, for /v1/waits and the
 /// console.
-fn seen(c: &Parts, edges: &[Edge], sessions: &Sessions, ours: &Sessions) {
+fn seen(seen_waits: &Mutex<Waits>, edges: &[Edge], sessions: &Sessions, ours: &Sessions) {
     let node = |r: &str, s: i64| {
         let key = (r.to_string(), s);
         match sessions.of.get(&key) {
@@ -151,14 +160,14 @@ fn seen(c: &Parts, edges: &[Edge], sessions: &Sessions, ours: &Sessions) {
         })
         .collect();
     waits.dedup();
-    let mut w = c.waits.lock().unwrap();
+    let mut w = seen_waits.lock().unwrap();
     w.checked_at_unix_ms = Some(crate::state::unix_ms());
     w.waits = waits;
 }
 
 /// Kept for /v1/waits: the latest 20 cycles broken.
-fn remember_broken(c: &Parts, victim: &str, waits: Vec<String>) {
-    let mut w = c.waits.lock().unwrap();
+fn remember_broken(seen_waits: &Mutex<Waits>, victim: &str, waits: Vec<String>) {
+    let mut w = seen_waits.lock().unwrap();
     w.broken.insert(0, BrokenCycle { at_unix_ms: crate::state::unix_ms(), victim: victim.to_string(), waits });
     w.broken.truncate(20);
 }
@@ -183,12 +192,17 @@ fn describe(c: &Cycle) -> Vec<String> {
 
 /// Cancels the statements of `gtid`'s unprepared branches (`sessions`: resource and
 /// session of each) that wait for a lock now.
-async fn cancel_waiting(c: &Parts, gtid: &str, sessions: Vec<(String, i64)>) {
+async fn cancel_waiting(
+    resources: &HashMap<String, Arc<ResourceClient>>,
+    metrics: &Metrics,
+    gtid: &str,
+    sessions: Vec<(String, i64)>,
+) {
     for (res, session) in sessions {
-        let Some(rc) = c.resources.get(&res) else { continue };
+        let Some(rc) = resources.get(&res) else { continue };
         match rc.cancel_if_waiting(session).await {
             Ok(true) => {
-                c.metrics.statements_cancelled.fetch_add(1, Relaxed);
+                metrics.statements_cancelled.fetch_add(1, Relaxed);
                 log(
                     "info",
                     "cancelled the waiting statement of an aborted transaction",
@@ -213,5 +227,5 @@ pub fn spawn_cancel(c: &Arc<Parts>, gtid: &str) {
         return;
     }
     let (c, g) = (c.clone(), gtid.to_string());
-    tokio::spawn(async move { cancel_waiting(&c, &g, sessions).await });
+    tokio::spawn(async move { cancel_waiting(&c.resources, &c.metrics, &g, sessions).await });
 }
