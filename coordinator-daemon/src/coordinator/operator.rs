@@ -2,12 +2,14 @@
 //! in-doubt report, quarantined records.
 
 use crate::naming;
+use crate::participants::resources::ResourceClient;
 use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
-use crate::store::{AuditEntry, DecisionRecord, Op};
+use crate::store::{AuditEntry, DecisionRecord, Op, Store};
 use crate::telemetry::log::log;
 use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Resources, TransactionList};
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -47,7 +49,7 @@ pub fn forced(state: TxState, why_not_commit: Option<Refusal>, outcome: Outcome)
 }
 
 async fn audit(
-    c: &Parts,
+    store: &Store,
     gtid: &str,
     outcome: Outcome,
     operator: &str,
@@ -62,7 +64,7 @@ async fn audit(
         reason: reason.to_string(),
         result,
     };
-    c.store.write(Op::Audit(entry)).await.map(|_| ())
+    store.write(Op::Audit(entry)).await.map(|_| ())
 }
 
 /// Operator: force an outcome. Refuses to contradict a recorded decision. The audit
@@ -90,7 +92,7 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
             Err((_, why)) => why,
         });
     }
-    if let Err(e) = audit(c, gtid, outcome, operator, reason, "attempt".into()).await {
+    if let Err(e) = audit(&c.store, gtid, outcome, operator, reason, "attempt".into()).await {
         return refuse(
             RefusalCode::StoreUnavailable,
             format!("could not write the audit record, nothing was done: {e}"),
@@ -135,7 +137,7 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
         Ok(v) => format!("ok: {}", wire::to_json(v)),
         Err(r) => format!("refused: {} {}", r.code, r.message),
     };
-    if let Err(e) = audit(c, gtid, outcome, operator, reason, res_text).await {
+    if let Err(e) = audit(&c.store, gtid, outcome, operator, reason, res_text).await {
         log(
             "error",
             "could not write the audit record of a forced outcome's result",
@@ -166,7 +168,7 @@ async fn resolve_quarantined(
     let rec = DecisionRecord {
         gtid: gtid.to_string(),
         outcome,
-        branches: branches_seen(c, gtid).await,
+        branches: branches_seen(&c.resources, gtid).await,
         decided_unix_ms: state::unix_ms(),
         node: node.to_string(),
         source: "operator".into(),
@@ -193,9 +195,9 @@ async fn resolve_quarantined(
 }
 
 /// Branches of `gtid` prepared on any configured resource now.
-async fn branches_seen(c: &Parts, gtid: &str) -> Vec<(String, String)> {
+async fn branches_seen(resources: &HashMap<String, Arc<ResourceClient>>, gtid: &str) -> Vec<(String, String)> {
     let mut out = vec![];
-    for (name, rc) in &c.resources {
+    for (name, rc) in resources {
         if let Ok(v) = rc.list_prepared().await {
             out.extend(v.into_iter().filter(|(g, _)| g == gtid).map(|(_, b)| (name.clone(), b)));
         }
@@ -229,7 +231,7 @@ pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
 /// The configured resources with their health (the last contact) and how many
 /// prepared, unfinished branches on each the daemon holds in memory.
 pub fn resources_report(c: &Parts) -> Resources {
-    let mut prepared: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let mut prepared: HashMap<String, u64> = HashMap::new();
     for e in c.registry.txs.lock().unwrap().values() {
         for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
             *prepared.entry(b.resource.clone()).or_default() += 1;
