@@ -73,6 +73,7 @@ PKGS=(
   libcrack2-dev libedit-dev libboost-dev libjudy-dev libbz2-dev liblzma-dev libkrb5-dev
   libcurl4-openssl-dev libfmt-dev gawk procps psmisc lsof iproute2
   faketime   # a daemon whose clock runs slow (test_coordinator_pgstore.py)
+  gdb        # holds a backend at one point of its COMMIT (engine/test_upsert_shapes.py)
 )
 missing=()
 for p in "${PKGS[@]}"; do
