@@ -1,4 +1,4 @@
-"""Bank-transfer workload for fault injection (regress/pytest/test_faults.py).
+"""Bank-transfer workload for fault injection (regress/pytest/faults/test_faults.py).
 
 Accounts live in two databases: acct(id, bal, log) in PostgreSQL (resource "pg") and in
 MariaDB (resource "my"). A transfer is one global transaction through the coordinator:

@@ -2,7 +2,7 @@
   Unit test of mysql_co_server_check.h (is the running server the build mysql_co was
   compiled for), built with g++ alone and run by scripts/test-mysql-co.sh. The load path on
   a real server (another build refused, the same build loaded) is
-  regress/pytest/test_mysql_co_server_check.py.
+  regress/pytest/engine/test_mysql_co_server_check.py.
 */
 #include "mysql_co_server_check.h"
 

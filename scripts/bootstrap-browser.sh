@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The headless browser of the web console's test (regress/pytest/test_coordinator_console.py):
+# The headless browser of the web console's test (regress/pytest/coordinator/test_coordinator_console.py):
 # Debian's chromium and chromium-driver at CHROMIUM_VERSION (scripts/lib.sh). Idempotent:
 # nothing happens when that version is installed. Selenium (requirements.txt) drives it
 # through /usr/bin/chromedriver and never downloads a browser or a driver of its own.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Helm, for the test of the chart in deploy/helm (regress/pytest/test_helm_chart.py): built from its Go
+# Helm, for the test of the chart in deploy/helm (regress/pytest/deploy/test_helm_chart.py): built from its Go
 # module with `go install` (the Go module proxy is the registry that serves it here; no
 # release binary is downloaded), pinned by HELM_VERSION in lib.sh, into
 # $COTX_CACHE/tools/helm-<version>/helm. Idempotent: a second run checks that file and ends.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Operations tooling for the tests of deploy/ (regress/pytest/test_ops_prometheus.py):
+# Operations tooling for the tests of deploy/ (regress/pytest/deploy/test_ops_prometheus.py):
 # Debian's prometheus (prometheus + promtool). Idempotent; no service is started or left
 # enabled to run: the test starts its own Prometheus on a free loopback port.
 set -euo pipefail

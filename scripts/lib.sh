@@ -10,13 +10,13 @@ PG_MAJOR=15
 PG_VERSION="15.18-0+deb12u1"
 PGRX_VERSION="0.18.1"
 RUST_TOOLCHAIN="1.95.0"
-# The headless browser of the web console's test (regress/pytest/test_coordinator_console.py):
+# The headless browser of the web console's test (regress/pytest/coordinator/test_coordinator_console.py):
 # Debian's chromium and its chromedriver, one version (bookworm-security's), so the driver
 # always matches the browser. Nothing else may be downloaded: no browser build of Selenium's.
 CHROMIUM_VERSION="156.0.8078.108-1~deb12u1"
 # Machine-wide caches that survive fresh clones; nothing depends on them being there.
 COTX_CACHE="${COTX_CACHE:-/var/cache/cotx}"
-# Helm, for the chart's test (deploy/helm, regress/pytest/test_helm_chart.py): built from its Go module
+# Helm, for the chart's test (deploy/helm, regress/pytest/deploy/test_helm_chart.py): built from its Go module
 # (scripts/bootstrap-helm.sh), whose go.mod asks for Go 1.26.
 HELM_VERSION="v3.22.0"
 HELM_GO_MINOR=26

@@ -4,7 +4,7 @@
 # checker over them (cotx-model: the real protocol explored to the end of its state space
 # with 3 daemons and 3 faults, and every deliberately broken variant caught; states, depth
 # and time printed). Release profile: reuses the dependencies build.sh built.
-# The end-to-end tests with real servers are regress/pytest/test_coordinator_*.py.
+# The end-to-end tests with real servers are regress/pytest/coordinator/test_coordinator_*.py.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$COTX_ROOT"

@@ -40,7 +40,7 @@ func TestRetryableClassification(t *testing.T) {
 
 func TestGTIDPropagation(t *testing.T) {
 	// The name every client uses is the one the docs give (the Python client is checked
-	// against the same sentence in regress/pytest/test_client_propagation.py).
+	// against the same sentence in regress/pytest/clients/test_client_propagation.py).
 	doc, err := os.ReadFile("../../docs/coordinator.md")
 	if err != nil {
 		t.Fatal(err)

@@ -202,14 +202,14 @@ func TestTxContextThroughTransportAndMiddleware(t *testing.T) {
 	}
 }
 
-// Cross-language: regress/pytest/test_client_propagation.py runs this test binary with the
+// Cross-language: regress/pytest/clients/test_client_propagation.py runs this test binary with the
 // headers the Python client produced (COTX_PY_HEADERS, a JSON object) and what they carry
 // (COTX_PY_GTID, COTX_PY_TRACEPARENT), and reads back in Python the headers Go's
 // Transport produced (written to COTX_GO_HEADERS_OUT). Skipped when run alone.
 func TestHeadersAcrossLanguages(t *testing.T) {
 	raw := os.Getenv("COTX_PY_HEADERS")
 	if raw == "" {
-		t.Skip("COTX_PY_HEADERS not set: run by regress/pytest/test_client_propagation.py")
+		t.Skip("COTX_PY_HEADERS not set: run by regress/pytest/clients/test_client_propagation.py")
 	}
 	var hs map[string]string
 	if err := json.Unmarshal([]byte(raw), &hs); err != nil {
@@ -247,14 +247,14 @@ func TestHeadersAcrossLanguages(t *testing.T) {
 	}
 }
 
-// Live: regress/pytest/test_client_propagation.py starts two daemons of one deployment
+// Live: regress/pytest/clients/test_client_propagation.py starts two daemons of one deployment
 // (a shared PostgreSQL store), begins a transaction at A, and runs this with B's URL: the
 // Go client, sent to B, must reach A by following 421 wrong_node. It reads the undecided
 // decision, then aborts under the caller's traceparent (pytest checks A's log for it).
 func TestLiveWrongNodeIsFollowed(t *testing.T) {
 	url, gtid := os.Getenv("COTX_LIVE_URL"), os.Getenv("COTX_LIVE_GTID")
 	if url == "" || gtid == "" {
-		t.Skip("COTX_LIVE_URL not set: run by regress/pytest/test_client_propagation.py")
+		t.Skip("COTX_LIVE_URL not set: run by regress/pytest/clients/test_client_propagation.py")
 	}
 	c, err := cotx.New(url, os.Getenv("COTX_LIVE_TOKEN"))
 	if err != nil {
@@ -276,7 +276,7 @@ func TestLiveWrongNodeIsFollowed(t *testing.T) {
 func TestLiveTraceparentReachesTheDaemon(t *testing.T) {
 	url, outPath := os.Getenv("COTX_LIVE_URL"), os.Getenv("COTX_LIVE_OUT")
 	if url == "" || outPath == "" {
-		t.Skip("COTX_LIVE_URL / COTX_LIVE_OUT not set: run by regress/pytest/test_client_propagation.py")
+		t.Skip("COTX_LIVE_URL / COTX_LIVE_OUT not set: run by regress/pytest/clients/test_client_propagation.py")
 	}
 	c, err := cotx.New(url, os.Getenv("COTX_LIVE_TOKEN"))
 	if err != nil {

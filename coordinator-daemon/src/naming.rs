@@ -12,7 +12,7 @@
 use crate::refusal::RefusalCode;
 
 /// The longest gid PostgreSQL accepts (GIDSIZE 200, NUL included). The clients check
-/// against the same number (regress/pytest/test_id_limits.py).
+/// against the same number (regress/pytest/coordinator/test_id_limits.py).
 pub const PG_GID_MAX: usize = 199;
 pub const XA_PART_MAX: usize = 64;
 /// "cotx" in ASCII: 0x636f7478. Fits a signed 32-bit int as MariaDB requires.

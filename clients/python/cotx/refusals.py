@@ -12,7 +12,7 @@ codes first (SQLSTATE, MariaDB errno); the message only picks the pg_co / mysql_
 because both engines report every refusal of a kind under one code (pg_co: 40001 for
 rules A, B, C; mysql_co: 1402 XA_RBROLLBACK for both of its refusals). The messages
 matched are the ones pg_co_ext/src/refusal.rs and mysql_co_plugin/mysql_co.cc raise; the
-table in regress/pytest/test_refusals.py pins them, and the same test provokes them on
+table in regress/pytest/clients/test_refusals.py pins them, and the same test provokes them on
 real servers.
 """
 from __future__ import annotations

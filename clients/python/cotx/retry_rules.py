@@ -1,6 +1,6 @@
 """The retry rules: what the client does with each answer that is not a success, read from
 the one table every client shares (clients/retry-rules.json; this package ships a copy,
-cotx/retry-rules.json, that regress/pytest/test_client_retry_rules.py checks is equal).
+cotx/retry-rules.json, that regress/pytest/clients/test_client_retry_rules.py checks is equal).
 
     from cotx.retry_rules import daemon_action, transport_action, abort_action, engine_rule
     daemon_action("begin", 503, "lease_unconfirmed")   # "retry_request"

@@ -3,7 +3,7 @@
 //! finished, and per epoch a watermark of the records purged since).
 //!
 //! The rules, each closing a way the same gtid got two answers in a hostile run
-//! (regress/pytest/test_coordinator_stale.py):
+//! (regress/pytest/coordinator/test_coordinator_stale.py):
 //! - a quarantined gtid (its record exists but cannot be read) is answered "quarantined"
 //!   by every daemon, even one that holds a decision in memory: the store is the truth
 //!   the other daemons read, and an operator decides (defect 3);

@@ -8,7 +8,7 @@
 //! it wakes, its node taken over, finished and handed back (the row deleted). Claiming it
 //! again under the same holder name would look like a renewal, and the daemon would go on
 //! acting on what it held in memory from before — the takeover's aborts unseen (defect 1
-//! of regress/pytest/test_coordinator_stale.py). With generations, a renewal succeeds only when the row is still *the* grant
+//! of regress/pytest/coordinator/test_coordinator_stale.py). With generations, a renewal succeeds only when the row is still *the* grant
 //! the daemon holds; anything else is [`Renewal::Lost`], and the daemon must drop its
 //! memory before acting again under a new grant. Decision writes carry the grant they were
 //! made under ([`Token`]); the store admits them only while that grant is in force

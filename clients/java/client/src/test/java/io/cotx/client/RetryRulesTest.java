@@ -16,7 +16,7 @@ import org.junit.jupiter.api.Test;
 /** The retry rules (clients/retry-rules.json), the one table every client classifies from:
  * the jar's copy is the table byte for byte, and the Java client classifies every row as the
  * table says (daemon answers per phase, transport failures, aborts, engine errors), as the
- * Python (regress/pytest/test_client_retry_rules.py) and Go (clients/go/rules_test.go)
+ * Python (regress/pytest/clients/test_client_retry_rules.py) and Go (clients/go/rules_test.go)
  * clients' tests do with theirs. No servers. */
 class RetryRulesTest {
     static final Path TABLE = Path.of("..", "..", "retry-rules.json"); // from clients/java/client

@@ -17,7 +17,7 @@ from cotx.refusals import KINDS, classify
 from cotx.retry import action_of
 from cotx.retry_rules import RULES, abort_action, daemon_action, phase_of, transport_action
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLE = ROOT / "clients" / "retry-rules.json"
 
 

@@ -22,7 +22,7 @@ from cotest import MariaServer
 from cotest import servers as cotest_servers
 from cotest.servers import PG_MAJORS, _pg_config, mysql_co_installed
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DIST = ROOT / "dist"
 # One release version for every part (Cargo.toml, [workspace.package]; test_versions.py).
 PG_CO_VERSION = COORD_VERSION = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]

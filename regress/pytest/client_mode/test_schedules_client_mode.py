@@ -30,7 +30,7 @@ from checker.schedules import (Runner, Tally, full_set, named_schedules, run_man
 from conftest import requires_mysql_co, requires_pg_co
 from cotest import MariaServer, PgServer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GLOBAL_SAMPLE = int(os.environ.get("COTX_CLIENT_SAMPLE", 300))
 MIXED_SAMPLE = int(os.environ.get("COTX_CLIENT_MIXED_SAMPLE", 120))
 THREE = int(os.environ.get("COTX_CLIENT_THREE", 40))

@@ -87,7 +87,7 @@ def test_profile_experiment_table_and_refusals(tmp_path):
     import sys
     from pathlib import Path
     from bench.coordinator import profile_pair
-    res = Path(__file__).resolve().parents[2] / "bench" / "results" / "profile"
+    res = Path(__file__).resolve().parents[3] / "bench" / "results" / "profile"
     runs = {k: json.loads((res / f"{k}.json").read_text()) for k in ("before", "after")}
     t = profile_pair.table(runs)
     assert "| daemon CPU ms per transaction | 0.661 | 0.459 |" in t, t

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHELL_LANGS = {"", "sh", "bash", "shell", "console"}
 # A backtick fence's info string holds no backtick (CommonMark): "```` ```text ````" at
 # the start of a line is inline code, not a fence.

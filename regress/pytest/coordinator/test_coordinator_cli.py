@@ -8,7 +8,7 @@ from cotx.daemon import find_binary
 
 SUBCOMMANDS = ["serve", "check-config", "in-doubt", "show", "force", "audit", "bench-store", "transactions", "incidents",
                "nodes"]
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "coordinator-daemon", "coordinator.example.toml")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "coordinator-daemon", "coordinator.example.toml")
 
 
 def run(*args, env=None):

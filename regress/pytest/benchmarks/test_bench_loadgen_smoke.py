@@ -136,7 +136,7 @@ def test_run_all_smoke(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     r = subprocess.run([sys.executable, str(root / "bench/run_all.py"), "--smoke", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -203,7 +203,7 @@ def test_run_all_fixed_rate_smoke(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     cmd = [sys.executable, str(root / "bench/run_all.py"), "--smoke", "--experiments", "ro", "--modes", "2pc,client",
            "--out", str(tmp_path)]
     refused = subprocess.run(cmd + ["--rate", "-1"], capture_output=True, text=True, timeout=60)

@@ -13,7 +13,7 @@ import pytest
 from conftest import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from cotest.servers import pg_co_installed
 
 from conftest import requires_mysql_co, requires_pg_co
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # (sqlstate, errno, message, kind). Retryability comes from KINDS, checked separately.
 TABLE = [

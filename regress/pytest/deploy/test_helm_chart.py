@@ -26,7 +26,7 @@ from cotx.daemon import find_binary
 
 from cotest import PgServer, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy/helm/cotx"
 LIB = (ROOT / "scripts/lib.sh").read_text()
 HELM_VERSION = re.search(r'^HELM_VERSION="([^"]+)"', LIB, re.M).group(1)

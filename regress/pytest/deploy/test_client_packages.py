@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 VENV = Path(os.environ.get("COTX_VENV", "/var/cache/cotx/venv"))
 # The Python every suite runs on: Debian 12's python3 (the venv's).
 TESTED = sys.version_info[:2]

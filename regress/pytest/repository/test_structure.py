@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
 structure = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(structure)

@@ -16,7 +16,7 @@ from cotx.daemon import find_binary
 
 from conftest import requires_mysql_co, requires_pg_co
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = sorted(p for p in ROOT.rglob("*.md")
               if not any(part.startswith(".") or part == "target" for part in p.relative_to(ROOT).parts))
 FILE_SUFFIXES = ("md", "jsonl", "json", "csv", "png", "so", "control", "c", "h", "rs", "spec", "sql", "conf", "out", "toml", "py", "sh", "cc")

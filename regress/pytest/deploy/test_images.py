@@ -30,7 +30,7 @@ from cotest.coord import nothing_prepared
 
 from cotx import Coordinator, PrepareRefused
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGES_SH = ROOT / "scripts" / "images.sh"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0,

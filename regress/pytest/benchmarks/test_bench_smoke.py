@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import requires_mysql_co, requires_pg_co
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [requires_pg_co, requires_mysql_co]
 
 

@@ -17,7 +17,7 @@ from conftest import requires_mysql_co, requires_pg_co
 # The demo is a script (`python demo/overdraft.py`), not an installed package: load it
 # from its file to drive its parts one by one.
 _spec = importlib.util.spec_from_file_location(
-    "overdraft", Path(__file__).resolve().parents[2] / "demo" / "overdraft.py")
+    "overdraft", Path(__file__).resolve().parents[3] / "demo" / "overdraft.py")
 overdraft = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(overdraft)
 
@@ -102,7 +102,7 @@ def test_without_extensions_plain_2pc_overdraws_and_client_mode_does_not(bare_ba
 def test_demo_mode_client_prints_its_summary():
     """The command the docs give (`demo/overdraft.py --mode client`): exit 0 and a summary
     that says the invariant broke under plain 2PC and held in client mode."""
-    p = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "demo" / "overdraft.py"),
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[3] / "demo" / "overdraft.py"),
                         "--mode", "client", "--rounds", "3"], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "neither pg_co nor mysql_co loaded" in p.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.harness import scaling, scaling_plots, slices
 from bench.micro import micro
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_points_share_the_default_and_fit_the_tables():

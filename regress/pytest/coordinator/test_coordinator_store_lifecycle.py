@@ -26,7 +26,7 @@ from test_coordinator_crash import committed_both, tables  # noqa: F401
 from test_coordinator_safety import metric
 from test_coordinator_stale import transfer
 
-STORE_0_1_0 = Path(__file__).resolve().parents[2] / "coordinator-daemon" / "tests" / "store-0.1.0"
+STORE_0_1_0 = Path(__file__).resolve().parents[3] / "coordinator-daemon" / "tests" / "store-0.1.0"
 
 
 def split_state(pg, mariadb, key):

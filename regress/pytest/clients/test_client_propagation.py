@@ -20,7 +20,7 @@ from cotx.propagation import traceparent_from_headers
 from cotest.coord import pg_prepared, wait_until
 from cotx.trace import TraceContext, valid
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CACHE = Path(os.environ.get("COTX_CACHE", "/var/cache/cotx"))
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

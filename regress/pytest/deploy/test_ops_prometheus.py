@@ -23,7 +23,7 @@ from cotest.coord import wait_until
 from cotest import free_port
 from cotx import Coordinator
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "cotx-alerts.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "cotx-alerts.test.yml"

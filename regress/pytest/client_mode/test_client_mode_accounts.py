@@ -27,7 +27,7 @@ from cotest.coord import my_prepared, pg_prepared, wait_until
 from cotx import Coordinator
 from cotx.daemon import Daemon
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PW = "CHANGE-ME"
 
 

@@ -15,7 +15,7 @@ import tomllib
 import yaml
 from cotx.daemon import find_binary
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = ROOT / "deploy/compose"
 SPEC = yaml.safe_load((COMPOSE / "compose.yaml").read_text())
 CONFIG = COMPOSE / "coordinator.toml"

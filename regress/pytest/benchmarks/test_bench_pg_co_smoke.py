@@ -7,7 +7,7 @@ import pytest
 
 from conftest import requires_pg_co
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = requires_pg_co
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cotx.daemon import find_binary
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # The checkout's files: tracked, and new ones not yet added (not ignored build output).
 TRACKED = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout.split()

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from cotx import client
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def daemon_limit() -> int:
