@@ -2,7 +2,9 @@
  * co_gid_hook.c: pg_co's ProcessUtility and ExecutorStart hooks. The utility hook hands
  * PREPARE TRANSACTION's gid to Rust (src/gids.rs, which records it with the xid) and
  * brackets COMMIT PREPARED (src/read_only.rs: rule C for READ ONLY readers); the executor
- * hook lets src/read_only.rs note a READ ONLY reader's snapshot position. None of the Rust
+ * hook lets src/read_only.rs note a READ ONLY reader's snapshot position, and both tell
+ * src/commit_points.rs that the transaction writes (a modifying statement, COPY FROM: the
+ * commit-order repair applies only to writers). None of the Rust
  * callbacks raises an error. Then the statement runs. Written in C so that an error raised by the statement
  * itself passes through untouched (a Rust frame in between would turn it into a panic
  * and back, and replace its DETAIL). The hook's signature is the same in 15 to 18.
@@ -27,6 +29,8 @@ co_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	Node	   *n = pstmt->utilityStmt;
 	bool		commit_prepared = false;
 
+	if (n != NULL && IsA(n, CopyStmt) && ((CopyStmt *) n)->is_from)
+		co_note_write();
 	if (n != NULL && IsA(n, TransactionStmt))
 	{
 		TransactionStmt *s = (TransactionStmt *) n;
@@ -52,6 +56,10 @@ static void
 co_executor_start(QueryDesc *queryDesc, int eflags)
 {
 	co_ro_executor_start();
+	/* INSERT, UPDATE, DELETE, MERGE, and a SELECT with a modifying WITH (functions' and
+	 * triggers' statements come through here too, by SPI). */
+	if (queryDesc->operation != CMD_SELECT || queryDesc->plannedstmt->hasModifyingCTE)
+		co_note_write();
 	if (prev_executor_start)
 		prev_executor_start(queryDesc, eflags);
 	else

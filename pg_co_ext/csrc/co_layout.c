@@ -84,12 +84,14 @@ main(void)
 	FN(co_last_commit_seq, uint64_t (*)(const void *), "unsafe extern \"C\" fn(*const ::core::ffi::c_void) -> u64", "super::co_last_commit_seq");
 	FN(co_prepare_seq_of, bool (*)(const void *, uint32_t, uint64_t *), "unsafe extern \"C\" fn(*const ::core::ffi::c_void, u32, *mut u64) -> bool", "super::co_prepare_seq_of");
 	FN(co_summarized_concurrent_reader, bool (*)(const void *), "unsafe extern \"C\" fn(*const ::core::ffi::c_void) -> bool", "super::co_summarized_concurrent_reader");
+	FN(co_repair_commit_order, int (*)(void), "unsafe extern \"C\" fn() -> i32", "super::co_repair_commit_order");
 	/* co_rust.h: C's hook installer declared in src/gids.rs; Rust's callbacks */
 	FN(co_install_utility_hook, void (*)(void), "unsafe extern \"C\" fn()", "crate::gids::co_install_utility_hook");
 	FN(co_gids_on_prepare_stmt, void (*)(const char *), "extern \"C\" fn(*const ::core::ffi::c_char)", "crate::gids::co_gids_on_prepare_stmt");
 	FN(co_ro_commit_prepared_start, void (*)(const char *), "extern \"C\" fn(*const ::core::ffi::c_char)", "crate::read_only::co_ro_commit_prepared_start");
 	FN(co_ro_commit_prepared_end, void (*)(void), "extern \"C\" fn()", "crate::read_only::co_ro_commit_prepared_end");
 	FN(co_ro_executor_start, void (*)(void), "extern \"C\" fn()", "crate::read_only::co_ro_executor_start");
+	FN(co_note_write, void (*)(void), "extern \"C\" fn()", "crate::commit_points::co_note_write");
 
 	FLAG(SXACT_FLAG_COMMITTED, COMMITTED);
 	FLAG(SXACT_FLAG_PREPARED, PREPARED);

@@ -19,5 +19,6 @@ extern void co_gids_on_prepare_stmt(const char *gid);
 extern void co_ro_commit_prepared_start(const char *gid);
 extern void co_ro_commit_prepared_end(void);
 extern void co_ro_executor_start(void);
+extern void co_note_write(void);
 
 #endif

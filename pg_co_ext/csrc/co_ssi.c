@@ -495,3 +495,61 @@ co_summarized_concurrent_reader(const void *predxact)
 	LWLockRelease(SerializableFinishedListLock);
 	return found;
 }
+
+/* ---- the commit-order repair (docs/pg_co.md, "Commit-order repair"); needs co_sxact_lock()
+ * held EXCLUSIVE. The one place pg_co writes into SSI's state. ----------------------------- */
+
+typedef struct repair_arg
+{
+	uint64_t	earliest;		/* smallest prepareSeqNo of a peer past its commit check */
+	int			n;
+} repair_arg;
+
+static void
+note_committing_peer(const SERIALIZABLEXACT *peer, void *arg)
+{
+	repair_arg *a = arg;
+
+	/* Past PreCommit_CheckForSerializationFailure (or prepared), not yet committed for SSI. */
+	if (!(peer->flags & SXACT_FLAG_PREPARED)
+		|| (peer->flags & (SXACT_FLAG_COMMITTED | SXACT_FLAG_ROLLED_BACK | SXACT_FLAG_DOOMED)))
+		return;
+	if (a->n == 0 || peer->prepareSeqNo < a->earliest)
+		a->earliest = peer->prepareSeqNo;
+	a->n++;
+}
+
+/*
+ * Called at XACT_EVENT_COMMIT of this backend's serializable transaction X: X is visible
+ * (ProcArrayEndTransaction ran) and not yet committed for SSI (ReleasePredicateLocks, which
+ * sets COMMITTED and commitSeqNo, comes later). If X read what a peer Y overwrote
+ * (X -rw-> Y) and Y is past its own commit check but not committed for SSI, Y may already
+ * be visible to new snapshots although SSI will number its commit after X's; Y's release
+ * then drops the edge from the committed X without flagging X, and a reader that saw Y but
+ * not X reads X's write unrefused (the cycle R -rw-> X -rw-> Y -wr-> R). So flag X now as
+ * PostgreSQL flags a pivot whose out-peer committed first (ReleasePredicateLocks'
+ * outConflicts loop): SXACT_FLAG_CONFLICT_OUT, earliestOutConflictCommit = the smallest
+ * prepareSeqNo of those peers. X's own release keeps both (it only lowers the seqno) and
+ * uses them to refuse readers of X's writes and to mark concurrent READ ONLY snapshots
+ * unsafe. The seqno shares a union with X's lastCommitBeforeSnapshot, which PostgreSQL
+ * reads only for READ ONLY transactions and, for a peer's release, to drop an edge early
+ * (a smaller value keeps it): X wrote, so it is not READ ONLY. Returns how many peers.
+ */
+int
+co_repair_commit_order(void)
+{
+	SERIALIZABLEXACT *me = (SERIALIZABLEXACT *) ShareSerializableXact();
+	repair_arg	a = {0, 0};
+
+	if (me == InvalidSerializableXact
+		|| (me->flags & (SXACT_FLAG_COMMITTED | SXACT_FLAG_READ_ONLY | SXACT_FLAG_ROLLED_BACK))
+		|| !(me->flags & SXACT_FLAG_PREPARED))
+		return 0;
+	walk_conflicts(me, true, note_committing_peer, &a);
+	if (a.n == 0)
+		return 0;
+	if (!(me->flags & SXACT_FLAG_CONFLICT_OUT) || a.earliest < me->SeqNo.earliestOutConflictCommit)
+		me->SeqNo.earliestOutConflictCommit = a.earliest;
+	me->flags |= SXACT_FLAG_CONFLICT_OUT;
+	return a.n;
+}

@@ -1,8 +1,10 @@
 /*
  * co_ssi.h: the only window pg_co has onto PostgreSQL's SSI internals
  * (storage/predicate_internals.h, which pgrx's bindings do not include).
- * Plain copies out of shared memory; no function here raises an error and none decides
- * anything: what a peer's flags and pid mean is decided in Rust (pg_co_rules::classify).
+ * Plain copies out of shared memory, except co_repair_commit_order (the one write, done as
+ * PostgreSQL's ReleasePredicateLocks would); no function here raises an error and none
+ * decides a refusal: what a peer's flags and pid mean is decided in Rust
+ * (pg_co_rules::classify).
  *
  * Mirrored by src/ssi_ffi.rs. The build ties the two: build.rs runs csrc/co_layout.c,
  * which prints Rust const assertions of every size, offset and SXACT flag value below as
@@ -74,5 +76,9 @@ extern bool co_prepare_seq_of(const void *predxact, uint32_t xid, uint64_t *seq)
 /* Rule S: takes SSI's finished-list and predicate-list locks itself; call without
  * co_sxact_lock(). */
 extern bool co_summarized_concurrent_reader(const void *predxact);
+
+/* The commit-order repair at XACT_EVENT_COMMIT (the one write into SSI's state); needs
+ * co_sxact_lock() held exclusive. Returns the number of peers that made it flag us. */
+extern int	co_repair_commit_order(void);
 
 #endif

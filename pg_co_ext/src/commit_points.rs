@@ -20,6 +20,15 @@ use std::time::Instant;
 thread_local! {
     /// This backend's current transaction called co.decide: its COMMIT is a global decision.
     static DECISION_POINT: Cell<bool> = const { Cell::new(false) };
+    /// This backend's current transaction ran a modifying statement (csrc/co_gid_hook.c).
+    static WROTE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by the ExecutorStart and ProcessUtility hooks of csrc/co_gid_hook.c for a
+/// modifying statement. Never raises an error.
+#[no_mangle]
+pub extern "C" fn co_note_write() {
+    WROTE.with(|w| w.set(true));
 }
 
 /// Called by co.decide; cleared when the transaction ends, whichever way.
@@ -54,17 +63,35 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
         XACT_EVENT_PRE_COMMIT => check(if is_decision_point() { Point::Decision } else { Point::LocalCommit }),
         XACT_EVENT_PREPARE => {
             DECISION_POINT.with(|d| d.set(false));
+            WROTE.with(|w| w.set(false));
             crate::gids::on_prepared();
             read_only::on_xact_end();
             shmem::clear_my_marker()
         }
         XACT_EVENT_ABORT | XACT_EVENT_COMMIT => {
+            if event == XACT_EVENT_COMMIT && WROTE.with(|w| w.get()) {
+                repair_commit_order();
+            }
             DECISION_POINT.with(|d| d.set(false));
+            WROTE.with(|w| w.set(false));
             crate::gids::forget_pending();
             read_only::on_xact_end();
             shmem::clear_my_marker()
         }
         _ => {}
+    }
+}
+
+/// XACT_EVENT_COMMIT comes after ProcArrayEndTransaction (we are visible) and before
+/// ReleasePredicateLocks (SSI commits us): the one moment the commit-order repair can flag
+/// us before SSI decides whether our edges still matter (docs/pg_co.md). Only for a
+/// transaction that wrote: one that did not is no pivot (nobody can read its writes), and
+/// PostgreSQL makes it READ ONLY at its release, after which the seqno the repair writes
+/// would be read as its lastCommitBeforeSnapshot. Nothing here may raise an error: the
+/// transaction is committed.
+fn repair_commit_order() {
+    if gucs::ENABLED.get() && !gucs::OBSERVE_ONLY.get() && gucs::COMMIT_ORDER_REPAIR.get() && shmem::attached() {
+        ssi_ffi::repair_commit_order();
     }
 }
 

@@ -18,6 +18,7 @@ pub static LOG_VETOES: GucSetting<bool> = GucSetting::<bool>::new(false);
 pub static RULE_C: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static RULE_C_READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static RULE_S: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static COMMIT_ORDER_REPAIR: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// 5 ms: an in-doubt blocker is usually that close to its decision (docs/pg_co.md, "Bounded wait").
 pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -96,6 +97,14 @@ pub fn register() {
         c"Rule S: refuse a local COMMIT that may close a cycle PostgreSQL's SSI cannot see because it summarized a concurrent reader.",
         c"PostgreSQL ignores the read locks of transactions it summarized (its pool of serializable transactions was full); a writer with an rw out-edge to a committed transaction is then refused (docs/pg_co.md, Rule S).",
         &RULE_S,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_co.commit_order_repair",
+        c"At every serializable COMMIT, flag the committing transaction as PostgreSQL flags a pivot when an rw out-peer is past its commit check but not yet committed for SSI.",
+        c"Such a peer can be visible to new snapshots before PostgreSQL's SSI numbers its commit after ours; without the flag a reader that saw the peer but not us reads our writes unrefused and closes a cycle (docs/pg_co.md, Commit-order repair).",
+        &COMMIT_ORDER_REPAIR,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -68,6 +68,7 @@ extern "C" {
     fn co_last_commit_seq(predxact: *const c_void) -> u64;
     fn co_prepare_seq_of(predxact: *const c_void, xid: u32, seq: *mut u64) -> bool;
     fn co_summarized_concurrent_reader(predxact: *const c_void) -> bool;
+    fn co_repair_commit_order() -> i32;
 }
 
 static mut PREDXACT: *mut c_void = std::ptr::null_mut();
@@ -99,6 +100,16 @@ pub fn prepare_seq_of(_lock: &SsiLock, xid: u32) -> Option<u64> {
 /// predicate-list locks: call without an [`SsiLock`] (PostgreSQL's lock order).
 pub fn summarized_concurrent_reader() -> bool {
     unsafe { co_summarized_concurrent_reader(predxact()) }
+}
+
+/// The commit-order repair (docs/pg_co.md, "Commit-order repair"), at XACT_EVENT_COMMIT:
+/// flags this transaction as a pivot whose rw out-peer is past its commit check but not yet
+/// committed for SSI (that peer may be visible before us). The one write pg_co makes into
+/// SSI's state, so it takes SerializableXactHashLock exclusive itself. Returns how many
+/// peers made it flag.
+pub fn repair_commit_order() -> i32 {
+    let _lock = SsiLock::exclusive();
+    unsafe { co_repair_commit_order() }
 }
 
 /// lastCommitBeforeSnapshot of this backend's serializable transaction, None without one.

@@ -1,10 +1,12 @@
-"""The two upsert shapes PostgreSQL's SSI lets through with pg_co loaded (issue 45), each
-made deterministic on a real server of every major, and each next to its control.
+"""The two upsert shapes PostgreSQL's SSI lets through (the list-append workload's second
+shape, and upserts that leave a row they read unchanged), each made deterministic on a real
+server of every major, and each next to its control.
 
-Both are documented limitations (docs/guarantees.md, the limits table; the mechanisms in
-docs/upsert-workloads.md): these tests assert that the anomaly *happens* with pg_co
-enforcing, so that the day PostgreSQL or pg_co closes one, the test fails and the docs get
-updated with it.
+The first is closed by pg_co's commit-order repair (docs/pg_co.md): the test shows the
+reader refused with it and the cycle committed with `pg_co.commit_order_repair = off`.
+The second is a documented limitation (docs/guarantees.md, the limits table): its tests
+assert that the anomaly *happens* with pg_co enforcing, so that the day PostgreSQL or
+pg_co closes it, the test fails and the docs get updated with it.
 
 1. Commit-order inversion (the "second shape" of the list-append workload): a transaction
    T7 becomes visible (ProcArrayEndTransaction) before it is committed for SSI
@@ -14,9 +16,11 @@ updated with it.
    T7 but not T2 reads T2's write unrefused: T1 -rw-> T2 -rw-> T7 -wr-> T1. gdb holds T7's
    backend at ReleasePredicateLocks, which is the window a durable commit's WAL flush and
    a busy machine open by chance (1 in 401 000 local transactions in the workload).
+   Mechanism and what was ruled out: docs/upsert-workloads.md, "A second shape".
 2. `INSERT ... ON CONFLICT DO UPDATE ... WHERE <false>` takes no read (SIREAD) lock on the
    row it examined and left alone, so "upserter -rw-> later writer of that row" is never
-   recorded and a write skew through it commits.
+   recorded and a write skew through it commits; `ON CONFLICT DO NOTHING` likewise for the
+   row it found (a later DELETE of it, or an UPDATE of its key).
 """
 import os
 import subprocess
@@ -105,21 +109,34 @@ def _gdb_running(pid: int) -> bool:
     return fields["TracerPid"].strip() != "0" and fields["State"].split()[0] in ("S", "R")
 
 
-def pivot_reads_old_x(connect):
+T2_UPSERT = "INSERT INTO y AS t VALUES (1, 't2') ON CONFLICT (id) DO UPDATE SET val = t.val || ',t2'"
+
+
+def pivot_reads_old_x(connect, t2_write=T2_UPSERT):
     """T7 appended to x[1] (not committed); T2 inserted y[1] and read x[1] without T7's
     append: T2 -rw-> T7."""
     t7, t2 = serializable(connect()), serializable(connect())
     t7.execute("INSERT INTO x AS t VALUES (1, 't7') ON CONFLICT (id) DO UPDATE SET val = t.val || ',t7'")
-    t2.execute("INSERT INTO y AS t VALUES (1, 't2') ON CONFLICT (id) DO UPDATE SET val = t.val || ',t2'")
+    t2.execute(t2_write)
     assert t2.execute("SELECT val FROM x WHERE id = 1").fetchone() == ("x0",)
     return t7, t2
 
 
+@pytest.mark.parametrize("t2_write", ["statement", "function"])
+@pytest.mark.parametrize("repair", [True, False], ids=["repair-on", "repair-off"])
 @pytest.mark.parametrize("t1_read_only", [False, True], ids=["t1-read-write", "t1-read-only"])
-def test_commit_order_inversion_commits_a_cycle(db, t1_read_only):
-    """Documented limitation (guarantees.md): all three local, pg_co enforcing; the cycle
-    commits. T7 is held after it became visible, before SSI numbers its commit."""
-    t7, t2 = pivot_reads_old_x(db)
+def test_commit_order_inversion(db, server, t1_read_only, repair, t2_write):
+    """All three local. T7 is held after it became visible, before SSI numbers its commit.
+    pg_co's commit-order repair (on by default) flags T2 at its COMMIT, as PostgreSQL flags
+    a pivot whose out-peer committed first, and PostgreSQL then refuses T1; with the repair
+    off (PostgreSQL's own behaviour) the cycle commits. The repair applies to transactions
+    that wrote: T2 writes by a statement, or inside a function called by a SELECT (SPI)."""
+    if t2_write == "function":
+        server.sql("CREATE OR REPLACE FUNCTION t2_upsert() RETURNS void LANGUAGE plpgsql AS "
+                   f"$$BEGIN {T2_UPSERT}; END$$")
+    t7, t2 = pivot_reads_old_x(db, T2_UPSERT if t2_write == "statement" else "SELECT t2_upsert()")
+    if not repair:
+        t2.execute("SET LOCAL pg_co.commit_order_repair = off")
     t1 = db()
     pid7 = t7.execute("SELECT pg_backend_pid()").fetchone()[0]
     result = {}
@@ -133,6 +150,10 @@ def test_commit_order_inversion_commits_a_cycle(db, t1_read_only):
         t2.execute("COMMIT")                      # the pivot commits while T7 is not SSI-committed
     th.join(30)
     assert result.get("t7") == "COMMIT"
+    if repair:
+        with pytest.raises(psycopg.errors.SerializationFailure, match="conflict out to pivot"):
+            t1.execute("SELECT val FROM y WHERE id = 1")
+        return
     # T7's release dropped the edge T2 -rw-> T7 (T2 was committed) and flagged nothing.
     assert t1.execute("SELECT val FROM y WHERE id = 1").fetchall() == []          # T1 -rw-> T2
     assert t1.execute("SELECT val FROM x WHERE id = 1").fetchone() == ("x0,t7",)  # T7 -wr-> T1
@@ -187,6 +208,23 @@ def test_upsert_where_false_write_skew(db, server, shape, committed):
         # Not serializable: US ran first (W missed its y[1]) yet US saw k[1] without W's write
         # and decided on it; W ran first would have made US's WHERE true.
         assert server.sql("SELECT val FROM k") == [("w",)]
+
+
+@pytest.mark.parametrize("writer", ["DELETE FROM k WHERE id = 1", "UPDATE k SET id = 2 WHERE id = 1"],
+                         ids=["delete", "update-key"])
+def test_upsert_do_nothing_write_skew(db, server, writer):
+    """Documented limitation, the same gap in DO NOTHING: US finds k[1] and inserts nothing
+    (no read lock on the row it found); W, which missed US's y[1], then deletes k[1] (or moves
+    its key). Both commit: had W run first, US would have inserted k[1]."""
+    server.sql("INSERT INTO k VALUES (1, 'a')")
+    w, us = serializable(db()), serializable(db())
+    assert w.execute("SELECT val FROM y WHERE id = 1").fetchall() == []
+    us.execute("INSERT INTO k VALUES (1, 'us') ON CONFLICT (id) DO NOTHING")
+    us.execute("INSERT INTO y VALUES (1, 'us')")
+    us.execute("COMMIT")
+    w.execute(writer)
+    w.execute("COMMIT")
+    assert server.sql("SELECT count(*) FROM k WHERE id = 1") == [(0,)]
 
 
 def test_gdb_hold_helper_releases_the_backend(db):
