@@ -230,13 +230,8 @@ def _settled(pg, my, timeout: float = 60) -> int:
 def _decided_in_participant(d) -> int:
     """The daemon's count of commits decided inside a PostgreSQL branch (co.decide): what
     shows mode dip ran as dip (co.decisions rows are purged once every branch finished)."""
-    import urllib.request
-    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("cotx_decided_in_participant_total "):
-                return int(float(line.split()[1]))
-    return 0
+    from cotest.coord import metric
+    return int(metric(d, "cotx_decided_in_participant_total", 0))
 
 
 def run(pg, my, *, mode: str, txns: int | None = None, seconds: float | None = None, clients: int = 8,

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import urllib.request
+
+from cotest.coord import metric
 
 from bench.experiments import set_fillfactor
 from bench.harness import core, loadgen, slices
@@ -23,12 +24,7 @@ from bench.micro import micro
 
 
 def checks(env) -> float:
-    req = urllib.request.Request(env.daemon.url + "/metrics", headers={"Authorization": f"Bearer {env.daemon.token}"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("cotx_deadlock_checks_total "):
-                return float(line.split()[1])
-    return float("nan")
+    return metric(env.daemon, "cotx_deadlock_checks_total", float("nan"))
 
 
 def main() -> None:

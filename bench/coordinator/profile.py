@@ -22,7 +22,8 @@ import re
 import subprocess
 import threading
 import time
-import urllib.request
+
+from cotest.coord import metrics_text
 
 from bench.harness import loadgen
 from bench.harness.core import Env, cpu_snapshot
@@ -33,8 +34,7 @@ LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 def metrics(env) -> dict[str, float]:
     """The daemon's counters this profile divides (commits, requests, store batches/ops)."""
-    req = urllib.request.Request(env.daemon.url + "/metrics", headers={"Authorization": f"Bearer {env.daemon.token}"})
-    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    text = metrics_text(env.daemon)   # one read: the counters of one moment
     out = {}
     for name, key in (("cotx_requests_total", "requests"), ("cotx_store_batches_total", "store_batches"),
                       ("cotx_store_ops_total", "store_ops"), ('cotx_transactions_total{outcome="commit"}', "commits")):

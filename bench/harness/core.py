@@ -35,7 +35,6 @@ import subprocess
 import tempfile
 import time
 import traceback
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -246,17 +245,16 @@ class Env:
         return {"error": "daemons disagree: " + "; ".join(f"{d.node_id} {x}" for d, x in zip(self.daemons, seen))}
 
     def _enforcement_of(self, daemon) -> dict[str, str]:
-        req = urllib.request.Request(daemon.url + "/metrics",
-                                     headers={"Authorization": f"Bearer {daemon.token}"})
+        from cotest.coord import metrics_text  # cotest.coord imports cotx: loaded when a daemon runs
         out = {}
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                for line in r.read().decode().splitlines():
-                    if line.startswith("cotx_resource_enforcement{") and line.rsplit(" ", 1)[1] == "1":
-                        labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
-                        out[labels["resource"].strip('"')] = labels["mode"].strip('"')
+            text = metrics_text(daemon)
         except OSError as e:
             return {"error": str(e)}
+        for line in text.splitlines():
+            if line.startswith("cotx_resource_enforcement{") and line.rsplit(" ", 1)[1] == "1":
+                labels = dict(kv.split("=", 1) for kv in line[line.index("{") + 1:line.index("}")].split(","))
+                out[labels["resource"].strip('"')] = labels["mode"].strip('"')
         return out
 
     def enforcement_seen(self, mode: str) -> tuple[str, str]:

@@ -19,10 +19,9 @@ measure_end, as it samples CPU):
 """
 from __future__ import annotations
 
-import urllib.request
-
 import psycopg
 import pymysql
+from cotest.coord import metric
 
 COUNTERS = ("pg_wal_syncs", "my_log_fsyncs", "store_syncs", "store_wal_syncs")
 
@@ -43,13 +42,7 @@ def my_log_fsyncs(server) -> float:
 
 def daemon_counter(d, name: str) -> float:
     """A counter of a daemon's /metrics (0 when absent)."""
-    headers = {"Authorization": f"Bearer {d.token}"} if d.token else {}
-    req = urllib.request.Request(d.url + "/metrics", headers=headers)
-    with urllib.request.urlopen(req, timeout=5, context=d.ssl_context()) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return metric(d, name, 0.0)
 
 
 def snapshot(env) -> dict:

@@ -7,7 +7,12 @@ the rest of cotest it imports cotx; `import cotest` does not import this module.
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
+import urllib.error
+import urllib.request
 
 from cotx.daemon import Daemon
 
@@ -41,3 +46,78 @@ def wait_until(pred, timeout: float = 30.0, what: str = "condition", step: float
 
 def nothing_prepared(pg, mariadb) -> bool:
     return not pg_prepared(pg) and not my_prepared(mariadb)
+
+
+def metrics_text(d) -> str:
+    """The daemon's /metrics page (Prometheus text), read with its token (none when it
+    runs with per-role credentials) and, over HTTPS, its CA."""
+    headers = {"Authorization": f"Bearer {d.token}"} if d.token else {}
+    req = urllib.request.Request(d.url + "/metrics", headers=headers)
+    with urllib.request.urlopen(req, timeout=10, context=d.ssl_context()) as r:
+        return r.read().decode()
+
+
+def metric(d, name: str, default: float | None = None) -> float | None:
+    """One sample of the daemon's /metrics, `default` when it has none. `name` is a metric's
+    name (its first sample, with or without labels: `cotx_lease_losses_total`) or a name with
+    its labels as the daemon writes them (`cotx_resource_enforcement{resource="pg",mode="engine"}`)."""
+    for line in metrics_text(d).splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return default
+
+
+class Daemons:
+    """The daemons one test starts: each registered one is destroyed (stopped, its directory
+    removed) by `destroy_all`, which the `daemons` fixture of regress/pytest calls at
+    teardown, so a test needs no try/finally of its own."""
+
+    def __init__(self):
+        self.made: list[Daemon] = []
+
+    def __call__(self, d: Daemon) -> Daemon:
+        """Registers d (not started: the test may change its config first) and returns it."""
+        self.made.append(d)
+        return d
+
+    def start(self, pg, mariadb, **kw) -> Daemon:
+        """make_daemon(pg, mariadb, **kw), registered and started."""
+        return self(make_daemon(pg, mariadb, **kw)).start()
+
+    def destroy_all(self) -> None:
+        for d in self.made:
+            # A daemon the test paused (SIGSTOP) would only die by the SIGKILL after stop's
+            # 10 s wait: woken first.
+            if d.proc and d.proc.poll() is None:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            d.destroy()
+        self.made.clear()
+
+
+def api(d, method: str, path: str, body=None) -> tuple[int, dict]:
+    """One call of the daemon's HTTP API with its token: (status, JSON body), errors
+    included (a 4xx/5xx is an answer to check, not an exception)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(d.url + path, data=data, method=method,
+                                 headers={"Authorization": f"Bearer {d.token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=d.ssl_context()) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def shared_store(pg, table: str) -> dict:
+    """A decision store in database cotx_log of pg, table `table`: the store that the
+    daemons of one deployment share."""
+    return {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": table}
+
+
+def peers(pg, mariadb, daemons: Daemons, table: str, names: list[str], **kw) -> list[Daemon]:
+    """Daemons of one deployment, registered with `daemons`, not started: a shared store,
+    one token, each its own node id."""
+    ds = [daemons(make_daemon(pg, mariadb, node_id=n, store=shared_store(pg, table), **kw)) for n in names]
+    for d in ds[1:]:
+        d.token = ds[0].token
+        d.write_config()
+    return ds

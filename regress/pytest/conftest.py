@@ -1,4 +1,8 @@
-"""Fixtures shared by every pytest suite: real servers, started per module and removed after."""
+"""Fixtures shared by every folder of the suite: real servers, started per module and
+removed after; `daemons`, the coordinator daemons of one test, destroyed at its teardown.
+Fixtures shared inside one folder are in that folder's conftest.py; helpers a test imports
+are in the harness (`cotest.coord`, `cotest.transfers`, `cotest.marks`), never in a test
+module or a conftest (every folder's conftest.py is a module named `conftest`)."""
 import os
 from pathlib import Path
 
@@ -7,8 +11,10 @@ import cotest
 import cotx
 import pytest
 from cotest import MariaServer, PgServer, reap_orphans
+from cotest.coord import Daemons
+from cotest.marks import requires_mysql_co, requires_pg_co  # noqa: F401 - for a test file run alone that imports them from here
 from cotest import servers as cotest_servers
-from cotest.servers import PG_MAJORS, mysql_co_installed, pg_co_installed
+from cotest.servers import PG_MAJORS, pg_co_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 # The project's packages are installed editable into the machine-wide venv, pointing at
@@ -59,7 +65,11 @@ def pg_major(request):
     cotest_servers.DEFAULT_PG_MAJOR = old
 
 
-requires_pg_co = pytest.mark.skipif(not pg_co_installed() and not os.environ.get("CI"),
-                                    reason="pg_co is not installed (run scripts/build.sh)")
-requires_mysql_co = pytest.mark.skipif(not mysql_co_installed() and not os.environ.get("CI"),
-                                       reason="mysql_co is not installed (run scripts/build.sh)")
+@pytest.fixture
+def daemons():
+    """The daemons of one test: `daemons(make_daemon(...))` registers one (started by the
+    test, or changed first), `daemons.start(pg, mariadb, **kw)` makes and starts one; every
+    one is stopped and its directory removed at the test's teardown, whatever the test did."""
+    made = Daemons()
+    yield made
+    made.destroy_all()

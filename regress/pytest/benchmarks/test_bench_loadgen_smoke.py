@@ -8,8 +8,7 @@ PostgreSQL decision store shared by 3 daemons, the driver's clients spread over 
 import json
 
 import pytest
-
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 

@@ -9,8 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 ROOT = Path(__file__).resolve().parents[3]

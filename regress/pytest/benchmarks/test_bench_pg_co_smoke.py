@@ -4,8 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = requires_pg_co

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [requires_pg_co, requires_mysql_co]

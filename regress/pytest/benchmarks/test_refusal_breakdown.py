@@ -5,9 +5,8 @@ import json
 
 import psycopg
 import pytest
-
 from bench.harness import refusal_breakdown as rb
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 
 pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
 

@@ -15,7 +15,6 @@ The exhaustive schedules in client mode are test_schedules_client_mode.py's; the
 `--mode client` is test_e2e_demo.py's.
 """
 from __future__ import annotations
-
 import json
 import signal
 import subprocess
@@ -26,12 +25,10 @@ import urllib.request
 
 import pytest
 from cotest import MariaServer, PgServer
-from cotest.coord import make_daemon, my_prepared, pg_prepared, wait_until
+from cotest.coord import make_daemon, metric, my_prepared, pg_prepared, wait_until
+from cotest.transfers import transfer as crash_transfer
 from cotx import Coordinator
 from cotx.errors import CoordinatorError, CotxError
-
-from test_coordinator_safety import metric
-from test_coordinator_stale import transfer as stale_transfer
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +73,8 @@ def rows(pg, my, key):
 
 
 def transfer(d, pg, my, key):
-    """test_coordinator_stale's transfer, with its two branches."""
-    tx, _ = stale_transfer(d, pg, my, key)
+    """cotest.transfers' transfer, with its two branches."""
+    tx, _ = crash_transfer(d, pg, my, key)
     bp, bm = tx._branches
     return tx, bp, bm
 

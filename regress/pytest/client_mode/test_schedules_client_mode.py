@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from checker.schedules import (Runner, Tally, full_set, named_schedules, run_many, sample,
                                three_sample)
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 from cotest import MariaServer, PgServer
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,8 +7,7 @@ import pytest
 from cotx import Coordinator, RetryableError, TransactionAborted
 from cotx.retry import backoff
 from cotest.coord import make_daemon, nothing_prepared
-
-from conftest import requires_mysql_co
+from cotest.marks import requires_mysql_co
 
 
 @pytest.fixture(scope="module")

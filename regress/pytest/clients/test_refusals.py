@@ -12,8 +12,7 @@ import pytest
 from cotx import PrepareRefused
 from cotx.refusals import KINDS, classify
 from cotest.servers import pg_co_installed
-
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 ROOT = Path(__file__).resolve().parents[3]
 

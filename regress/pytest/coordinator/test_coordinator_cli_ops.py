@@ -7,21 +7,15 @@ resource (`cotx_branch_failures_total`, the retry-storm runbook's metric)."""
 import json
 import sqlite3
 import subprocess
-import urllib.request
 
 import pytest
-from cotest.coord import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, metrics_text, nothing_prepared, wait_until
 from cotx import Coordinator
 from cotx.daemon import find_binary
-
 from cotest import free_port
-from test_coordinator_crash import Child, committed_both
+from cotest.transfers import Child, committed_both, committed_transfer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def tables(pg, mariadb):
-    pg.sql("CREATE TABLE IF NOT EXISTS crash(k text PRIMARY KEY, v int)")
-    mariadb.sql("CREATE TABLE IF NOT EXISTS crash(k varchar(64) PRIMARY KEY, v int) ENGINE=InnoDB")
+pytestmark = pytest.mark.usefixtures("crash_tables")
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +110,7 @@ def test_errors_are_said(d):
 
 
 def failures(d) -> dict[str, float]:
-    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        text = r.read().decode()
+    text = metrics_text(d)
     prefix = 'cotx_branch_failures_total{resource="'
     return {ln[len(prefix):].split('"', 1)[0]: float(ln.rsplit(" ", 1)[1])
             for ln in text.splitlines() if ln.startswith(prefix)}
@@ -145,54 +137,40 @@ def test_failed_branches_are_counted_by_resource(pg, mariadb, d):
     assert f"{tx.gtid}  state=aborted" in out and "Duplicate entry" in out, out
 
 
-def test_a_quarantined_record_is_listed_and_decided_with_force(pg, mariadb):
+def test_a_quarantined_record_is_listed_and_decided_with_force(pg, mariadb, daemons):
     """docs/ops.md, "A quarantined record": a commit record made unreadable is not taken
     for abort; `in-doubt` names it with the problem, `show` says it is quarantined, and
     `force GTID commit` (the other branches committed) has recovery commit its branches."""
-    d = make_daemon(pg, mariadb, timeouts={"owner_grace_ms": 600000}).start()
-    try:
-        ch = Child(d, pg, mariadb, "after_decision", "cli-quarantine")
-        d.kill9()
-        ch.kill9()
-        with sqlite3.connect(d.dir / "decisions.db") as db:
-            db.execute("UPDATE decisions SET outcome = 'comit' WHERE gtid = ?", (ch.gtid,))
-        d.timeouts["owner_grace_ms"] = 200
-        d.write_config()
-        d.start()
-        out = wait_until(lambda: "quarantined" in (r := d.cli("in-doubt")).stdout and r.stdout, what="quarantine")
-        assert "1 quarantined transaction(s): the decision record cannot be read; decide each with force" in out, out
-        assert f"  {ch.gtid}  problem: " in out and "comit" in out, out
-        r = d.cli("show", ch.gtid)
-        assert r.returncode == 1 and r.stderr.startswith("error: 503: ") and "quarantined" in r.stderr, r
-        ok(d.cli("force", ch.gtid, "commit", "--yes-i-know", "--operator", "tester", "--reason", "both branches prepared"))
-        wait_until(lambda: nothing_prepared(pg, mariadb), what="recovery to commit the branches")
-        assert committed_both(pg, mariadb, "cli-quarantine")
-        assert "quarantined" not in ok(d.cli("in-doubt"))
-        assert ch.gtid in ok(d.cli("audit"))
-    finally:
-        d.destroy()
+    d = daemons.start(pg, mariadb, timeouts={"owner_grace_ms": 600000})
+    ch = Child(d, pg, mariadb, "after_decision", "cli-quarantine")
+    d.kill9()
+    ch.kill9()
+    with sqlite3.connect(d.dir / "decisions.db") as db:
+        db.execute("UPDATE decisions SET outcome = 'comit' WHERE gtid = ?", (ch.gtid,))
+    d.timeouts["owner_grace_ms"] = 200
+    d.write_config()
+    d.start()
+    out = wait_until(lambda: "quarantined" in (r := d.cli("in-doubt")).stdout and r.stdout, what="quarantine")
+    assert "1 quarantined transaction(s): the decision record cannot be read; decide each with force" in out, out
+    assert f"  {ch.gtid}  problem: " in out and "comit" in out, out
+    r = d.cli("show", ch.gtid)
+    assert r.returncode == 1 and r.stderr.startswith("error: 503: ") and "quarantined" in r.stderr, r
+    ok(d.cli("force", ch.gtid, "commit", "--yes-i-know", "--operator", "tester", "--reason", "both branches prepared"))
+    wait_until(lambda: nothing_prepared(pg, mariadb), what="recovery to commit the branches")
+    assert committed_both(pg, mariadb, "cli-quarantine")
+    assert "quarantined" not in ok(d.cli("in-doubt"))
+    assert ch.gtid in ok(d.cli("audit"))
 
 
-def test_a_forgotten_outcome_as_the_runbook_shows_it(pg, mariadb):
+def test_a_forgotten_outcome_as_the_runbook_shows_it(pg, mariadb, daemons):
     """docs/ops.md, "`outcome_forgotten` (410)": after the retention, `show` says 410
     outcome_forgotten (not abort), `in-doubt` lists nothing of it, and `force` refuses it."""
-    d = make_daemon(pg, mariadb, timeouts={"retention_ms": 0, "outcome_retention_ms": 1000,
-                                           "recovery_interval_ms": 500}).start()
-    try:
-        coord = Coordinator(d.url, d.token)
-        with pg.connect() as pc:
-            mc = mariadb.connect()
-            with coord.transaction() as tx:
-                with tx.branch(pc, "pg"):
-                    pc.execute("INSERT INTO crash VALUES ('cli-forgotten', 1)")
-                with tx.branch(mc, "my"):
-                    mc.cursor().execute("INSERT INTO crash VALUES ('cli-forgotten', 1)")
-            mc.close()
-        assert tx.outcome == "commit"
-        r = wait_until(lambda: (r := d.cli("show", tx.gtid)).returncode == 1 and r, timeout=30, what="the purge")
-        assert r.stderr.startswith("error: 410: ") and "outcome_forgotten" in r.stderr, r.stderr
-        assert tx.gtid not in ok(d.cli("in-doubt"))
-        r = d.cli("force", tx.gtid, "commit", "--yes-i-know", "--operator", "tester", "--reason", "r")
-        assert r.returncode == 1 and r.stderr.startswith("error: 4"), r
-    finally:
-        d.destroy()
+    d = daemons.start(pg, mariadb, timeouts={"retention_ms": 0, "outcome_retention_ms": 1000,
+                                             "recovery_interval_ms": 500})
+    tx = committed_transfer(d, pg, mariadb, "cli-forgotten")
+    assert tx.outcome == "commit"
+    r = wait_until(lambda: (r := d.cli("show", tx.gtid)).returncode == 1 and r, timeout=30, what="the purge")
+    assert r.stderr.startswith("error: 410: ") and "outcome_forgotten" in r.stderr, r.stderr
+    assert tx.gtid not in ok(d.cli("in-doubt"))
+    r = d.cli("force", tx.gtid, "commit", "--yes-i-know", "--operator", "tester", "--reason", "r")
+    assert r.returncode == 1 and r.stderr.startswith("error: 4"), r

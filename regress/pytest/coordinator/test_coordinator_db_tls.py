@@ -16,8 +16,7 @@ from cotest.servers import _chown
 from cotx import Coordinator
 from cotest.coord import wait_until
 from cotx.daemon import Daemon
-
-from test_coordinator_crash import CHILD
+from cotest.transfers import CHILD
 
 
 @pytest.fixture(scope="module")
@@ -137,38 +136,35 @@ def test_plain_connections_are_refused(pg, mariadb, certs):
         d.destroy()
 
 
-def test_verify_full_commits_and_recovers(pg, mariadb, certs):
-    d = daemon(pg, mariadb, tls_pg=verify_full(certs), tls_my=verify_full(certs), tls_store=verify_full(certs),
-               timeouts={"owner_grace_ms": 600000}).start()
-    try:
-        coord = Coordinator(d.url, d.token)
-        pc = pg.connect(sslmode="require")
-        mc = mariadb.connect(ssl={"ca": str(certs / "ca.pem")})
-        with coord.transaction() as tx:
-            with tx.branch(pc, "pg"):
-                pc.execute("INSERT INTO crash VALUES ('tls-1', 1)")
-            with tx.branch(mc, "my"):
-                mc.cursor().execute("INSERT INTO crash VALUES ('tls-1', 1)")
-        assert tx.outcome == "commit"
-        pc.close()
-        mc.close()
-        assert committed(pg, mariadb, "tls-1")
-        # The daemon's own connections are encrypted (pg_stat_ssl of its sessions).
-        rows = pg.sql("SELECT bool_and(s.ssl), count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-                      "WHERE a.application_name LIKE 'cotx-coordinator%' OR a.datname = 'cotx_log' AND a.pid <> pg_backend_pid()")
-        assert rows[0][0] is True and rows[0][1] >= 1, rows
-        # Killed after the decision, before any branch is finished: the restarted daemon
-        # finishes both over TLS from the record in the store.
-        ch = TlsChild(d, pg, mariadb, certs, "tls-2")
-        d.kill9()
-        ch.kill9()
-        d.timeouts["owner_grace_ms"] = 200
-        d.write_config()
-        d.start()
-        wait_until(lambda: nothing_prepared_tls(pg, mariadb), what="recovery over TLS")
-        assert committed(pg, mariadb, "tls-2")
-    finally:
-        d.destroy()
+def test_verify_full_commits_and_recovers(pg, mariadb, certs, daemons):
+    d = daemons(daemon(pg, mariadb, tls_pg=verify_full(certs), tls_my=verify_full(certs), tls_store=verify_full(certs),
+               timeouts={"owner_grace_ms": 600000})).start()
+    coord = Coordinator(d.url, d.token)
+    pc = pg.connect(sslmode="require")
+    mc = mariadb.connect(ssl={"ca": str(certs / "ca.pem")})
+    with coord.transaction() as tx:
+        with tx.branch(pc, "pg"):
+            pc.execute("INSERT INTO crash VALUES ('tls-1', 1)")
+        with tx.branch(mc, "my"):
+            mc.cursor().execute("INSERT INTO crash VALUES ('tls-1', 1)")
+    assert tx.outcome == "commit"
+    pc.close()
+    mc.close()
+    assert committed(pg, mariadb, "tls-1")
+    # The daemon's own connections are encrypted (pg_stat_ssl of its sessions).
+    rows = pg.sql("SELECT bool_and(s.ssl), count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+                  "WHERE a.application_name LIKE 'cotx-coordinator%' OR a.datname = 'cotx_log' AND a.pid <> pg_backend_pid()")
+    assert rows[0][0] is True and rows[0][1] >= 1, rows
+    # Killed after the decision, before any branch is finished: the restarted daemon
+    # finishes both over TLS from the record in the store.
+    ch = TlsChild(d, pg, mariadb, certs, "tls-2")
+    d.kill9()
+    ch.kill9()
+    d.timeouts["owner_grace_ms"] = 200
+    d.write_config()
+    d.start()
+    wait_until(lambda: nothing_prepared_tls(pg, mariadb), what="recovery over TLS")
+    assert committed(pg, mariadb, "tls-2")
 
 
 def test_wrong_ca_is_refused(pg, mariadb, certs):

@@ -17,8 +17,7 @@ import pytest
 from cotest import PgReplicaPair
 from cotx import Coordinator, TransactionAborted
 from cotest.coord import make_daemon, nothing_prepared, wait_until
-
-from test_coordinator_crash import Child, committed_both  # noqa: F401
+from cotest.transfers import Child, committed_both  # noqa: F401
 
 TABLE = "cotx_decisions_fo"
 
@@ -30,10 +29,7 @@ def store():
         yield pair
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tables(pg, mariadb):
-    pg.sql("CREATE TABLE IF NOT EXISTS crash(k text PRIMARY KEY, v int)")
-    mariadb.sql("CREATE TABLE IF NOT EXISTS crash(k varchar(64) PRIMARY KEY, v int) ENGINE=InnoDB")
+pytestmark = pytest.mark.usefixtures("crash_tables")
 
 
 def store_records(store) -> set:

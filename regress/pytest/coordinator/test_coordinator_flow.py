@@ -5,8 +5,7 @@ import threading
 
 import psycopg
 import pytest
-from cotest.coord import make_daemon, nothing_prepared, pg_prepared, wait_until
-
+from cotest.coord import make_daemon, metrics_text, nothing_prepared, pg_prepared, wait_until
 from cotx import Coordinator, CoordinatorError, PrepareRefused, RetryableError
 
 
@@ -296,8 +295,7 @@ def test_timeout_aborts_and_late_prepare_is_rolled_back(pg, mariadb, coord):
 
 def test_metrics_and_openapi(daemon, coord):
     import urllib.request
-    req = urllib.request.Request(daemon.url + "/metrics", headers={"Authorization": f"Bearer {daemon.token}"})
-    text = urllib.request.urlopen(req, timeout=5).read().decode()
+    text = metrics_text(daemon)
     for name in ["cotx_transactions_total{outcome=\"commit\"}", "cotx_decision_seconds_bucket", "cotx_in_doubt",
                  "cotx_recovery_actions_total"]:
         assert name in text

@@ -37,20 +37,17 @@ def one_transaction(d, pg):
     return gtid
 
 
-def test_json_log_lines_carry_the_gtid_with_the_trace_id(pg, mariadb):
-    d = make_daemon(pg, mariadb, log={"format": "json"}).start()
-    try:
-        gtid = one_transaction(d, pg)
-        wait_until(lambda: not pg_prepared(pg), what="the branch committed")
-        d.stop()
-        lines = [json.loads(x) for x in d.log_file.read_text().splitlines()]  # every line is JSON
-        assert any(x["message"] == "listening" and x["node_id"] == d.node_id for x in lines), lines[:3]
-        traced = [x for x in lines if x.get("trace_id") == TRACE]
-        assert {x["path"] for x in traced} == {"/v1/transactions", f"/v1/transactions/{gtid}/commit"}, traced
-        assert [x["status"] for x in traced if x.get("gtid") == gtid] == [200], traced
-        assert all(x["traceparent"] == TRACEPARENT and x["level"] == "INFO" for x in traced)
-    finally:
-        d.destroy()
+def test_json_log_lines_carry_the_gtid_with_the_trace_id(pg, mariadb, daemons):
+    d = daemons.start(pg, mariadb, log={"format": "json"})
+    gtid = one_transaction(d, pg)
+    wait_until(lambda: not pg_prepared(pg), what="the branch committed")
+    d.stop()
+    lines = [json.loads(x) for x in d.log_file.read_text().splitlines()]  # every line is JSON
+    assert any(x["message"] == "listening" and x["node_id"] == d.node_id for x in lines), lines[:3]
+    traced = [x for x in lines if x.get("trace_id") == TRACE]
+    assert {x["path"] for x in traced} == {"/v1/transactions", f"/v1/transactions/{gtid}/commit"}, traced
+    assert [x["status"] for x in traced if x.get("gtid") == gtid] == [200], traced
+    assert all(x["traceparent"] == TRACEPARENT and x["level"] == "INFO" for x in traced)
 
 
 def test_text_log_lines_by_default_and_a_bad_format_is_refused(pg, mariadb):
@@ -74,28 +71,22 @@ def test_text_log_lines_by_default_and_a_bad_format_is_refused(pg, mariadb):
         d.destroy()
 
 
-def test_the_environment_overrides_the_config(pg, mariadb, monkeypatch):
+def test_the_environment_overrides_the_config(pg, mariadb, monkeypatch, daemons):
     """COTX_LOG_FORMAT (= serve --log-format) wins over [log] format."""
     monkeypatch.setenv("COTX_LOG_FORMAT", "text")
-    d = make_daemon(pg, mariadb, log={"format": "json"}).start()
-    try:
-        d.stop()
-        lines = d.log_file.read_text().splitlines()
-        assert lines and not any(x.startswith("{") for x in lines), lines
-    finally:
-        d.destroy()
+    d = daemons.start(pg, mariadb, log={"format": "json"})
+    d.stop()
+    lines = d.log_file.read_text().splitlines()
+    assert lines and not any(x.startswith("{") for x in lines), lines
 
 
-def test_driver_errors_are_logged_with_the_sqlstate_as_a_field(pg, mariadb):
+def test_driver_errors_are_logged_with_the_sqlstate_as_a_field(pg, mariadb, daemons):
     from cotx.daemon import Daemon
-    d = Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=nope")}]).start()
-    try:
-        def found():
-            lines = [json.loads(x) for x in d.log_file.read_text().splitlines()]
-            return [x for x in lines if x.get("sqlstate") == "3D000" and x.get("resource") == "pg"]
-        wait_until(found, what="a log line with sqlstate 3D000 and resource pg")
-    finally:
-        d.destroy()
+    d = daemons(Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=nope")}])).start()
+    def found():
+        lines = [json.loads(x) for x in d.log_file.read_text().splitlines()]
+        return [x for x in lines if x.get("sqlstate") == "3D000" and x.get("resource") == "pg"]
+    wait_until(found, what="a log line with sqlstate 3D000 and resource pg")
 
 
 class Collector(http.server.ThreadingHTTPServer):

@@ -3,23 +3,15 @@ incident, never "finished by its owner" (the coordinator-safety suite's defect 6
 module of its own because it restarts MariaDB)."""
 import pytest
 from cotx import Coordinator
-from cotest.coord import make_daemon, nothing_prepared, wait_until
+from cotest.coord import nothing_prepared, wait_until
+from cotest.transfers import Child
 
-from test_coordinator_crash import Child
-
-
-@pytest.fixture(scope="module", autouse=True)
-def tables(pg, mariadb):
-    pg.sql("CREATE TABLE IF NOT EXISTS crash(k text PRIMARY KEY, v int)")
-    mariadb.sql("CREATE TABLE IF NOT EXISTS crash(k varchar(64) PRIMARY KEY, v int) ENGINE=InnoDB")
+pytestmark = pytest.mark.usefixtures("crash_tables")
 
 
-def test_read_only_branch_lost_in_a_mariadb_crash_is_an_incident(pg, mariadb):
-    d = make_daemon(pg, mariadb, timeouts={"owner_grace_ms": 1500}).start()
-    try:
-        _lost_in_crash(pg, mariadb, d)
-    finally:
-        d.destroy()
+def test_read_only_branch_lost_in_a_mariadb_crash_is_an_incident(pg, mariadb, daemons):
+    d = daemons.start(pg, mariadb, timeouts={"owner_grace_ms": 1500})
+    _lost_in_crash(pg, mariadb, d)
 
 
 def _lost_in_crash(pg, mariadb, d):

@@ -7,51 +7,34 @@ import time
 
 import pytest
 from cotx import Coordinator
-from cotest.coord import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, metric, nothing_prepared, shared_store, wait_until
+from cotest.transfers import Child, committed_both, committed_transfer
 
-from test_coordinator_crash import Child, committed_both
-
-
-@pytest.fixture(scope="module", autouse=True)
-def tables(pg, mariadb):
-    pg.sql("CREATE TABLE IF NOT EXISTS crash(k text PRIMARY KEY, v int)")
-    mariadb.sql("CREATE TABLE IF NOT EXISTS crash(k varchar(64) PRIMARY KEY, v int) ENGINE=InnoDB")
-    pg.sql("CREATE DATABASE cotx_log")
+pytestmark = pytest.mark.usefixtures("crash_tables", "store_db")
 
 
 def records(pg):
     return [r[0] for r in pg.sql("SELECT gtid FROM cotx_decisions_t WHERE finished_ms IS NULL", dbname="cotx_log")]
 
 
-def test_pg_store_commit_crash_and_recover(pg, mariadb):
-    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "cotx_decisions_t"}
-    d = make_daemon(pg, mariadb, store=store, timeouts={"owner_grace_ms": 600000}).start()
-    try:
-        # Normal commit through the PostgreSQL store.
-        coord = Coordinator(d.url, d.token)
-        with pg.connect() as pc:
-            mc = mariadb.connect()
-            with coord.transaction() as tx:
-                with tx.branch(pc, "pg"):
-                    pc.execute("INSERT INTO crash VALUES ('pgstore-1', 1)")
-                with tx.branch(mc, "my"):
-                    mc.cursor().execute("INSERT INTO crash VALUES ('pgstore-1', 1)")
-            mc.close()
-        assert committed_both(pg, mariadb, "pgstore-1")
-        wait_until(lambda: tx.gtid not in records(pg), what="record marked finished after owners finished")
-        # Crash after the decision, before any branch is finished.
-        ch = Child(d, pg, mariadb, "after_decision", "pgstore-2")
-        assert ch.gtid in records(pg)
-        d.kill9()
-        ch.kill9()
-        d.timeouts["owner_grace_ms"] = 200
-        d.write_config()
-        d.start()
-        wait_until(lambda: nothing_prepared(pg, mariadb), what="recovery from the PostgreSQL store")
-        assert committed_both(pg, mariadb, "pgstore-2")
-        wait_until(lambda: ch.gtid not in records(pg), what="record marked finished")
-    finally:
-        d.destroy()
+def test_pg_store_commit_crash_and_recover(pg, mariadb, daemons):
+    store = shared_store(pg, "cotx_decisions_t")
+    d = daemons.start(pg, mariadb, store=store, timeouts={"owner_grace_ms": 600000})
+    # Normal commit through the PostgreSQL store.
+    tx = committed_transfer(d, pg, mariadb, "pgstore-1")
+    assert committed_both(pg, mariadb, "pgstore-1")
+    wait_until(lambda: tx.gtid not in records(pg), what="record marked finished after owners finished")
+    # Crash after the decision, before any branch is finished.
+    ch = Child(d, pg, mariadb, "after_decision", "pgstore-2")
+    assert ch.gtid in records(pg)
+    d.kill9()
+    ch.kill9()
+    d.timeouts["owner_grace_ms"] = 200
+    d.write_config()
+    d.start()
+    wait_until(lambda: nothing_prepared(pg, mariadb), what="recovery from the PostgreSQL store")
+    assert committed_both(pg, mariadb, "pgstore-2")
+    wait_until(lambda: ch.gtid not in records(pg), what="record marked finished")
 
 
 def test_connecting_takes_no_lock_on_a_busy_store(pg, mariadb):
@@ -61,7 +44,7 @@ def test_connecting_takes_no_lock_on_a_busy_store(pg, mariadb):
     daemon's decision whose commit waits for a synchronous standby during a failover — and
     every later reader and writer of the table queued behind it: the store stopped for all
     daemons until that standby came back (the failover test hung this way)."""
-    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "cotx_decisions_t"}
+    store = shared_store(pg, "cotx_decisions_t")
     first = make_daemon(pg, mariadb, store=store, node_id="busy1").start()   # schema made
     first.destroy()
     with pg.connect(dbname="cotx_log", autocommit=False) as holder:
@@ -98,15 +81,10 @@ def test_a_daemon_whose_clock_runs_slow_says_so(pg, mariadb, monkeypatch):
     exported (cotx_clock_rate), the skew logged once, and CotxClockSkewed alerts on it
     (deploy/prometheus). A daemon in step shows 1."""
     import json
-    import urllib.request
-    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "cotx_clock_t"}
+    store = shared_store(pg, "cotx_clock_t")
 
     def rate(d):
-        req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("cotx_clock_rate "):
-                    return float(line.split()[1])
+        return metric(d, "cotx_clock_rate")
 
     lease = {"ttl_ms": 1500, "renew_ms": 300}
     with make_daemon(pg, mariadb, store=store, lease=lease) as d:

@@ -5,7 +5,6 @@ paused daemon that wakes up after the takeover, force when the audit cannot be w
 read-only MariaDB branch lost in a crash, the client when the daemon or the database dies
 around the decision, slow and greedy clients, two databases of one server, a removed
 resource. Each test failed on the coordinator before the fix it checks."""
-import json
 import os
 import signal
 import socket
@@ -17,51 +16,15 @@ import psycopg
 import pytest
 from cotx import Coordinator, CotxError, client as cl
 from cotx.daemon import Daemon
-from cotest.coord import make_daemon, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import api, make_daemon, metric, my_prepared, nothing_prepared, peers, pg_prepared, shared_store, wait_until
+from cotest.transfers import Child, absent_both, committed_both
 
-from test_coordinator_crash import Child, absent_both, committed_both  # noqa: F401
+pytestmark = pytest.mark.usefixtures("crash_tables", "store_db")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def tables(pg, mariadb):
-    pg.sql("CREATE TABLE IF NOT EXISTS crash(k text PRIMARY KEY, v int)")
-    mariadb.sql("CREATE TABLE IF NOT EXISTS crash(k varchar(64) PRIMARY KEY, v int) ENGINE=InnoDB")
-    pg.sql("CREATE DATABASE cotx_log")
+def other_db(pg):
     pg.sql("CREATE DATABASE other")
-
-
-@pytest.fixture
-def daemons():
-    made = []
-
-    def add(d):
-        made.append(d)
-        return d
-    yield add
-    for d in made:
-        if d.proc and d.proc.poll() is None and getattr(d, "stopped", False):
-            os.kill(d.proc.pid, signal.SIGCONT)
-        d.destroy()
-
-
-def metric(d, name):
-    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-    with urllib.request.urlopen(req, timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return None
-
-
-def api(d, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(d.url + path, data=data, method=method,
-                                 headers={"Authorization": f"Bearer {d.token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
 
 
 def answers(d) -> bool:
@@ -73,30 +36,17 @@ def answers(d) -> bool:
         return False
 
 
-def shared_store(pg, table):
-    return {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": table}
-
-
-def peers(pg, mariadb, daemons, table, names, **kw):
-    """Daemons of one deployment: a shared store, one token, each its own node id."""
-    ds = [daemons(make_daemon(pg, mariadb, node_id=n, store=shared_store(pg, table), **kw)) for n in names]
-    for d in ds[1:]:
-        d.token = ds[0].token
-        d.write_config()
-    return ds
-
-
 # --- 1. one node id, two daemons ------------------------------------------------------
 
 def test_second_daemon_with_the_same_node_id_is_refused(pg, mariadb, daemons):
-    a = daemons(make_daemon(pg, mariadb, node_id="dup1")).start()
+    a = daemons.start(pg, mariadb, node_id="dup1")
     b = daemons(make_daemon(pg, mariadb, node_id="dup1"))   # its own store, same databases
     with pytest.raises(RuntimeError) as e:
         b.start()
     assert "another daemon acts as node dup1" in str(e.value)
     # The same with a shared store: refused by the store's lease.
     s = shared_store(pg, "dup_t")
-    c = daemons(make_daemon(pg, mariadb, node_id="dup2", store=s)).start()
+    c = daemons.start(pg, mariadb, node_id="dup2", store=s)
     d = daemons(make_daemon(pg, mariadb, node_id="dup2", store=s, lease={"ttl_ms": 1000, "renew_ms": 250}))
     with pytest.raises(RuntimeError) as e:
         d.start()
@@ -107,12 +57,12 @@ def test_second_daemon_with_the_same_node_id_is_refused(pg, mariadb, daemons):
 def test_same_node_id_with_another_store_leaves_the_branches_alone(pg, mariadb, daemons):
     """Daemon A decided commit and died before finishing; a second deployment with the same
     node id and its own store starts: it must not roll back what it never began."""
-    a = daemons(make_daemon(pg, mariadb, node_id="dup3", timeouts={"owner_grace_ms": 600000})).start()
+    a = daemons.start(pg, mariadb, node_id="dup3", timeouts={"owner_grace_ms": 600000})
     ch = Child(a, pg, mariadb, "after_decision", "dup3-1")
     assert ch.what == "commit"
     a.kill9()
     ch.kill9()
-    b = daemons(make_daemon(pg, mariadb, node_id="dup3")).start()
+    b = daemons.start(pg, mariadb, node_id="dup3")
     wait_until(lambda: (metric(b, "cotx_recovery_runs_total") or 0) >= 3, what="three recovery passes of B")
     assert len([g for g in pg_prepared(pg) if ch.gtid in g]) == 1, "B rolled back A's committed PostgreSQL branch"
     assert len(my_prepared(mariadb)) == 1
@@ -128,7 +78,7 @@ def test_same_node_id_with_another_store_leaves_the_branches_alone(pg, mariadb, 
 # --- 2. a corrupt decision record -------------------------------------------------------
 
 def test_corrupt_record_is_quarantined_not_aborted(pg, mariadb, daemons):
-    d = daemons(make_daemon(pg, mariadb, timeouts={"owner_grace_ms": 600000})).start()
+    d = daemons.start(pg, mariadb, timeouts={"owner_grace_ms": 600000})
     ch1 = Child(d, pg, mariadb, "after_decision", "corrupt-outcome")
     ch2 = Child(d, pg, mariadb, "after_decision", "corrupt-branches")
     d.kill9()
@@ -300,7 +250,7 @@ def test_paused_daemon_loses_to_the_takeover(pg, mariadb, daemons):
 
 def test_force_does_nothing_when_the_audit_cannot_be_written(pg, mariadb, daemons):
     s = shared_store(pg, "audit_t")
-    d = daemons(make_daemon(pg, mariadb, store=s)).start()
+    d = daemons.start(pg, mariadb, store=s)
     pg.sql("ALTER TABLE audit_t_audit ADD CONSTRAINT no_more CHECK (false) NOT VALID", dbname="cotx_log")
     c = Coordinator(d.url, d.token)
     gtid = c.begin()
@@ -317,7 +267,7 @@ def test_force_does_nothing_when_the_audit_cannot_be_written(pg, mariadb, daemon
 # --- 7. the client's errors -----------------------------------------------------------------
 
 def test_client_errors_are_typed_when_the_daemon_dies(pg, mariadb, daemons):
-    d = daemons(make_daemon(pg, mariadb)).start()
+    d = daemons.start(pg, mariadb)
     c = Coordinator(d.url, d.token, decision_timeout=1.0)
     pc, mc = pg.connect(), mariadb.connect()
     with pytest.raises(CotxError):
@@ -336,7 +286,7 @@ def test_client_errors_are_typed_when_the_daemon_dies(pg, mariadb, daemons):
 
 
 def test_database_error_after_the_decision_is_not_the_applications(pg, mariadb, daemons, monkeypatch):
-    d = daemons(make_daemon(pg, mariadb, timeouts={"owner_grace_ms": 300})).start()
+    d = daemons.start(pg, mariadb, timeouts={"owner_grace_ms": 300})
     c = Coordinator(d.url, d.token)
     pc = pg.connect()
     pid = pc.execute("SELECT pg_backend_pid()").fetchone()[0]
@@ -428,7 +378,7 @@ def test_driver_errors_are_logged_with_sqlstate(pg, mariadb, daemons):
 
 
 def test_removed_resource_is_reported(pg, mariadb, daemons):
-    d = daemons(make_daemon(pg, mariadb, timeouts={"owner_grace_ms": 600000})).start()
+    d = daemons.start(pg, mariadb, timeouts={"owner_grace_ms": 600000})
     ch = Child(d, pg, mariadb, "after_decision", "removed-1")
     d.kill9()
     ch.kill9()

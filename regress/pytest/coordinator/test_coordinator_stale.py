@@ -15,11 +15,12 @@ import threading
 import time
 
 import psycopg
+import pytest
 from cotx import Coordinator
-from cotest.coord import make_daemon, nothing_prepared, wait_until
+from cotest.coord import api, make_daemon, metric, nothing_prepared, peers, wait_until
+from cotest.transfers import absent_both, committed_both, transfer
 
-from test_coordinator_crash import absent_both, committed_both  # noqa: F401
-from test_coordinator_safety import api, daemons, metric, peers, shared_store, tables  # noqa: F401
+pytestmark = pytest.mark.usefixtures("crash_tables", "store_db")
 
 LEASE = {"ttl_ms": 1500, "renew_ms": 300}
 
@@ -29,17 +30,6 @@ def store_sql(pg, sql, *args):
     with psycopg.connect(dsn, autocommit=True) as c:
         cur = c.execute(sql, args or None)
         return cur.fetchall() if cur.description else None
-
-
-def transfer(d, pg, mariadb, key):
-    """A transfer on daemon d, its branches run, not prepared: (tx, sessions)."""
-    tx = Coordinator(d.url, d.token).transaction()
-    pc, mc = pg.connect(), mariadb.connect()
-    with tx.branch(pc, "pg"):
-        pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
-    with tx.branch(mc, "my"):
-        mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
-    return tx, (pc, mc)
 
 
 def prepared_transfer(d, pg, mariadb, key):

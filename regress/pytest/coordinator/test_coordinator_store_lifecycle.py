@@ -21,10 +21,10 @@ import psycopg
 import pytest
 from cotx import Coordinator, CotxError
 from cotest.coord import make_daemon, my_prepared, nothing_prepared, wait_until
+from cotest.coord import metric
+from cotest.transfers import committed_both, transfer
 
-from test_coordinator_crash import committed_both, tables  # noqa: F401
-from test_coordinator_safety import metric
-from test_coordinator_stale import transfer
+pytestmark = pytest.mark.usefixtures("crash_tables")
 
 STORE_0_1_0 = Path(__file__).resolve().parents[3] / "coordinator-daemon" / "tests" / "store-0.1.0"
 

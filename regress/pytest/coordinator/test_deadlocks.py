@@ -13,11 +13,10 @@ import time
 
 import pytest
 from cotest import MariaServer, PgServer
-from cotest.coord import wait_until
+from cotest.coord import metric, wait_until
 from cotx import Coordinator, RetryableError
 from cotx.daemon import Daemon
 
-from test_coordinator_safety import metric
 
 # Far below what the engines' defaults give (50 s, or forever), far above the detector's
 # 0.5 s + 0.5 s: a loaded two-core machine must not make it fail.

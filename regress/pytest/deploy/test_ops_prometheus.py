@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cotx.daemon import Daemon, find_binary
-from cotest.coord import wait_until
-
+from cotest.coord import metrics_text, wait_until
 from cotest import free_port
 from cotx import Coordinator
 
@@ -85,9 +84,7 @@ def test_dashboard_uses_only_exported_metrics():
 
 def _sample_metrics() -> str:
     with Daemon([]) as d:
-        req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.read().decode()
+        return metrics_text(d)
 
 
 def test_production_config_passes_check_config(tmp_path):

@@ -8,10 +8,10 @@ import time
 import psycopg
 import pytest
 from psycopg import errors
-
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 from cotest import PgServer
 from cotest.servers import ServerError
+
 
 # Every test runs on each PostgreSQL major (conftest.pg_major).
 pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
@@ -200,21 +200,11 @@ def test_check_to_prepare_race_is_closed_by_marker(skip_marker):
                 s.sql(f"ROLLBACK PREPARED '{gid}'")
 
 
-def tiny_ssi_pool(pg_major) -> dict:
-    """Server settings that make PostgreSQL's pool of serializable transactions small
-    ((backend slots + prepared) x 10): a few hundred commits make it summarize."""
-    conf = {"max_connections": 4, "max_prepared_transactions": 2, "max_wal_senders": 0,
-            "max_worker_processes": 1, "autovacuum_max_workers": 1, "autovacuum": "off"}
-    if pg_major >= 18:  # the pool is sized by backend slots; 18 reserves 16 for autovacuum
-        conf["autovacuum_worker_slots"] = 1
-    return conf
-
-
 @pytest.mark.parametrize("pg_co_on", [False, True])
-def test_summarized_conflicts_refuse_prepare(pg_co_on, pg_major):
+def test_summarized_conflicts_refuse_prepare(pg_co_on, tiny_ssi_pool):
     """A tiny SSI pool makes PostgreSQL fold committed transactions (and T's out-edges to
     them) into a summary. pg_co cannot see those edges any more: it refuses T's prepare."""
-    with PgServer(conf=tiny_ssi_pool(pg_major)) as s:
+    with PgServer(conf=tiny_ssi_pool) as s:
         s.sql("CREATE TABLE k (id int PRIMARY KEY, v int)")
         s.sql("INSERT INTO k SELECT g, 0 FROM generate_series(1, 400) g")
         t = begin(s, pg_co_on)

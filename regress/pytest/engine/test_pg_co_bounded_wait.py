@@ -9,8 +9,7 @@ import time
 import psycopg
 import pytest
 from psycopg import errors
-
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 
 pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
 

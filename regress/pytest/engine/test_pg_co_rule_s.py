@@ -8,10 +8,8 @@ commit; pg_co's rule S refuses the writer's COMMIT; observe-only counts and logs
 refusal and lets it commit. Cause and code: docs/pg_co.md, "Rule S"."""
 import psycopg
 import pytest
-
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 from cotest import PgServer
-from test_pg_co import tiny_ssi_pool
 
 pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
 
@@ -20,8 +18,8 @@ UPSERT = ("INSERT INTO {t} AS t (id, sk, val) VALUES (1, 1, %s) "
 
 
 @pytest.fixture(scope="module")
-def server(pg_major):
-    with PgServer(conf=tiny_ssi_pool(pg_major)) as s:
+def server(tiny_ssi_pool):
+    with PgServer(conf=tiny_ssi_pool) as s:
         s.sql("CREATE EXTENSION pg_co")
         yield s
 

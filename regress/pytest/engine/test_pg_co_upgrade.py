@@ -7,8 +7,7 @@ import difflib
 
 import pytest
 from cotest import PgServer
-
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 
 pytestmark = [requires_pg_co, pytest.mark.usefixtures("pg_major")]
 

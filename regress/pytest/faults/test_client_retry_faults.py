@@ -12,7 +12,6 @@ rules say (clients/retry-rules.json), on real servers and the real daemon:
 
 The table's rows themselves: test_client_retry_rules.py."""
 from __future__ import annotations
-
 import collections
 import os
 import random
@@ -23,43 +22,16 @@ import time
 import pytest
 from cotest import PgServer
 from cotest.coord import make_daemon, nothing_prepared, pg_prepared, wait_until
+from cotest.transfers import reset_accounts, run_withdrawal, withdrawal
 from cotx import Coordinator
 from cotx.daemon import Daemon
 from cotx.errors import CoordinatorError
 
 
-@pytest.fixture(scope="module")
-def tables(pg, mariadb):
-    pg.sql("DROP TABLE IF EXISTS wd_acct; CREATE TABLE wd_acct(u int PRIMARY KEY, bal int NOT NULL)")
-    mariadb.sql("DROP TABLE IF EXISTS wd_log")
-    mariadb.sql("CREATE TABLE wd_log(id varchar(64) PRIMARY KEY, u int NOT NULL, amt int NOT NULL) ENGINE=InnoDB")
-
-
-def reset(pg, mariadb, users, balance):
-    pg.sql("DELETE FROM wd_acct")
-    for u in range(users):
-        pg.sql("INSERT INTO wd_acct VALUES (%s, %s)", (u, balance))
-    mariadb.sql("DELETE FROM wd_log")
-
-
-def withdrawal(pc, mc, wid, u, amt):
-    """fn(tx) of one withdrawal: savings on PostgreSQL, the ledger on MariaDB."""
-    def fn(tx):
-        with tx.branch(pc, "pg"):
-            bal = pc.execute("SELECT bal FROM wd_acct WHERE u = %s", (u,)).fetchone()[0]
-            if bal < amt:
-                return "declined"
-            pc.execute("UPDATE wd_acct SET bal = bal - %s WHERE u = %s", (amt, u))
-        with tx.branch(mc, "my"):
-            mc.cursor().execute("INSERT INTO wd_log VALUES (%s, %s, %s)", (wid, u, amt))
-        return "done"
-    return fn
-
-
-def test_a_begin_refused_with_429_is_run_again(pg, mariadb, tables):
+def test_a_begin_refused_with_429_is_run_again(pg, mariadb, withdrawal_tables):
     """limits.max_active = 1 and another transaction undecided: the begin is refused with
     429 too_many_transactions (Retry-After: 1); run() waits, the other ends, it commits."""
-    reset(pg, mariadb, 1, 100)
+    reset_accounts(pg, mariadb, 1, 100)
     with make_daemon(pg, mariadb, limits={"max_active": 1}) as d:
         coord = Coordinator(d.url, d.token)
         other = coord.begin()
@@ -106,11 +78,11 @@ def test_a_begin_refused_with_503_is_run_again():
         assert bare.sql("SELECT k FROM t") == [(1,)]
 
 
-def test_a_begin_refused_goes_to_another_daemon_of_the_deployment(pg, mariadb, tables):
+def test_a_begin_refused_goes_to_another_daemon_of_the_deployment(pg, mariadb, withdrawal_tables):
     """Two daemons on one PostgreSQL store, the client given both URLs: the first refuses
     the begin (429, full), the second takes it at once (no wait); the rest of the
     transaction follows it there (421)."""
-    reset(pg, mariadb, 1, 100)
+    reset_accounts(pg, mariadb, 1, 100)
     if not pg.sql("SELECT 1 FROM pg_database WHERE datname = 'retry_log'"):
         pg.sql("CREATE DATABASE retry_log")
     store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=retry_log"), "table": "multi_t"}
@@ -143,11 +115,11 @@ class Paused:
         self.pids = []
 
 
-def test_a_daemon_whose_lease_lapsed_is_ridden_through(pg, mariadb, tables):
+def test_a_daemon_whose_lease_lapsed_is_ridden_through(pg, mariadb, withdrawal_tables):
     """The daemon's decision store (PostgreSQL) stops answering past the lease's validity:
     the daemon refuses new work with 503 lease_unconfirmed. run() waits Retry-After (the
     store comes back during the first wait) and commits once the lease is renewed."""
-    reset(pg, mariadb, 1, 100)
+    reset_accounts(pg, mariadb, 1, 100)
     with PgServer(preload=False) as store_srv:
         store = {"kind": "postgres", "dsn": store_srv.dsn, "table": "lease_t"}
         with make_daemon(pg, mariadb, store=store, lease={"ttl_ms": 1000, "renew_ms": 250}) as d:
@@ -182,28 +154,21 @@ def load_daemon(pg, mariadb):
     d.destroy()
 
 
-def test_kill9_of_the_daemon_under_load_every_withdrawal_is_done_or_declined(pg, mariadb, tables, load_daemon):
+def test_kill9_of_the_daemon_under_load_every_withdrawal_is_done_or_declined(pg, mariadb, withdrawal_tables, load_daemon):
     """Four clients, each running withdrawals through coord.run in a thread per request (as
     a threaded web service does); the daemon is killed with kill -9 and restarted three
     times meanwhile. Every withdrawal ends done or declined (run() ran again what was
     aborted by the crash or refused while the daemon restarted), the money is conserved,
     and nothing stays prepared."""
     users, balance = 6, 400
-    reset(pg, mariadb, users, balance)
+    reset_accounts(pg, mariadb, users, balance)
     d = load_daemon
     coord = Coordinator(d.url, d.token, decision_timeout=60)
     results, stop, seq, retried = {}, threading.Event(), iter(range(10**6)), []
 
     def request(wid, u, amt):
-        pc, mc = pg.connect(), mariadb.connect()
-        try:
-            results[wid] = coord.run(withdrawal(pc, mc, wid, u, amt), retries=30, max_wait=60,
-                                     on_retry=lambda n, e, s: retried.append(type(e).__name__))
-        except Exception as e:  # noqa: BLE001 - every failure is counted
-            results[wid] = e
-        finally:
-            pc.close()
-            mc.close()
+        results[wid] = run_withdrawal(coord, pg, mariadb, wid, u, amt, retries=30, max_wait=60,
+                                      on_retry=lambda n, e, s: retried.append(type(e).__name__))
 
     def client(rng):
         while not stop.is_set():
@@ -240,7 +205,7 @@ def test_kill9_of_the_daemon_under_load_every_withdrawal_is_done_or_declined(pg,
         assert bal == balance - int(spent.get(u, 0)) and bal >= 0, (u, bal, spent.get(u))
 
 
-def test_a_refusal_that_is_not_retry_later_is_not_waited_on(pg, mariadb, tables):
+def test_a_refusal_that_is_not_retry_later_is_not_waited_on(pg, mariadb, withdrawal_tables):
     """An unknown resource is a misconfiguration (the table's "fail"): no wait, no retry."""
     with make_daemon(pg, mariadb) as d:
         coord = Coordinator(d.url, d.token)

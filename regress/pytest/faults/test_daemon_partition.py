@@ -24,7 +24,6 @@ What it catches: the same run with the client given only A's URL and no wait on 
 (max_wait=0, as clients did before the retry rules' retry_request) ended 11 of 165
 withdrawals in 503 lease_unconfirmed at begin (2026-11-29; the books still balanced)."""
 from __future__ import annotations
-
 import asyncio
 import collections
 import json
@@ -32,13 +31,11 @@ import random
 import re
 import threading
 import time
-import urllib.request
 
 from cotest import PgServer
-from cotest.coord import make_daemon, nothing_prepared, wait_until
+from cotest.coord import make_daemon, metric, nothing_prepared, wait_until
+from cotest.transfers import reset_accounts, run_withdrawal
 from cotx import Coordinator
-
-from test_client_retry_faults import reset, tables, withdrawal  # noqa: F401 - tables is a fixture
 
 USERS, BALANCE = 8, 2000
 CLIENTS, LOAD_S, CUT_AT_S, CUT_S = 8, 20.0, 7.0, 5.0
@@ -118,16 +115,6 @@ class Cut:
         self.loop.close()
 
 
-def metric(d, name: str) -> float:
-    """A counter of the daemon's /metrics (0 when absent)."""
-    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-    with urllib.request.urlopen(req, timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def log_messages(d) -> collections.Counter:
     """How many times the daemon logged each message (its log is JSON lines)."""
     out = collections.Counter()
@@ -155,20 +142,15 @@ def partitioned_load(pg, mariadb, urls, token, *, run_kw, cut, a_node):
     results, stop, seq = {}, threading.Event(), iter(range(10**6))
     retried, begun, cut_at = [], [], [None]
 
-    def request(wid, u, amt):
-        pc, mc = pg.connect(), mariadb.connect()
-        inner = withdrawal(pc, mc, wid, u, amt)
-
+    def recorded(inner):
         def fn(tx):
             begun.append((tx.gtid.split(".")[0] == a_node, cut_at[0] is not None and time.time() >= cut_at[0]))
             return inner(tx)
-        try:
-            results[wid] = coord.run(fn, on_retry=lambda n, e, s: retried.append(kind(e)), **run_kw)
-        except Exception as e:  # noqa: BLE001 - every failure is counted
-            results[wid] = e
-        finally:
-            pc.close()
-            mc.close()
+        return fn
+
+    def request(wid, u, amt):
+        results[wid] = run_withdrawal(coord, pg, mariadb, wid, u, amt, wrap=recorded,
+                                      on_retry=lambda n, e, s: retried.append(kind(e)), **run_kw)
 
     def client(rng):
         while not stop.is_set():
@@ -219,7 +201,7 @@ def two_daemons(pg, mariadb, store_srv, cut):
 
 def partition_run(pg, mariadb, *, both_urls: bool, run_kw: dict):
     """The load with A cut off: (results, retried, begun, A's log messages, B's takeovers)."""
-    reset(pg, mariadb, USERS, BALANCE)
+    reset_accounts(pg, mariadb, USERS, BALANCE)
     with PgServer(preload=False) as store_srv:
         cut = Cut("127.0.0.1", store_srv.port)
         a, b = two_daemons(pg, mariadb, store_srv, cut)
@@ -229,7 +211,7 @@ def partition_run(pg, mariadb, *, both_urls: bool, run_kw: dict):
             urls = [a.url, b.url] if both_urls else [a.url]
             results, retried, begun = partitioned_load(pg, mariadb, urls, a.token, cut=cut, a_node=a.node_id,
                                                        run_kw=run_kw)
-            a_log, takeovers = log_messages(a), metric(b, "cotx_takeovers_total")
+            a_log, takeovers = log_messages(a), metric(b, "cotx_takeovers_total", 0.0)
         finally:
             cut.close()
             a.destroy()
@@ -245,7 +227,7 @@ def partition_run(pg, mariadb, *, both_urls: bool, run_kw: dict):
     return results, failed, begun, a_log
 
 
-def test_a_partitioned_daemon_under_load_leaves_every_request_done(pg, mariadb, tables):  # noqa: F811
+def test_a_partitioned_daemon_under_load_leaves_every_request_done(pg, mariadb, withdrawal_tables):
     results, failed, begun, a_log = partition_run(pg, mariadb, both_urls=True,
                                                   run_kw={"retries": 30, "max_wait": 60})
     assert not failed, f"{len(failed)} of {len(results)} withdrawals failed: {list(failed.items())[:5]}"

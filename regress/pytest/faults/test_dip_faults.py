@@ -7,14 +7,12 @@ and checks: nothing stays prepared, no split (the two rows moved together or not
 and the outcome is whether the decision row committed. The first case also runs without
 the fix (the PostgreSQL resource not declared a decision resource: plain presumed abort)
 and shows the split that the participant lookup prevents."""
-import urllib.request
 
 import pytest
 from cotx import Coordinator
 from cotx.daemon import Daemon
-from cotest.coord import nothing_prepared, wait_until
-
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.coord import metric, nothing_prepared, wait_until
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 
@@ -41,12 +39,7 @@ def daemon(pg, mariadb, decisions: bool) -> Daemon:
 
 def recovery_runs(d: Daemon) -> float:
     """The daemon's count of finished recovery passes (`cotx_recovery_runs_total`)."""
-    req = urllib.request.Request(d.url + "/metrics", headers={"Authorization": f"Bearer {d.token}"})
-    with urllib.request.urlopen(req, timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("cotx_recovery_runs_total "):
-                return float(line.split()[1])
-    return 0.0
+    return metric(d, "cotx_recovery_runs_total", 0.0)
 
 
 class Transfer:

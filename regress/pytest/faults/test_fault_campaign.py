@@ -9,7 +9,7 @@ COTX_CAMPAIGN_SECONDS sets the load time (default 60); longer runs:
 import os
 
 from checker import campaign
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 

@@ -15,10 +15,9 @@ import uuid
 import pytest
 from cotx import Coordinator
 from cotest.coord import make_daemon, nothing_prepared, wait_until
-
 from checker import Txn, check
 from checker import bank
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 

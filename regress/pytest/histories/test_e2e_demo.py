@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from checker import serial_order
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
+
 
 # The demo is a script (`python demo/overdraft.py`), not an installed package: load it
 # from its file to drive its parts one by one.

@@ -16,10 +16,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from checker.list_append_global import MODES, numbers, run
-from conftest import ROOT, requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
+
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [requires_pg_co, requires_mysql_co]
 

@@ -17,7 +17,7 @@ import random
 import pytest
 from checker.schedules import (Runner, Tally, full_set, limit_schedules, named_schedules, run_many, sample,
                                three_sample)
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 from cotest import PgServer
 from cotest.servers import DEFAULT_PG_MAJOR, PG_MAJORS, pg_co_installed, pg_unavailable
 

@@ -15,7 +15,7 @@ import re
 
 import pytest
 from checker import list_append
-from conftest import requires_pg_co
+from cotest.marks import requires_pg_co
 from cotest import PgServer
 
 

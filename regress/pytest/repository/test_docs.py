@@ -13,8 +13,7 @@ from pathlib import Path
 
 import psycopg
 from cotx.daemon import find_binary
-
-from conftest import requires_mysql_co, requires_pg_co
+from cotest.marks import requires_mysql_co, requires_pg_co
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = sorted(p for p in ROOT.rglob("*.md")
