@@ -14,7 +14,9 @@
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
 
+#include "access/xact.h"
 #include "executor/executor.h"
+#include "nodes/plannodes.h"
 
 #include "co_rust.h"
 
@@ -52,9 +54,49 @@ co_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		co_ro_commit_prepared_end();
 }
 
+/*
+ * An upsert that can read a row and leave it unchanged: ON CONFLICT DO NOTHING, or DO
+ * UPDATE with a WHERE. PostgreSQL takes no SIREAD lock on that row (docs/pg_co.md, end of
+ * "Rule S"). A ModifyTable is the top of the plan or of a data-modifying WITH's subplan.
+ */
+static bool
+upsert_reads(const Plan *plan)
+{
+	const ModifyTable *mt = (const ModifyTable *) plan;
+
+	return plan != NULL && IsA(plan, ModifyTable)
+		&& (mt->onConflictAction == ONCONFLICT_NOTHING
+			|| (mt->onConflictAction == ONCONFLICT_UPDATE && mt->onConflictWhere != NULL));
+}
+
+static bool
+stmt_upsert_reads(const PlannedStmt *stmt)
+{
+	ListCell   *lc;
+
+	if (upsert_reads(stmt->planTree))
+		return true;
+	foreach(lc, stmt->subplans)
+	{
+		if (upsert_reads((const Plan *) lfirst(lc)))
+			return true;
+	}
+	return false;
+}
+
 static void
 co_executor_start(QueryDesc *queryDesc, int eflags)
 {
+	/* pg_co.refuse_upsert_reads: make the documented gap an error instead of a silent risk. */
+	if ((queryDesc->operation == CMD_INSERT || queryDesc->plannedstmt->hasModifyingCTE)
+		&& IsolationIsSerializable() && stmt_upsert_reads(queryDesc->plannedstmt)
+		&& co_refuse_upsert_reads())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("pg_co refuses INSERT ... ON CONFLICT DO NOTHING and ON CONFLICT DO UPDATE ... WHERE in a serializable transaction"),
+				 errdetail("PostgreSQL takes no read lock on a conflicting row such an upsert leaves unchanged, so a later writer of that row can close a write skew that SERIALIZABLE does not refuse."),
+				 errhint("Write the condition into the SET (SET col = CASE WHEN ... THEN ... ELSE t.col END), read the key first with SELECT, or set pg_co.refuse_upsert_reads = off.")));
+
 	co_ro_executor_start();
 	/* INSERT, UPDATE, DELETE, MERGE, and a SELECT with a modifying WITH (functions' and
 	 * triggers' statements come through here too, by SPI). */

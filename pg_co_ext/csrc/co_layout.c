@@ -92,6 +92,7 @@ main(void)
 	FN(co_ro_commit_prepared_end, void (*)(void), "extern \"C\" fn()", "crate::read_only::co_ro_commit_prepared_end");
 	FN(co_ro_executor_start, void (*)(void), "extern \"C\" fn()", "crate::read_only::co_ro_executor_start");
 	FN(co_note_write, void (*)(void), "extern \"C\" fn()", "crate::commit_points::co_note_write");
+	FN(co_refuse_upsert_reads, bool (*)(void), "extern \"C\" fn() -> bool", "crate::commit_points::co_refuse_upsert_reads");
 
 	FLAG(SXACT_FLAG_COMMITTED, COMMITTED);
 	FLAG(SXACT_FLAG_PREPARED, PREPARED);

@@ -11,6 +11,8 @@
 #ifndef CO_RUST_H
 #define CO_RUST_H
 
+#include <stdbool.h>
+
 /* C, called once by Rust at load time (src/gids.rs). */
 extern void co_install_utility_hook(void);
 
@@ -20,5 +22,6 @@ extern void co_ro_commit_prepared_start(const char *gid);
 extern void co_ro_commit_prepared_end(void);
 extern void co_ro_executor_start(void);
 extern void co_note_write(void);
+extern bool co_refuse_upsert_reads(void);
 
 #endif

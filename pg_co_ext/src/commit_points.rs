@@ -82,6 +82,14 @@ unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: 
     }
 }
 
+/// Asked by csrc/co_gid_hook.c's ExecutorStart hook before a serializable statement that
+/// holds an upsert able to leave a row it read unchanged (DO NOTHING, DO UPDATE ... WHERE):
+/// refuse it (docs/pg_co.md, `pg_co.refuse_upsert_reads`). Never raises an error.
+#[no_mangle]
+pub extern "C" fn co_refuse_upsert_reads() -> bool {
+    gucs::ENABLED.get() && !gucs::OBSERVE_ONLY.get() && gucs::REFUSE_UPSERT_READS.get() && shmem::attached()
+}
+
 /// XACT_EVENT_COMMIT comes after ProcArrayEndTransaction (we are visible) and before
 /// ReleasePredicateLocks (SSI commits us): the one moment the commit-order repair can flag
 /// us before SSI decides whether our edges still matter (docs/pg_co.md). Only for a

@@ -19,6 +19,7 @@ pub static RULE_C: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static RULE_C_READ_ONLY: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static RULE_S: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static COMMIT_ORDER_REPAIR: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static REFUSE_UPSERT_READS: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// 5 ms: an in-doubt blocker is usually that close to its decision (docs/pg_co.md, "Bounded wait").
 pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static TEST_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -105,6 +106,14 @@ pub fn register() {
         c"At every serializable COMMIT, flag the committing transaction as PostgreSQL flags a pivot when an rw out-peer is past its commit check but not yet committed for SSI.",
         c"Such a peer can be visible to new snapshots before PostgreSQL's SSI numbers its commit after ours; without the flag a reader that saw the peer but not us reads our writes unrefused and closes a cycle (docs/pg_co.md, Commit-order repair).",
         &COMMIT_ORDER_REPAIR,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"pg_co.refuse_upsert_reads",
+        c"Refuse INSERT ... ON CONFLICT DO NOTHING and ON CONFLICT DO UPDATE ... WHERE in serializable transactions.",
+        c"PostgreSQL takes no read lock on a conflicting row such an upsert leaves unchanged, so a write skew through it commits at SERIALIZABLE (docs/guarantees.md); on makes such statements an error instead.",
+        &REFUSE_UPSERT_READS,
         GucContext::Suset,
         GucFlags::default(),
     );

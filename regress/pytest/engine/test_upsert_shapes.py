@@ -232,6 +232,32 @@ def test_upsert_do_nothing_write_skew(db, server, writer):
     assert server.sql("SELECT count(*) FROM k WHERE id = 1") == [(0,)]
 
 
+@pytest.mark.parametrize("stmt,refused", [
+    (UPSERT_K.format("WHERE t.val = 'w'"), True),
+    ("INSERT INTO k VALUES (1, 'us') ON CONFLICT (id) DO NOTHING", True),
+    ("WITH u AS (INSERT INTO k VALUES (1, 'us') ON CONFLICT (id) DO NOTHING RETURNING id) SELECT count(*) FROM u", True),
+    (UPSERT_K.format(""), False),
+    ("INSERT INTO k VALUES (2, 'new')", False),
+], ids=["where", "do-nothing", "do-nothing-in-with", "no-where", "plain-insert"])
+def test_refuse_upsert_reads_setting(db, server, stmt, refused):
+    """pg_co.refuse_upsert_reads = on (off by default) turns the limit into an error in
+    serializable transactions; other statements and other isolation levels are untouched."""
+    server.sql("INSERT INTO k VALUES (1, 'a')")
+    c = serializable(db())
+    c.execute("SET LOCAL pg_co.refuse_upsert_reads = on")
+    if refused:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="pg_co refuses INSERT"):
+            c.execute(stmt)
+    else:
+        c.execute(stmt)
+        c.execute("ROLLBACK")
+    rc = db()
+    rc.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+    rc.execute("SET LOCAL pg_co.refuse_upsert_reads = on")
+    rc.execute(stmt)
+    rc.execute("ROLLBACK")
+
+
 def test_gdb_hold_helper_releases_the_backend(db):
     """The helper itself: a held backend finishes its statement once the block ends."""
     c = db()
