@@ -355,7 +355,9 @@ func setSerializableVerified(ctx context.Context, conn *sql.Conn) error {
 	if err != nil {
 		started = sql.NullInt64{}
 		if err := conn.QueryRowContext(ctx, "SELECT @@session.transaction_isolation").Scan(&level); err != nil {
-			return err
+			if err := conn.QueryRowContext(ctx, "SELECT @@session.tx_isolation").Scan(&level); err != nil {
+				return err
+			}
 		}
 		if _, err := conn.ExecContext(ctx, "SET @cotx_started = NULL"); err != nil {
 			return err

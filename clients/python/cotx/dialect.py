@@ -196,7 +196,11 @@ class MariaDB:
                             "WHERE VARIABLE_NAME = 'UPTIME'")
                 level, started = cur.fetchone()
             except Exception:  # noqa: BLE001 - MySQL 8: only transaction_isolation, no GLOBAL_STATUS there
-                cur.execute("SELECT @@session.transaction_isolation, @cotx_started := NULL")
+                cur.execute("SET @cotx_started = NULL")
+                try:
+                    cur.execute("SELECT @@session.tx_isolation")
+                except Exception:  # noqa: BLE001 - MySQL 8 has only transaction_isolation
+                    cur.execute("SELECT @@session.transaction_isolation")
                 level = cur.fetchone()[0]
         if level != "SERIALIZABLE":
             raise CotxError(f"client mode needs SERIALIZABLE branches; the session is {level} after "

@@ -96,7 +96,11 @@ enum Dialect {
                 long v = rs.getLong(2);
                 started = rs.wasNull() ? null : v;
             } catch (SQLException e) {
-                level = scalar(c, "SELECT @@session.transaction_isolation");
+                try {
+                    level = scalar(c, "SELECT @@session.tx_isolation");
+                } catch (SQLException e2) {
+                    level = scalar(c, "SELECT @@session.transaction_isolation");
+                }
                 exec(c, "SET @cotx_started = NULL");
             }
             if (!"SERIALIZABLE".equals(level)) {
