@@ -197,6 +197,51 @@ func TestClientModeBranches(t *testing.T) {
 		}
 	})
 
+	t.Run("MariaDB: a connection is checked once, every branch still SERIALIZABLE", func(t *testing.T) {
+		conn, err := bare.my.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// run: one branch on conn; returns its transaction's isolation as InnoDB has it.
+		run := func() (string, error) {
+			tx := coord.Transaction(0)
+			b, err := tx.Branch(ctx, conn, cotx.MariaDB, "checking", "")
+			if err != nil {
+				return "", err
+			}
+			if _, err := b.Conn.ExecContext(ctx, update[cotx.MariaDB]); err != nil {
+				return "", b.Fail(err)
+			}
+			var level string
+			if err := b.Conn.QueryRowContext(ctx, "SELECT trx_isolation_level FROM information_schema.INNODB_TRX "+
+				"WHERE trx_mysql_thread_id = CONNECTION_ID()").Scan(&level); err != nil {
+				return "", b.Fail(err)
+			}
+			return level, tx.Commit(ctx)
+		}
+		if level, err := run(); err != nil || level != "SERIALIZABLE" {
+			t.Fatalf("first branch: %q %v", level, err)
+		}
+		// The application (or a pool's reset) sets the session's level: not checked
+		// again, but the branch's own transaction is still SERIALIZABLE.
+		mustConnExec(t, conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+		if level, err := run(); err != nil || level != "SERIALIZABLE" {
+			t.Fatalf("after SET SESSION ... READ COMMITTED: the branch ran at %q (%v), want SERIALIZABLE", level, err)
+		}
+		// A session the check was not made in (here: its variable cleared, as a reset
+		// does): the branch cannot prepare, retryably; the next one checks again.
+		mustConnExec(t, conn, "SET @cotx_started = 12345")
+		_, err = run()
+		var ae *cotx.AbortedError
+		if !errors.Is(err, cotx.ErrSessionNotChecked) || !errors.As(err, &ae) || !ae.Retryable {
+			t.Fatalf("want a retryable ErrSessionNotChecked, got %v", err)
+		}
+		if level, err := run(); err != nil || level != "SERIALIZABLE" {
+			t.Fatalf("checked again: %q %v", level, err)
+		}
+	})
+
 	t.Run("not SERIALIZABLE is refused before it runs", func(t *testing.T) {
 		for _, kind := range []cotx.Kind{cotx.Postgres, cotx.MariaDB} {
 			conn, err := dbs[kind].Conn(ctx)
@@ -236,4 +281,11 @@ func TestClientModeBranches(t *testing.T) {
 			conn.Close()
 		}
 	})
+}
+
+func mustConnExec(t *testing.T, conn *sql.Conn, q string) {
+	t.Helper()
+	if _, err := conn.ExecContext(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -50,11 +50,69 @@ func sessionOf(ctx context.Context, conn *sql.Conn, kind Kind) int64 {
 	return id
 }
 
-// registration: a branch's registration body.
+// Client mode on MariaDB: the connections checked once (setSerializableVerified) and the
+// server's start each check read (invalid: not read, MySQL 8), by driver connection as
+// the session ids: a driver connection is one server session for its whole life.
+var checks = struct {
+	sync.Mutex
+	of map[interface{}]sql.NullInt64
+}{of: map[interface{}]sql.NullInt64{}}
+
+func driverConn(conn *sql.Conn) interface{} {
+	var key interface{}
+	if err := conn.Raw(func(dc interface{}) error { key = dc; return nil }); err != nil {
+		return nil
+	}
+	return key
+}
+
+// checkedStart: the start conn's check read, and whether conn was checked.
+func checkedStart(conn *sql.Conn) (sql.NullInt64, bool) {
+	key := driverConn(conn)
+	if key == nil {
+		return sql.NullInt64{}, false
+	}
+	checks.Lock()
+	defer checks.Unlock()
+	s, ok := checks.of[key]
+	return s, ok
+}
+
+// rememberCheck: conn was checked and read `started`. Past sessionIDsKept connections
+// (a pool that churns them) the memory is dropped and connections are checked again.
+func rememberCheck(conn *sql.Conn, started sql.NullInt64) {
+	key := driverConn(conn)
+	if key == nil {
+		return
+	}
+	checks.Lock()
+	defer checks.Unlock()
+	if len(checks.of) >= sessionIDsKept {
+		checks.of = map[interface{}]sql.NullInt64{}
+	}
+	checks.of[key] = started
+}
+
+// forgetCheck: conn is checked again at its next client-mode branch.
+func forgetCheck(conn *sql.Conn) {
+	if key := driverConn(conn); key != nil {
+		checks.Lock()
+		delete(checks.of, key)
+		checks.Unlock()
+	}
+}
+
+// registration: a branch's registration body; on MariaDB with the server's start its
+// connection's client-mode check read (the daemon then need not ask the server).
 func (b *Branch) registration(ctx context.Context) map[string]interface{} {
 	reg := map[string]interface{}{"resource": b.Resource, "branch_id": b.ID}
 	if s := sessionOf(ctx, b.Conn, b.Kind); s != 0 {
 		reg["session"] = s
+	}
+	if b.Kind == MariaDB {
+		if started, ok := checkedStart(b.Conn); ok && started.Valid {
+			reg["server_started"] = started.Int64
+		}
 	}
 	return reg
 }

@@ -326,42 +326,81 @@ func (b *Branch) enforcementOf(ctx context.Context, r registered) error {
 		return errors.New("the coordinator answered client mode without a shim slot")
 	}
 	b.ShimKey = r.Shim.Key
-	if b.Kind == MariaDB {
+	if _, checked := checkedStart(b.Conn); b.Kind == MariaDB && !checked {
 		return setSerializableVerified(ctx, b.Conn)
 	}
 	return nil
 }
 
-// setSerializableVerified (client mode, MariaDB): the session runs SERIALIZABLE, checked by
-// reading the level back rather than assumed (a proxy or an init_connect may change it).
-// MariaDB before 11.1 spells the variable only tx_isolation.
+// setSerializableVerified (client mode, MariaDB), once per physical connection: the
+// session runs SERIALIZABLE, checked by reading the level back rather than assumed (a
+// proxy or an init_connect may change it), and the server's start is read in the same
+// round trip, as the daemon's restart gate computes it (UNIX_TIMESTAMP() - Uptime), into
+// the session variable @cotx_started. Later branches on the connection send that start
+// with their registration (the daemon then asks the server nothing) and their slot write
+// checks @cotx_started (shimTouch). Each branch still sets SERIALIZABLE for its own
+// transaction (open), so a session level changed later by a pool or the application does
+// not reach a branch. MariaDB before 11.1 spells the variable only tx_isolation; MySQL 8
+// keeps no GLOBAL_STATUS in information_schema: there the start is not read (the daemon
+// looks itself).
 func setSerializableVerified(ctx context.Context, conn *sql.Conn) error {
 	if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
 		return err
 	}
 	var level string
-	if err := conn.QueryRowContext(ctx, "SELECT @@session.transaction_isolation").Scan(&level); err != nil {
-		if err := conn.QueryRowContext(ctx, "SELECT @@session.tx_isolation").Scan(&level); err != nil {
+	var started sql.NullInt64
+	err := conn.QueryRowContext(ctx, "SELECT @@session.tx_isolation, @cotx_started := UNIX_TIMESTAMP() - "+
+		"CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'").
+		Scan(&level, &started)
+	if err != nil {
+		started = sql.NullInt64{}
+		if err := conn.QueryRowContext(ctx, "SELECT @@session.transaction_isolation").Scan(&level); err != nil {
+			if err := conn.QueryRowContext(ctx, "SELECT @@session.tx_isolation").Scan(&level); err != nil {
+				return err
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "SET @cotx_started = NULL"); err != nil {
 			return err
 		}
 	}
 	if level != "SERIALIZABLE" {
 		return fmt.Errorf("%w; the session is %s after SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE", ErrClientModeIsolation, level)
 	}
+	rememberCheck(conn, started)
 	return nil
 }
+
+// ErrSessionNotChecked (client mode, MariaDB): the branch ran in a session its
+// connection's check was not made in, or its slot row is missing: it cannot prepare. A
+// new attempt checks the connection again (the AbortedError is Retryable).
+var ErrSessionNotChecked = errors.New("client mode: the slot write did not change exactly the branch's slot in the checked session")
 
 // shimTouch (client mode): the branch's write of its slot, just before it prepares. On
 // PostgreSQL the slot the daemon's prepared helper transaction read: the edge helper -rw->
 // branch that makes SSI refuse a commitment-ordering violation
 // (sql/client_mode/postgres.sql); on MariaDB a write that really changes a row, so InnoDB
 // prepares the branch as read-write and keeps its read locks until the decision
-// (sql/client_mode/mariadb.sql).
+// (sql/client_mode/mariadb.sql), in the session its connection's check was made in.
 func (b *Branch) shimTouch() error {
 	if b.Kind == Postgres {
 		return b.exec(fmt.Sprintf("SELECT cotx.shim_touch(%d)", b.ShimKey))
 	}
-	return b.exec(fmt.Sprintf("UPDATE cotx_shim SET v = v + 1 WHERE k = %d", b.ShimKey))
+	started, _ := checkedStart(b.Conn)
+	want := "NULL"
+	if started.Valid {
+		want = fmt.Sprint(started.Int64)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), protocolTimeout)
+	defer cancel()
+	res, err := b.Conn.ExecContext(ctx, fmt.Sprintf("UPDATE cotx_shim SET v = v + 1 WHERE k = %d AND @cotx_started <=> %s", b.ShimKey, want))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		forgetCheck(b.Conn)
+		return fmt.Errorf("%w (slot %d, %d rows changed)", ErrSessionNotChecked, b.ShimKey, n)
+	}
+	return nil
 }
 
 // Fail is for an error inside the branch: it rolls the branch back, tells the
@@ -422,7 +461,7 @@ func (b *Branch) prepare() error {
 	if err := b.prepareStatements(); err != nil {
 		b.rollbackUnprepared()
 		b.state = stFailed
-		retry := IsRetryableDBError(err)
+		retry := IsRetryableDBError(err) || errors.Is(err, ErrSessionNotChecked)
 		b.reportFailed(b.tx.traced(context.Background()), "prepare refused: "+describeDBError(err), retry)
 		reason := b.Resource + ": prepare failed: " + describeDBError(err)
 		if retry {

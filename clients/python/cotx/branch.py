@@ -19,7 +19,7 @@ It imports neither cotx.transaction nor cotx.coordinator.
 from __future__ import annotations
 
 from ._http import _q
-from .dialect import DIALECTS, ISOLATION_LEVELS, _already_finished, _kind_of, _retryable
+from .dialect import DIALECTS, ISOLATION_LEVELS, SessionNotChecked, _already_finished, _kind_of, _retryable
 from .errors import CoordinatorError, CotxError, PrepareRefused, RetryableError, TransactionAborted
 from .retry_rules import ABORTED, daemon_action
 
@@ -55,6 +55,12 @@ class Branch:
         session = self._sql.session(self.conn)
         if session is not None:
             reg["session"] = session
+        if self.kind == "mariadb":
+            # Client mode: the server's start as this connection's check read it, so the
+            # daemon need not look at the server for this registration (dialect.MariaDB).
+            started = self._sql.checked_start(self.conn)
+            if started is not None:
+                reg["server_started"] = started
         if self.tx._gtid is None:
             body = {"branch": reg}
             if self.tx._timeout_ms is not None:
@@ -87,7 +93,7 @@ class Branch:
                     raise CotxError(f"resource {self.resource!r} runs in client mode (no pg_co / mysql_co there): "
                                     f"its branches must be SERIALIZABLE, not {self.isolation}")
                 self.shim_key = int(r["shim"]["key"])
-                if self.kind == "mariadb":
+                if self.kind == "mariadb" and not self._sql.is_checked(self.conn):
                     self._sql.set_serializable_verified(self.conn)
             self._sql.begin(self.conn, self._engine_id, self.isolation)
         except Exception as e:
@@ -142,7 +148,7 @@ class Branch:
         except Exception as e:
             self._rollback_unprepared()
             self.state = "failed"
-            retry = _retryable(e)
+            retry = _retryable(e) or isinstance(e, SessionNotChecked)
             self._report_failed(f"prepare refused: {e}", retry)
             if retry:
                 raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e

@@ -28,6 +28,11 @@ _ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,%d}$" % GID_MAX)
 ISOLATION_LEVELS = ("SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED")
 
 
+class SessionNotChecked(CotxError):
+    """Client mode on MariaDB: the branch ran in a session its connection's check was not
+    made in; running the transaction again (checked anew) may work."""
+
+
 def _kind_of(conn) -> str:
     mod = type(conn).__module__
     if mod.startswith("psycopg"):
@@ -140,30 +145,87 @@ class MariaDB:
             cur.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
         cls._sql(conn, xid, "XA START {xid}")
 
+    # Client mode's once-per-connection check, kept on the connection object:
+    # (the server's connection id it was made on, the server's start or None).
+    _CHECKED = "_cotx_client_mode_checked"
+
+    @staticmethod
+    def _check(conn) -> tuple | None:
+        """This connection's check, or None when it has not been checked (or was
+        reconnected since: another connection id)."""
+        c = getattr(conn, MariaDB._CHECKED, None)
+        return c if c is not None and c[0] == MariaDB.session(conn) else None
+
+    @staticmethod
+    def checked_start(conn) -> int | None:
+        """The server's start (unix seconds) this connection's check read, sent with the
+        registration; None when unchecked or not read (MySQL 8)."""
+        c = MariaDB._check(conn)
+        return c[1] if c is not None else None
+
+    @staticmethod
+    def is_checked(conn) -> bool:
+        return MariaDB._check(conn) is not None
+
+    @staticmethod
+    def forget_check(conn) -> None:
+        if hasattr(conn, MariaDB._CHECKED):
+            delattr(conn, MariaDB._CHECKED)
+
     @staticmethod
     def set_serializable_verified(conn) -> None:
-        """Client mode (no mysql_co): the session runs SERIALIZABLE, checked by reading the
-        level back rather than assumed (a proxy or an init_connect may change it).
+        """Client mode (no mysql_co), once per connection: the session runs SERIALIZABLE,
+        checked by reading the level back rather than assumed (a proxy or an init_connect
+        may change it), and the server's start is read in the same round trip, exactly as
+        the daemon's restart gate computes it (UNIX_TIMESTAMP() - Uptime), into the
+        session variable @cotx_started. Later branches on this connection send that start
+        with their registration (the daemon then need not look at the server itself) and
+        their slot write checks @cotx_started: a session that is not the one checked (a
+        reconnect, a reset) writes nothing and the branch fails before it prepares.
+        Each branch still sets SERIALIZABLE for its own transaction (begin), so a session
+        level changed later by a pool or the application does not reach a branch.
         MariaDB spells the variable tx_isolation (and from 11.1 also transaction_isolation),
-        MySQL 8 only transaction_isolation: the MariaDB spelling first, one round trip there."""
+        MySQL 8 only transaction_isolation; MySQL 8 keeps no GLOBAL_STATUS in
+        information_schema: there the start is not read and the daemon looks itself."""
+        started = None
         with conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
             try:
-                cur.execute("SELECT @@session.tx_isolation")
-            except Exception:  # noqa: BLE001 - MySQL 8 has only transaction_isolation
-                cur.execute("SELECT @@session.transaction_isolation")
-            level = cur.fetchone()[0]
+                cur.execute("SELECT @@session.tx_isolation, @cotx_started := UNIX_TIMESTAMP() - "
+                            "CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS "
+                            "WHERE VARIABLE_NAME = 'UPTIME'")
+                level, started = cur.fetchone()
+            except Exception:  # noqa: BLE001 - MySQL 8: only transaction_isolation, no GLOBAL_STATUS there
+                cur.execute("SET @cotx_started = NULL")
+                try:
+                    cur.execute("SELECT @@session.tx_isolation")
+                except Exception:  # noqa: BLE001 - MySQL 8 has only transaction_isolation
+                    cur.execute("SELECT @@session.transaction_isolation")
+                level = cur.fetchone()[0]
         if level != "SERIALIZABLE":
             raise CotxError(f"client mode needs SERIALIZABLE branches; the session is {level} after "
                             "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        setattr(conn, MariaDB._CHECKED, (MariaDB.session(conn), None if started is None else int(started)))
 
     @staticmethod
     def shim_touch(conn, key: int) -> None:
         """Client mode: a write that really changes a row (its own slot), so InnoDB prepares
         the branch as read-write and keeps its SERIALIZABLE read locks until the decision
-        (sql/client_mode/mariadb.sql)."""
+        (sql/client_mode/mariadb.sql). It must change exactly that row, in the session
+        this connection's check was made in (@cotx_started as the check left it):
+        otherwise the branch fails, retryably, and the next branch checks again."""
+        c = MariaDB._check(conn)
+        started = c[1] if c is not None else None
         with conn.cursor() as cur:
-            cur.execute("UPDATE cotx_shim SET v = v + 1 WHERE k = %s", (int(key),))
+            cur.execute("UPDATE cotx_shim SET v = v + 1 WHERE k = %s AND @cotx_started <=> %s",
+                        (int(key), started))
+            changed = cur.rowcount
+        if changed != 1:
+            MariaDB.forget_check(conn)
+            raise SessionNotChecked(
+                f"client mode: the slot write changed {changed} rows, not 1: this session is not the one "
+                f"checked (reconnected or reset) or slot {int(key)} is missing from cotx_shim; "
+                "the next branch checks the connection again")
 
     @classmethod
     def prepare(cls, conn, xid: tuple) -> None:

@@ -77,6 +77,13 @@ pub struct RegisterRequest {
     /// the daemon maps a lock wait to this transaction to break a deadlock across
     /// databases, and whose waiting statement it cancels when it aborts the transaction.
     pub session: Option<i64>,
+    /// MariaDB client mode: the server's start (unix seconds, `UNIX_TIMESTAMP()` minus the
+    /// `Uptime` status) as the client read it on this branch's connection when it first
+    /// used that connection for a branch. When it shows the run the restart gate knows,
+    /// the daemon does not look at the server for this registration (a restart since the
+    /// reading broke the connection); absent, or another start: it looks, as it always
+    /// did. Ignored elsewhere.
+    pub server_started: Option<i64>,
 }
 
 #[derive(Deserialize, Default, ToSchema)]

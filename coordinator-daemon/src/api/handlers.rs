@@ -103,12 +103,13 @@ pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
     match (b.branch, b.branches) {
         (None, None) => created(c.begin(b.timeout_ms)?),
         (Some(br), _) => {
-            let begun = c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id).await?;
+            let begun = c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id, br.server_started).await?;
             c.note_session(&begun.gtid, &br.branch_id, br.session);
             created(begun)
         }
         (None, Some(all)) => {
-            let ids: Vec<(String, String)> = all.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect();
+            let ids: Vec<(String, String, Option<i64>)> =
+                all.iter().map(|b| (b.resource.clone(), b.branch_id.clone(), b.server_started)).collect();
             let begun = c.begin_with_branches(b.timeout_ms, &ids).await?;
             for br in &all {
                 c.note_session(&begun.gtid, &br.branch_id, br.session);
@@ -141,7 +142,7 @@ pub async fn get(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn register(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: RegisterRequest = parse_required(&r.body)?;
-    let reg = c.register(&r.p[0], &b.resource, &b.branch_id).await?;
+    let reg = c.register_seen(&r.p[0], &b.resource, &b.branch_id, b.server_started).await?;
     c.note_session(&r.p[0], &b.branch_id, b.session);
     created(reg)
 }

@@ -82,7 +82,16 @@ pub fn branch_ids(
     })
 }
 
-pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<Registered> {
+/// `server_started`: a MariaDB client's reading of the server's start, taken once on its
+/// connection (client mode's restart gate uses it instead of a look of its own when it
+/// shows the run the gate knows; enforcement/gate.rs).
+pub async fn register(
+    c: &Parts,
+    gtid: &str,
+    resource: &str,
+    bid: &str,
+    server_started: Option<i64>,
+) -> Res<Registered> {
     if let Err(e) = naming::check_id("branch_id", bid) {
         return refuse(e.code, e.message);
     }
@@ -97,7 +106,7 @@ pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<R
     answers::on(c, gtid, |e| e.tx.check_register(bid)).await?;
     let rc = c.resources[resource].clone();
     let keep = |g: &str, b: &str, prepared: bool| holds::keep_helper(c, g, b, prepared);
-    let adm = match c.enforcement.admit(&rc, gtid, bid, &keep).await {
+    let adm = match c.enforcement.admit(&rc, gtid, bid, &keep, server_started).await {
         Ok(adm) => adm,
         Err(e) => {
             c.metrics.branch_refused(resource, e.code.as_str());

@@ -108,7 +108,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_silent_owner_is_resolved_after_the_grace_period_only() {
         let c = coord_src("grace", "none", "decisions = true\n").await;
-        let two = [("pg".to_string(), "b0".to_string()), ("pg".to_string(), "b1".to_string())];
+        let two = [("pg".to_string(), "b0".to_string(), None), ("pg".to_string(), "b1".to_string(), None)];
         let silent = c.begin_with_branches(None, &two).await.unwrap().gtid;
         let reported = c.begin_with_branches(None, &two).await.unwrap().gtid;
         for g in [&silent, &reported] {

@@ -114,9 +114,15 @@ impl Coordinator {
 
     /// Begin and register the first branch, all or nothing: a refused registration
     /// leaves no transaction behind.
-    pub async fn begin_with_branch(&self, timeout_ms: Option<u64>, resource: &str, bid: &str) -> Res<wire::Begun> {
+    pub async fn begin_with_branch(
+        &self,
+        timeout_ms: Option<u64>,
+        resource: &str,
+        bid: &str,
+        server_started: Option<i64>,
+    ) -> Res<wire::Begun> {
         let begun = self.begin(timeout_ms)?;
-        match begin::register(&self.parts, &begun.gtid, resource, bid).await {
+        match begin::register(&self.parts, &begun.gtid, resource, bid, server_started).await {
             Ok(reg) => Ok(wire::Begun { branch: Some(reg), ..begun }),
             Err(e) => {
                 begin::unbegin(&self.parts, &begun.gtid);
@@ -131,12 +137,12 @@ impl Coordinator {
     pub async fn begin_with_branches(
         &self,
         timeout_ms: Option<u64>,
-        branches: &[(String, String)],
+        branches: &[(String, String, Option<i64>)],
     ) -> Res<wire::Begun> {
         let begun = self.begin(timeout_ms)?;
         let mut regs = Vec::with_capacity(branches.len());
-        for (i, (resource, bid)) in branches.iter().enumerate() {
-            match begin::register(&self.parts, &begun.gtid, resource, bid).await {
+        for (i, (resource, bid, started)) in branches.iter().enumerate() {
+            match begin::register(&self.parts, &begun.gtid, resource, bid, *started).await {
                 Ok(reg) => regs.push(reg),
                 Err(e) if i == 0 => {
                     begin::unbegin(&self.parts, &begun.gtid);
@@ -157,7 +163,18 @@ impl Coordinator {
     }
 
     pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res<wire::Registered> {
-        begin::register(&self.parts, gtid, resource, bid).await
+        begin::register(&self.parts, gtid, resource, bid, None).await
+    }
+
+    /// register, with a MariaDB client's reading of the server's start (begin::register).
+    pub async fn register_seen(
+        &self,
+        gtid: &str,
+        resource: &str,
+        bid: &str,
+        server_started: Option<i64>,
+    ) -> Res<wire::Registered> {
+        begin::register(&self.parts, gtid, resource, bid, server_started).await
     }
 
     /// A branch's database session, as its client reported it at registration (the
@@ -326,7 +343,7 @@ pub(crate) mod tests {
                 e.message
             );
             assert!(c.get(&g).await.unwrap().branches.is_empty());
-            let e = c.begin_with_branch(None, "pg", "b1").await.unwrap_err();
+            let e = c.begin_with_branch(None, "pg", "b1", None).await.unwrap_err();
             assert_eq!(e.code, RefusalCode::ResourceUnavailable);
             assert_eq!(c.resources_report().resources[0].enforcement.mode, "unknown");
         }
@@ -337,7 +354,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_acknowledgement_finishes_a_decision_in_a_participant_whatever_its_order() {
         let c = coord_src("dip-ack", "none", "decisions = true\n").await;
-        let two = [("pg".to_string(), "b0".to_string()), ("pg".to_string(), "b1".to_string())];
+        let two = [("pg".to_string(), "b0".to_string(), None), ("pg".to_string(), "b1".to_string(), None)];
         let g = c.begin_with_branches(None, &two).await.unwrap().gtid;
         let d = c.commit_decide_in(&g, &["b0".to_string()], "b1").await.unwrap();
         assert_eq!(wire::to_json(&d)["decision"], "in_participant");
@@ -353,17 +370,17 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_branch_at_begin_is_all_or_nothing() {
         let c = coord("branches").await;
-        let two = [("pg".to_string(), "b1".to_string()), ("pg".to_string(), "b2".to_string())];
+        let two = [("pg".to_string(), "b1".to_string(), None), ("pg".to_string(), "b2".to_string(), None)];
         let b = c.begin_with_branches(None, &two).await.unwrap();
         let regs = b.branches.unwrap();
         assert_eq!(regs.iter().map(|r| r.branch_id.as_str()).collect::<Vec<_>>(), ["b1", "b2"]);
         assert!(regs.iter().all(|r| r.gid.is_some()));
         let n = c.list(None).unwrap().transactions.len();
         // A refused first branch leaves nothing; a refused later one aborts the transaction.
-        let first_bad = [("nope".to_string(), "b1".to_string())];
+        let first_bad = [("nope".to_string(), "b1".to_string(), None)];
         assert_eq!(c.begin_with_branches(None, &first_bad).await.unwrap_err().code, RefusalCode::UnknownResource);
         assert_eq!(c.list(None).unwrap().transactions.len(), n);
-        let later_bad = [("pg".to_string(), "b1".to_string()), ("nope".to_string(), "b2".to_string())];
+        let later_bad = [("pg".to_string(), "b1".to_string(), None), ("nope".to_string(), "b2".to_string(), None)];
         assert_eq!(c.begin_with_branches(None, &later_bad).await.unwrap_err().code, RefusalCode::UnknownResource);
         let aborted = c.list(Some("aborted")).unwrap().transactions;
         assert_eq!(aborted.len(), 1);
@@ -435,7 +452,7 @@ pub(crate) mod tests {
         assert!(c.store.load().await.unwrap().records.is_empty());
         // Begin with a refused first branch leaves nothing behind.
         let n = c.list(None).unwrap().transactions.len();
-        assert_eq!(c.begin_with_branch(None, "nope", "b1").await.unwrap_err().code, RefusalCode::UnknownResource);
+        assert_eq!(c.begin_with_branch(None, "nope", "b1", None).await.unwrap_err().code, RefusalCode::UnknownResource);
         assert_eq!(c.list(None).unwrap().transactions.len(), n);
     }
 

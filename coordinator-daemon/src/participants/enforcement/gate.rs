@@ -18,6 +18,14 @@ use std::collections::HashSet;
 /// two is the same start.
 const SAME_START_S: i64 = 2;
 
+/// A client's start time (read once on its connection) stands for a look only once the
+/// gate has seen this run up for this long: a later run then starts at least this much
+/// later, beyond SAME_START_S and the rounding of both values, so a restart the gate has
+/// not seen cannot pass for the run it knows. (A quick restart within SAME_START_S of the
+/// start is what the uptime and connection counts catch in a look; a client's old value
+/// cannot show them.)
+const VOUCH_AFTER_UPTIME_S: i64 = 10;
+
 /// What the server says of its start: `started` = now - Uptime (unix seconds, to the
 /// second), `uptime` itself and `connections` (connection attempts since the start). A
 /// restart shows as the start moving by more than the rounding, or as an uptime or a
@@ -89,6 +97,22 @@ impl Gate {
         }
     }
 
+    /// Does a client's reading of the server's start (now - Uptime, taken on its own
+    /// connection when that connection was first used for a branch) show the run this
+    /// gate knows, open? Then a registration needs no look of its own: a restart after
+    /// the client's reading broke that connection, so its branch cannot prepare; a
+    /// connection opened after a restart reads a start that differs, and the daemon looks.
+    pub fn vouches_for(&self, client_started: i64) -> bool {
+        match self.started {
+            Some(s) => {
+                self.pending.is_none()
+                    && self.uptime >= VOUCH_AFTER_UPTIME_S
+                    && (client_started - s).abs() <= SAME_START_S
+            }
+            None => false,
+        }
+    }
+
     /// Why new branches are not admitted, or None when they are.
     pub fn closed(&self) -> Option<String> {
         self.pending.as_ref().map(|p| {
@@ -131,6 +155,25 @@ mod tests {
         assert!(g.closed().is_some());
         assert_eq!(g.observe(at(2001, 4), &set(&["new"])), Change::Opened);
         assert!(g.closed().is_none());
+    }
+
+    #[test]
+    fn a_clients_start_time_stands_for_a_look_only_for_a_known_open_gate_of_a_settled_run() {
+        let mut g = Gate::default();
+        // Never looked: nothing to compare with.
+        assert!(!g.vouches_for(1000));
+        // Looked 3 s after the start: a restart 3 s later would read within the rounding.
+        g.observe(at(1000, 3), &set(&[]));
+        assert!(!g.vouches_for(1000));
+        g.observe(at(1000, 30), &set(&[]));
+        assert!(g.vouches_for(1000) && g.vouches_for(1001) && g.vouches_for(998));
+        // Another start (a restart the gate has not seen, or an older run): look.
+        assert!(!g.vouches_for(1003) && !g.vouches_for(1030) && !g.vouches_for(900));
+        // Closed: every registration looks (that is what opens it).
+        g.observe(at(2000, 40), &set(&["a"]));
+        assert!(g.closed().is_some() && !g.vouches_for(2000));
+        g.observe(at(2000, 41), &set(&[]));
+        assert!(g.closed().is_none() && g.vouches_for(2000));
     }
 
     #[test]

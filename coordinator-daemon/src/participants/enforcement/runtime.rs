@@ -165,6 +165,7 @@ impl Enforcement {
         gtid: &str,
         bid: &str,
         keep: KeepHelper<'_>,
+        server_started: Option<i64>,
     ) -> Result<Admission, Refusal> {
         let name = &rc.name;
         let (mut eff, probed_at) = match self.states.lock().unwrap().get(name) {
@@ -185,7 +186,7 @@ impl Enforcement {
                 refuse(RefusalCode::ResourceRefused, format!("resource {name} cannot be used: {why}"))
             }
             Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None }),
-            Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep).await,
+            Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep, server_started).await,
         }
     }
 
@@ -195,6 +196,7 @@ impl Enforcement {
         gtid: &str,
         bid: &str,
         keep: KeepHelper<'_>,
+        server_started: Option<i64>,
     ) -> Result<Admission, Refusal> {
         let name = &rc.name;
         let unavailable = |e: String| {
@@ -210,19 +212,28 @@ impl Enforcement {
                 }
             }
             ResourceKind::Mariadb => {
-                // Every registration looks at the server's start time: a restart between
-                // two recovery passes must not let a branch in before the gate closes.
-                let started = probe::maria_started(rc).await.map_err(unavailable)?;
-                let look = self
-                    .states
-                    .lock()
-                    .unwrap()
-                    .get(name)
-                    .map(|s| s.gate.is_new_start(started) || s.gate.closed().is_some())
-                    .unwrap_or(true);
-                if look {
-                    let (started, prepared) = probe::maria_start_and_prepared(rc).await.map_err(unavailable)?;
-                    self.observe_gate(name, started, &prepared);
+                // Every registration is checked against the server's start time: a restart
+                // between two recovery passes must not let a branch in before the gate
+                // closes. A client that read the start on its own connection (once per
+                // connection, `server_started`) and reads the run this open gate knows
+                // needs no look: a restart since its reading broke that connection. Any
+                // other registration (an old client, another start, a closed gate) asks
+                // the server, as before.
+                let vouched = server_started
+                    .is_some_and(|t| self.states.lock().unwrap().get(name).is_some_and(|s| s.gate.vouches_for(t)));
+                if !vouched {
+                    let started = probe::maria_started(rc).await.map_err(unavailable)?;
+                    let look = self
+                        .states
+                        .lock()
+                        .unwrap()
+                        .get(name)
+                        .map(|s| s.gate.is_new_start(started) || s.gate.closed().is_some())
+                        .unwrap_or(true);
+                    if look {
+                        let (started, prepared) = probe::maria_start_and_prepared(rc).await.map_err(unavailable)?;
+                        self.observe_gate(name, started, &prepared);
+                    }
                 }
                 if let Some(why) = self.states.lock().unwrap().get(name).and_then(|s| s.gate.closed()) {
                     return refuse(

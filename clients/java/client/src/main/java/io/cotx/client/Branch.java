@@ -100,7 +100,9 @@ public final class Branch {
                 if (shimKey < 1) {
                     throw new CotxException("the coordinator answered client mode without a shim slot");
                 }
-                dialect.setSerializableVerified(conn);
+                if (dialect != Dialect.MARIADB || !ClientModeChecks.isChecked(conn)) {
+                    dialect.setSerializableVerified(conn);
+                }
             }
             if (dialect == Dialect.POSTGRES) {
                 engineId = Dialect.literal(r.path("gid").asText(null));
@@ -177,7 +179,7 @@ public final class Branch {
         } catch (SQLException e) {
             rollbackUnprepared();
             state = State.FAILED;
-            boolean retry = Refusals.retryable(e);
+            boolean retry = Refusals.retryable(e) || e instanceof ClientModeChecks.SessionNotCheckedException;
             reportFailed("prepare refused: " + e.getMessage(), retry);
             throw new TransactionAbortedException(tx.gtidOrNull(),
                     resource + (retry ? ": prepare refused: " : ": prepare failed: ") + e.getMessage(), retry, retry, e);

@@ -71,29 +71,62 @@ enum Dialect {
 
         @Override
         void setSerializableVerified(Connection c) throws SQLException {
-            // Client mode: the session runs SERIALIZABLE, checked by reading the level back
-            // rather than assumed (a proxy or an init_connect may change it). MariaDB spells
-            // the variable tx_isolation (from 11.1 also transaction_isolation), MySQL 8 only
-            // transaction_isolation: the MariaDB spelling first, as the Python client does.
+            // Client mode, once per physical connection (ClientModeChecks): the session runs
+            // SERIALIZABLE, checked by reading the level back rather than assumed (a proxy or
+            // an init_connect may change it), and the server's start is read in the same round
+            // trip, as the daemon's restart gate computes it (UNIX_TIMESTAMP() - Uptime), into
+            // the session variable @cotx_started. Later branches on the connection send that
+            // start with their registration (the daemon then asks the server nothing) and their
+            // slot write checks @cotx_started. Each branch still sets SERIALIZABLE for its own
+            // transaction (begin), so a session level changed later by a pool's reset or the
+            // application does not reach a branch. MariaDB spells the variable tx_isolation
+            // (from 11.1 also transaction_isolation); MySQL 8 only transaction_isolation and
+            // keeps no GLOBAL_STATUS in information_schema: there the start is not read (the
+            // daemon looks itself).
             exec(c, "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE");
             String level;
-            try {
-                level = scalar(c, "SELECT @@session.tx_isolation");
+            Long started = null;
+            try (Statement st = c.createStatement();
+                    ResultSet rs = st.executeQuery("SELECT @@session.tx_isolation, @cotx_started := UNIX_TIMESTAMP() - "
+                            + "CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")) {
+                if (!rs.next()) {
+                    throw new SQLException("no Uptime status");
+                }
+                level = rs.getString(1);
+                long v = rs.getLong(2);
+                started = rs.wasNull() ? null : v;
             } catch (SQLException e) {
-                level = scalar(c, "SELECT @@session.transaction_isolation");
+                try {
+                    level = scalar(c, "SELECT @@session.tx_isolation");
+                } catch (SQLException e2) {
+                    level = scalar(c, "SELECT @@session.transaction_isolation");
+                }
+                exec(c, "SET @cotx_started = NULL");
             }
             if (!"SERIALIZABLE".equals(level)) {
                 throw new ClientModeIsolationException("client mode needs SERIALIZABLE branches; the session is " + level
                         + " after SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE");
             }
+            ClientModeChecks.remember(c, started);
         }
 
         @Override
         void shimTouch(Connection c, int key) throws SQLException {
             // Client mode: a write that really changes a row (its own slot), so InnoDB
             // prepares the branch as read-write and keeps its SERIALIZABLE read locks until
-            // the decision (sql/client_mode/mariadb.sql).
-            exec(c, "UPDATE cotx_shim SET v = v + 1 WHERE k = " + key);
+            // the decision (sql/client_mode/mariadb.sql), in the session its connection's
+            // check was made in: otherwise it changes nothing and the branch cannot prepare.
+            Long started = ClientModeChecks.started(c);
+            int changed;
+            try (Statement st = c.createStatement()) {
+                st.setQueryTimeout(PROTOCOL_TIMEOUT_S);
+                changed = st.executeUpdate("UPDATE cotx_shim SET v = v + 1 WHERE k = " + key + " AND @cotx_started <=> "
+                        + (started == null ? "NULL" : started.toString()));
+            }
+            if (changed != 1) {
+                ClientModeChecks.forget(c);
+                throw new ClientModeChecks.SessionNotCheckedException(key, changed);
+            }
         }
 
         @Override

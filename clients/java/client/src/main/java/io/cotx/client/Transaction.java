@@ -120,6 +120,12 @@ public final class Transaction {
             // statement: how a deadlock across databases is broken in seconds.
             reg.put("session", session);
         }
+        Long started = ClientModeChecks.started(conn); // null but for a checked MariaDB connection
+        if (started != null) {
+            // Client mode: the server's start as this connection's check read it, so the
+            // daemon need not ask the server for this registration.
+            reg.put("server_started", started);
+        }
         JsonNode r;
         if (gtid == null) {
             ObjectNode body = Coordinator.JSON.createObjectNode();
