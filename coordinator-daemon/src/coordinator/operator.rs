@@ -4,7 +4,7 @@
 use crate::naming;
 use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
-use crate::store::{AuditEntry, DecisionRecord, Op};
+use crate::store::{AuditEntry, DecisionRecord, Op, StoreError};
 use crate::telemetry::log::log;
 use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Resources, TransactionList};
 use serde_json::json;
@@ -53,7 +53,7 @@ async fn audit(
     operator: &str,
     reason: &str,
     result: String,
-) -> Result<(), String> {
+) -> Result<(), StoreError> {
     let entry = AuditEntry {
         at_unix_ms: state::unix_ms(),
         gtid: gtid.to_string(),

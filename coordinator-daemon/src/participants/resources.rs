@@ -16,8 +16,8 @@ use crate::wire::Blocking;
 
 use super::branch_sql;
 pub use super::branch_sql::Completion;
-pub use super::engines::pg_err;
 pub(crate) use super::engines::{my_err, simple_first};
+pub use super::engines::{pg_err, ResourceError};
 
 pub struct ResourceClient {
     pub name: String,
@@ -38,13 +38,18 @@ impl ResourceClient {
 
     /// Holds (or takes) the lock of `node` at this resource. `fence`: the store says the
     /// current holder's lease ran out, so its lock session is ended and the lock taken.
-    /// Err names who holds it.
-    pub async fn hold_node_lock(&self, node: &str, fence: bool) -> Result<(), String> {
+    /// `Held` names who holds it.
+    pub async fn node_lock(&self, node: &str, fence: bool) -> Result<(), ResourceError> {
         let lock = branch_sql::lock_name(&self.prefix, node);
         match tokio::time::timeout(QUERY_TIMEOUT, self.engine.hold_lock(node, &lock, fence)).await {
             Ok(r) => r,
-            Err(_) => Err(format!("{}: timed out taking the node lock", self.name)),
+            Err(_) => Err(ResourceError::Unreachable(format!("{}: timed out taking the node lock", self.name))),
         }
+    }
+
+    /// `node_lock` for the callers that only report why it failed (completion).
+    pub async fn hold_node_lock(&self, node: &str, fence: bool) -> Result<(), String> {
+        Ok(self.node_lock(node, fence).await?)
     }
 
     /// Gives up the lock of a node taken over (its branches are finished).
@@ -54,7 +59,7 @@ impl ResourceClient {
 
     /// What identifies the server behind this resource: two MariaDB resources on one server
     /// would list (and complete) each other's branches, since XA RECOVER is server-wide.
-    pub async fn server_identity(&self) -> Result<String, String> {
+    pub async fn server_identity(&self) -> Result<String, ResourceError> {
         self.engine.server_identity().await
     }
 
@@ -99,10 +104,12 @@ impl ResourceClient {
     }
 
     /// Our prepared branches on this resource, as (gtid, branch id).
-    pub async fn list_prepared(&self) -> Result<Vec<(String, String)>, String> {
+    pub async fn list_prepared(&self) -> Result<Vec<(String, String)>, ResourceError> {
         match tokio::time::timeout(QUERY_TIMEOUT, self.engine.list_prepared()).await {
             Ok(r) => r,
-            Err(_) => Err(format!("{}: timed out listing prepared transactions", self.name)),
+            Err(_) => {
+                Err(ResourceError::Unreachable(format!("{}: timed out listing prepared transactions", self.name)))
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! for each, XA branches as XA RECOVER lists them (server-wide).
 
 use super::engine::{Engine, Fut, Wait, QUERY_TIMEOUT};
+use super::error::ResourceError;
 use crate::config::Resource;
 use crate::naming;
 use crate::participants::branch_sql::{self, Completion};
@@ -19,6 +20,11 @@ pub(crate) fn my_err(e: &mysql_async::Error) -> String {
         mysql_async::Error::Server(se) => format!("{} (error {}, SQLSTATE {})", se.message, se.code, se.state),
         other => crate::dbtls::chain(other),
     }
+}
+
+/// A driver error as a `ResourceError` of its kind, its text `msg`.
+fn failed(e: &mysql_async::Error, msg: String) -> ResourceError {
+    ResourceError::from_driver(matches!(e, mysql_async::Error::Server(_)), msg)
 }
 
 // A prepared transaction holds its locks without a session: INNODB_TRX reports it as thread
@@ -69,7 +75,7 @@ impl Mariadb {
         }
     }
 
-    async fn hold_lock_inner(&self, node: &str, lock: &str, fence: bool) -> Result<(), String> {
+    async fn hold_lock_inner(&self, node: &str, lock: &str, fence: bool) -> Result<(), ResourceError> {
         let mut locks = self.locks.lock().await;
         // Still held? (A restarted server or a cut connection loses it.)
         let alive = match locks.get_mut(node) {
@@ -89,11 +95,13 @@ impl Mariadb {
         locks.remove(node);
         let who = format!("{}: node {node} is held by another session on this resource", self.name);
         for attempt in 0..3 {
-            let mut conn = Conn::new(self.opts.clone()).await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
+            let mut conn = Conn::new(self.opts.clone())
+                .await
+                .map_err(|e| ResourceError::Unreachable(format!("{}: {}", self.name, my_err(&e))))?;
             let got: Option<Option<i64>> = conn
                 .query_first(format!("SELECT GET_LOCK({}, 0)", naming::quote_maria(lock)))
                 .await
-                .map_err(|e| my_err(&e))?;
+                .map_err(|e| failed(&e, my_err(&e)))?;
             if got == Some(Some(1)) {
                 locks.insert(node.to_string(), conn);
                 return Ok(());
@@ -101,15 +109,15 @@ impl Mariadb {
             let holder: Option<Option<i64>> = conn
                 .query_first(format!("SELECT IS_USED_LOCK({})", naming::quote_maria(lock)))
                 .await
-                .map_err(|e| my_err(&e))?;
+                .map_err(|e| failed(&e, my_err(&e)))?;
             let holder = holder.flatten().unwrap_or(0);
             if !fence || attempt == 2 {
-                return Err(format!("{who} (connection {holder})"));
+                return Err(ResourceError::Held(format!("{who} (connection {holder})")));
             }
             let _ = conn.query_drop(format!("KILL CONNECTION {holder}")).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(who)
+        Err(ResourceError::Held(who))
     }
 
     async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
@@ -172,8 +180,8 @@ impl Mariadb {
         }
     }
 
-    async fn cancel_inner(&self, session: i64) -> Result<bool, String> {
-        let mut conn = self.conn().await?;
+    async fn cancel_inner(&self, session: i64) -> Result<bool, ResourceError> {
+        let mut conn = self.conn().await.map_err(ResourceError::Unreachable)?;
         let waiting: Option<i64> = conn
             .exec_first(
                 "SELECT count(*) FROM information_schema.INNODB_TRX \
@@ -181,17 +189,17 @@ impl Mariadb {
                 (session,),
             )
             .await
-            .map_err(|e| my_err(&e))?;
+            .map_err(|e| failed(&e, my_err(&e)))?;
         if waiting.unwrap_or(0) == 0 {
             return Ok(false);
         }
-        conn.query_drop(format!("KILL QUERY {session}")).await.map_err(|e| my_err(&e))?;
+        conn.query_drop(format!("KILL QUERY {session}")).await.map_err(|e| failed(&e, my_err(&e)))?;
         Ok(true)
     }
 }
 
 impl Engine for Mariadb {
-    fn hold_lock<'a>(&'a self, node: &'a str, lock: &'a str, fence: bool) -> Fut<'a, Result<(), String>> {
+    fn hold_lock<'a>(&'a self, node: &'a str, lock: &'a str, fence: bool) -> Fut<'a, Result<(), ResourceError>> {
         Box::pin(self.hold_lock_inner(node, lock, fence))
     }
 
@@ -201,22 +209,22 @@ impl Engine for Mariadb {
         })
     }
 
-    fn server_identity(&self) -> Fut<'_, Result<String, String>> {
+    fn server_identity(&self) -> Fut<'_, Result<String, ResourceError>> {
         Box::pin(async move {
-            let mut conn = self.pool.get_conn().await.map_err(|e| my_err(&e))?;
+            let mut conn = self.pool.get_conn().await.map_err(|e| failed(&e, my_err(&e)))?;
             let v: Option<String> = conn
                 .query_first("SELECT CONCAT(@@hostname, ':', @@port, ':', @@datadir)")
                 .await
-                .map_err(|e| my_err(&e))?;
-            v.ok_or_else(|| "no row".into())
+                .map_err(|e| failed(&e, my_err(&e)))?;
+            v.ok_or_else(|| ResourceError::Sql("no row".into()))
         })
     }
 
-    fn list_prepared(&self) -> Fut<'_, Result<Vec<(String, String)>, String>> {
+    fn list_prepared(&self) -> Fut<'_, Result<Vec<(String, String)>, ResourceError>> {
+        let failed = |e: mysql_async::Error| failed(&e, format!("{}: {}", self.name, my_err(&e)));
         Box::pin(async move {
-            let mut conn = self.pool.get_conn().await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
-            let rows: Vec<(i64, i64, i64, Vec<u8>)> =
-                conn.query("XA RECOVER").await.map_err(|e| format!("{}: {}", self.name, my_err(&e)))?;
+            let mut conn = self.pool.get_conn().await.map_err(failed)?;
+            let rows: Vec<(i64, i64, i64, Vec<u8>)> = conn.query("XA RECOVER").await.map_err(failed)?;
             Ok(ours(&rows).collect())
         })
     }
@@ -232,26 +240,26 @@ impl Engine for Mariadb {
     }
 
     /// XA has no view of a prepared branch's locks: the resource's lock waits, whoever waits.
-    fn blocking<'a>(&'a self, _gtid: &'a str, _bid: &'a str) -> Fut<'a, Result<Blocking, String>> {
+    fn blocking<'a>(&'a self, _gtid: &'a str, _bid: &'a str) -> Fut<'a, Result<Blocking, ResourceError>> {
         Box::pin(async move {
-            let mut conn = self.pool.get_conn().await.map_err(|e| e.to_string())?;
+            let mut conn = self.pool.get_conn().await.map_err(|e| failed(&e, e.to_string()))?;
             let n: Option<i64> = conn
                 .query_first("SELECT count(*) FROM information_schema.INNODB_LOCK_WAITS")
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed(&e, e.to_string()))?;
             Ok(Blocking { lock_waits_on_resource: Some(n.unwrap_or(0)), ..Blocking::default() })
         })
     }
 
-    fn lock_waits(&self) -> Fut<'_, Result<Vec<Wait>, String>> {
+    fn lock_waits(&self) -> Fut<'_, Result<Vec<Wait>, ResourceError>> {
         Box::pin(async move {
-            let mut conn = self.conn().await?;
-            let rows: Vec<(i64, i64, String)> = conn.query(WAITS).await.map_err(|e| my_err(&e))?;
+            let mut conn = self.conn().await.map_err(ResourceError::Unreachable)?;
+            let rows: Vec<(i64, i64, String)> = conn.query(WAITS).await.map_err(|e| failed(&e, my_err(&e)))?;
             Ok(rows.into_iter().map(|(waiter, blocker, on)| Wait { waiter, blocker, on: on.trim().into() }).collect())
         })
     }
 
-    fn cancel_if_waiting(&self, session: i64) -> Fut<'_, Result<bool, String>> {
+    fn cancel_if_waiting(&self, session: i64) -> Fut<'_, Result<bool, ResourceError>> {
         Box::pin(self.cancel_inner(session))
     }
 

@@ -2,6 +2,7 @@
 //! node locks as session advisory locks, prepared transactions in `pg_prepared_xacts`.
 
 use super::engine::{Engine, Fut, Wait, CONNECT_TIMEOUT, QUERY_TIMEOUT};
+use super::error::ResourceError;
 use crate::config::Resource;
 use crate::naming;
 use crate::participants::branch_sql::{self, Completion};
@@ -19,6 +20,11 @@ pub fn pg_err(e: &tokio_postgres::Error) -> String {
         Some(d) => format!("{}: {} (SQLSTATE {})", d.severity(), d.message(), d.code().code()),
         None => crate::dbtls::chain(e),
     }
+}
+
+/// A driver error as a `ResourceError` of its kind, its text `msg`.
+fn failed(e: &tokio_postgres::Error, msg: String) -> ResourceError {
+    ResourceError::from_driver(e.as_db_error().is_some(), msg)
 }
 
 /// The first column of the first row of a simple query's answer.
@@ -114,7 +120,7 @@ impl Postgres {
         }
     }
 
-    async fn hold_lock_inner(&self, node: &str, lock: &str, fence: bool) -> Result<(), String> {
+    async fn hold_lock_inner(&self, node: &str, lock: &str, fence: bool) -> Result<(), ResourceError> {
         let mut locks = self.locks.lock().await;
         // Still held? (A restarted database or a cut connection loses it.)
         if locks.get(node).is_some_and(|c| !c.is_closed()) {
@@ -123,10 +129,15 @@ impl Postgres {
         locks.remove(node);
         let who = format!("{}: node {node} is held by another session on this resource", self.name);
         for attempt in 0..3 {
-            let client = self.connect().await.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+            let client = self
+                .connect()
+                .await
+                .map_err(|e| ResourceError::Unreachable(format!("{}: {}", self.name, pg_err(&e))))?;
             let key = format!("{}, hashtext({})", naming::XA_FORMAT_ID, naming::quote_pg(lock));
-            let got =
-                client.simple_query(&format!("SELECT pg_try_advisory_lock({key})")).await.map_err(|e| pg_err(&e))?;
+            let got = client
+                .simple_query(&format!("SELECT pg_try_advisory_lock({key})"))
+                .await
+                .map_err(|e| failed(&e, pg_err(&e)))?;
             if simple_first(&got).as_deref() == Some("t") {
                 locks.insert(node.to_string(), client);
                 return Ok(());
@@ -139,18 +150,18 @@ impl Postgres {
             );
             let holder = client.simple_query(&holder_q).await.ok().and_then(|m| simple_first(&m)).unwrap_or_default();
             if !fence || attempt == 2 {
-                return Err(format!("{who} (pid {holder})"));
+                return Err(ResourceError::Held(format!("{who} (pid {holder})")));
             }
             let pid = holder.split_whitespace().next().unwrap_or("0").to_string();
             let _ =
                 client.simple_query(&format!("SELECT pg_terminate_backend({})", pid.parse::<i64>().unwrap_or(0))).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(who)
+        Err(ResourceError::Held(who))
     }
 
-    async fn blocking_inner(&self, gtid: &str, bid: &str) -> Result<Blocking, String> {
-        let gid = naming::pg_gid(&self.prefix, gtid, bid).map_err(|e| e.message)?;
+    async fn blocking_inner(&self, gtid: &str, bid: &str) -> Result<Blocking, ResourceError> {
+        let gid = naming::pg_gid(&self.prefix, gtid, bid).map_err(|e| ResourceError::Sql(e.message))?;
         // Locks of a prepared transaction keep its old virtualtransaction and a null pid;
         // pg_blocking_pids() reports such a holder as pid 0.
         let sql = format!(
@@ -160,7 +171,7 @@ impl Postgres {
              (SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND 0 = ANY(pg_blocking_pids(pid)))",
             naming::quote_pg(&gid)
         );
-        let msgs = self.simple(&sql).await.map_err(|e| pg_err(&e))?;
+        let msgs = self.simple(&sql).await.map_err(|e| failed(&e, pg_err(&e)))?;
         for m in msgs {
             if let SimpleQueryMessage::Row(r) = m {
                 let held: i64 = r.get(0).and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -172,12 +183,12 @@ impl Postgres {
                 });
             }
         }
-        Err("no row".to_string())
+        Err(ResourceError::Sql("no row".to_string()))
     }
 }
 
 impl Engine for Postgres {
-    fn hold_lock<'a>(&'a self, node: &'a str, lock: &'a str, fence: bool) -> Fut<'a, Result<(), String>> {
+    fn hold_lock<'a>(&'a self, node: &'a str, lock: &'a str, fence: bool) -> Fut<'a, Result<(), ResourceError>> {
         Box::pin(self.hold_lock_inner(node, lock, fence))
     }
 
@@ -187,22 +198,22 @@ impl Engine for Postgres {
         })
     }
 
-    fn server_identity(&self) -> Fut<'_, Result<String, String>> {
+    fn server_identity(&self) -> Fut<'_, Result<String, ResourceError>> {
         Box::pin(async move {
             let m = self
                 .simple("SELECT current_database() || '@' || coalesce(inet_server_addr()::text, 'local') || ':' || current_setting('port') || ':' || current_setting('data_directory')")
                 .await
-                .map_err(|e| pg_err(&e))?;
-            simple_first(&m).ok_or_else(|| "no row".into())
+                .map_err(|e| failed(&e, pg_err(&e)))?;
+            simple_first(&m).ok_or_else(|| ResourceError::Sql("no row".into()))
         })
     }
 
-    fn list_prepared(&self) -> Fut<'_, Result<Vec<(String, String)>, String>> {
+    fn list_prepared(&self) -> Fut<'_, Result<Vec<(String, String)>, ResourceError>> {
         Box::pin(async move {
             let msgs = self
                 .simple(&branch_sql::pg_list_prepared(&self.prefix))
                 .await
-                .map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?;
+                .map_err(|e| failed(&e, format!("{}: {}", self.name, pg_err(&e))))?;
             Ok(msgs
                 .into_iter()
                 .filter_map(|m| match m {
@@ -227,13 +238,13 @@ impl Engine for Postgres {
         })
     }
 
-    fn blocking<'a>(&'a self, gtid: &'a str, bid: &'a str) -> Fut<'a, Result<Blocking, String>> {
+    fn blocking<'a>(&'a self, gtid: &'a str, bid: &'a str) -> Fut<'a, Result<Blocking, ResourceError>> {
         Box::pin(self.blocking_inner(gtid, bid))
     }
 
-    fn lock_waits(&self) -> Fut<'_, Result<Vec<Wait>, String>> {
+    fn lock_waits(&self) -> Fut<'_, Result<Vec<Wait>, ResourceError>> {
         Box::pin(async move {
-            let msgs = self.simple(WAITS).await.map_err(|e| pg_err(&e))?;
+            let msgs = self.simple(WAITS).await.map_err(|e| failed(&e, pg_err(&e)))?;
             Ok(msgs
                 .iter()
                 .filter_map(|m| match m {
@@ -248,13 +259,13 @@ impl Engine for Postgres {
         })
     }
 
-    fn cancel_if_waiting(&self, session: i64) -> Fut<'_, Result<bool, String>> {
+    fn cancel_if_waiting(&self, session: i64) -> Fut<'_, Result<bool, ResourceError>> {
         Box::pin(async move {
             let sql = format!(
                 "SELECT pg_cancel_backend(pid) FROM (SELECT DISTINCT pid FROM pg_locks \
                   WHERE NOT granted AND pid = {session}) w"
             );
-            let msgs = self.simple(&sql).await.map_err(|e| pg_err(&e))?;
+            let msgs = self.simple(&sql).await.map_err(|e| failed(&e, pg_err(&e)))?;
             Ok(simple_first(&msgs).as_deref() == Some("t"))
         })
     }
