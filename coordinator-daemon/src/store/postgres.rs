@@ -11,8 +11,8 @@
 
 use super::error::StoreError;
 use super::log::{
-    existing_outcome, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, SharedSession, Token,
-    RESTORE_GRANT_JUMP, SCHEMA_VERSION,
+    existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored,
+    SharedSession, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
 };
 use super::record::{branches_to_json, gtid_seq, loaded_from, parse_row, purge_watermarks, AuditEntry, Loaded, Stored};
 use crate::naming::{self, XA_FORMAT_ID};
@@ -49,7 +49,7 @@ impl PgLog {
             match schema_version(&mut c, &self.table)? {
                 Some(v) if v == SCHEMA_VERSION => {}
                 Some(v) if v > SCHEMA_VERSION => {
-                    return Err(StoreError::NewerSchema { store: format!("table {}", self.table), found: v })
+                    return Err(StoreError::NewerSchema(newer_schema(&format!("table {}", self.table), v)))
                 }
                 _ => make_schema(&mut c, &self.table)?,
             }

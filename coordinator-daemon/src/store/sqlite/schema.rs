@@ -3,7 +3,7 @@
 //! added by later versions, the meta row of schema version 2).
 
 use crate::store::error::StoreError;
-use crate::store::log::SCHEMA_VERSION;
+use crate::store::log::{newer_schema, SCHEMA_VERSION};
 use rusqlite::Connection;
 
 fn e(x: rusqlite::Error) -> StoreError {
@@ -35,7 +35,7 @@ pub(super) fn open(path: &str) -> Result<(Connection, std::fs::File), StoreError
     if has_meta {
         let v: i64 = conn.query_row("SELECT schema_version FROM meta WHERE id = 1", [], |r| r.get(0)).map_err(e)?;
         if v > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema { store: path.to_string(), found: v });
+            return Err(StoreError::NewerSchema(newer_schema(path, v)));
         }
     }
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(e)?;
@@ -139,7 +139,7 @@ mod tests {
             .execute_batch("UPDATE meta SET schema_version = 99; CREATE TABLE later(x)")
             .unwrap();
         let err = SqliteLog::open(path.to_str().unwrap()).err().unwrap();
-        assert!(matches!(err, StoreError::NewerSchema { found: 99, .. }), "{err}");
+        assert!(matches!(err, StoreError::NewerSchema(_)), "{err}");
         let err = err.to_string();
         assert!(err.contains("schema version 99") && err.contains("newer cotx-coordinator"), "{err}");
         let v: i64 =
