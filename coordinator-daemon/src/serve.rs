@@ -19,7 +19,7 @@ pub fn die(msg: &str) -> ! {
 }
 
 /// Opens the configured decision log (synchronously: not on an async worker).
-pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, String> {
+pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, store::StoreError> {
     Ok(match cfg {
         config::StoreConfig::Sqlite { path, .. } => Box::new(store::sqlite::SqliteLog::open(path)?),
         config::StoreConfig::Postgres { dsn, table, tls, .. } => {
@@ -28,7 +28,7 @@ pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>
     })
 }
 
-pub fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, String> {
+pub fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, store::StoreError> {
     let (max_batch, delay_us) = match cfg {
         config::StoreConfig::Sqlite { group_commit, max_batch, commit_delay_us, .. }
         | config::StoreConfig::Postgres { group_commit, max_batch, commit_delay_us, .. } => {

@@ -130,9 +130,21 @@ impl Ctx<'_> {
     }
 }
 
+/// Why `dsn` is not a connection string `kind`'s driver takes (None: it is). The one place
+/// the config reads a DSN, the store's and the resources' alike: the driver's own parser
+/// says what is wrong, with the hint for the TLS settings that are keys of their own.
+pub(super) fn dsn_error(kind: ResourceKind, dsn: &str) -> Option<String> {
+    match kind {
+        ResourceKind::Postgres => {
+            dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn)))
+        }
+        ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
+    }
+}
+
 /// The driver knows sslmode disable, prefer and require only: the verifying modes and the
 /// root file are config keys of their own.
-pub(super) fn pg_dsn_hint(dsn: &str) -> &'static str {
+fn pg_dsn_hint(dsn: &str) -> &'static str {
     if dsn.contains("verify-ca") || dsn.contains("verify-full") || dsn.contains("sslrootcert") {
         " (for sslmode=verify-ca/verify-full and sslrootcert use the keys tls = \"verify-full\" and tls_ca_file = \"<CA PEM file>\" next to the dsn)"
     } else {

@@ -1,7 +1,7 @@
 //! From the TOML text to a checked `Config`, section by section; the first error stops
 //! it, with its line and field.
 
-use super::check::{line_of, pg_dsn_hint, relative_to, Ctx};
+use super::check::{dsn_error, line_of, relative_to, Ctx};
 use super::raw::{RawConfig, RawResource};
 use super::store_section::store;
 use super::types::*;
@@ -334,13 +334,7 @@ fn resource(
     }
     let kind = *rr.kind.get_ref();
     let dsn = rr.dsn.get_ref();
-    let bad = match kind {
-        ResourceKind::Postgres => {
-            dsn.parse::<tokio_postgres::Config>().err().map(|e| format!("{e}{}", pg_dsn_hint(dsn)))
-        }
-        ResourceKind::Mariadb => mysql_async::Opts::from_url(dsn).err().map(|e| e.to_string()),
-    };
-    if let Some(e) = bad {
+    if let Some(e) = dsn_error(kind, dsn) {
         return cx.err(Some(rr.dsn.span()), &field("dsn"), format!("not a valid {} DSN: {e}", kind.as_str()));
     }
     let pool_size = match &rr.pool_size {

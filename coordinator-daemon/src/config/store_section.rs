@@ -1,7 +1,7 @@
 //! The `[store]` section, from the TOML as given to a checked `StoreConfig`: the kind
 //! (SQLite or PostgreSQL), its batching, its connection and TLS, the witness file.
 
-use super::check::{pg_dsn_hint, relative_to, Ctx};
+use super::check::{dsn_error, relative_to, Ctx};
 use super::raw::{RawConfig, RawStore};
 use super::types::*;
 
@@ -114,19 +114,10 @@ fn postgres_store(
     if let Some(p) = &s.path {
         return cx.err(Some(p.span()), "store.path", "only for kind = \"sqlite\"");
     }
-    let dsn = match &s.dsn {
-        Some(d) => {
-            if let Err(e) = d.get_ref().parse::<tokio_postgres::Config>() {
-                return cx.err(
-                    Some(d.span()),
-                    "store.dsn",
-                    format!("not a PostgreSQL connection string: {e}{}", pg_dsn_hint(d.get_ref())),
-                );
-            }
-            d.get_ref().clone()
-        }
-        None => return cx.err(Some(sp), "store.dsn", "required for kind = \"postgres\""),
-    };
+    let Some(dsn) = &s.dsn else { return cx.err(Some(sp), "store.dsn", "required for kind = \"postgres\"") };
+    if let Some(why) = dsn_error(ResourceKind::Postgres, dsn.get_ref()) {
+        return cx.err(Some(dsn.span()), "store.dsn", format!("not a PostgreSQL connection string: {why}"));
+    }
     let table = match &s.table {
         None => "cotx_decisions".to_string(),
         Some(t) => {
@@ -144,7 +135,7 @@ fn postgres_store(
             t.get_ref().clone()
         }
     };
-    let tls = cx.db_tls(base, "store.", ResourceKind::Postgres, s.dsn.as_ref().unwrap(), &s.tls, &s.tls_ca_file)?;
+    let tls = cx.db_tls(base, "store.", ResourceKind::Postgres, dsn, &s.tls, &s.tls_ca_file)?;
     let Batching { group_commit, max_batch, commit_delay_us } = b;
-    Ok(StoreConfig::Postgres { dsn, table, group_commit, max_batch, commit_delay_us, tls })
+    Ok(StoreConfig::Postgres { dsn: dsn.get_ref().clone(), table, group_commit, max_batch, commit_delay_us, tls })
 }

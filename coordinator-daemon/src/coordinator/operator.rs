@@ -5,7 +5,7 @@ use crate::naming;
 use crate::participants::resources::ResourceClient;
 use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
-use crate::store::{AuditEntry, DecisionRecord, Op, Store};
+use crate::store::{AuditEntry, DecisionRecord, Op, Store, StoreError};
 use crate::telemetry::log::log;
 use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Resources, TransactionList};
 use serde_json::json;
@@ -55,7 +55,7 @@ async fn audit(
     operator: &str,
     reason: &str,
     result: String,
-) -> Result<(), String> {
+) -> Result<(), StoreError> {
     let entry = AuditEntry {
         at_unix_ms: state::unix_ms(),
         gtid: gtid.to_string(),

@@ -19,9 +19,10 @@
 //! use, borrowed; taking over other nodes is ha/takeover.rs.
 
 use crate::config::{ResourceKind, StoreConfig};
+use crate::participants::resources::ResourceError;
 use crate::refusal::RefusalCode;
 use crate::state::Refusal;
-use crate::store::{Claim, Op, Renewal, Stored};
+use crate::store::{Claim, Op, Renewal, StoreError, Stored};
 use crate::telemetry::log::log;
 use crate::wire::{NodeLease, Nodes};
 use cotx_protocol::answer::{after_regrant, Reconcile};
@@ -90,7 +91,7 @@ async fn claim_own(c: &Holding<'_>, deadline: Option<Instant>) -> Result<(), Str
                 log("warn", "cannot claim our node yet; will retry", json!({"node_id": o.node_id, "error": e}));
                 tokio::time::sleep(Duration::from_millis(l.renew_ms)).await;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
             Ok(Claim::HeldBy(h)) => {
                 // A survivor that took our node over gives it back when asked (it releases
                 // at its next renewal): the row is a request, never a lease.
@@ -123,7 +124,7 @@ async fn claim_own(c: &Holding<'_>, deadline: Option<Instant>) -> Result<(), Str
 /// What memory keeps of one transaction of our node once the node is claimed again: the
 /// store's word (cotx_protocol::answer::after_regrant). A store that cannot be read now
 /// keeps nothing: every answer about the gtid then comes from the store.
-pub fn reconcile(read: Result<Stored, String>) -> Reconciled {
+pub fn reconcile(read: Result<Stored, StoreError>) -> Reconciled {
     let Ok(s) = read else { return Reconciled::Drop };
     match (after_regrant(s.view()), s) {
         (Reconcile::Keep(o), _) => Reconciled::Keep(o),
@@ -198,9 +199,9 @@ pub async fn lock_resources_at_start(c: &Holding<'_>) -> Result<(), String> {
     for (name, rc) in c.resources {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match rc.hold_node_lock(&c.cfg.node_id, false).await {
+            match rc.node_lock(&c.cfg.node_id, false).await {
                 Ok(()) => break,
-                Err(e) if e.contains("held by another session") => {
+                Err(e @ ResourceError::Held(_)) => {
                     if Instant::now() >= deadline {
                         return Err(format!("{e}: another daemon acts as node {} on this database (a second deployment, or a copy with its own store?); give every daemon its own node_id", c.cfg.node_id));
                     }

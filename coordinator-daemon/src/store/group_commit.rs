@@ -2,6 +2,7 @@
 //! was being synced, in one transaction, so many decisions share one fsync. `Store` is its
 //! cheap, cloneable front for async code.
 
+use super::error::StoreError;
 use super::log::*;
 use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-type Reply<T> = oneshot::Sender<Result<T, String>>;
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Req {
     Write(Op, Option<Reply<OpResult>>),
@@ -50,6 +51,8 @@ impl StoreStats {
 /// driver finds the in-process coordinator's store thread to count its CPU.
 pub const STORE_THREAD: &str = "decision-store";
 
+const STOPPED: StoreError = StoreError::Stopped("store writer stopped");
+
 /// Front of the store: cheap to clone, usable from async code.
 #[derive(Clone)]
 pub struct Store {
@@ -66,12 +69,12 @@ impl Store {
 
     /// Opens the log inside the writer thread (the synchronous PostgreSQL client runs its
     /// own runtime and must not be created on an async worker) and starts the writer.
-    pub fn open_in_thread<F>(open: F, max_batch: usize, commit_delay: Duration) -> Result<Store, String>
+    pub fn open_in_thread<F>(open: F, max_batch: usize, commit_delay: Duration) -> Result<Store, StoreError>
     where
-        F: FnOnce() -> Result<Box<dyn DecisionLog>, String> + Send + 'static,
+        F: FnOnce() -> Result<Box<dyn DecisionLog>, StoreError> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel::<Req>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StoreError>>();
         let stats = Arc::new(StoreStats::default());
         let st = stats.clone();
         std::thread::Builder::new()
@@ -85,15 +88,15 @@ impl Store {
                     let _ = ready_tx.send(Err(e));
                 }
             })
-            .map_err(|e| e.to_string())?;
-        ready_rx.recv().map_err(|_| "store thread died".to_string())??;
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        ready_rx.recv().map_err(|_| StoreError::Stopped("store thread died"))??;
         Ok(Store { tx, stats })
     }
 
-    pub async fn write(&self, op: Op) -> Result<OpResult, String> {
+    pub async fn write(&self, op: Op) -> Result<OpResult, StoreError> {
         let (s, r) = oneshot::channel();
-        self.tx.send(Req::Write(op, Some(s))).map_err(|_| "store writer stopped".to_string())?;
-        r.await.map_err(|_| "store writer stopped".to_string())?
+        self.tx.send(Req::Write(op, Some(s))).map_err(|_| STOPPED)?;
+        r.await.map_err(|_| STOPPED)?
     }
 
     /// Fire and forget (deleting finished records: losing one only delays its cleanup).
@@ -101,31 +104,31 @@ impl Store {
         let _ = self.tx.send(Req::Write(op, None));
     }
 
-    pub async fn decide(&self, rec: DecisionRecord, fence: Option<Token>) -> Result<Decided, String> {
+    pub async fn decide(&self, rec: DecisionRecord, fence: Option<Token>) -> Result<Decided, StoreError> {
         match self.write(Op::Decide(rec, fence)).await? {
             OpResult::Decided(o) => Ok(Decided::Outcome(o)),
             OpResult::Corrupt(why) => Ok(Decided::Corrupt(why)),
             OpResult::Fenced(why) => Ok(Decided::Fenced(why)),
             OpResult::Forgotten => Ok(Decided::Forgotten),
-            OpResult::Done => Err("store returned no outcome".into()),
+            OpResult::Done => Err(StoreError::NoOutcome),
         }
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, String> {
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, StoreError> {
         let (s, r) = oneshot::channel();
-        self.tx.send(make(s)).map_err(|_| "store writer stopped".to_string())?;
-        r.await.map_err(|_| "store writer stopped".to_string())?
+        self.tx.send(make(s)).map_err(|_| STOPPED)?;
+        r.await.map_err(|_| STOPPED)?
     }
 
-    pub async fn load(&self) -> Result<Loaded, String> {
+    pub async fn load(&self) -> Result<Loaded, StoreError> {
         self.ask(Req::Load).await
     }
 
-    pub async fn get(&self, gtid: &str) -> Result<Stored, String> {
+    pub async fn get(&self, gtid: &str) -> Result<Stored, StoreError> {
         self.ask(|r| Req::Get(gtid.to_string(), r)).await
     }
 
-    pub async fn audit_log(&self) -> Result<Vec<AuditEntry>, String> {
+    pub async fn audit_log(&self) -> Result<Vec<AuditEntry>, StoreError> {
         self.ask(Req::Audit).await
     }
 
@@ -136,26 +139,26 @@ impl Store {
         url: &str,
         ttl_ms: u64,
         fence_expired: bool,
-    ) -> Result<Claim, String> {
+    ) -> Result<Claim, StoreError> {
         let (node, holder, url) = (node.to_string(), holder.to_string(), url.to_string());
         self.ask(|reply| Req::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
     }
 
-    pub async fn renew_node(&self, node: &str, token: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+    pub async fn renew_node(&self, node: &str, token: &Token, ttl_ms: u64) -> Result<Renewal, StoreError> {
         let (node, token) = (node.to_string(), token.clone());
         self.ask(|reply| Req::Renew { node, token, ttl_ms, reply }).await
     }
 
-    pub async fn release_node(&self, node: &str, holder: &str, forget: bool) -> Result<(), String> {
+    pub async fn release_node(&self, node: &str, holder: &str, forget: bool) -> Result<(), StoreError> {
         let (node, holder) = (node.to_string(), holder.to_string());
         self.ask(|reply| Req::Release { node, holder, forget, reply }).await
     }
 
-    pub async fn nodes(&self) -> Result<Vec<NodeLease>, String> {
+    pub async fn nodes(&self) -> Result<Vec<NodeLease>, StoreError> {
         self.ask(Req::Nodes).await
     }
 
-    pub async fn identity(&self) -> Result<Identity, String> {
+    pub async fn identity(&self) -> Result<Identity, StoreError> {
         self.ask(Req::Identity).await
     }
 
@@ -164,7 +167,7 @@ impl Store {
         node: &str,
         mine: Vec<SharedSession>,
         max_age_ms: u64,
-    ) -> Result<Vec<SharedSession>, String> {
+    ) -> Result<Vec<SharedSession>, StoreError> {
         let node = node.to_string();
         self.ask(|reply| Req::Sessions { node, mine, max_age_ms, reply }).await
     }

@@ -1,6 +1,7 @@
 //! The interface every backend implements (`DecisionLog`), its operations and answers,
 //! and what the store says about itself: schema version, identity, restores, leases.
 
+use super::error::StoreError;
 use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
 use crate::state::Outcome;
 pub use cotx_protocol::lease::{Renewal, Token};
@@ -12,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// version: it would misread what a newer daemon wrote (never run an older daemon on it).
 pub const SCHEMA_VERSION: i64 = 2;
 
-/// The refusal for a store made by a newer daemon.
+/// The refusal for a store made by a newer daemon (`StoreError::NewerSchema`).
 pub fn newer_schema(store: &str, found: i64) -> String {
     format!(
         "decision store {store} has schema version {found}, written by a newer cotx-coordinator; this one ({}) knows versions up to {SCHEMA_VERSION}: \
@@ -111,11 +112,11 @@ pub enum Decided {
 
 pub trait DecisionLog: Send + 'static {
     /// Applies the ops in one durable transaction (one sync), all or nothing.
-    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String>;
+    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, StoreError>;
     /// Unfinished records, and every row that cannot be read (finished or not).
-    fn load(&mut self) -> Result<Loaded, String>;
-    fn get(&mut self, gtid: &str) -> Result<Stored, String>;
-    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String>;
+    fn load(&mut self) -> Result<Loaded, StoreError>;
+    fn get(&mut self, gtid: &str) -> Result<Stored, StoreError>;
+    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, StoreError>;
     /// Claims (or renews) the lease on `node` for `holder`. `fence_expired`: a holder
     /// whose lease ran out is cut off (its store session ended) and the claim taken.
     /// Every grant draws a new generation from a counter that never goes back.
@@ -126,20 +127,20 @@ pub trait DecisionLog: Send + 'static {
         url: &str,
         ttl_ms: u64,
         fence_expired: bool,
-    ) -> Result<Claim, String>;
+    ) -> Result<Claim, StoreError>;
     /// Extends the lease of the grant `t` if it is still in force (cotx_protocol::lease::renewal);
     /// never grants anew.
-    fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, String>;
+    fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, StoreError>;
     /// Gives the lease up. `forget`: delete it (a taken-over node with nothing left);
     /// otherwise it is only marked expired, so that anything still in doubt is taken over.
-    fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), String>;
-    fn nodes(&mut self) -> Result<Vec<NodeLease>, String>;
-    fn identity(&mut self) -> Result<Identity, String>;
+    fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), StoreError>;
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, StoreError>;
+    fn identity(&mut self) -> Result<Identity, StoreError>;
     /// After the store was restored from a copy, before any daemon runs on it: seals every
     /// epoch it holds (a missing record of theirs may be a commit made after the copy was
     /// taken: "forgotten", never presumed aborted), moves lease generations past any given
     /// since, and counts the restore. Refused while a daemon runs on the store.
-    fn mark_restored(&mut self) -> Result<Restored, String>;
+    fn mark_restored(&mut self) -> Result<Restored, StoreError>;
     /// Several daemons on one store: replaces `node`'s published sessions with `mine` and
     /// returns the other daemons' published within `max_age_ms` (by the store's clock).
     /// Deadlock detection needs them to see a cycle through two daemons' transactions
@@ -149,7 +150,7 @@ pub trait DecisionLog: Send + 'static {
         _node: &str,
         _mine: &[SharedSession],
         _max_age_ms: u64,
-    ) -> Result<Vec<SharedSession>, String> {
+    ) -> Result<Vec<SharedSession>, StoreError> {
         Ok(Vec::new())
     }
 }

@@ -8,12 +8,14 @@
 //! request queued while the previous batch was being synced and applies them in one
 //! transaction, so many decisions share one fsync.
 
+mod error;
 mod group_commit;
 mod log;
 pub mod postgres;
 mod record;
 pub mod sqlite;
 
+pub use error::StoreError;
 pub use group_commit::{Store, StoreStats, STORE_THREAD};
 pub use log::{
     existing_outcome, newer_schema, Claim, Decided, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored,

@@ -9,6 +9,7 @@
 //! (by the store's clock, not the daemons') decides: an expired holder's session is
 //! terminated by whoever takes the node over.
 
+use super::error::StoreError;
 use super::log::{
     existing_outcome, newer_schema, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored,
     SharedSession, Token, RESTORE_GRANT_JUMP, SCHEMA_VERSION,
@@ -35,19 +36,21 @@ pub struct PgLog {
 
 impl PgLog {
     /// `table` is checked by the config to be a plain lowercase identifier.
-    pub fn open(dsn: &str, table: &str, tls: Option<&crate::dbtls::DbTls>) -> Result<PgLog, String> {
-        let (cfg, tls) = crate::dbtls::pg(dsn, tls).map_err(|m| format!("postgres store: {m}"))?;
+    pub fn open(dsn: &str, table: &str, tls: Option<&crate::dbtls::DbTls>) -> Result<PgLog, StoreError> {
+        let (cfg, tls) = crate::dbtls::pg(dsn, tls).map_err(|m| StoreError::Setup(format!("postgres store: {m}")))?;
         let mut l = PgLog { cfg: cfg.into(), tls, table: table.to_string(), client: None };
         l.client()?;
         Ok(l)
     }
 
-    fn client(&mut self) -> Result<&mut Client, String> {
+    fn client(&mut self) -> Result<&mut Client, StoreError> {
         if self.client.as_ref().map(|c| c.is_closed()).unwrap_or(true) {
             let mut c = self.cfg.connect(self.tls.clone()).map_err(e)?;
             match schema_version(&mut c, &self.table)? {
                 Some(v) if v == SCHEMA_VERSION => {}
-                Some(v) if v > SCHEMA_VERSION => return Err(newer_schema(&format!("table {}", self.table), v)),
+                Some(v) if v > SCHEMA_VERSION => {
+                    return Err(StoreError::NewerSchema(newer_schema(&format!("table {}", self.table), v)))
+                }
                 _ => make_schema(&mut c, &self.table)?,
             }
             self.client = Some(c);
@@ -56,7 +59,7 @@ impl PgLog {
     }
 
     /// Runs `f` on the client; on error drops the connection (reconnect next time).
-    fn with<T>(&mut self, f: impl FnOnce(&mut Client, &str) -> Result<T, String>) -> Result<T, String> {
+    fn with<T>(&mut self, f: impl FnOnce(&mut Client, &str) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let t = self.table.clone();
         let r = f(self.client()?, &t);
         if r.is_err() {
@@ -65,7 +68,7 @@ impl PgLog {
         r
     }
 
-    fn batch(c: &mut Client, t: &str, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+    fn batch(c: &mut Client, t: &str, ops: &[Op]) -> Result<Vec<OpResult>, StoreError> {
         let mut tx = c.transaction().map_err(e)?;
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
@@ -154,7 +157,7 @@ impl PgLog {
         Ok(out)
     }
 
-    fn rows(c: &mut Client, t: &str, gtid: Option<&str>) -> Result<Vec<Stored>, String> {
+    fn rows(c: &mut Client, t: &str, gtid: Option<&str>) -> Result<Vec<Stored>, StoreError> {
         // Without a gtid: what recovery needs (unfinished records) and every row whose
         // outcome cannot be read, finished or not (it quarantines them everywhere).
         let sql = format!(
@@ -173,7 +176,7 @@ impl PgLog {
         Ok(rows.iter().map(|r| parse_row(r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))).collect())
     }
 
-    fn lease_row(c: &mut Client, t: &str, node: &str) -> Result<Option<NodeLease>, String> {
+    fn lease_row(c: &mut Client, t: &str, node: &str) -> Result<Option<NodeLease>, StoreError> {
         let r = c
             .query_opt(
                 &format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes WHERE node = $1"),
@@ -186,7 +189,7 @@ impl PgLog {
 
 /// Whether this session holds node's lock: already (a re-lock would stack counts), or
 /// taken now because it was free.
-fn hold_lock(c: &mut Client, t: &str, node: &str) -> Result<bool, String> {
+fn hold_lock(c: &mut Client, t: &str, node: &str) -> Result<bool, StoreError> {
     let args = lock_args(t);
     Ok(c.query_one(
         &format!(
@@ -215,13 +218,13 @@ fn lock_args(t: &str) -> String {
 }
 
 impl DecisionLog for PgLog {
-    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, StoreError> {
         // On error the connection is dropped and remade. A commit whose answer was lost is
         // harmless: decisions are conditional inserts, so the retry reads back what was written.
         self.with(|c, t| Self::batch(c, t, ops))
     }
 
-    fn load(&mut self) -> Result<Loaded, String> {
+    fn load(&mut self) -> Result<Loaded, StoreError> {
         self.with(|c, t| {
             let rows = Self::rows(c, t, None)?;
             let epochs = c
@@ -234,7 +237,7 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn get(&mut self, gtid: &str) -> Result<Stored, String> {
+    fn get(&mut self, gtid: &str) -> Result<Stored, StoreError> {
         self.with(|c, t| {
             if let Some(s) = Self::rows(c, t, Some(gtid))?.into_iter().next() {
                 return Ok(s);
@@ -254,7 +257,7 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, StoreError> {
         self.with(|c, t| {
             let rows = c
                 .query(
@@ -283,7 +286,7 @@ impl DecisionLog for PgLog {
         url: &str,
         ttl_ms: u64,
         fence_expired: bool,
-    ) -> Result<Claim, String> {
+    ) -> Result<Claim, StoreError> {
         self.with(|c, t| {
             for _ in 0..20 {
                 if hold_lock(c, t, node)? {
@@ -322,11 +325,11 @@ impl DecisionLog for PgLog {
                 .map_err(e)?;
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            Err(format!("could not take over node {node}: its holder's session did not end"))
+            Err(StoreError::Conflict(format!("could not take over node {node}: its holder's session did not end")))
         })
     }
 
-    fn renew_node(&mut self, node: &str, tok: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+    fn renew_node(&mut self, node: &str, tok: &Token, ttl_ms: u64) -> Result<Renewal, StoreError> {
         self.with(|c, t| {
             // Our session still holds the node's lock, or (after a reconnect) takes it
             // again: a row unchanged since our grant proves nobody acted for the node.
@@ -362,7 +365,7 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), String> {
+    fn release_node(&mut self, node: &str, holder: &str, forget: bool) -> Result<(), StoreError> {
         self.with(|c, t| {
             let sql = if forget {
                 format!("DELETE FROM {t}_nodes WHERE node = $1 AND holder = $2")
@@ -375,7 +378,7 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn identity(&mut self) -> Result<Identity, String> {
+    fn identity(&mut self) -> Result<Identity, StoreError> {
         self.with(|c, t| {
             let r = c
                 .query_one(
@@ -394,11 +397,11 @@ impl DecisionLog for PgLog {
         node: &str,
         mine: &[SharedSession],
         max_age_ms: u64,
-    ) -> Result<Vec<SharedSession>, String> {
+    ) -> Result<Vec<SharedSession>, StoreError> {
         self.with(|c, t| sessions::exchange(c, t, node, mine, max_age_ms))
     }
 
-    fn mark_restored(&mut self) -> Result<Restored, String> {
+    fn mark_restored(&mut self) -> Result<Restored, StoreError> {
         self.with(|c, t| {
             let mut tx = c.transaction().map_err(e)?;
             // A daemon running on the store holds its node's lock in a store session.
@@ -413,7 +416,9 @@ impl DecisionLog for PgLog {
                 .map_err(e)?
                 .get(0);
             if live > 0 {
-                return Err(format!("{live} daemon(s) hold node locks on this store: stop every daemon that uses it first"));
+                return Err(StoreError::Conflict(format!(
+                    "{live} daemon(s) hold node locks on this store: stop every daemon that uses it first"
+                )));
             }
             let sealed = tx
                 .execute(&format!("UPDATE {t}_epochs SET sealed_ms = {NOW_MS} WHERE sealed_ms IS NULL"), &[])
@@ -429,7 +434,7 @@ impl DecisionLog for PgLog {
         })
     }
 
-    fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, StoreError> {
         self.with(|c, t| {
             let rows = c
                 .query(&format!("SELECT node, holder, url, expires_ms - {NOW_MS} FROM {t}_nodes ORDER BY node"), &[])

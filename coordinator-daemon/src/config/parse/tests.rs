@@ -88,3 +88,22 @@ fn errors_name_line_and_field() {
     let e = err(&format!("{GOOD}\n[lease]\nttl_ms = 2000\nrenew_ms = 1500\n"));
     assert_eq!(e.field, "lease.renew_ms");
 }
+
+/// The store's DSN and a resource's are read in one place (check::dsn_error): the same
+/// driver's reason and hint for the TLS keys, each under its own field and words; a good
+/// store DSN is kept as given.
+#[test]
+fn a_dsn_is_read_in_one_place_for_the_store_and_the_resources() {
+    let bad = "host=127.0.0.1 sslmode=verify-full";
+    let sqlite = "kind = \"sqlite\"\npath = \"/tmp/x.db\"";
+    let e = err(&GOOD.replace(sqlite, &format!("kind = \"postgres\"\ndsn = \"{bad}\"")));
+    assert_eq!(e.field, "store.dsn", "{e}");
+    assert!(e.message.starts_with("not a PostgreSQL connection string: ") && e.message.contains("tls_ca_file"), "{e}");
+    let r = err(&GOOD.replace("host=127.0.0.1 port=5432 user=postgres", bad));
+    assert_eq!(r.field, "resources[0].dsn", "{r}");
+    assert!(r.message.starts_with("not a valid postgres DSN: "), "{r}");
+    assert_eq!(e.message.split_once(": ").unwrap().1, r.message.split_once(": ").unwrap().1);
+    let good = "host=127.0.0.1 user=postgres";
+    let c = parse(&GOOD.replace(sqlite, &format!("kind = \"postgres\"\ndsn = \"{good}\"")), None).unwrap();
+    assert!(matches!(&c.store, StoreConfig::Postgres { dsn, .. } if dsn == good), "{:?}", c.store);
+}

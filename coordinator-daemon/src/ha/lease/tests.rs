@@ -28,7 +28,7 @@ fn memory_keeps_only_what_the_store_confirms() {
     let q = CorruptRecord { gtid: "g".into(), problem: "bad".into() };
     assert_eq!(reconcile(Ok(Stored::Corrupt(q.clone()))), Reconciled::Quarantine(q));
     assert_eq!(
-        reconcile(Err("store down".into())),
+        reconcile(Err(StoreError::Unavailable("store down".into()))),
         Reconciled::Drop,
         "unreadable now: forgotten, the store answers later"
     );

@@ -16,36 +16,36 @@ fn slow_log(sizes: Arc<Mutex<Vec<usize>>>) -> TestLog {
 }
 
 impl DecisionLog for TestLog {
-    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, StoreError> {
         std::thread::sleep(self.sync);
         self.sizes.lock().unwrap().push(ops.len());
         Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
     }
-    fn load(&mut self) -> Result<Loaded, String> {
+    fn load(&mut self) -> Result<Loaded, StoreError> {
         Ok(Loaded::default())
     }
-    fn get(&mut self, _: &str) -> Result<Stored, String> {
+    fn get(&mut self, _: &str) -> Result<Stored, StoreError> {
         Ok(Stored::Absent { forgotten: false })
     }
-    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(vec![])
     }
-    fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, String> {
+    fn claim_node(&mut self, _: &str, _: &str, _: &str, _: u64, _: bool) -> Result<Claim, StoreError> {
         Ok(Claim::Granted(1))
     }
-    fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, String> {
+    fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, StoreError> {
         Ok(Renewal::Renewed)
     }
-    fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), String> {
+    fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), StoreError> {
         Ok(())
     }
-    fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, StoreError> {
         Ok(vec![])
     }
-    fn identity(&mut self) -> Result<Identity, String> {
+    fn identity(&mut self) -> Result<Identity, StoreError> {
         Ok(Identity { store_id: "test".into(), restores: 0, tick: 0 })
     }
-    fn mark_restored(&mut self) -> Result<Restored, String> {
+    fn mark_restored(&mut self) -> Result<Restored, StoreError> {
         Ok(Restored { sealed: 0, restores: 1 })
     }
 }

@@ -1,10 +1,12 @@
 //! What the PostgreSQL store's files share: its error text and its clock.
 
-pub(super) fn e(x: postgres::Error) -> String {
-    match x.as_db_error() {
+use crate::store::error::StoreError;
+
+pub(super) fn e(x: postgres::Error) -> StoreError {
+    StoreError::Unavailable(match x.as_db_error() {
         Some(d) => format!("postgres store: {} (SQLSTATE {})", d.message(), d.code().code()),
         None => format!("postgres store: {}", crate::dbtls::chain(&x)),
-    }
+    })
 }
 
 /// The store's clock in ms: every daemon compares lease expiries against one clock.

@@ -1,6 +1,7 @@
 //! The PostgreSQL store's schema: its version, and making it or bringing it up to date.
 
 use super::common::e;
+use crate::store::error::StoreError;
 use crate::store::log::SCHEMA_VERSION;
 use postgres::Client;
 
@@ -12,7 +13,7 @@ use postgres::Client;
 /// it would make every later reader and writer queue behind it: the whole store stopped
 /// until that standby returned. The meta row is written in the DDL's transaction, so a
 /// current version means every table and column is there.
-pub(super) fn schema_version(c: &mut Client, t: &str) -> Result<Option<i64>, String> {
+pub(super) fn schema_version(c: &mut Client, t: &str) -> Result<Option<i64>, StoreError> {
     let meta = format!("{t}_meta");
     let exists: bool = c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&meta]).map_err(e)?.get(0);
     if !exists {
@@ -27,7 +28,7 @@ pub(super) fn schema_version(c: &mut Client, t: &str) -> Result<Option<i64>, Str
 /// wait is bounded (the caller retries on error). Committed without waiting for a
 /// synchronous standby: if the primary is lost before the standby has it, the next
 /// connection finds the schema short and makes it again.
-pub(super) fn make_schema(c: &mut Client, t: &str) -> Result<(), String> {
+pub(super) fn make_schema(c: &mut Client, t: &str) -> Result<(), StoreError> {
     c.batch_execute(&format!(
         "BEGIN;
          SET LOCAL lock_timeout = '5s';

@@ -8,6 +8,7 @@
 //! deployment without waits never touches it.
 
 use super::common::{e, NOW_MS};
+use crate::store::error::StoreError;
 use crate::store::log::SharedSession;
 use postgres::error::SqlState;
 use postgres::Client;
@@ -18,7 +19,7 @@ pub(super) fn exchange(
     node: &str,
     mine: &[SharedSession],
     max_age_ms: u64,
-) -> Result<Vec<SharedSession>, String> {
+) -> Result<Vec<SharedSession>, StoreError> {
     match exchange_once(c, t, node, mine, max_age_ms) {
         Err(x) if x.code() == Some(&SqlState::UNDEFINED_TABLE) => {
             c.batch_execute(&format!(

@@ -11,6 +11,7 @@
 mod schema;
 
 use crate::state::unix_ms;
+use crate::store::error::StoreError;
 use crate::store::log::{
     existing_outcome, Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token,
     RESTORE_GRANT_JUMP,
@@ -26,18 +27,18 @@ pub struct SqliteLog {
     _lock: std::fs::File,
 }
 
-fn e(x: rusqlite::Error) -> String {
-    format!("sqlite: {x}")
+fn e(x: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("sqlite: {x}"))
 }
 
 impl SqliteLog {
     /// Opens (or makes) the store at `path`: schema.rs.
-    pub fn open(path: &str) -> Result<SqliteLog, String> {
+    pub fn open(path: &str) -> Result<SqliteLog, StoreError> {
         let (conn, lock) = schema::open(path)?;
         Ok(SqliteLog { conn, _lock: lock })
     }
 
-    fn rows(&self, filter: &str, arg: Option<&str>) -> Result<Vec<Stored>, String> {
+    fn rows(&self, filter: &str, arg: Option<&str>) -> Result<Vec<Stored>, StoreError> {
         let mut st = self
             .conn
             .prepare(&format!(
@@ -174,7 +175,7 @@ impl SqliteLog {
 }
 
 impl DecisionLog for SqliteLog {
-    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, String> {
+    fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, StoreError> {
         let tx = self.conn.transaction().map_err(e)?;
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
@@ -185,7 +186,7 @@ impl DecisionLog for SqliteLog {
         Ok(out)
     }
 
-    fn load(&mut self) -> Result<Loaded, String> {
+    fn load(&mut self) -> Result<Loaded, StoreError> {
         let rows = self.rows("WHERE finished_ms IS NULL OR outcome NOT IN ('commit', 'abort')", None)?;
         let mut st = self.conn.prepare("SELECT node, nonce FROM epochs").map_err(e)?;
         let epochs = st
@@ -196,7 +197,7 @@ impl DecisionLog for SqliteLog {
         Ok(loaded_from(rows, epochs))
     }
 
-    fn get(&mut self, gtid: &str) -> Result<Stored, String> {
+    fn get(&mut self, gtid: &str) -> Result<Stored, StoreError> {
         if let Some(s) = self.rows("WHERE gtid = ?1", Some(gtid))?.into_iter().next() {
             return Ok(s);
         }
@@ -212,7 +213,7 @@ impl DecisionLog for SqliteLog {
         url: &str,
         ttl_ms: u64,
         _fence_expired: bool,
-    ) -> Result<Claim, String> {
+    ) -> Result<Claim, StoreError> {
         let tx = self.conn.transaction().map_err(e)?;
         let g: i64 = tx
             .query_row(
@@ -231,7 +232,7 @@ impl DecisionLog for SqliteLog {
         Ok(Claim::Granted(g))
     }
 
-    fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, String> {
+    fn renew_node(&mut self, node: &str, t: &Token, ttl_ms: u64) -> Result<Renewal, StoreError> {
         let v = lease::renewal(Self::lease_row(&self.conn, node).map_err(e)?.as_ref(), t);
         if v == Renewal::Renewed {
             let tx = self.conn.transaction().map_err(e)?;
@@ -243,12 +244,12 @@ impl DecisionLog for SqliteLog {
         Ok(v)
     }
 
-    fn release_node(&mut self, node: &str, holder: &str, _forget: bool) -> Result<(), String> {
+    fn release_node(&mut self, node: &str, holder: &str, _forget: bool) -> Result<(), StoreError> {
         self.conn.execute("DELETE FROM nodes WHERE node = ?1 AND holder = ?2", params![node, holder]).map_err(e)?;
         Ok(())
     }
 
-    fn nodes(&mut self) -> Result<Vec<NodeLease>, String> {
+    fn nodes(&mut self) -> Result<Vec<NodeLease>, StoreError> {
         let now = unix_ms() as i64;
         let mut st = self.conn.prepare("SELECT node, holder, url, expires_ms FROM nodes ORDER BY node").map_err(e)?;
         let rows = st
@@ -264,7 +265,7 @@ impl DecisionLog for SqliteLog {
         rows.collect::<Result<Vec<_>, _>>().map_err(e)
     }
 
-    fn identity(&mut self) -> Result<Identity, String> {
+    fn identity(&mut self) -> Result<Identity, StoreError> {
         self.conn
             .query_row("SELECT store_id, restores, tick FROM meta WHERE id = 1", [], |r| {
                 Ok(Identity { store_id: r.get(0)?, restores: r.get(1)?, tick: r.get(2)? })
@@ -274,7 +275,7 @@ impl DecisionLog for SqliteLog {
 
     /// The file lock held since open makes this process the store's only user: no daemon
     /// runs on it meanwhile.
-    fn mark_restored(&mut self) -> Result<Restored, String> {
+    fn mark_restored(&mut self) -> Result<Restored, StoreError> {
         let tx = self.conn.transaction().map_err(e)?;
         let now = unix_ms() as i64;
         let sealed = tx.execute("UPDATE epochs SET sealed_ms = ?1 WHERE sealed_ms IS NULL", [now]).map_err(e)? as u64;
@@ -290,7 +291,7 @@ impl DecisionLog for SqliteLog {
         Ok(Restored { sealed, restores })
     }
 
-    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, String> {
+    fn audit_log(&mut self) -> Result<Vec<AuditEntry>, StoreError> {
         let mut st = self
             .conn
             .prepare("SELECT at_ms, gtid, outcome, operator, reason, result FROM audit ORDER BY id")

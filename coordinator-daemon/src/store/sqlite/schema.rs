@@ -2,43 +2,45 @@
 //! with synchronous=FULL, and the schema made or brought up to date in place (columns
 //! added by later versions, the meta row of schema version 2).
 
+use crate::store::error::StoreError;
 use crate::store::log::{newer_schema, SCHEMA_VERSION};
 use rusqlite::Connection;
 
-fn e(x: rusqlite::Error) -> String {
-    format!("sqlite: {x}")
+fn e(x: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("sqlite: {x}"))
 }
 
 /// The connection to a store made or brought up to date, and the lock file held for the
 /// life of the process.
-pub(super) fn open(path: &str) -> Result<(Connection, std::fs::File), String> {
+pub(super) fn open(path: &str) -> Result<(Connection, std::fs::File), StoreError> {
     let lock_path = format!("{path}.lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .map_err(|x| format!("cannot open {lock_path}: {x}"))?;
+        .map_err(|x| StoreError::Unavailable(format!("cannot open {lock_path}: {x}")))?;
     if let Err(x) = lock.try_lock() {
-        return Err(format!(
+        return Err(StoreError::Conflict(format!(
             "decision store {path} is in use by another process ({lock_path} is locked: {x}); \
              one daemon per SQLite store — give each daemon its own store, or share a PostgreSQL store"
-        ));
+        )));
     }
-    let conn = Connection::open(path).map_err(|x| format!("cannot open decision store {path}: {x}"))?;
+    let conn = Connection::open(path)
+        .map_err(|x| StoreError::Unavailable(format!("cannot open decision store {path}: {x}")))?;
     // A store of a newer schema is refused before anything touches it.
     let has_meta: bool = conn
         .query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0))
-        .map_err(|x| format!("cannot read decision store {path}: {x}"))?;
+        .map_err(|x| StoreError::Unavailable(format!("cannot read decision store {path}: {x}")))?;
     if has_meta {
         let v: i64 = conn.query_row("SELECT schema_version FROM meta WHERE id = 1", [], |r| r.get(0)).map_err(e)?;
         if v > SCHEMA_VERSION {
-            return Err(newer_schema(path, v));
+            return Err(StoreError::NewerSchema(newer_schema(path, v)));
         }
     }
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(e)?;
     if mode.to_lowercase() != "wal" {
-        return Err(format!("decision store {path}: cannot switch to WAL (got {mode})"));
+        return Err(StoreError::Unavailable(format!("decision store {path}: cannot switch to WAL (got {mode})")));
     }
     conn.execute_batch(
         "PRAGMA synchronous=FULL;
@@ -137,6 +139,8 @@ mod tests {
             .execute_batch("UPDATE meta SET schema_version = 99; CREATE TABLE later(x)")
             .unwrap();
         let err = SqliteLog::open(path.to_str().unwrap()).err().unwrap();
+        assert!(matches!(err, StoreError::NewerSchema(_)), "{err}");
+        let err = err.to_string();
         assert!(err.contains("schema version 99") && err.contains("newer cotx-coordinator"), "{err}");
         let v: i64 =
             Connection::open(&path).unwrap().query_row("SELECT schema_version FROM meta", [], |r| r.get(0)).unwrap();
@@ -150,6 +154,8 @@ mod tests {
         let p = d.join("s.db");
         let l = SqliteLog::open(p.to_str().unwrap()).unwrap();
         let err = SqliteLog::open(p.to_str().unwrap()).err().expect("second open must be refused");
+        assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+        let err = err.to_string();
         assert!(err.contains("in use by another process"), "{err}");
         drop(l);
         SqliteLog::open(p.to_str().unwrap()).unwrap();
