@@ -112,7 +112,7 @@ class Campaign:
     # --- world -------------------------------------------------------------------------
     def setup(self) -> None:
         from cotest import MariaServer, PgReplicaPair, PgServer, reap_orphans
-        from cotx.daemon import Daemon
+        from cotest.daemon import Daemon
         reap_orphans()
         self.pg = PgServer().start()
         self.my = MariaServer().start()
@@ -549,7 +549,7 @@ class Campaign:
 
 
 def _binary_info() -> str:
-    from cotx.daemon import find_binary
+    from cotest.daemon import find_binary
     try:
         b = find_binary()
         st = os.stat(b)

@@ -99,7 +99,7 @@ def make_daemon(pg, my, mode: str, clients: int):
     """A daemon whose two resources have the mode's enforcement, never `auto` (with auto,
     a server whose extension is switched off would be moved to client mode and the plain
     baseline would silently get shims). PostgreSQL decides in dip (`decisions = true`)."""
-    from cotx.daemon import Daemon
+    from cotest.daemon import Daemon
     pg_e, my_e, dip = MODES[mode]
     pool = clients + 2     # client mode's helpers run on the daemon's own sessions
     pgres = {"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": pool, "enforcement": pg_e}

@@ -42,7 +42,7 @@ import urllib.request
 from pathlib import Path
 
 from cotest import MariaServer, PgServer, free_port, reap_orphans
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 
 from checker import Txn, check
 from checker.history import dump_jsonl, parse_list

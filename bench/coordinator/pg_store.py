@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from cotest import PgServer
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 
 
 def run(dsn: str, a) -> int:

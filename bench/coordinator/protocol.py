@@ -14,7 +14,7 @@ import os
 import time
 
 from cotx import Coordinator
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 
 
 def main():

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import tempfile
 
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 
 # (name, bench-store arguments)
 CONFIGS = [

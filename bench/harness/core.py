@@ -155,7 +155,7 @@ class Env:
         """The daemons of the current store kind, from the pool: "sqlite" one (node id
         bench, its SQLite file in coord_dir), "pgN" N of them on the PostgreSQL store. One
         token for all: the driver has one (--coord lists their URLs)."""
-        from cotx.daemon import Daemon
+        from cotest.daemon import Daemon
         if self.store == "sqlite":
             specs = [("bench", None, self.coord_dir)]
         else:
@@ -227,7 +227,7 @@ class Env:
         the mode's enforcement) and timeouts, with a node id and a SQLite store of its own
         (a node is owned by one coordinator at a time; the daemon keeps its own), and the
         store's commit_delay_us."""
-        from cotx.daemon import Daemon
+        from cotest.daemon import Daemon
         workdir = os.path.dirname(self.in_process_path)
         os.makedirs(workdir, exist_ok=True)
         store = {"kind": "sqlite", "path": os.path.join(workdir, "decisions.db"), "commit_delay_us": commit_delay_us}

@@ -41,7 +41,7 @@ def store_alone(env, out_dir: Path, smoke: bool = False) -> list[dict]:
     SQLite in the daemon's directory, then the PostgreSQL store with 1 and 3 writers.
     Appends the JSON lines to out_dir/store_alone.jsonl and returns them; a binary without
     --pg-dsn (an older build) gives an `error` line instead."""
-    from cotx.daemon import find_binary
+    from cotest.daemon import find_binary
     bin_ = find_binary()
     n, clients = (2000, 16) if smoke else (20000, 64)
     if env.store_pg is None:

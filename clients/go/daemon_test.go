@@ -16,7 +16,7 @@ import (
 )
 
 // daemon is a real cotx-coordinator process for the tests, configured the way
-// clients/python/cotx/daemon.py does it: a TOML file, a free loopback port, a random token.
+// harness/cotest/daemon.py does it: a TOML file, a free loopback port, a random token.
 type daemon struct {
 	dir, url, token string
 	cmd             *exec.Cmd

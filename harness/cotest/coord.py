@@ -2,8 +2,7 @@
 and a MariaDB server (harness objects), and look at what is prepared.
 
 Test-only, so it lives in the harness rather than in the shipped client (it was
-cotx.testing, which still re-exports it). It needs the client's cotx.daemon, so unlike
-the rest of cotest it imports cotx; `import cotest` does not import this module.
+cotx.testing). The daemon itself is started by cotest.daemon.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 
 
 def make_daemon(pg, mariadb, enforcement: str | None = None, **kw) -> Daemon:

@@ -288,7 +288,7 @@ def test_in_process_coordinator_killed_then_a_daemon_finishes_its_branches(env, 
     import sqlite3
     import subprocess
     import time
-    from cotx.daemon import Daemon
+    from cotest.daemon import Daemon
     from bench.harness import loadgen
     from bench.harness.core import COORD_TIMEOUTS
     from bench.micro import micro

@@ -82,7 +82,7 @@ def transfer(d, pg, my, key):
 def test_each_resource_gets_the_mode_it_can_do_and_shows_it(pg, mariadb, bare_pg, bare_my):
     """auto: engine where pg_co / mysql_co enforce, client where they are absent; in the
     registration's answer, the branch, the listing, the CLI and /metrics."""
-    from cotx.daemon import Daemon
+    from cotest.daemon import Daemon
     d = Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn}, {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn},
                 {"name": "bare-pg", "kind": "postgres", "dsn": bare_pg.dsn},
                 {"name": "bare-my", "kind": "mariadb", "dsn": bare_my.dsn}])
@@ -114,7 +114,7 @@ def test_a_resource_that_can_do_neither_is_refused_by_name(bare_pg, bare_my):
     """Never plain 2PC by accident: no prepared transactions (client mode impossible) and
     no pg_co (engine impossible) → every registration is refused with the resource's name
     and the reasons; `engine` on a server without pg_co likewise. Nothing is left behind."""
-    from cotx.daemon import Daemon
+    from cotest.daemon import Daemon
     with PgServer(preload=False, conf={"max_prepared_transactions": 0}) as no2pc:
         d = Daemon([{"name": "no2pc", "kind": "postgres", "dsn": no2pc.dsn},
                     {"name": "forced", "kind": "postgres", "dsn": bare_pg.dsn, "enforcement": "engine"}])
@@ -426,7 +426,7 @@ def test_managed_service_tls_and_an_ordinary_owner_role(managed):
     shim objects itself; a transfer commits and its helper is gone afterwards."""
     import psycopg
     import pymysql
-    from cotx.daemon import Daemon
+    from cotest.daemon import Daemon
     pg, my, certs, dsns = managed
     tls = {"tls": "verify-full", "tls_ca_file": str(certs / "ca.pem")}
     d = Daemon([{"name": "pg", "kind": "postgres", "dsn": dsns["pg"], **tls},
@@ -466,7 +466,7 @@ def test_the_postgresql_shim_refuses_what_breaks_commitment_ordering_on_every_ma
         pg.sql("INSERT INTO t VALUES (1, 0), (2, 0)")
         outcome = {}
         for mode in ("none", "client"):
-            from cotx.daemon import Daemon
+            from cotest.daemon import Daemon
             with Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "enforcement": mode}]) as d:
                 c = Coordinator(d.url, d.token)
                 t1, t2 = c.transaction(), c.transaction()

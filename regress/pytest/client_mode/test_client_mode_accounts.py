@@ -25,7 +25,7 @@ import pytest
 from cotest import MariaServer, PgServer
 from cotest.coord import my_prepared, pg_prepared, wait_until
 from cotx import Coordinator
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 
 ROOT = Path(__file__).resolve().parents[3]
 PW = "CHANGE-ME"

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from cotx import GTID_HEADER, Coordinator, CotxError, gtid_from_headers, set_gtid
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 from cotx.propagation import traceparent_from_headers
 from cotest.coord import pg_prepared, wait_until
 from cotx.trace import TraceContext, valid

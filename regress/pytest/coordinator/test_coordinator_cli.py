@@ -4,7 +4,7 @@ and the token can come from the environment (COTX_CONFIG, COTX_TOKEN)."""
 import os
 import subprocess
 
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 
 SUBCOMMANDS = ["serve", "check-config", "in-doubt", "show", "force", "audit", "bench-store", "transactions", "incidents",
                "nodes"]

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from cotest.coord import make_daemon, metrics_text, nothing_prepared, wait_until
 from cotx import Coordinator
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 from cotest import free_port
 from cotest.transfers import Child, committed_both, committed_transfer
 

@@ -15,7 +15,7 @@ from cotest.certs import make_ca, make_cert
 from cotest.servers import _chown
 from cotx import Coordinator
 from cotest.coord import wait_until
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 from cotest.transfers import CHILD
 
 

@@ -307,7 +307,7 @@ def test_metrics_and_openapi(daemon, coord):
 def test_invalid_config_is_refused_with_line(daemon, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('token = "0123456789abcdef"\n\n[[resources]]\nname = "x"\nkind = "oracle"\ndsn = "x"\n')
-    from cotx.daemon import find_binary
+    from cotest.daemon import find_binary
     import subprocess
     r = subprocess.run([find_binary(), "check-config", "--config", str(bad)], capture_output=True, text=True)
     assert r.returncode != 0

@@ -81,7 +81,7 @@ def test_the_environment_overrides_the_config(pg, mariadb, monkeypatch, daemons)
 
 
 def test_driver_errors_are_logged_with_the_sqlstate_as_a_field(pg, mariadb, daemons):
-    from cotx.daemon import Daemon
+    from cotest.daemon import Daemon
     d = daemons(Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=nope")}])).start()
     def found():
         lines = [json.loads(x) for x in d.log_file.read_text().splitlines()]

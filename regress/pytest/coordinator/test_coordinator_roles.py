@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 from cotx import Coordinator
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 from cotest.coord import make_daemon
 
 CLIENT, OPERATOR, METRICS = "client-" + "c" * 16, "operator-" + "o" * 16, "metrics-" + "m" * 16

@@ -15,7 +15,7 @@ import urllib.request
 import psycopg
 import pytest
 from cotx import Coordinator, CotxError, client as cl
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 from cotest.coord import api, make_daemon, metric, my_prepared, nothing_prepared, peers, pg_prepared, shared_store, wait_until
 from cotest.transfers import Child, absent_both, committed_both
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 from cotx import Coordinator, CotxError
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 from cotest.coord import make_daemon
 from cotest.certs import make_ca, make_cert
 

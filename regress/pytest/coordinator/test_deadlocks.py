@@ -15,7 +15,7 @@ import pytest
 from cotest import MariaServer, PgServer
 from cotest.coord import metric, wait_until
 from cotx import Coordinator, RetryableError
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 
 
 # Far below what the engines' defaults give (50 s, or forever), far above the detector's

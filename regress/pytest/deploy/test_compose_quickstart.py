@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = ROOT / "deploy/compose"

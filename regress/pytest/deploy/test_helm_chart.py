@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 
 from cotest import PgServer, free_port
 

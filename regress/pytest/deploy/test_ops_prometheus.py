@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cotx.daemon import Daemon, find_binary
+from cotest.daemon import Daemon, find_binary
 from cotest.coord import metrics_text, wait_until
 from cotest import free_port
 from cotx import Coordinator

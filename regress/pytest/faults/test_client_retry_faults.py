@@ -24,7 +24,7 @@ from cotest import PgServer
 from cotest.coord import make_daemon, nothing_prepared, pg_prepared, wait_until
 from cotest.transfers import reset_accounts, run_withdrawal, withdrawal
 from cotx import Coordinator
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 from cotx.errors import CoordinatorError
 
 

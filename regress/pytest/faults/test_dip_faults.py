@@ -10,7 +10,7 @@ and shows the split that the participant lookup prevents."""
 
 import pytest
 from cotx import Coordinator
-from cotx.daemon import Daemon
+from cotest.daemon import Daemon
 from cotest.coord import metric, nothing_prepared, wait_until
 from cotest.marks import requires_mysql_co, requires_pg_co
 

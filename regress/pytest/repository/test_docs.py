@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import psycopg
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 from cotest.marks import requires_mysql_co, requires_pg_co
 
 ROOT = Path(__file__).resolve().parents[3]

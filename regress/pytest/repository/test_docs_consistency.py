@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cotx.daemon import find_binary
+from cotest.daemon import find_binary
 
 ROOT = Path(__file__).resolve().parents[3]
 # The checkout's files: tracked, and new ones not yet added (not ignored build output).
@@ -29,7 +29,7 @@ def markdown_docs() -> list[Path]:
 # --- files named in the docs ------------------------------------------------------------
 
 # The endings of the files the repository holds: a backquoted word with one of them is a
-# file name (`otlp.rs`), not a setting (`pg_co.enabled`) or a module (`cotx.daemon`).
+# file name (`otlp.rs`), not a setting (`pg_co.enabled`) or a module (`cotest.daemon`).
 FILE_END = re.compile(r"\.(md|rs|py|sh|toml|sql|spec|out|c|h|cc|go|java|xml|ya?ml|json|jsonl|csv|png|control|"
                       r"conf|cnf|service|txt|js|css|html|test|result|inc|opt|Containerfile|lock)$")
 PATHLIKE = re.compile(r"^[\w.@+-]+(?:/[\w.@+-]+)*/?$")

@@ -20,7 +20,7 @@ import pymysql
 import pytest
 from cotest import MariaServer, PgServer
 from cotx import Coordinator
-from cotx.daemon import Daemon, find_binary
+from cotest.daemon import Daemon, find_binary
 from docblocks import ROOT, Block, all_blocks, docs
 
 BLOCKS = all_blocks()

@@ -15,7 +15,7 @@ import java.util.Map;
 import java.util.stream.Stream;
 
 /** A real cotx-coordinator process on this machine, for tests and demos, configured as the
- * Python client's {@code cotx.daemon.Daemon} and the Go tests do it: a TOML file in a fresh
+ * Python harness's {@code cotest.daemon.Daemon} and the Go tests do it: a TOML file in a fresh
  * directory, a free loopback port, a random token, a SQLite store. Not for production (there
  * the daemon runs under systemd: docs/ops.md). */
 public final class LocalDaemon implements AutoCloseable {
