@@ -1,4 +1,4 @@
-"""dip judged where it should win: latency (issue 44). The micro default point with the
+"""dip judged where it should win: latency. The micro default point with the
 Rust driver through the daemon at 1 and 2 clients, in modes 2pc, dip (the decision inside
 the last PostgreSQL branch's commit: one forced write fewer) and co (dip's own servers,
 pg_co and mysql_co on, with the decision in the store), servers and the decision store on

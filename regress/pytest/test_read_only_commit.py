@@ -1,4 +1,4 @@
-"""All-read-only global transactions (issue 44): when the commit request lists every
+"""All-read-only global transactions: when the commit request lists every
 branch as read-only, the daemon decides commit in memory, with no store sync
 (cotx_protocol::read_only, checked by the model). Real servers, engine mode (pg_co,
 mysql_co) and client mode (neither: the helper and slot shims):

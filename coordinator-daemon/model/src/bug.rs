@@ -20,7 +20,7 @@ pub enum Bug {
     /// Finished records are purged with no watermark: a purged gtid reads as never
     /// recorded (defect 4), and a late write for it lands unopposed.
     PurgeWithoutWatermark,
-    /// All-read-only commit (issue 44) taken for a transaction with one writing branch:
+    /// All-read-only commit taken for a transaction with one writing branch:
     /// the sync skipped when any branch, not every branch, is read-only.
     InMemoryWithAWriter,
     /// All-read-only commit decided in memory without reading the store first: a

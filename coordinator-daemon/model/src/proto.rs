@@ -15,7 +15,7 @@ pub struct Proto {
     pub faults: u8,
     /// Decision in a participant (branch 0 decides with co.decide) instead of the store.
     pub dip: bool,
-    /// The read-only commit path (issue 44): the client lists X's branches that wrote
+    /// The read-only commit path: the client lists X's branches that wrote
     /// nothing (both, or with `Bug::InMemoryWithAWriter` only branch 1), and branch 1 is
     /// prepared by the client after the start, so a branch may end before the last
     /// PREPARE (the case the store read guards against).

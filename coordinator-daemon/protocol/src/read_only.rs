@@ -1,4 +1,4 @@
-//! A global transaction whose every branch wrote nothing (issue 44): its commit decision
+//! A global transaction whose every branch wrote nothing: its commit decision
 //! is taken in the daemon's memory, with no synced store write.
 //!
 //! Why presumed abort loses nothing then: a read-only branch has nothing to redo, so a

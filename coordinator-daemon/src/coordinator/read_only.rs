@@ -1,4 +1,4 @@
-//! The commit of a global transaction whose every branch wrote nothing (issue 44): decided
+//! The commit of a global transaction whose every branch wrote nothing: decided
 //! in memory, no store sync. The client lists its read-only branches with the commit
 //! request (`read_only`: each checked before PREPARE, clients/python/cotx/dialect.py);
 //! the rule is the protocol crate's (`cotx_protocol::read_only`, which the model checks):
