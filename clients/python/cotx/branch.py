@@ -29,7 +29,7 @@ class Branch:
     cotx.transaction.Transaction (not imported here: that module imports this one)."""
 
     def __init__(self, tx, conn, resource: str, branch_id: str,
-                 isolation: str = "SERIALIZABLE"):
+                 isolation: str = "SERIALIZABLE", read_only: bool = False):
         if isolation not in ISOLATION_LEVELS:
             raise CotxError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, not {isolation!r}")
         self.tx, self.conn, self.resource, self.branch_id = tx, conn, resource, branch_id
@@ -44,6 +44,18 @@ class Branch:
         # "none" (plain 2PC, configured so); and client mode's slot.
         self.enforcement = None
         self.shim_key = None
+        # Declared read-only by the application; `wrote_nothing` is what PREPARE found
+        # (the commit lists such branches: the daemon skips its sync when all are).
+        self.read_only = bool(read_only)
+        self.wrote_nothing = False
+
+    @property
+    def _engine_read_only(self) -> bool:
+        """MariaDB in engine mode runs a read-only branch as a READ ONLY transaction (a
+        write is refused there). Not in client mode, whose slot write must go through;
+        not on PostgreSQL, where pg_co refuses to prepare READ ONLY transactions (SSI does
+        not track them): their writes are looked for before PREPARE instead."""
+        return self.read_only and self.kind == "mariadb" and self.enforcement != "client"
 
     @property
     def _engine_id(self):
@@ -95,7 +107,7 @@ class Branch:
                 self.shim_key = int(r["shim"]["key"])
                 if self.kind == "mariadb" and not self._sql.is_checked(self.conn):
                     self._sql.set_serializable_verified(self.conn)
-            self._sql.begin(self.conn, self._engine_id, self.isolation)
+            self._sql.begin(self.conn, self._engine_id, self.isolation, self._engine_read_only)
         except Exception as e:
             self._report_failed(f"begin failed: {e}", False)
             raise
@@ -142,6 +154,9 @@ class Branch:
         (against the daemon's prepared helper) or InnoDB's locking needs to refuse what
         would break commitment ordering."""
         try:
+            if self.read_only:
+                # Before client mode's slot write, which is not the application's data.
+                self.wrote_nothing = self._engine_read_only or self._sql.wrote_nothing(self.conn)
             if self.enforcement == "client":
                 self._sql.shim_touch(self.conn, self.shim_key)
             self._sql.prepare(self.conn, self._engine_id)

@@ -84,11 +84,18 @@ class Postgres:
         return int(pid) if pid else None
 
     @classmethod
-    def begin(cls, conn, gid: str, isolation: str) -> None:
+    def begin(cls, conn, gid: str, isolation: str, read_only: bool = False) -> None:
         if not conn.autocommit:
             # Our explicit BEGIN/PREPARE need a session psycopg does not wrap.
             conn.autocommit = True
         cls._sql(conn, f"BEGIN ISOLATION LEVEL {isolation}")
+
+    @staticmethod
+    def wrote_nothing(conn) -> bool:
+        """No transaction id assigned: the open transaction changed no row (PostgreSQL
+        assigns one at a transaction's first write)."""
+        row = conn.execute("SELECT pg_current_xact_id_if_assigned() IS NULL").fetchone()
+        return bool(row and row[0])
 
     @classmethod
     def prepare(cls, conn, gid: str) -> None:
@@ -140,9 +147,11 @@ class MariaDB:
         return int(tid()) if callable(tid) and tid() else None
 
     @classmethod
-    def begin(cls, conn, xid: tuple, isolation: str) -> None:
+    def begin(cls, conn, xid: tuple, isolation: str, read_only: bool = False) -> None:
         with conn.cursor() as cur:
-            cur.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+            # READ ONLY: InnoDB refuses the branch's writes (error 1792), so "wrote
+            # nothing" needs no look; its SERIALIZABLE reads still lock until XA COMMIT.
+            cur.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}" + (", READ ONLY" if read_only else ""))
         cls._sql(conn, xid, "XA START {xid}")
 
     # Client mode's once-per-connection check, kept on the connection object:
@@ -171,6 +180,12 @@ class MariaDB:
     def forget_check(conn) -> None:
         if hasattr(conn, MariaDB._CHECKED):
             delattr(conn, MariaDB._CHECKED)
+
+    @staticmethod
+    def wrote_nothing(conn) -> bool:
+        """Unknown without a READ ONLY transaction (InnoDB's INNODB_TRX rows are a cache
+        refreshed at most every 0.1 s): never claimed."""
+        return False
 
     @staticmethod
     def set_serializable_verified(conn) -> None:

@@ -72,12 +72,16 @@ class Transaction:
         self.coord.http.send_nowait(method, path, body, traceparent=self.trace.header())
 
     def branch(self, conn, resource: str, branch_id: str | None = None,
-               isolation: str = "SERIALIZABLE") -> Branch:
+               isolation: str = "SERIALIZABLE", read_only: bool = False) -> Branch:
         """A branch on `conn`. Only SERIALIZABLE branches are protected by pg_co / mysql_co
         (which refuse the others' prepare by default); lower levels exist for comparisons
-        with plain 2PC."""
+        with plain 2PC. `read_only=True` says the branch writes nothing: checked before
+        PREPARE (PostgreSQL: no transaction id assigned) or enforced by the engine (MariaDB
+        in engine mode: a READ ONLY transaction); when every branch is read-only the
+        daemon commits without a synced store write (docs/coordinator.md, "All-read-only
+        transactions")."""
         bid = branch_id or f"{resource[:24]}-{uuid.uuid4().hex[:16]}"
-        return Branch(self, conn, resource, bid, isolation)
+        return Branch(self, conn, resource, bid, isolation, read_only)
 
     def __enter__(self) -> "Transaction":
         return self
@@ -115,7 +119,11 @@ class Transaction:
         if decider is not None:
             self._finish(self._decide_in(decider, mine))
             return
-        self._finish(self._commit_call({"prepared": mine}))
+        # Branches that wrote nothing (checked at their PREPARE): listed, so that the daemon
+        # skips its store sync when that is every branch. Absent when none is (older
+        # daemons do not know the field).
+        read_only = [b.branch_id for b in self._branches if b.wrote_nothing]
+        self._finish(self._commit_call({"prepared": mine, **({"read_only": read_only} if read_only else {})}))
 
     def _commit_call(self, body: dict) -> str:
         """POST …/commit, waiting for participants' prepared reports; the decision, or
@@ -128,6 +136,10 @@ class Transaction:
                 return self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {**body, "prepared": mine})["decision"]
             except CoordinatorError as e:
                 act = daemon_action("commit", e.status, e.code)
+                if e.code == "invalid_field" and "read_only" in body and "read_only" in str(e):
+                    # A daemon older than the field (0.3.0): the decision synced, as it was.
+                    body = {k: v for k, v in body.items() if k != "read_only"}
+                    continue
                 if e.code == "already_prepared" and mine:
                     mine = []  # an earlier attempt got through
                     continue

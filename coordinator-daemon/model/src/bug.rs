@@ -20,16 +20,24 @@ pub enum Bug {
     /// Finished records are purged with no watermark: a purged gtid reads as never
     /// recorded (defect 4), and a late write for it lands unopposed.
     PurgeWithoutWatermark,
+    /// All-read-only commit taken for a transaction with one writing branch:
+    /// the sync skipped when any branch, not every branch, is read-only.
+    InMemoryWithAWriter,
+    /// All-read-only commit decided in memory without reading the store first: a
+    /// takeover's abort (and its rollback of a branch before the last PREPARE) unseen.
+    ReadOnlySkipsStoreCheck,
 }
 
 impl Bug {
-    pub const BROKEN: [Bug; 6] = [
+    pub const BROKEN: [Bug; 8] = [
         Bug::TakeoverWithoutConditionalInsert,
         Bug::ZombieSkipsLeaseCheck,
         Bug::RecoveryTrustsGidPrefix,
         Bug::DipReportsBeforeDecidingCommit,
         Bug::AnswersFromMemoryAfterRegrant,
         Bug::PurgeWithoutWatermark,
+        Bug::InMemoryWithAWriter,
+        Bug::ReadOnlySkipsStoreCheck,
     ];
     pub(crate) fn no_watermark(self) -> bool {
         matches!(self, Bug::PurgeWithoutWatermark | Bug::AnswersFromMemoryAfterRegrant)
@@ -37,5 +45,9 @@ impl Bug {
     /// The mode the variant needs (its bug lives in the decision-in-participant path).
     pub fn dip(self) -> bool {
         self == Bug::DipReportsBeforeDecidingCommit
+    }
+    /// The variant's bug lives in the read-only commit path.
+    pub fn read_only(self) -> bool {
+        matches!(self, Bug::InMemoryWithAWriter | Bug::ReadOnlySkipsStoreCheck)
     }
 }

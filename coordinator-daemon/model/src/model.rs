@@ -28,7 +28,11 @@ impl Model for Proto {
             first_record: None,
             finished: false,
             purged: false,
-            br: if self.dip { [Br::Active, Br::Prepared] } else { [Br::Prepared, Br::Prepared] },
+            br: match (self.dip, self.ro) {
+                (true, _) => [Br::Active, Br::Prepared],
+                (false, true) => [Br::Prepared, Br::Active],
+                (false, false) => [Br::Prepared, Br::Prepared],
+            },
             unflushed: false,
             dip_decision: None,
             dip_go: false,
@@ -37,6 +41,7 @@ impl Model for Proto {
             d,
             told: [false, false],
             fenced_write_landed: false,
+            ended_early: false,
             faults: self.faults,
         }]
     }
@@ -105,6 +110,9 @@ impl Model for Proto {
                 }
             }
         }
+        if self.ro && s.br[1] == Br::Active && !s.purged {
+            out.push(Act::PrepareLast);
+        }
         if self.dip && s.dip_go && s.br[0] == Br::Active {
             out.push(Act::DecideInParticipant);
         }
@@ -120,10 +128,69 @@ impl Model for Proto {
     }
 
     fn next_state(&self, last: &State, a: Act) -> Option<State> {
+        let mut s = self.step(last, a)?;
+        if self.ro {
+            s.note_early_end();
+        }
+        Some(s)
+    }
+
+    // Each property is written as the guarantee reads in docs/guarantees.md ("no branch
+    // committed and another aborted"), not in clippy's minimal form.
+    #[allow(clippy::nonminimal_bool)]
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            // Over the branches that wrote: a read-only branch's ending changes no data.
+            Property::always("no split", |p: &Proto, s: &State| {
+                let w = p.writes();
+                let ended = |o: Br| (0..2).any(|b| w[b] && s.br[b] == o);
+                !(ended(Br::Committed) && ended(Br::Aborted))
+                    && !(s.foreign == Br::Aborted && s.foreign_other == Br::Committed)
+            }),
+            Property::always("a decision never changes", |_, s: &State| {
+                s.record.is_none() || s.record == s.first_record
+            }),
+            Property::always("no branch goes against the outcome in force", |p: &Proto, s: &State| {
+                let w = p.writes();
+                let against = |o: Br| (0..2).any(|b| w[b] && s.br[b] == o);
+                match s.truth(w) {
+                    Some(Commit) => !against(Br::Aborted),
+                    Some(Abort) => !against(Br::Committed),
+                    None => true,
+                }
+            }),
+            // An all-read-only X may be told commit from memory (no record) as long as no
+            // branch ended before its last PREPARE (cotx_protocol::read_only); it may then
+            // also read as aborted later (presumed abort): for it the same data.
+            Property::always("the client hears only the outcome in force", |p: &Proto, s: &State| {
+                let w = p.writes();
+                let all_ro = w == [false, false];
+                let commit_durable = s.first_record == Some(Commit) || s.dip_decision == Some(Commit);
+                let commit_ok = commit_durable || (all_ro && !s.ended_early);
+                (all_ro || !(s.told[0] && s.told[1]))
+                    && (!s.told[0] || commit_ok)
+                    && (!s.told[1] || s.truth(w) != Some(Commit))
+            }),
+            Property::always("a fenced write never lands", |_, s: &State| !s.fenced_write_landed),
+            Property::eventually("every prepared branch is finished", |_, s: &State| {
+                !s.prepared() && s.foreign != Br::Prepared
+            }),
+        ]
+    }
+}
+
+impl Proto {
+    /// One action's effect (`next_state` adds the bookkeeping every step shares).
+    fn step(&self, last: &State, a: Act) -> Option<State> {
         let mut s = last.clone();
         match a {
+            Act::PrepareLast => s.br[1] = Br::Prepared,
             Act::Commit(d) => {
                 let x = s.d[d as usize].clone();
+                // The daemon commits only once every branch is reported prepared.
+                if self.ro && s.br[1] == Br::Active {
+                    return None;
+                }
                 match x.mem {
                     Some((Mem::Active, g)) if self.dip => {
                         if s.br[1] != Br::Prepared {
@@ -135,6 +202,7 @@ impl Model for Proto {
                             s.tell(Commit);
                         }
                     }
+                    Some((Mem::Active, g)) if self.ro && self.in_memory() => self.commit_in_memory(&mut s, d, g)?,
                     Some((Mem::Active, g)) => {
                         s.d[d as usize].mem = Some((Mem::Committing, g));
                         Self::issue(&mut s, d, Commit, g, false);
@@ -446,33 +514,5 @@ impl Model for Proto {
             }
         }
         Some(s)
-    }
-
-    // Each property is written as the guarantee reads in docs/guarantees.md ("no branch
-    // committed and another aborted"), not in clippy's minimal form.
-    #[allow(clippy::nonminimal_bool)]
-    fn properties(&self) -> Vec<Property<Self>> {
-        vec![
-            Property::always("no split", |_, s: &State| {
-                !(s.br.contains(&Br::Committed) && s.br.contains(&Br::Aborted))
-                    && !(s.foreign == Br::Aborted && s.foreign_other == Br::Committed)
-            }),
-            Property::always("a decision never changes", |_, s: &State| {
-                s.record.is_none() || s.record == s.first_record
-            }),
-            Property::always("no branch goes against the outcome in force", |_, s: &State| match s.truth() {
-                Some(Commit) => !s.br.contains(&Br::Aborted),
-                Some(Abort) => !s.br.contains(&Br::Committed),
-                None => true,
-            }),
-            Property::always("the client hears only the outcome in force", |_, s: &State| {
-                let commit_durable = s.first_record == Some(Commit) || s.dip_decision == Some(Commit);
-                !(s.told[0] && s.told[1]) && (!s.told[0] || commit_durable) && (!s.told[1] || s.truth() != Some(Commit))
-            }),
-            Property::always("a fenced write never lands", |_, s: &State| !s.fenced_write_landed),
-            Property::eventually("every prepared branch is finished", |_, s: &State| {
-                !s.prepared() && s.foreign != Br::Prepared
-            }),
-        ]
     }
 }

@@ -3,8 +3,9 @@
 
 use crate::bug::Bug;
 use crate::state::*;
-use cotx_protocol::answer::{self, Answer};
-use cotx_protocol::Outcome::{self, Abort};
+use cotx_protocol::answer::{self, Answer, Stored};
+use cotx_protocol::read_only::{self, CommitPath, Verdict};
+use cotx_protocol::Outcome::{self, Abort, Commit};
 
 #[derive(Clone, Debug)]
 pub struct Proto {
@@ -14,12 +15,51 @@ pub struct Proto {
     pub faults: u8,
     /// Decision in a participant (branch 0 decides with co.decide) instead of the store.
     pub dip: bool,
+    /// The read-only commit path: the client lists X's branches that wrote
+    /// nothing (both, or with `Bug::InMemoryWithAWriter` only branch 1), and branch 1 is
+    /// prepared by the client after the start, so a branch may end before the last
+    /// PREPARE (the case the store read guards against).
+    pub ro: bool,
     pub bug: Bug,
 }
 
 impl Proto {
     pub fn new(daemons: usize, faults: u8, bug: Bug) -> Proto {
-        Proto { daemons, faults, dip: bug.dip(), bug }
+        Proto { daemons, faults, dip: bug.dip(), ro: bug.read_only(), bug }
+    }
+
+    /// Which of X's branches wrote something.
+    pub(crate) fn writes(&self) -> [bool; 2] {
+        match (self.ro, self.bug) {
+            (_, Bug::InMemoryWithAWriter) => [true, false],
+            (true, _) => [false, false],
+            (false, _) => [true, true],
+        }
+    }
+
+    /// The daemon's choice of commit path from the client's read-only list
+    /// (cotx_protocol::read_only::commit_path; the broken variant asks "any" for "every").
+    pub(crate) fn in_memory(&self) -> bool {
+        let listed = self.writes().map(|w| !w);
+        if self.bug == Bug::InMemoryWithAWriter {
+            return listed.contains(&true);
+        }
+        read_only::commit_path(listed) == CommitPath::InMemory
+    }
+
+    /// The in-memory commit by daemon d (every branch reported prepared): the store read
+    /// first (cotx_protocol::read_only::in_memory_commit). None: refused, nothing changes.
+    pub(crate) fn commit_in_memory(&self, s: &mut State, d: u8, g: i64) -> Option<()> {
+        let stored =
+            if self.bug == Bug::ReadOnlySkipsStoreCheck { Stored::Absent { forgotten: false } } else { s.stored() };
+        let o = match read_only::in_memory_commit(stored) {
+            Verdict::Commit => Commit,
+            Verdict::Decided(o) => o,
+            Verdict::Refuse => return None,
+        };
+        s.d[d as usize].mem = Some((Mem::Decided(o), g));
+        s.tell(o);
+        Some(())
     }
 
     /// d's answer to "what is X's decision" (cotx_protocol::answer::answer), in dip mode

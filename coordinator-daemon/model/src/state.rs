@@ -83,17 +83,25 @@ pub struct State {
     /// What the client heard: [commit, abort].
     pub told: [bool; 2],
     pub fenced_write_landed: bool,
+    /// A branch of X ended (committed or rolled back) while another was not prepared yet:
+    /// X's reads are then not protected by commitment ordering up to its last PREPARE.
+    pub ended_early: bool,
     pub faults: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Act {
+    /// The client prepares X's last branch (read-only mode: branch 1 starts unprepared).
+    PrepareLast,
     Commit(u8),
     Ask(u8),
     AppFinish(u8),
     DecideInParticipant,
     StoreAdmit(u8),
-    StoreInsert { d: u8, reply_lost: bool },
+    StoreInsert {
+        d: u8,
+        reply_lost: bool,
+    },
     Retry(u8),
     Renew(u8),
     Regain(u8),
@@ -166,14 +174,20 @@ impl State {
             None => false,
         }
     }
+    /// A branch ended while another is still unprepared (see `ended_early`).
+    pub(crate) fn note_early_end(&mut self) {
+        if self.br.contains(&Br::Active) && self.br.iter().any(|b| matches!(b, Br::Committed | Br::Aborted)) {
+            self.ended_early = true;
+        }
+    }
     pub(crate) fn prepared(&self) -> bool {
         self.br.contains(&Br::Prepared)
     }
     /// The outcome in force, if any: recorded, decided in the participant, or visible in
-    /// a branch.
-    pub(crate) fn truth(&self) -> Option<Outcome> {
+    /// a branch that wrote (a read-only branch's ending shows nothing).
+    pub(crate) fn truth(&self, writes: [bool; 2]) -> Option<Outcome> {
         self.first_record.or(self.dip_decision).or_else(|| {
-            if self.br.contains(&Br::Committed) {
+            if (0..2).any(|b| writes[b] && self.br[b] == Br::Committed) {
                 Some(Commit)
             } else {
                 None

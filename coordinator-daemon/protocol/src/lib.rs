@@ -7,10 +7,12 @@
 //!   store applies to every decision write.
 //! - [`recovery`]: what a prepared branch found by recovery gets.
 //! - [`answer`]: what a daemon may answer about a gtid, from memory and from the store.
+//! - [`read_only`]: the commit of an all-read-only transaction, decided in memory.
 
 pub mod answer;
 pub mod lease;
 pub mod outcome;
+pub mod read_only;
 pub mod recovery;
 
 pub use outcome::Outcome;

@@ -113,6 +113,12 @@ pub struct CommitRequest {
     /// Branches reported prepared with this request.
     #[schema(value_type = Option<Vec<Id>>, max_items = 1000)]
     pub prepared: Option<Vec<String>>,
+    /// Branches that wrote nothing (the client checked before PREPARE). When it lists
+    /// every branch of the transaction, the commit is decided in memory with no store
+    /// sync (presumed abort loses nothing: docs/coordinator.md, "All-read-only
+    /// transactions"). Two-phase commit only (excludes `one_phase_branch`, `decide_in`).
+    #[schema(value_type = Option<Vec<Id>>, max_items = 1000)]
+    pub read_only: Option<Vec<String>>,
     /// The branch whose one-phase commit carries the global decision (`co.decide`; excludes
     /// `one_phase_branch`): every other branch prepared, nothing written to the store.
     #[schema(value_type = Option<Id>)]

@@ -187,6 +187,16 @@ pub async fn finished(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: CommitRequest = parse(&r.body)?;
+    let read_only = b.read_only.unwrap_or_default();
+    if read_only.len() > 1000 {
+        return refuse(RefusalCode::InvalidField, "read_only lists at most 1000 branch ids");
+    }
+    if !read_only.is_empty() && (b.one_phase_branch.is_some() || b.decide_in.is_some()) {
+        return refuse(
+            RefusalCode::InvalidField,
+            "read_only goes with a two-phase commit only (not with one_phase_branch or decide_in)",
+        );
+    }
     match (b.one_phase_branch, b.prepared) {
         (Some(_), _) if b.decide_in.is_some() => {
             refuse(RefusalCode::InvalidField, "one_phase_branch and decide_in exclude each other")
@@ -205,7 +215,7 @@ pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
             if p.len() > 1000 {
                 return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
             }
-            ok(c.commit_with(&r.p[0], "coordinator", &p).await?)
+            ok(c.commit_read_only(&r.p[0], &p, &read_only).await?)
         }
     }
 }

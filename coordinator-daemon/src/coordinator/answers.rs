@@ -47,7 +47,7 @@ fn ours(c: &Parts, gtid: &str) -> bool {
 /// The store's word on a gtid, read once; an unreadable record is quarantined as it is
 /// seen. A gtid not of our naming is never in the store (both stores answer it absent):
 /// not read.
-async fn read_store(c: &Parts, gtid: &str) -> Result<Stored, Refusal> {
+pub(super) async fn read_store(c: &Parts, gtid: &str) -> Result<Stored, Refusal> {
     if naming::gtid_epoch(gtid).is_none() {
         return Ok(Stored::Absent { forgotten: false });
     }

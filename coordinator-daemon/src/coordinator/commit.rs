@@ -1,5 +1,5 @@
-//! The commit paths: two-phase commit (the decision durable before the answer), the
-//! decision inside a participant, one phase on the owner's session, abort, a failed
+//! The commit paths: two-phase commit (the decision durable before the answer; for an
+//! all-read-only transaction decided in memory, read_only.rs), the decision inside a participant, one phase on the owner's session, abort, a failed
 //! prepare, and branches reported finished by their owners.
 
 use crate::refusal::RefusalCode;
@@ -7,6 +7,7 @@ use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{CorruptRecord, Decided, DecisionRecord, Token};
 use crate::telemetry::log::log;
 use crate::wire::{self, Ack, BranchState, Decision};
+use cotx_protocol::read_only::CommitPath;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use super::begin::refuse_new_work;
 use super::completion;
 use super::decisions;
 use super::parts::Parts;
+use super::read_only;
 use super::registry::Lookup;
 
 /// Commit; `prepared` lists branches whose "prepared" report rides along with the
@@ -78,6 +80,27 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
                 format!("decision store failed ({err}); the decision is pending, poll /decision"),
             )
         }
+    }
+}
+
+/// A client's two-phase commit with the branches it says wrote nothing: every branch of
+/// the transaction listed, decided in memory with no store sync (read_only.rs); else, and
+/// with an empty list (older clients), `commit_with`.
+pub async fn commit_listing(
+    c: &Arc<Parts>,
+    gtid: &str,
+    source: &str,
+    prepared: &[String],
+    read_only: &[String],
+) -> Res<Decision> {
+    if read_only.is_empty() {
+        return commit_with(c, gtid, source, prepared).await;
+    }
+    refuse_new_work(c)?;
+    match read_only::enter(c, gtid, prepared, read_only)? {
+        Some(CommitPath::InMemory) => read_only::decide(c, gtid).await,
+        // A writing branch, or not in memory (the store's record answers it there).
+        Some(CommitPath::Durable) | None => commit_with(c, gtid, source, prepared).await,
     }
 }
 

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!   mod.rs   Coordinator: the API's operations (delegating); serve.rs starts the loops
-//!     ├─► operator ─► commit ─► begin ─► holds
+//!     ├─► operator ─► commit ─► begin ─► holds   (commit ─► read_only ─► answers)
 //!     │      │          │         │
 //!     │      │          │         └─► answers ─► decisions ─► completion
 //!     │      └──────────┴─────────────────────────────────────────┘
@@ -34,6 +34,7 @@ pub mod holds;
 pub mod housekeeping;
 pub mod operator;
 pub mod parts;
+pub mod read_only;
 pub mod recovery;
 pub mod registry;
 pub mod wait_graph;
@@ -200,6 +201,12 @@ impl Coordinator {
 
     pub async fn commit_with(&self, gtid: &str, source: &str, prepared: &[String]) -> Res<wire::Decision> {
         commit::commit_with(&self.parts, gtid, source, prepared).await
+    }
+
+    /// A client's two-phase commit: `read_only` lists the branches that wrote nothing
+    /// (every branch listed: decided in memory, read_only.rs).
+    pub async fn commit_read_only(&self, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<wire::Decision> {
+        commit::commit_listing(&self.parts, gtid, "coordinator", prepared, read_only).await
     }
 
     pub async fn commit_decide_in(&self, gtid: &str, prepared: &[String], bid: &str) -> Res<wire::Decision> {

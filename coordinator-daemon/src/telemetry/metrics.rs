@@ -28,6 +28,8 @@ pub struct Metrics {
     pub aborted: AtomicU64,
     pub one_phase: AtomicU64,
     pub decided_in_participant: AtomicU64,
+    /// Commits of all-read-only transactions decided in memory, with no store sync.
+    pub read_only_commits: AtomicU64,
     pub timeouts: AtomicU64,
     pub refused_requests: AtomicU64,
     /// Every API request answered (the requests per transaction of a workload).
@@ -119,6 +121,7 @@ impl Metrics {
                 count(&[("commit", &self.committed), ("abort", &self.aborted), ("one_phase", &self.one_phase)])),
             counter("cotx_transactions_begun", "Global transactions begun.", v(&self.begun)),
             counter("cotx_decided_in_participant", "Commits handed to a decision branch (co.decide).", v(&self.decided_in_participant)),
+            counter("cotx_read_only_commits", "Commits of all-read-only transactions decided in memory (no store sync).", v(&self.read_only_commits)),
             counter("cotx_timeouts", "Transactions aborted by timeout.", v(&self.timeouts)),
             counter("cotx_refused_requests", "API requests refused with a 4xx.", v(&self.refused_requests)),
             counter("cotx_requests", "API requests answered.", v(&self.requests)),
