@@ -9,6 +9,7 @@ use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal, Tx, TxState};
 use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::{self, Res};
@@ -82,7 +83,7 @@ pub fn branch_ids(
     })
 }
 
-pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<Registered> {
+pub async fn register(c: &Arc<Parts>, gtid: &str, resource: &str, bid: &str) -> Res<Registered> {
     if let Err(e) = naming::check_id("branch_id", bid) {
         return refuse(e.code, e.message);
     }
@@ -107,6 +108,9 @@ pub async fn register(c: &Parts, gtid: &str, resource: &str, bid: &str) -> Res<R
     if let Err(e) = answers::on(c, gtid, |e| e.tx.register(bid, resource, kind)).await {
         holds::release_hold(c, gtid, bid).await;
         return Err(e);
+    }
+    if adm.mode == Mode::Client && kind == ResourceKind::Postgres {
+        holds::spawn_refill(c, resource);
     }
     Ok(Registered {
         gtid: gtid.to_string(),
