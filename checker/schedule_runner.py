@@ -141,6 +141,10 @@ def mode_servers(mode: str) -> tuple:
     return tuple(want[m] for m in MODES[mode])
 
 
+# How client mode's PostgreSQL helpers are run (Runner's docstring): the daemon's, the
+# older daemon's, and two broken ones that the tests show failing.
+HELPER_POLICIES = ("shared", "per-branch", "shared-readonly", "released-at-prepare")
+
 # Client mode's slots (sql/client_mode/): rows 1..SHIM_SLOTS of cotx.shim / cotx_shim; a
 # branch takes the lowest slot no live branch on its database holds.
 SHIM_SLOTS = 16
@@ -159,19 +163,30 @@ class Runner:
 
     Client mode (mode client, or one database of pg_co+client / client+mysql_co), as the
     coordinator daemon and the client drive a branch where pg_co / mysql_co are absent:
-    PostgreSQL: for each global transaction's branch, a helper transaction on a session of
-    its own (the daemon's), run when the branch registers, i.e. just before the branch's
-    first statement: BEGIN SERIALIZABLE; SELECT cotx.shim_hold(k); PREPARE TRANSACTION
-    '<gid>_helper'. The branch runs cotx.shim_touch(k) just before its PREPARE TRANSACTION
-    (cotx.dialect.Postgres.shim_touch). Once the branch is committed or rolled back, the
-    helper is rolled back (ROLLBACK PREPARED). MariaDB: the branch session is SERIALIZABLE,
+    PostgreSQL (`pg_helpers`, HELPER_POLICIES): "shared", as the daemon does
+    (coordinator-daemon/src/participants/enforcement/helpers.rs): one helper transaction
+    reads a block of slots (all SHIM_SLOTS here) and is prepared *before the schedule's
+    first step* (ahead of need: its snapshot is older than every branch's); each global
+    branch takes an unused key of it when it registers (no SQL); when no helper is live, one
+    is prepared at that moment (the daemon's inline case); a helper is rolled back as soon
+    as every branch that took one of its keys is committed or rolled back. A key is never
+    handed out twice in a helper's life. "per-branch": the older daemon's helper per
+    branch, prepared when the branch registers, reading its slot only. The branch runs
+    cotx.shim_touch(k) just before its PREPARE TRANSACTION (cotx.dialect.Postgres.
+    shim_touch). Two deliberately broken policies show what the rule needs (their tests
+    must find anomalies): "shared-readonly" (the helper declared READ ONLY: PostgreSQL's
+    SSI does not count it as the dangerous structure's first transaction) and
+    "released-at-prepare" (the helper rolled back once its branch prepared, before that
+    branch commits). MariaDB: the branch session is SERIALIZABLE,
     set and read back (cotx.dialect.MariaDB.set_serializable_verified), and the branch
     writes its slot (MariaDB.shim_touch) before XA END. Local transactions get nothing
     (SERIALIZABLE, BEGIN ... COMMIT; an autocommit reader is InnoDB's snapshot read):
     Sonata's hole."""
 
-    def __init__(self, pg, my, mode: str = "co", max_txns: int = 3):
-        self.pg, self.my, self.mode = pg, my, mode
+    def __init__(self, pg, my, mode: str = "co", max_txns: int = 3, pg_helpers: str = "shared"):
+        if pg_helpers not in HELPER_POLICIES:
+            raise ValueError(f"unknown helper policy {pg_helpers!r} (policies: {', '.join(HELPER_POLICIES)})")
+        self.pg, self.my, self.mode, self.pg_helpers = pg, my, mode, pg_helpers
         self.n = 0
         self._my_poll_at, self._my_waiting = 0.0, set()
         for srv, ddl in ((pg, "CREATE TABLE IF NOT EXISTS sch(k text PRIMARY KEY, v text NOT NULL)"),
@@ -305,21 +320,56 @@ class Runner:
             shim_key[(t, d)] = min(set(range(1, SHIM_SLOTS + 1)) - live)
             return shim_key[(t, d)]
 
+        policy = self.pg_helpers
+        shared = {"gid": None, "used": set(), "takers": set(), "n": 0}   # the live shared helper
+        helper_sess = self.slots[0]["pg_helper"]
+
+        def shared_prepare():
+            """A shared helper reads every slot and is prepared (pre-prepared at the
+            schedule's start, or inline when a branch registers and none is live)."""
+            shared["n"] += 1
+            g = f"{tag}_helper{shared['n']}"
+            ro = " READ ONLY" if policy == "shared-readonly" else " READ WRITE"
+            helper_sess.run([f"BEGIN ISOLATION LEVEL SERIALIZABLE{ro}",
+                             f"SELECT count(cotx.shim_hold(k)) FROM generate_series(1, {SHIM_SLOTS}) AS k",
+                             f"PREPARE TRANSACTION '{g}'"])
+            shared.update(gid=g, used=set(), takers=set())
+
+        def shared_rollback():
+            if shared["gid"] is not None:
+                helper_sess.run([f"ROLLBACK PREPARED '{shared['gid']}'"])
+                shared.update(gid=None, takers=set())
+
         def helper_begin(t):
             """Client mode at PostgreSQL, when t's branch registers (before its first
-            statement): the helper reads t's slot and is prepared, on its own session.
-            A helper only reads a row no live branch writes: it never waits."""
-            k = take_slot(t, "pg")
-            g = f"{tag}_{t}_helper"
-            slot_of[t]["pg_helper"].run(["BEGIN ISOLATION LEVEL SERIALIZABLE", f"SELECT cotx.shim_hold({k})",
-                                         f"PREPARE TRANSACTION '{g}'"])
-            helpers[t] = g
+            statement). per-branch: a helper reads t's slot and is prepared, on its own
+            session. Shared: t takes a key of the live helper (one is prepared if none
+            is). A helper only reads rows no live branch writes: it never waits."""
+            if policy == "per-branch":
+                k = take_slot(t, "pg")
+                g = f"{tag}_{t}_helper"
+                slot_of[t]["pg_helper"].run(["BEGIN ISOLATION LEVEL SERIALIZABLE", f"SELECT cotx.shim_hold({k})",
+                                             f"PREPARE TRANSACTION '{g}'"])
+                helpers[t] = g
+                return
+            if shared["gid"] is None:
+                shared_prepare()
+            k = min(set(range(1, SHIM_SLOTS + 1)) - shared["used"])
+            shared["used"].add(k)
+            shared["takers"].add(t)
+            shim_key[(t, "pg")] = k
+            helpers[t] = shared["gid"]
 
         def helper_end(t):
             """After t's branch at PostgreSQL is committed or rolled back."""
             g = helpers.pop(t, None)
-            if g is not None:
-                slot_of[t]["pg_helper"].run([f"ROLLBACK PREPARED '{g}'"])
+            if policy == "per-branch":
+                if g is not None:
+                    slot_of[t]["pg_helper"].run([f"ROLLBACK PREPARED '{g}'"])
+            else:
+                shared["takers"].discard(t)
+                if g is not None and g == shared["gid"] and not shared["takers"]:
+                    shared_rollback()      # its last taker settled: it goes now
             shim_key.pop((t, "pg"), None)
 
         def stmts_for(s: Step):
@@ -430,6 +480,8 @@ class Runner:
                     hist[t].append(k, t)
             elif s.kind == "prep":
                 state[(t, s.db)] = "prepared"
+                if policy == "released-at-prepare" and s.db == "pg" and helpers.get(t) == shared["gid"]:
+                    shared_rollback()      # broken on purpose: before its branch commits
             else:
                 state[(t, s.db)] = "done"
                 if s.db == "pg":
@@ -455,6 +507,8 @@ class Runner:
                 time.sleep(0.0005)
 
         deadline = time.monotonic() + time_limit
+        if client["pg"] and policy != "per-branch" and any(p.kind == "global" and "pg" in p.dbs for p in programs):
+            shared_prepare()               # ahead of need: older than every branch
         try:
             for s in steps:
                 if s.txn in aborted:
@@ -485,8 +539,14 @@ class Runner:
                 if inflight[t][0].done():
                     finish(t)
             for t in list(helpers):
-                slot_of[t]["pg_helper"].quiet([f"ROLLBACK PREPARED '{helpers.pop(t)}'"])
+                g = helpers.pop(t)
+                if policy == "per-branch":
+                    slot_of[t]["pg_helper"].quiet([f"ROLLBACK PREPARED '{g}'"])
+            if shared["gid"] is not None:
+                helper_sess.quiet([f"ROLLBACK PREPARED '{shared['gid']}'"])
             raise e
+        if shared["gid"] is not None:
+            shared_rollback()              # pre-prepared and never taken (or outlived its takers)
         for p in programs:
             if p.name in aborted:
                 hist[p.name].status = "fail"

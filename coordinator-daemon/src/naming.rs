@@ -114,6 +114,27 @@ pub fn parse_pg_helper_gid(prefix: &str, gid: &str) -> Option<(i32, String, Stri
     Some((key, gtid.to_string(), bid.to_string()))
 }
 
+/// PostgreSQL gid of a shared client-mode helper (participants/enforcement/helpers.rs):
+/// `<prefix>.h<first>x<n>:<token>`, reading shim keys `first ..= first+n-1`; `token` is
+/// gtid-shaped, `<node>.<nonce>-<seq>` (new_gtid), so the gid names the daemon run that
+/// prepared it (its epoch) and is unique across runs and daemons. Like the one-per-branch
+/// form below (`.s`), it cannot be any prefix's branch gid (a prefix has no dot).
+pub fn pg_shared_helper_gid(prefix: &str, first: i32, n: i32, token: &str) -> String {
+    format!("{prefix}.h{first}x{n}:{token}")
+}
+
+/// Inverse of [`pg_shared_helper_gid`]: (first key, n, token); None for anything else.
+pub fn parse_pg_shared_helper_gid(prefix: &str, gid: &str) -> Option<(i32, i32, String)> {
+    let rest = gid.strip_prefix(prefix)?.strip_prefix(".h")?;
+    let (block, token) = rest.split_once(':')?;
+    let (first, n) = block.split_once('x')?;
+    let (first, n): (i32, i32) = (first.parse().ok()?, n.parse().ok()?);
+    if first <= 0 || n <= 0 || gtid_epoch(token).is_none() || check_id("token", token).is_err() {
+        return None;
+    }
+    Some((first, n, token.to_string()))
+}
+
 /// SQL string literal for either engine: single quotes doubled, backslashes doubled
 /// (MariaDB treats backslash as an escape unless NO_BACKSLASH_ESCAPES; PostgreSQL with
 /// standard_conforming_strings does not, so the E'' form keeps both readings identical).
@@ -230,5 +251,25 @@ mod tests {
         assert!(pg_gid(&"p".repeat(32), &g, &long).is_ok());
         // The longest prefix, gtid and branch id leave room for the slot number.
         assert!(pg_helper_gid(&"p".repeat(PREFIX_MAX), i32::MAX, &g, &long).unwrap().len() <= PG_GID_MAX);
+    }
+
+    #[test]
+    fn shared_helper_gids_name_their_block_and_run() {
+        let token = new_gtid("n1", 0xabc, 7);
+        let h = pg_shared_helper_gid("cotx", 41, 10, &token);
+        assert_eq!(h, "cotx.h41x10:n1.000000000abc-7");
+        assert_eq!(parse_pg_shared_helper_gid("cotx", &h), Some((41, 10, token.clone())));
+        assert_eq!(parse_pg_gid("cotx", &h), None);
+        assert_eq!(parse_pg_helper_gid("cotx", &h), None, "never read as a one-per-branch helper");
+        assert_eq!(parse_pg_shared_helper_gid("cotx", "cotx.s17:n1.abc-1:pg-1"), None);
+        assert_eq!(parse_pg_shared_helper_gid("cotx", "cotx.h0x10:n1.abc-1"), None);
+        assert_eq!(parse_pg_shared_helper_gid("cotx", "cotx.h1x10:nodot"), None);
+        let longest = pg_shared_helper_gid(
+            &"p".repeat(PREFIX_MAX),
+            i32::MAX,
+            64,
+            &new_gtid(&"n".repeat(NODE_MAX), u64::MAX, u64::MAX),
+        );
+        assert!(longest.len() <= PG_GID_MAX);
     }
 }

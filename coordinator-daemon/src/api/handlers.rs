@@ -66,7 +66,9 @@ pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
     // As the resource listing shows it (null: no state yet).
     let modes: Vec<(String, serde_json::Value)> =
         c.cfg.resources.iter().map(|r| (r.name.clone(), wire::to_json(&c.enforcement.report(&r.name)))).collect();
-    text.push_str(&crate::telemetry::metrics::render_enforcement(&modes, c.enforcement.held_count()));
+    let e = &c.enforcement;
+    let helpers = (e.shared.prepared.load(Relaxed), e.shared.rolled_back.load(Relaxed), e.shared.live());
+    text.push_str(&crate::telemetry::metrics::render_enforcement(&modes, e.held_count(), helpers));
     Ok((
         200,
         Ok(Response::builder()

@@ -376,7 +376,24 @@ fn resource(
             "a decision resource (decisions = true) needs pg_co: engine mode, not client",
         );
     }
-    Ok(Resource { name: name.clone(), kind, dsn: dsn.clone(), pool_size, decisions, tls, enforcement })
+    let max = super::types::CLIENT_HELPER_BLOCK_MAX;
+    let client_helper_block = match &rr.client_helper_block {
+        None => super::types::CLIENT_HELPER_BLOCK_DEFAULT,
+        Some(b) if *b.get_ref() == 0 || *b.get_ref() > max as u64 => {
+            return cx.err(Some(b.span()), &field("client_helper_block"), format!("must be between 1 and {max}"))
+        }
+        Some(b) => *b.get_ref() as i32,
+    };
+    Ok(Resource {
+        name: name.clone(),
+        kind,
+        dsn: dsn.clone(),
+        pool_size,
+        decisions,
+        tls,
+        enforcement,
+        client_helper_block,
+    })
 }
 
 #[cfg(test)]

@@ -128,4 +128,5 @@ pub(super) struct RawResource {
     pub(super) tls: Option<Spanned<String>>,
     pub(super) tls_ca_file: Option<Spanned<String>>,
     pub(super) enforcement: Option<Spanned<String>>,
+    pub(super) client_helper_block: Option<Spanned<u64>>,
 }

@@ -115,7 +115,15 @@ pub struct Resource {
     pub tls: Option<DbTls>,
     /// How commitment ordering is enforced there (crate::participants::enforcement): auto by default.
     pub enforcement: Configured,
+    /// PostgreSQL client mode: branches served by one shared helper transaction
+    /// (participants/enforcement/helpers.rs); 10 by default.
+    pub client_helper_block: i32,
 }
+
+/// `client_helper_block`: Sonata's 10 by default; at most 64 (a helper's SIREAD locks
+/// grow with its block).
+pub const CLIENT_HELPER_BLOCK_DEFAULT: i32 = 10;
+pub const CLIENT_HELPER_BLOCK_MAX: i32 = 64;
 
 #[derive(Debug, Clone)]
 pub struct Config {

@@ -9,6 +9,7 @@ use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal, Tx, TxState};
 use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::{self, Res};
@@ -86,7 +87,7 @@ pub fn branch_ids(
 /// connection (client mode's restart gate uses it instead of a look of its own when it
 /// shows the run the gate knows; enforcement/gate.rs).
 pub async fn register(
-    c: &Parts,
+    c: &Arc<Parts>,
     gtid: &str,
     resource: &str,
     bid: &str,
@@ -116,6 +117,9 @@ pub async fn register(
     if let Err(e) = answers::on(c, gtid, |e| e.tx.register(bid, resource, kind)).await {
         holds::release_hold(c, gtid, bid).await;
         return Err(e);
+    }
+    if adm.mode == Mode::Client && kind == ResourceKind::Postgres {
+        holds::spawn_refill(c, resource);
     }
     Ok(Registered {
         gtid: gtid.to_string(),

@@ -106,6 +106,7 @@ pub fn spawn_completion(c: &Arc<Parts>, gtid: &str) {
         if let Some(e) = me.registry.txs.lock().unwrap().get_mut(&gtid) {
             e.completing = false;
         }
+        super::holds::spawn_release_of(&me, &gtid);
         me.registry.maybe_forget(&gtid, &me.store);
     });
 }

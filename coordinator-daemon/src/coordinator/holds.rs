@@ -9,6 +9,7 @@ use crate::participants::enforcement::{Effective, Mode};
 use crate::state::{BranchState, Outcome, TxState};
 use crate::telemetry::log::log;
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::parts::Parts;
@@ -51,12 +52,37 @@ pub fn settled(r: &Registry, gtid: &str, bid: &str) -> bool {
     }
 }
 
-/// Lets go of every settled hold (the housekeeping tick).
+/// Lets go of every settled hold, and of helpers idle or whose rollback failed (the
+/// housekeeping tick: the safety net under `spawn_release_of`).
 pub async fn release_settled_holds(c: &Parts) {
+    if c.enforcement.held_count() > 0 {
+        c.enforcement.release(&c.resources, |g, b| settled(&c.registry, g, b)).await;
+    }
+    c.enforcement.retire_idle(&c.resources).await;
+}
+
+/// A branch of `gtid` may just have been settled (finished, failed, its transaction
+/// aborted): its hold is let go of now, not at the next tick, so that a shared helper is
+/// rolled back as soon as its last branch no longer needs it. Off the caller's path.
+pub fn spawn_release_of(c: &Arc<Parts>, gtid: &str) {
     if c.enforcement.held_count() == 0 {
         return;
     }
-    c.enforcement.release(&c.resources, |g, b| settled(&c.registry, g, b)).await;
+    let (me, gtid) = (c.clone(), gtid.to_string());
+    tokio::spawn(async move {
+        me.enforcement.release(&me.resources, |g, b| g == gtid && settled(&me.registry, g, b)).await;
+    });
+}
+
+/// After a client-mode registration: PostgreSQL's pool of ready helpers is topped up in
+/// the background (the next registrations then find a key without a round trip).
+pub fn spawn_refill(c: &Arc<Parts>, resource: &str) {
+    if !c.enforcement.begin_refill(resource) {
+        return;
+    }
+    let Some(rc) = c.resources.get(resource).cloned() else { return };
+    let me = c.clone();
+    tokio::spawn(async move { me.enforcement.refill(&rc).await });
 }
 
 /// A registration that failed after its hold was taken.

@@ -74,7 +74,7 @@ pub fn tick(c: &Arc<Parts>) {
     for g in c.registry.grace_over(now) {
         decisions::spawn_resolution(c, &g);
     }
-    if c.enforcement.held_count() > 0 {
+    if c.enforcement.busy() {
         let me = c.clone();
         tokio::spawn(async move { holds::release_settled_holds(&me).await });
     }

@@ -192,7 +192,9 @@ impl Coordinator {
     }
 
     pub async fn failed(&self, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<wire::Ack> {
-        commit::failed(&self.parts, gtid, bid, reason, retryable).await
+        let r = commit::failed(&self.parts, gtid, bid, reason, retryable).await;
+        holds::spawn_release_of(&self.parts, gtid);
+        r
     }
 
     pub async fn commit(&self, gtid: &str, source: &str) -> Res<wire::Decision> {
@@ -218,16 +220,21 @@ impl Coordinator {
     }
 
     pub async fn abort(&self, gtid: &str, reason: &str) -> Res<wire::Decision> {
-        commit::abort(&self.parts, gtid, reason).await
+        let r = commit::abort(&self.parts, gtid, reason).await;
+        holds::spawn_release_of(&self.parts, gtid);
+        r
     }
 
     pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res<wire::Ack> {
         commit::finished_many(&self.parts, gtid, &[bid.to_string()], outcome).await?;
+        holds::spawn_release_of(&self.parts, gtid);
         Ok(wire::Ack { outcome: Some(outcome.into()), ..wire::Ack::branch(gtid, bid, wire::BranchState::Finished) })
     }
 
     pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res<wire::Ack> {
-        commit::finished_many(&self.parts, gtid, bids, outcome).await
+        let r = commit::finished_many(&self.parts, gtid, bids, outcome).await;
+        holds::spawn_release_of(&self.parts, gtid);
+        r
     }
 
     pub async fn get(&self, gtid: &str) -> Res<wire::Transaction> {

@@ -47,7 +47,7 @@ impl Parts {
         }
         Ok(Parts {
             owner: Ownership::new(&cfg.node_id, nonce),
-            enforcement: Enforcement::new(&cfg.resources),
+            enforcement: Enforcement::new(&cfg.resources, &cfg.node_id, nonce),
             cfg,
             store,
             metrics: Metrics::default(),

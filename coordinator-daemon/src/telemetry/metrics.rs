@@ -172,8 +172,9 @@ impl Metrics {
 
 /// Enforcement per resource (`cotx_resource_enforcement{resource, mode}` = 1 for its
 /// current mode: engine, client, none, unknown, refused), client mode's live holds, and
-/// MariaDB restart gates closed.
-pub fn render_enforcement(modes: &[(String, serde_json::Value)], held: usize) -> String {
+/// MariaDB restart gates closed, and PostgreSQL's shared helpers (`helpers`: prepared
+/// and rolled back since start, in memory now).
+pub fn render_enforcement(modes: &[(String, serde_json::Value)], held: usize, helpers: (u64, u64, usize)) -> String {
     let rows = |f: &dyn Fn(&serde_json::Value) -> Option<f64>| -> Vec<(String, f64)> {
         modes.iter().filter_map(|(n, v)| f(v).map(|x| (n.clone(), x))).collect()
     };
@@ -193,6 +194,21 @@ pub fn render_enforcement(modes: &[(String, serde_json::Value)], held: usize) ->
             name: "cotx_client_mode_holds",
             help: "Live client-mode branches holding a shim slot (and on PostgreSQL a helper transaction).",
             kind: Kind::Gauge(held as f64),
+        },
+        Series {
+            name: "cotx_client_helpers_prepared",
+            help: "PostgreSQL client-mode helper transactions prepared (one per block of branches).",
+            kind: Kind::Counter(helpers.0),
+        },
+        Series {
+            name: "cotx_client_helpers_rolled_back",
+            help: "PostgreSQL client-mode helper transactions rolled back by this daemon's pool.",
+            kind: Kind::Counter(helpers.1),
+        },
+        Series {
+            name: "cotx_client_helpers_live",
+            help: "PostgreSQL client-mode helper transactions of this daemon preparing, ready or retiring.",
+            kind: Kind::Gauge(helpers.2 as f64),
         },
         Series {
             name: "cotx_restart_gate_closed",
@@ -363,7 +379,7 @@ mod tests {
                 )
             })
             .collect();
-        let once = || m.render(&g, 3, 4, &up) + &super::render_enforcement(&modes, 2);
+        let once = || m.render(&g, 3, 4, &up) + &super::render_enforcement(&modes, 2, (3, 1, 2));
         std::fs::write(std::env::var("COTX_METRICS_DUMP").unwrap_or("/dev/null".into()), once()).unwrap();
         let n = 20_000;
         let t = std::time::Instant::now();

@@ -260,7 +260,7 @@ def test_kill9_of_the_daemon_at_every_step_leaves_nothing_prepared_or_split(bare
         if step == "one_finished":
             bp.finish(decision, ack=False)
         d.kill9()
-        assert any(".s" in g for g in pg_prepared(bare_pg)), "a helper should be prepared when the daemon dies"
+        assert any(".h" in g for g in pg_prepared(bare_pg)), "a helper should be prepared when the daemon dies"
         # The application finishes what it can without the daemon: an undecided branch is
         # rolled back by its owner, a decided one committed (its acknowledgement is lost).
         if step == "registered":

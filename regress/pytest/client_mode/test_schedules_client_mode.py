@@ -1,8 +1,11 @@
 """Client mode (Sonata's shims, no pg_co / mysql_co) on the small schedules of
 checker/schedules.py, on real servers without the extension and the plugin.
 
-Client mode: at PostgreSQL a prepared helper transaction per global branch that read the
-branch's slot in cotx.shim, and the branch's write of that slot before PREPARE TRANSACTION;
+Client mode: at PostgreSQL a prepared helper transaction shared by the global branches,
+prepared before the schedule's first step and reading a block of slots in cotx.shim, as the
+daemon runs them (checker.schedules.Runner, "shared"), and each branch's write of its own
+slot before PREPARE TRANSACTION; the older helper per branch, and two broken helpers
+(READ ONLY, rolled back before its branch commits) that let an overdraft through;
 at MariaDB the branch SERIALIZABLE (verified) and a write of its slot in cotx_shim before
 XA END (checker.schedules.Runner, sql/client_mode/, cotx.dialect). Local transactions get
 nothing.
@@ -136,6 +139,34 @@ def test_overdrafts_client_mode(client):
         for label, progs, steps in OVERDRAFTS:
             r = client.run(label, progs, steps)
             assert r.committed == ["T1", "T2"] and r.anomalies and not r.oracle_serializable, (mode, label, r.executed)
+
+
+@pytest.mark.parametrize("policy", ["shared-readonly", "released-at-prepare"])
+def test_broken_helpers_let_the_overdraft_through(pg_bare, my_bare, policy):
+    """The daemon's helpers are shared and prepared ahead of need (Runner's "shared",
+    used by every client-mode test here). Two ways to get that wrong, each shown to let an
+    overdraft commit, so that the schedules above can fail: the helper declared READ ONLY
+    (PostgreSQL's SSI leaves a READ ONLY transaction out of the dangerous structure, and a
+    pre-prepared one's snapshot is older than the successor's prepare), and the helper
+    rolled back once its branch prepared, before that branch commits."""
+    r = Runner(pg_bare, my_bare, mode="client", pg_helpers=policy)
+    try:
+        through = [label for label, progs, steps in OVERDRAFTS
+                   if (res := r.run(label, progs, steps)).committed == ["T1", "T2"] and res.anomalies]
+    finally:
+        r.close()
+    assert through, f"{policy}: every overdraft was still refused"
+
+
+def test_the_older_per_branch_helpers_still_refuse_the_overdrafts(pg_bare, my_bare):
+    """The one-helper-per-branch policy of older daemons (a rolling upgrade runs both)."""
+    r = Runner(pg_bare, my_bare, mode="client", pg_helpers="per-branch")
+    try:
+        for label, progs, steps in OVERDRAFTS:
+            res = r.run(label, progs, steps)
+            assert res.refused and not res.anomalies, (label, res.executed)
+    finally:
+        r.close()
 
 
 def test_global_pairs_client_mode_are_serializable(client, global_pairs):

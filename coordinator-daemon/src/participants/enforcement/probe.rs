@@ -291,11 +291,16 @@ pub async fn maria_started(rc: &ResourceClient) -> Result<super::gate::Start, St
     }
 }
 
-/// Prepares the helper transaction of a client-mode PostgreSQL branch: it reads the slot
-/// row the branch will write (docs/client-mode.md). One round trip.
-pub async fn pg_prepare_helper(rc: &ResourceClient, gid: &str, key: i32) -> Result<(), String> {
+/// Prepares a shared helper: it reads the slot rows `first ..= first+n-1` that its
+/// branches will write (helpers.rs, docs/client-mode.md). One round trip. READ WRITE is
+/// said, not assumed: a helper that PostgreSQL counts as READ ONLY (a role whose
+/// default_transaction_read_only is on) would not make the dangerous structure its
+/// branches rely on (docs/client-mode.md, "Why a shared helper is as good").
+pub async fn pg_prepare_helper(rc: &ResourceClient, gid: &str, first: i32, n: i32) -> Result<(), String> {
+    let last = first + n - 1;
     rc.pg_batch(&format!(
-        "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT cotx.shim_hold({key}); PREPARE TRANSACTION {}",
+        "BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE; \
+         SELECT count(cotx.shim_hold(k)) FROM generate_series({first}, {last}) AS k; PREPARE TRANSACTION {}",
         naming::quote_pg(gid)
     ))
     .await
@@ -311,16 +316,30 @@ pub async fn pg_rollback_helper(rc: &ResourceClient, gid: &str) -> Result<bool, 
     }
 }
 
-/// The helpers prepared at this resource (this database), as (slot, gtid, branch id).
-pub async fn pg_list_helpers(rc: &ResourceClient) -> Result<Vec<(i32, String, String)>, String> {
-    let like = naming::quote_pg(&format!("{}.s%", rc.prefix()));
+/// A helper found prepared at a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listed {
+    /// One-per-branch, of a daemon before shared helpers (a rolling upgrade leaves them):
+    /// its slot and its branch.
+    PerBranch { key: i32, gtid: String, bid: String },
+    /// Shared: its block and the run that prepared it (gtid-shaped token).
+    Shared { first: i32, n: i32, token: String },
+}
+
+/// The helpers of both kinds prepared at this resource (this database).
+pub async fn pg_list_helpers(rc: &ResourceClient) -> Result<Vec<Listed>, String> {
+    let like = naming::quote_pg(&format!("{}.%", rc.prefix()));
     let m = rc
         .pg_batch(&format!("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE {like}"))
         .await?;
-    Ok(rows(&m)
-        .into_iter()
-        .filter_map(|r| r.get(0).and_then(|g| naming::parse_pg_helper_gid(rc.prefix(), g)))
-        .collect())
+    Ok(rows(&m).into_iter().filter_map(|r| r.get(0).and_then(|g| parse_helper(rc.prefix(), g))).collect())
+}
+
+fn parse_helper(prefix: &str, gid: &str) -> Option<Listed> {
+    if let Some((key, gtid, bid)) = naming::parse_pg_helper_gid(prefix, gid) {
+        return Some(Listed::PerBranch { key, gtid, bid });
+    }
+    naming::parse_pg_shared_helper_gid(prefix, gid).map(|(first, n, token)| Listed::Shared { first, n, token })
 }
 
 #[cfg(test)]
@@ -344,6 +363,20 @@ mod tests {
         // A role that may not read shared_preload_libraries: pg_co's settings decide.
         assert!(pg_engine(Some("on"), Some("off"), None).is_ok());
         assert_eq!(pg_engine(None, None, None).unwrap_err(), "pg_co is not loaded");
+    }
+
+    #[test]
+    fn both_kinds_of_helper_gid_are_recognized() {
+        assert_eq!(
+            parse_helper("cotx", "cotx.s17:n1.abc-1:pg-1"),
+            Some(Listed::PerBranch { key: 17, gtid: "n1.abc-1".into(), bid: "pg-1".into() })
+        );
+        assert_eq!(
+            parse_helper("cotx", "cotx.h11x10:n1.000000000abc-3"),
+            Some(Listed::Shared { first: 11, n: 10, token: "n1.000000000abc-3".into() })
+        );
+        assert_eq!(parse_helper("cotx", "cotx:n1.abc-1:pg-1"), None, "a branch");
+        assert_eq!(parse_helper("cotx", "other.h11x10:n1.000000000abc-3"), None);
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! The daemon's view of enforcement at each resource and the client-mode resources it
 //! holds: which mode each resource is in (probed at start, on demand, and by every
 //! recovery pass, so a resource whose extension was loaded, dropped or disabled is seen),
-//! the shim slots and PostgreSQL helper transactions of live branches, and the MariaDB
-//! restart gate. It knows nothing of transactions: the coordinator says which branches
-//! still need protection (closures), this module does the I/O.
+//! the shim slots of live branches, PostgreSQL's shared helper transactions (their I/O in
+//! shared_helpers.rs, their rules in helpers.rs), and the MariaDB restart gate. It knows
+//! nothing of transactions: the coordinator says which branches still need protection
+//! (closures), this module does the I/O.
 
 use super::gate::{Change, Gate};
 use super::probe::{self, SHIM_SLOTS};
 use super::rules::{decide, Configured, Effective, Mode};
+pub use super::shared_helpers::KeepHelper;
+use super::shared_helpers::SharedHelpers;
 use super::slots::Slots;
 use crate::config::{Resource, ResourceKind};
-use crate::naming;
 use crate::participants::resources::ResourceClient;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal};
@@ -24,11 +26,9 @@ use std::time::{Duration, Instant};
 struct State {
     configured: Configured,
     effective: Effective,
+    /// MariaDB: one slot per live branch (PostgreSQL: shared_helpers.rs's blocks).
     slots: Slots,
     gate: Gate,
-    /// PostgreSQL client mode: helpers left by an earlier run (or a failed rollback) have
-    /// been looked at since the resource went to client mode. New branches wait for it.
-    swept: bool,
     probed_at: Option<Instant>,
 }
 
@@ -41,8 +41,8 @@ const REPROBE_REFUSED: Duration = Duration::from_secs(1);
 pub struct Held {
     pub resource: String,
     pub key: i32,
-    /// PostgreSQL: the helper transaction's gid.
-    pub helper: Option<String>,
+    /// PostgreSQL: the shared helper whose block holds `key` (its id in the pool).
+    pub helper: Option<u64>,
 }
 
 /// What a branch registration gets.
@@ -60,10 +60,9 @@ pub struct Enforcement {
     /// pick one of the two fills as a deadlock victim.
     probing: HashMap<String, tokio::sync::Mutex<()>>,
     held: Mutex<HashMap<(String, String), Held>>,
+    /// PostgreSQL client mode's helpers, shared by blocks of branches.
+    pub shared: SharedHelpers,
 }
-
-/// Which dangling helper (gtid, branch id, is its branch prepared now) must stay.
-pub type KeepHelper<'a> = &'a (dyn Fn(&str, &str, bool) -> bool + Sync);
 
 fn random_start() -> i32 {
     let mut b = [0u8; 4];
@@ -80,7 +79,7 @@ fn getrandom_fill(b: &mut [u8]) -> bool {
 }
 
 impl Enforcement {
-    pub fn new(resources: &[Resource]) -> Enforcement {
+    pub fn new(resources: &[Resource], node: &str, nonce: u64) -> Enforcement {
         let states = resources
             .iter()
             .map(|r| {
@@ -92,11 +91,16 @@ impl Enforcement {
                     }
                     _ => Effective::Unknown("not probed yet".into()),
                 };
-                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), swept: false, probed_at: None })
+                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), probed_at: None })
             })
             .collect();
         let probing = resources.iter().map(|r| (r.name.clone(), tokio::sync::Mutex::new(()))).collect();
-        Enforcement { states: Mutex::new(states), probing, held: Mutex::new(HashMap::new()) }
+        Enforcement {
+            states: Mutex::new(states),
+            probing,
+            held: Mutex::new(HashMap::new()),
+            shared: SharedHelpers::new(resources, node, nonce),
+        }
     }
 
     /// Asks the resource again; logs a change. Returns where it stands now.
@@ -140,14 +144,17 @@ impl Enforcement {
                 "mode": now.label(), "was": s.effective.label(), "reason": why}),
             );
             if now == Effective::Mode(Mode::Client) {
-                s.swept = rc.kind != ResourceKind::Postgres;
+                self.shared.unswept(&rc.name);
             }
         }
-        if now == Effective::Mode(Mode::Client) && s.slots.size() != slots {
+        if now == Effective::Mode(Mode::Client) && rc.kind == ResourceKind::Mariadb && s.slots.size() != slots {
             s.slots = Slots::new(slots, random_start());
             for h in self.held.lock().unwrap().values().filter(|h| h.resource == rc.name) {
                 s.slots.reserve(h.key);
             }
+        }
+        if now == Effective::Mode(Mode::Client) && rc.kind == ResourceKind::Postgres {
+            self.shared.resize(&rc.name, slots, random_start());
         }
         s.effective = now.clone();
         now
@@ -204,12 +211,12 @@ impl Enforcement {
         };
         match rc.kind {
             ResourceKind::Postgres => {
-                let swept = self.states.lock().unwrap().get(name).map(|s| s.swept).unwrap_or(false);
-                if !swept {
+                if !self.shared.swept(name) {
                     self.sweep_helpers(rc, keep)
                         .await
                         .map_err(|e| unavailable(format!("helpers of an earlier run not recovered yet: {e}")))?;
                 }
+                return self.admit_pg(rc, gtid, bid).await;
             }
             ResourceKind::Mariadb => {
                 // Every registration is checked against the server's start time: a restart
@@ -252,36 +259,9 @@ impl Enforcement {
                 ),
             );
         };
-        let helper = match rc.kind {
-            ResourceKind::Postgres => match naming::pg_helper_gid(rc.prefix(), key, gtid, bid) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    self.give(name, key);
-                    return refuse(e.code, e.message);
-                }
-            },
-            ResourceKind::Mariadb => None,
-        };
         let id = (gtid.to_string(), bid.to_string());
-        if self
-            .held
-            .lock()
-            .unwrap()
-            .insert(id.clone(), Held { resource: name.clone(), key, helper: helper.clone() })
-            .is_some()
-        {
+        if self.held.lock().unwrap().insert(id, Held { resource: name.clone(), key, helper: None }).is_some() {
             return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
-        }
-        if let Some(h) = &helper {
-            if let Err(e) = probe::pg_prepare_helper(rc, h, key).await {
-                self.held.lock().unwrap().remove(&id);
-                // It may be prepared after all (a timeout): its slot stays taken and the
-                // next sweep rolls it back.
-                if let Some(s) = self.states.lock().unwrap().get_mut(name) {
-                    s.swept = false;
-                }
-                return Err(unavailable(format!("cannot prepare the helper transaction: {e}")));
-            }
         }
         Ok(Admission { mode: Mode::Client, key: Some(key) })
     }
@@ -290,6 +270,72 @@ impl Enforcement {
         if let Some(s) = self.states.lock().unwrap().get_mut(resource) {
             s.slots.give(key);
         }
+    }
+
+    /// A key of a shared helper for a PostgreSQL branch (swept already).
+    async fn admit_pg(&self, rc: &ResourceClient, gtid: &str, bid: &str) -> Result<Admission, Refusal> {
+        let id = (gtid.to_string(), bid.to_string());
+        if self.held.lock().unwrap().contains_key(&id) {
+            return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
+        }
+        let taken = self.shared.take(rc).await?;
+        let held = Held { resource: rc.name.clone(), key: taken.key, helper: Some(taken.helper) };
+        if self.held.lock().unwrap().insert(id, held).is_some() {
+            self.shared.settle(rc, taken.helper).await;
+            return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
+        }
+        Ok(Admission { mode: Mode::Client, key: Some(taken.key) })
+    }
+
+    /// Should the pool of ready helpers at `resource` be topped up now (the caller spawns
+    /// `refill`)? Only in client mode, once its helpers were looked at.
+    pub fn begin_refill(&self, resource: &str) -> bool {
+        matches!(self.effective(resource), Some((_, Effective::Mode(Mode::Client))))
+            && self.shared.begin_refill(resource)
+    }
+
+    pub async fn refill(&self, rc: &ResourceClient) {
+        self.shared.refill(rc).await
+    }
+
+    /// Lets go of the branches `done` says no longer need protection (decided and
+    /// finished, aborted, failed, forgotten): MariaDB slots freed; PostgreSQL keys
+    /// returned to their helper, which is rolled back once it may go.
+    pub async fn release(
+        &self,
+        resources: &HashMap<String, std::sync::Arc<ResourceClient>>,
+        done: impl Fn(&str, &str) -> bool,
+    ) {
+        let gone: Vec<Held> = {
+            let mut held = self.held.lock().unwrap();
+            let ids: Vec<(String, String)> = held.keys().filter(|(g, b)| done(g, b)).cloned().collect();
+            ids.into_iter().filter_map(|id| held.remove(&id)).collect()
+        };
+        for h in gone {
+            match (h.helper, resources.get(&h.resource)) {
+                (Some(helper), Some(rc)) => self.shared.settle(rc, helper).await,
+                _ => self.give(&h.resource, h.key),
+            }
+        }
+    }
+
+    /// The housekeeping tick: PostgreSQL helpers idle, or whose rollback failed.
+    pub async fn retire_idle(&self, resources: &HashMap<String, std::sync::Arc<ResourceClient>>) {
+        for rc in resources.values().filter(|rc| rc.kind == ResourceKind::Postgres) {
+            self.shared.retire_idle(rc).await;
+        }
+    }
+
+    /// Anything for the tick to do: live holds or helpers in memory.
+    pub fn busy(&self) -> bool {
+        self.held_count() > 0 || self.shared.live() > 0
+    }
+
+    /// Helpers prepared at `rc` that no live state of this run knows, recovered
+    /// (shared_helpers.rs has the rule). Run by every recovery pass, and before the
+    /// first client-mode branch.
+    pub async fn sweep_helpers(&self, rc: &ResourceClient, keep: KeepHelper<'_>) -> Result<usize, String> {
+        self.shared.sweep(rc, keep).await
     }
 
     fn observe_gate(&self, name: &str, started: super::gate::Start, prepared: &HashSet<(String, String)>) {
@@ -304,82 +350,6 @@ impl Enforcement {
             Change::Opened => log("info", "restart gate open", json!({"resource": name})),
             Change::Unchanged => {}
         }
-    }
-
-    /// Lets go of the branches `done` says no longer need protection (decided and
-    /// finished, aborted, failed, forgotten): their helpers are rolled back, their slots
-    /// freed. A helper that cannot be rolled back now is left to the next sweep.
-    pub async fn release(
-        &self,
-        resources: &HashMap<String, std::sync::Arc<ResourceClient>>,
-        done: impl Fn(&str, &str) -> bool,
-    ) {
-        let gone: Vec<((String, String), Held)> = {
-            let mut held = self.held.lock().unwrap();
-            let ids: Vec<(String, String)> = held.keys().filter(|(g, b)| done(g, b)).cloned().collect();
-            ids.into_iter().filter_map(|id| held.remove(&id).map(|h| (id, h))).collect()
-        };
-        for ((gtid, bid), h) in gone {
-            let rolled_back = match (&h.helper, resources.get(&h.resource)) {
-                (Some(gid), Some(rc)) => match probe::pg_rollback_helper(rc, gid).await {
-                    Ok(_) => true,
-                    Err(e) => {
-                        log(
-                            "warn",
-                            "client mode: cannot roll back a helper transaction; the next sweep will",
-                            json!({"resource": h.resource, "gtid": gtid, "branch_id": bid, "error": e}),
-                        );
-                        if let Some(s) = self.states.lock().unwrap().get_mut(&h.resource) {
-                            s.swept = false;
-                        }
-                        false
-                    }
-                },
-                _ => true,
-            };
-            if rolled_back {
-                self.give(&h.resource, h.key);
-            }
-        }
-    }
-
-    /// Helpers prepared at `rc` that no live branch of ours holds (an earlier run's, or
-    /// one whose rollback failed): rolled back unless `keep` says its branch may still
-    /// commit. Run by every recovery pass, and before the first client-mode branch.
-    pub async fn sweep_helpers(&self, rc: &ResourceClient, keep: KeepHelper<'_>) -> Result<usize, String> {
-        let helpers = probe::pg_list_helpers(rc).await?;
-        // Listed after the helpers: a branch prepared meanwhile counts as prepared (kept).
-        let prepared: HashSet<(String, String)> = rc.list_prepared().await?.into_iter().collect();
-        let mut rolled_back = 0;
-        for (key, gtid, bid) in helpers {
-            let id = (gtid.clone(), bid.clone());
-            if self.held.lock().unwrap().contains_key(&id) {
-                continue;
-            }
-            let reserve = |k| {
-                if let Some(s) = self.states.lock().unwrap().get_mut(&rc.name) {
-                    s.slots.reserve(k);
-                }
-            };
-            if keep(&gtid, &bid, prepared.contains(&id)) {
-                reserve(key);
-                continue;
-            }
-            let gid = naming::pg_helper_gid(rc.prefix(), key, &gtid, &bid).map_err(|e| e.message)?;
-            reserve(key);
-            probe::pg_rollback_helper(rc, &gid).await?;
-            self.give(&rc.name, key);
-            rolled_back += 1;
-            log(
-                "info",
-                "client mode: helper transaction of a finished branch rolled back",
-                json!({"resource": rc.name, "gtid": gtid, "branch_id": bid}),
-            );
-        }
-        if let Some(s) = self.states.lock().unwrap().get_mut(&rc.name) {
-            s.swept = true;
-        }
-        Ok(rolled_back)
     }
 
     /// Recovery pass: MariaDB client mode looks at the server's start time (the gate).
@@ -421,7 +391,7 @@ impl Enforcement {
             configured: s.configured.as_str().into(),
             mode: s.effective.label().into(),
             reason,
-            slots_in_use: client.then(|| s.slots.in_use() as u64),
+            slots_in_use: client.then(|| self.shared.live_keys(resource).unwrap_or(s.slots.in_use()) as u64),
             restart_gate: client.then(|| s.gate.closed()),
         })
     }
