@@ -1,4 +1,4 @@
-"""Client mode on MariaDB, checked once per connection (issue 39; docs/client-mode.md,
+"""Client mode on MariaDB, checked once per connection (docs/client-mode.md,
 "MariaDB / MySQL"): the client sets SERIALIZABLE, reads it back and reads the server's
 start once per connection, and sends that start with each later registration; the daemon
 then asks the server nothing for the registration while it shows the run its restart gate
