@@ -131,7 +131,7 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
 /// branches that no longer need them go now (the others stay for recovery: their branches
 /// may still commit).
 pub async fn stop(c: &coordinator::Coordinator) {
-    let _ = tokio::time::timeout(Duration::from_secs(5), c.release_settled_holds()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.release_at_stop()).await;
     let _ = c.store.release_node(&c.cfg.node_id, c.holder(), false).await;
     tracing::info!("stopping");
 }

@@ -52,6 +52,12 @@ pub fn settled(r: &Registry, gtid: &str, bid: &str) -> bool {
     }
 }
 
+/// The daemon stops: settled holds let go of, and helpers no live branch holds.
+pub async fn release_at_stop(c: &Parts) {
+    release_settled_holds(c).await;
+    c.enforcement.let_go_unused(&c.resources).await;
+}
+
 /// Lets go of every settled hold, and of helpers idle or whose rollback failed (the
 /// housekeeping tick: the safety net under `spawn_release_of`).
 pub async fn release_settled_holds(c: &Parts) {
@@ -91,11 +97,15 @@ pub async fn release_hold(c: &Parts, gtid: &str, bid: &str) {
 }
 
 /// Part of every recovery pass: the mode of each resource asked again (a change is
-/// logged), client mode's dangling helpers recovered, MariaDB restarts looked for.
+/// logged), dangling helpers recovered, MariaDB restarts looked for (client mode). A
+/// PostgreSQL resource's helpers are looked for whatever its mode now: an earlier run in
+/// client mode may have left some (killed, or its resource since moved to engine mode),
+/// and a prepared helper holds back the server's xmin until it is rolled back.
 pub async fn enforcement_pass(c: &Parts) {
     for rc in c.resources.values() {
         let eff = c.enforcement.refresh(rc).await;
-        if eff != Effective::Mode(Mode::Client) {
+        let helpers_may_be_left = rc.kind == ResourceKind::Postgres && matches!(eff, Effective::Mode(_));
+        if eff != Effective::Mode(Mode::Client) && !helpers_may_be_left {
             continue;
         }
         match rc.kind {

@@ -274,8 +274,9 @@ impl Coordinator {
         housekeeping::tick(&self.parts)
     }
 
-    pub async fn release_settled_holds(&self) {
-        holds::release_settled_holds(&self.parts).await
+    /// At the daemon's stop: client mode's holds and unused helpers let go of.
+    pub async fn release_at_stop(&self) {
+        holds::release_at_stop(&self.parts).await
     }
 }
 

@@ -153,3 +153,42 @@ def test_kill9_with_a_shared_helper_half_used(bare):
         assert "dangling helper transaction rolled back" in d.log_tail(400)
     rows = {r[0] for r in bare.sql("SELECT k FROM acct WHERE k LIKE 'crash-%'", dbname="shop")}
     assert rows == {"crash-A", "crash-B", "crash-D"}
+
+
+def helpers(pg) -> list[str]:
+    return [g for g in prepared(pg) if ".h" in g]
+
+
+def test_unused_helpers_go_with_the_daemon_whatever_runs_next(bare):
+    """The pool's ready helpers protect no branch. A daemon that stops (SIGTERM) rolls them
+    back; and those a killed client-mode run left are recovered by the next daemon on the
+    resource even when it starts in another mode (here plain 2PC: enforcement none, as an
+    operator who installs pg_co and restarts in engine mode). Left prepared, a helper would
+    hold back the server's xmin for good. Both failed before: the stop left the ready
+    helpers, and only a daemon in client mode looked for helpers."""
+    with daemon(bare) as d:
+        c = Coordinator(d.url, d.token)
+        conn = psycopg.connect(dsn(bare, "shop_app"), autocommit=True)
+        for i in range(2):
+            with c.transaction() as tx:
+                with tx.branch(conn, "pg"):
+                    conn.execute("INSERT INTO acct VALUES (%s, 1)", (f"stop-{i}",))
+        # The refill after a registration prepares the ready ones (they retire after an
+        # idle second: stop at once).
+        wait_until(lambda: len(helpers(bare)) >= POOL_READY, 10, "the pool's ready helpers")
+        d.stop()
+        assert not prepared(bare), "the ready helpers outlived their daemon's stop"
+        d.start()
+        with c.transaction() as tx:
+            with tx.branch(conn, "pg"):
+                conn.execute("INSERT INTO acct VALUES ('stop-2', 1)")
+        conn.close()
+        wait_until(lambda: len(helpers(bare)) >= POOL_READY, 10, "the pool's ready helpers")
+        d.kill9()
+        assert helpers(bare), "ready helpers of the killed daemon are prepared"
+        # The same daemon (node, store) back in plain 2PC mode.
+        d.resources[0]["enforcement"] = "none"
+        d.write_config()
+        d.start()
+        wait_until(lambda: not prepared(bare), 10, "a killed run's helpers recovered in plain 2PC mode\n"
+                   + d.log_tail(40))

@@ -326,6 +326,13 @@ impl Enforcement {
         }
     }
 
+    /// The daemon stops: PostgreSQL helpers no live branch holds are rolled back.
+    pub async fn let_go_unused(&self, resources: &HashMap<String, std::sync::Arc<ResourceClient>>) {
+        for rc in resources.values().filter(|rc| rc.kind == ResourceKind::Postgres) {
+            self.shared.let_go_unused(rc).await;
+        }
+    }
+
     /// Anything for the tick to do: live holds or helpers in memory.
     pub fn busy(&self) -> bool {
         self.held_count() > 0 || self.shared.live() > 0

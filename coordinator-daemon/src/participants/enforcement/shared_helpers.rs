@@ -221,6 +221,17 @@ impl SharedHelpers {
         }
     }
 
+    /// The daemon stops: no more refills, and every helper no live branch holds (the ready
+    /// ones among them) rolled back now. Left prepared they would wait for the next run's
+    /// sweep, or forever if that run finds the resource in another mode.
+    pub async fn let_go_unused(&self, rc: &ResourceClient) {
+        self.unswept(&rc.name);
+        let ids = self.with(&rc.name, |a| a.pool.idle(Instant::now(), std::time::Duration::ZERO));
+        for id in ids.unwrap_or_default() {
+            self.roll_back(rc, id).await;
+        }
+    }
+
     /// Helpers in memory (any stage), all resources: for /metrics and the tick.
     pub fn live(&self) -> usize {
         self.at.lock().unwrap().values().map(|a| a.pool.helper_count()).sum()
