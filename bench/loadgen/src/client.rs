@@ -340,14 +340,34 @@ impl Client {
         // Batched calls: every branch registered by the begin, the held acknowledgements
         // along (a refused registration leaves nothing behind, or an aborted transaction).
         let mut batch: Vec<Value> = vec![];
+        // Client mode on MariaDB: each session checked once, its server start sent with the
+        // registrations (the daemon's restart gate then asks the server nothing).
+        let mut started: HashMap<String, i64> = HashMap::new();
+        if mode == Mode::Client {
+            for sub in subs.iter().filter(|s| s.db == Db::My) {
+                if let Some(Sess::My(m)) = self.sess.get_mut(&sub.session) {
+                    match m.check_once().await {
+                        Ok(Some(t)) => {
+                            started.insert(sub.session.clone(), t);
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        let registration = |sub: &Sub, bid: String, session: i64| {
+            let mut r = json!({"resource": sub.db.name(), "branch_id": bid, "session": session});
+            if let Some(t) = started.get(&sub.session) {
+                r["server_started"] = json!(t);
+            }
+            r
+        };
         if self.cfg.batched {
             let regs: Vec<Value> = subs
                 .iter()
                 .enumerate()
-                .map(|(i, sub)| {
-                    let session = self.sess[&sub.session].id();
-                    json!({"resource": sub.db.name(), "branch_id": format!("b{i}"), "session": session})
-                })
+                .map(|(i, sub)| registration(sub, format!("b{i}"), self.sess[&sub.session].id()))
                 .collect();
             let mut body = json!({"branches": regs});
             if !self.acks.is_empty() {
@@ -369,7 +389,7 @@ impl Client {
         }
         for (i, sub) in subs.iter().enumerate() {
             let bid = format!("b{i}");
-            let reg = json!({"resource": sub.db.name(), "branch_id": bid, "session": self.sess[&sub.session].id()});
+            let reg = registration(sub, bid.clone(), self.sess[&sub.session].id());
             let http = self.http.as_mut().unwrap();
             let r = match &gtid {
                 _ if self.cfg.batched => Ok(batch[i].clone()),
@@ -443,10 +463,10 @@ impl Client {
                     Db::Pg => sess.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?,
                     Db::My => {
                         if shim.is_some() {
-                            // Client mode: the session runs SERIALIZABLE, read back rather than
-                            // assumed (cotx.dialect.MariaDB.set_serializable_verified).
+                            // Client mode: the session runs SERIALIZABLE, read back once per
+                            // connection (MySession::check_once; done before the registration).
                             if let Sess::My(m) = &mut *sess {
-                                m.set_serializable_verified().await?;
+                                m.check_once().await?;
                             }
                         }
                         sess.simple(&format!("SET TRANSACTION ISOLATION LEVEL {my_iso}")).await?;
@@ -718,8 +738,8 @@ async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<(), DbError> {
             sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await
         }
         Db::My => {
-            if let Some(k) = b.shim {
-                sess.simple(&format!("UPDATE cotx_shim SET v = v + 1 WHERE k = {k}")).await?;
+            if let (Some(k), Sess::My(m)) = (b.shim, &mut *sess) {
+                m.shim_touch(k).await?;
             }
             sess.simple(&format!("XA END {}", b.xid)).await?;
             sess.simple(&format!("XA PREPARE {}", b.xid)).await

@@ -243,6 +243,9 @@ pub struct MySession {
     pub conn: mysql_async::Conn,
     /// Its connection id (PgSession::id).
     pub id: i64,
+    /// Client mode: the server's start this session's check read (`check_once`), None
+    /// until it ran; the registrations send it and the slot write checks it.
+    pub checked: Option<Option<i64>>,
 }
 
 impl MySession {
@@ -261,30 +264,62 @@ impl MySession {
             .await
             .map_err(DbError::from_my)?;
         let id = i64::from(conn.id());
-        Ok(MySession { conn, id })
+        Ok(MySession { conn, id, checked: None })
     }
 
     pub async fn simple(&mut self, sql: &str) -> Result<(), DbError> {
         self.conn.query_drop(sql).await.map_err(DbError::from_my)
     }
 
-    /// Client mode: `SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE`, then the level
-    /// read back (MariaDB 10.11 spells the variable tx_isolation): a proxy or an
-    /// init_connect may have changed it, and client mode protects SERIALIZABLE branches only.
-    pub async fn set_serializable_verified(&mut self) -> Result<(), DbError> {
+    /// Client mode, once per connection (the clients' MariaDB check, docs/client-mode.md):
+    /// `SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE`, then the level read back (a
+    /// proxy or an init_connect may have changed it; MariaDB 10.11 spells it tx_isolation)
+    /// together with the server's start as the daemon's restart gate computes it, kept in
+    /// @cotx_started. Returns that start, for the registrations.
+    pub async fn check_once(&mut self) -> Result<Option<i64>, DbError> {
+        if let Some(started) = self.checked {
+            return Ok(started);
+        }
         self.simple("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE").await?;
-        let level: Option<String> =
-            self.conn.query_first("SELECT @@session.tx_isolation").await.map_err(DbError::from_my)?;
-        match level.as_deref() {
-            Some("SERIALIZABLE") => Ok(()),
-            other => Err(DbError {
+        let row: Option<(Option<String>, Option<i64>)> = self
+            .conn
+            .query_first(
+                "SELECT @@session.tx_isolation, @cotx_started := UNIX_TIMESTAMP() - CAST(VARIABLE_VALUE AS SIGNED) \
+                 FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'",
+            )
+            .await
+            .map_err(DbError::from_my)?;
+        let (level, started) = row.unwrap_or((None, None));
+        if level.as_deref() != Some("SERIALIZABLE") {
+            return Err(DbError {
                 db: "my",
                 sqlstate: None,
                 errno: None,
-                message: format!("client mode needs SERIALIZABLE branches; the session is {other:?} after SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+                message: format!("client mode needs SERIALIZABLE branches; the session is {level:?} after SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
                 detail: None,
-            }),
+            });
         }
+        self.checked = Some(started);
+        Ok(started)
+    }
+
+    /// Client mode: the branch's slot write, in the session the check was made in: it must
+    /// change exactly row `k` (another session, a reset or a missing row: the branch fails
+    /// before it prepares, and the connection is checked again).
+    pub async fn shim_touch(&mut self, k: i64) -> Result<(), DbError> {
+        let started = self.checked.flatten().map_or("NULL".to_string(), |t| t.to_string());
+        self.simple(&format!("UPDATE cotx_shim SET v = v + 1 WHERE k = {k} AND @cotx_started <=> {started}")).await?;
+        if self.conn.affected_rows() != 1 {
+            self.checked = None;
+            return Err(DbError {
+                db: "my",
+                sqlstate: None,
+                errno: None,
+                message: format!("client mode: slot {k} not written in the checked session; run again"),
+                detail: None,
+            });
+        }
+        Ok(())
     }
 
     /// Runs a statement; returns the last column of the first row, if any (the same
