@@ -346,12 +346,8 @@ impl Client {
         if mode == Mode::Client {
             for sub in subs.iter().filter(|s| s.db == Db::My) {
                 if let Some(Sess::My(m)) = self.sess.get_mut(&sub.session) {
-                    match m.check_once().await {
-                        Ok(Some(t)) => {
-                            started.insert(sub.session.clone(), t);
-                        }
-                        Ok(None) => {}
-                        Err(e) => return Err(e.into()),
+                    if let Some(t) = m.check_once().await? {
+                        started.insert(sub.session.clone(), t);
                     }
                 }
             }
@@ -461,14 +457,9 @@ impl Client {
             let run = async {
                 match sub.db {
                     Db::Pg => sess.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?,
+                    // Client mode: the session was checked (SERIALIZABLE read back, once per
+                    // connection: MySession::check_once) before the registration.
                     Db::My => {
-                        if shim.is_some() {
-                            // Client mode: the session runs SERIALIZABLE, read back once per
-                            // connection (MySession::check_once; done before the registration).
-                            if let Sess::My(m) = &mut *sess {
-                                m.check_once().await?;
-                            }
-                        }
                         sess.simple(&format!("SET TRANSACTION ISOLATION LEVEL {my_iso}")).await?;
                         sess.simple(&format!("XA START {}", b.xid)).await?;
                     }
