@@ -65,6 +65,12 @@ func startDaemonAs(resources []resource, node string, ownerGraceMs int) (*daemon
 // startDaemonConf: startDaemonAs with more of the config's tables (TOML, e.g.
 // "[limits]\nmax_active = 1\n").
 func startDaemonConf(resources []resource, node string, ownerGraceMs int, extra string) (*daemon, error) {
+	return startDaemonRecovering(resources, node, ownerGraceMs, 500, extra)
+}
+
+// startDaemonRecovering: startDaemonConf with a recovery pass every recoveryMs (each pass
+// queues a store write: tests that count the store's syncs make it rare).
+func startDaemonRecovering(resources []resource, node string, ownerGraceMs, recoveryMs int, extra string) (*daemon, error) {
 	bin, err := daemonBinary()
 	if err != nil {
 		return nil, err
@@ -83,7 +89,8 @@ func startDaemonConf(resources []resource, node string, ownerGraceMs int, extra 
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "node_id = %q\nlisten = \"127.0.0.1:%d\"\ntoken = %q\n\n[timeouts]\n", node, port, d.token)
 	fmt.Fprintf(&cfg, "transaction_ms = 30000\nowner_grace_ms = %d\n", ownerGraceMs)
-	cfg.WriteString("recovery_interval_ms = 500\nretry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
+	fmt.Fprintf(&cfg, "recovery_interval_ms = %d\n", recoveryMs)
+	cfg.WriteString("retry_initial_ms = 50\nretry_max_ms = 500\nretention_ms = 60000\n")
 	fmt.Fprintf(&cfg, "\n[store]\nkind = \"sqlite\"\npath = %q\n\n%s", filepath.Join(dir, "decisions.db"), extra)
 	for _, r := range resources {
 		fmt.Fprintf(&cfg, "\n[[resources]]\nname = %q\nkind = %q\ndsn = %q\npool_size = 2\n", r.name, r.kind, r.dsn)

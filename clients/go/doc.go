@@ -40,6 +40,12 @@
 // cotx_shim SET v = v + 1 WHERE k = key), and it is always prepared, never committed in
 // one phase. Refusals then come from PostgreSQL's SSI (40001) or InnoDB's locks
 // (deadlock, lock wait) and are retryable like the engines' own.
+//
+// A branch opened WithReadOnly writes nothing: checked before it prepares (PostgreSQL: no
+// transaction id assigned; MariaDB in engine mode: a READ ONLY transaction; MariaDB in
+// client mode: never claimed), and when every branch wrote nothing the daemon commits
+// without a store sync (readonly.go).
+//
 // Errors worth retrying the whole global transaction for (a prepare refused by pg_co or
 // mysql_co, a serialization failure, deadlock or lock timeout, a retryable abort such as
 // a timeout) satisfy IsRetryable.

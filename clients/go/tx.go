@@ -79,6 +79,10 @@ type Branch struct {
 	Enforcement string
 	// ShimKey is client mode's slot (1 and up; 0 in the other modes).
 	ShimKey int
+	// ReadOnly: declared by the application (WithReadOnly); wroteNothing: what the check
+	// before PREPARE found (readonly.go). The commit lists the branches that wrote nothing.
+	ReadOnly     bool
+	wroteNothing bool
 }
 
 // BranchOption changes a branch (WithIsolation).
@@ -300,7 +304,7 @@ func (b *Branch) open(ctx context.Context, r registered) error {
 		return err
 	}
 	b.xid = fmt.Sprintf("%s,%s,%d", g, bq, r.XID.FormatID)
-	if _, err := b.Conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL "+b.Isolation); err != nil {
+	if _, err := b.Conn.ExecContext(ctx, "SET TRANSACTION ISOLATION LEVEL "+b.Isolation+b.readOnlyClause()); err != nil {
 		return err
 	}
 	_, err = b.Conn.ExecContext(ctx, "XA START "+b.xid)
@@ -474,6 +478,14 @@ func (b *Branch) prepare() error {
 }
 
 func (b *Branch) prepareStatements() error {
+	if b.ReadOnly {
+		// Before client mode's slot write, which is not the application's data.
+		nothing, err := b.checkWroteNothing()
+		if err != nil {
+			return err
+		}
+		b.wroteNothing = nothing
+	}
 	if b.Enforcement == EnforcementClient {
 		if err := b.shimTouch(); err != nil {
 			return err
@@ -579,17 +591,30 @@ func (t *Tx) Commit(ctx context.Context) error {
 	if mine == nil {
 		mine = []string{}
 	}
+	// Branches that wrote nothing (checked at their PREPARE): listed, so that the daemon
+	// skips its store sync when that is every branch (readonly.go).
+	readOnly := t.wroteNothing()
 	decision := ""
 	deadline := time.Now().Add(5 * time.Second)
 	for decision == "" {
 		var r struct {
 			Decision string `json:"decision"`
 		}
-		err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/commit", map[string]interface{}{"prepared": mine}, &r, 0)
+		body := map[string]interface{}{"prepared": mine}
+		if len(readOnly) > 0 {
+			body["read_only"] = readOnly
+		}
+		err := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/commit", body, &r, 0)
 		var ce *CoordinatorError
 		if err == nil {
 			decision = r.Decision
 			break
+		}
+		if errors.As(err, &ce) && readOnlyRefused(ce, readOnly) {
+			// A daemon older than the field, or one that will not take a branch listed:
+			// the decision synced, as without the list.
+			readOnly = nil
+			continue
 		}
 		if !errors.As(err, &ce) { // unreachable: the decision may or may not be durable
 			d, werr := t.waitDecision(ctx)
