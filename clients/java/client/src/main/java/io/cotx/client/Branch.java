@@ -31,14 +31,38 @@ public final class Branch {
     private String engineId; // PostgreSQL: the gid literal; MariaDB: 'gtrid','bqual',formatID
     private Enforcement enforcement = Enforcement.ENGINE;
     private int shimKey;
+    // Declared read-only by the application; wroteNothing: what the check before PREPARE
+    // found (the commit lists such branches: the daemon skips its sync when all are).
+    private final boolean readOnly;
+    private boolean wroteNothing;
     State state = State.ACTIVE;
 
-    Branch(Transaction tx, Connection conn, String resource, String id, Isolation isolation) {
+    Branch(Transaction tx, Connection conn, String resource, String id, Isolation isolation, boolean readOnly) {
         this.tx = tx;
         this.conn = conn;
         this.resource = resource;
         this.id = id;
         this.isolation = isolation;
+        this.readOnly = readOnly;
+    }
+
+    /** Declared read-only ({@link Transaction#branch(Connection, String, Isolation, String, boolean)}). */
+    public boolean readOnly() {
+        return readOnly;
+    }
+
+    /** Declared read-only and found to have written nothing before its PREPARE: listed as
+     * such with the commit. */
+    public boolean wroteNothing() {
+        return wroteNothing;
+    }
+
+    /** MariaDB in engine mode runs a read-only branch as a READ ONLY transaction (a write is
+     * refused there). Not in client mode, whose slot write must go through; not on
+     * PostgreSQL, where pg_co refuses to prepare READ ONLY transactions (SSI does not track
+     * them): their writes are looked for before PREPARE instead. */
+    private boolean engineReadOnly() {
+        return readOnly && dialect == Dialect.MARIADB && enforcement != Enforcement.CLIENT;
     }
 
     public Connection connection() {
@@ -114,7 +138,7 @@ public final class Branch {
                 engineId = Dialect.literal(x.path("gtrid").asText(null)) + "," + Dialect.literal(x.path("bqual").asText(null)) + ","
                         + x.path("format_id").asLong();
             }
-            dialect.begin(conn, engineId, isolation);
+            dialect.begin(conn, engineId, isolation, engineReadOnly());
         } catch (SQLException | RuntimeException e) {
             reportFailed("begin failed: " + e.getMessage(), false);
             state = State.FAILED;
@@ -171,6 +195,10 @@ public final class Branch {
      * and retryable for the engines' refusals. */
     void prepare() {
         try {
+            if (readOnly) {
+                // Before client mode's slot write, which is not the application's data.
+                wroteNothing = engineReadOnly() || dialect.wroteNothing(conn);
+            }
             if (enforcement == Enforcement.CLIENT) {
                 dialect.shimTouch(conn, shimKey);
             }

@@ -15,7 +15,7 @@ import java.util.regex.Pattern;
 enum Dialect {
     POSTGRES("postgres") {
         @Override
-        void begin(Connection c, String id, Isolation iso) throws SQLException {
+        void begin(Connection c, String id, Isolation iso, boolean readOnly) throws SQLException {
             // Explicit BEGIN / PREPARE TRANSACTION / COMMIT PREPARED: in autocommit the driver
             // wraps none of them in a transaction block of its own (COMMIT PREPARED may not run
             // inside one).
@@ -23,6 +23,15 @@ enum Dialect {
                 c.setAutoCommit(true);
             }
             exec(c, "BEGIN ISOLATION LEVEL " + iso.sql);
+        }
+
+        @Override
+        boolean wroteNothing(Connection c) throws SQLException {
+            // No transaction id assigned: the open transaction changed no row (PostgreSQL
+            // assigns one at a transaction's first write).
+            try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_current_xact_id_if_assigned() IS NULL")) {
+                return rs.next() && rs.getBoolean(1);
+            }
         }
 
         @Override
@@ -60,12 +69,15 @@ enum Dialect {
     },
     MARIADB("mariadb") {
         @Override
-        void begin(Connection c, String id, Isolation iso) throws SQLException {
+        void begin(Connection c, String id, Isolation iso, boolean readOnly) throws SQLException {
             // XA START refuses a session with a local transaction open; autocommit has none.
             if (!c.getAutoCommit()) {
                 c.setAutoCommit(true);
             }
-            exec(c, "SET TRANSACTION ISOLATION LEVEL " + iso.sql);
+            // READ ONLY (a read-only branch in engine mode): InnoDB refuses the branch's
+            // writes (error 1792), so "wrote nothing" needs no look; its SERIALIZABLE reads
+            // still lock until XA COMMIT.
+            exec(c, "SET TRANSACTION ISOLATION LEVEL " + iso.sql + (readOnly ? ", READ ONLY" : ""));
             exec(c, "XA START " + id);
         }
 
@@ -172,7 +184,15 @@ enum Dialect {
     /** Bound on one protocol statement (PREPARE, COMMIT, ROLLBACK), in seconds. */
     static final int PROTOCOL_TIMEOUT_S = 30;
 
-    abstract void begin(Connection c, String id, Isolation iso) throws SQLException;
+    /** {@code readOnly}: run the branch as a READ ONLY transaction (MariaDB in engine mode). */
+    abstract void begin(Connection c, String id, Isolation iso, boolean readOnly) throws SQLException;
+
+    /** Did the open transaction change no row? MariaDB cannot tell without a READ ONLY
+     * transaction (InnoDB's INNODB_TRX rows are a cache refreshed at most every 0.1 s):
+     * never claimed there. */
+    boolean wroteNothing(Connection c) throws SQLException {
+        return false;
+    }
 
     void setSerializableVerified(Connection c) throws SQLException {
         // PostgreSQL: BEGIN ISOLATION LEVEL SERIALIZABLE itself sets it, per transaction.

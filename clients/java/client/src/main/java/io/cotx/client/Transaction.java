@@ -110,9 +110,26 @@ public final class Transaction {
      * afterwards; on an error there, throw {@link Branch#fail}'s exception. The first branch of
      * a root not begun yet is registered with the begin (one request). */
     public Branch branch(Connection conn, String resource, Isolation isolation, String branchId) {
+        return branch(conn, resource, isolation, branchId, false);
+    }
+
+    /** A SERIALIZABLE branch that writes nothing, see {@link #branch(Connection, String,
+     * Isolation, String, boolean)}. */
+    public Branch readOnlyBranch(Connection conn, String resource) {
+        return branch(conn, resource, Isolation.SERIALIZABLE, null, true);
+    }
+
+    /** {@link #branch(Connection, String, Isolation, String)}; {@code readOnly}: the branch
+     * writes nothing, checked before its PREPARE (PostgreSQL: no transaction id assigned, a
+     * branch that wrote anyway is simply not listed) or enforced by the engine (MariaDB in
+     * engine mode: a READ ONLY transaction, whose writes fail with error 1792); MariaDB in
+     * client mode: accepted, never listed (its slot write; docs/client-mode.md, "Read-only
+     * branches"). When every branch of the transaction wrote nothing, the daemon commits it
+     * without a synced store write (docs/coordinator.md, "All-read-only transactions"). */
+    public Branch branch(Connection conn, String resource, Isolation isolation, String branchId, boolean readOnly) {
         String id = branchId != null ? branchId
                 : (resource.length() > 24 ? resource.substring(0, 24) : resource) + "-" + Traceparent.randomHex(8);
-        Branch b = new Branch(this, conn, resource, id, isolation);
+        Branch b = new Branch(this, conn, resource, id, isolation, readOnly);
         ObjectNode reg = Coordinator.JSON.createObjectNode().put("resource", resource).put("branch_id", id);
         Long session = Dialect.session(conn);
         if (session != null) {
@@ -181,14 +198,31 @@ public final class Transaction {
         for (TransactionListener l : coord.listeners()) {
             l.prepared(this);
         }
+        // Branches that wrote nothing (checked at their PREPARE): listed, so that the daemon
+        // skips its store sync when that is every branch. Absent when none is.
+        ArrayNode readOnly = Coordinator.JSON.createArrayNode();
+        for (Branch b : branches) {
+            if (b.state == Branch.State.PREPARED && b.wroteNothing()) {
+                readOnly.add(b.id());
+            }
+        }
         String decision = null;
         Instant deadline = Instant.now().plusSeconds(5);
         while (decision == null) {
             ObjectNode body = Coordinator.JSON.createObjectNode();
             body.set("prepared", mine);
+            if (!readOnly.isEmpty()) {
+                body.set("read_only", readOnly);
+            }
             try {
                 decision = call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit", body).path("decision").asText();
             } catch (CoordinatorException ce) {
+                if (!readOnly.isEmpty() && ce.code().equals("invalid_field") && String.valueOf(ce.getMessage()).contains("read_only")) {
+                    // A daemon older than the field, or one that will not take a branch
+                    // listed: the decision synced, as without the list.
+                    readOnly = Coordinator.JSON.createArrayNode();
+                    continue;
+                }
                 switch (ce.action()) {
                     case RetryRules.RETRY_REQUEST -> {
                         if (ce.code().equals("already_prepared") && !mine.isEmpty()) {
