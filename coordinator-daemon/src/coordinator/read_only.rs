@@ -13,6 +13,7 @@
 //! so `Registry::maybe_forget` has no record to delete. After a restart the gtid reads as
 //! aborted (presumed abort), the same data for a transaction that wrote nothing.
 
+use crate::config::ResourceKind;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Outcome};
 use crate::wire::Decision;
@@ -31,11 +32,33 @@ use super::registry::Lookup;
 /// transaction is not in memory (commit.rs answers it from the store).
 pub fn enter(c: &Parts, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<Option<CommitPath>> {
     let listed: HashSet<&str> = read_only.iter().map(String::as_str).collect();
+    // Branches in client mode (holding a slot), looked up before the registry's lock.
+    let in_client_mode: HashSet<&str> = listed.iter().copied().filter(|b| c.enforcement.holds(gtid, b)).collect();
     let entered = answers::with_tx(c, gtid, |e| {
         if let Some(b) = listed.iter().find(|b| !e.tx.branches.iter().any(|x| x.branch_id == **b)) {
             return refuse(
                 RefusalCode::UnknownBranch,
                 format!("read_only names branch {b:?}, which is not a branch of {gtid}"),
+            );
+        }
+        // A MariaDB branch in client mode is a read-write InnoDB transaction (its slot
+        // write), and nothing its client can read in that session says for certain that
+        // the application's own statements changed no row (no READ ONLY transaction, and
+        // INNODB_TRX is a cache): its "wrote nothing" cannot be checked, so the decision
+        // is synced (docs/client-mode.md, "Read-only branches").
+        if let Some(b) =
+            e.tx.branches
+                .iter()
+                .find(|x| x.kind == ResourceKind::Mariadb && in_client_mode.contains(x.branch_id.as_str()))
+        {
+            return refuse(
+                RefusalCode::InvalidField,
+                format!(
+                    "read_only names branch {:?}, a MariaDB branch in client mode: its slot write makes it a \
+                     read-write transaction and whether the application wrote cannot be checked, so it \
+                     cannot be committed without a synced decision; commit it without read_only",
+                    b.branch_id
+                ),
             );
         }
         let path = protocol::commit_path(e.tx.branches.iter().map(|b| listed.contains(b.branch_id.as_str())));

@@ -64,14 +64,16 @@ def syncs(d) -> float:
 
 
 def settled_syncs(d) -> float:
-    """The store's sync count once background writes (start-up, earlier finishes) are done."""
-    last = syncs(d)
-    while True:
+    """The store's sync count once background writes (start-up, earlier finishes) are done:
+    unchanged for 1.2 s (the start-up recovery pass's held write lands about 0.4 s after
+    the daemon answers; a single 0.3 s look missed it now and then)."""
+    last, same = syncs(d), 0
+    while same < 4:
         time.sleep(0.3)
         now = syncs(d)
-        if now == last:
-            return now
+        same = same + 1 if now == last else 0
         last = now
+    return last
 
 
 def run(d, pg, my, *, pg_ro=True, my_ro=True, pg_write=False, two_pg=False):
@@ -223,3 +225,44 @@ def test_daemon_killed_after_answering_a_read_only_commit(env):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_mariadb_branch_in_client_mode_is_never_committed_read_only(env, monkeypatch):
+    """Client mode on MariaDB: the branch's slot write makes it a read-write InnoDB
+    transaction, and nothing in the session says for certain that the application changed
+    no row; so the clients never list it, and the daemon refuses a listing that names it
+    (invalid_field, naming the reason): the decision is synced (docs/client-mode.md,
+    "Read-only branches")."""
+    mode, pg, my, d = env
+    if mode != "client":
+        pytest.skip("engine mode runs a declared read-only MariaDB branch READ ONLY (listed)")
+    # As the clients do: declared read-only, not listed, synced.
+    before, ro_before = settled_syncs(d), metric(d, "cotx_read_only_commits_total")
+    assert run(d, pg, my) == "commit"
+    wait_until(lambda: nothing_prepared(pg, my), what="branches finished")
+    assert syncs(d) > before and metric(d, "cotx_read_only_commits_total") == ro_before
+
+    # A client that claims the MariaDB branch wrote nothing: refused by the daemon, and the
+    # Python client sends the commit again without the list (synced).
+    from cotx import dialect
+    from cotx import transaction as txmod
+    refusals = []
+    real = txmod.Transaction._request
+
+    def recording(self, method, path, body=None):
+        try:
+            return real(self, method, path, body)
+        except Exception as e:
+            if path.endswith("/commit"):
+                refusals.append(e)
+            raise
+
+    monkeypatch.setattr(dialect.MariaDB, "wrote_nothing", staticmethod(lambda conn: True))
+    monkeypatch.setattr(txmod.Transaction, "_request", recording)
+    before, ro_before = settled_syncs(d), metric(d, "cotx_read_only_commits_total")
+    assert run(d, pg, my) == "commit"
+    wait_until(lambda: nothing_prepared(pg, my), what="branches finished")
+    assert metric(d, "cotx_read_only_commits_total") == ro_before, "a client-mode MariaDB branch was committed read-only"
+    assert syncs(d) > before, "the decision was not synced"
+    assert [getattr(e, "code", None) for e in refusals] == ["invalid_field"], refusals
+    assert "MariaDB branch in client mode" in str(refusals[0]) and "slot write" in str(refusals[0]), refusals[0]
