@@ -48,18 +48,23 @@ func metricOf(t *testing.T, d *daemon, name string) float64 {
 	return 0
 }
 
-// settledSyncs: the store's batches once background writes (earlier finishes) are done.
+// settledSyncs: the store's batches once background writes (start-up, earlier
+// finishes) are done: unchanged for 1.2 s (the start-up recovery pass's held write lands
+// about 0.4 s after the daemon answers).
 func settledSyncs(t *testing.T, d *daemon) float64 {
 	t.Helper()
-	last := metricOf(t, d, "cotx_store_batches_total")
-	for {
+	last, same := metricOf(t, d, "cotx_store_batches_total"), 0
+	for same < 4 {
 		time.Sleep(300 * time.Millisecond)
 		now := metricOf(t, d, "cotx_store_batches_total")
 		if now == last {
-			return now
+			same++
+		} else {
+			same = 0
 		}
 		last = now
 	}
+	return last
 }
 
 type roBranch struct {
