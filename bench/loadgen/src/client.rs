@@ -173,6 +173,20 @@ struct Branch {
     /// the row the daemon's prepared helper read; MariaDB: a write that keeps the
     /// branch's SERIALIZABLE read locks until the decision).
     shim: Option<i64>,
+    /// Declared read-only (Sub::read_only); `wrote_nothing`: what the check at its prepare
+    /// found (`prepare_one`): such branches are listed with the commit (`read_only`).
+    read_only: bool,
+    wrote_nothing: bool,
+}
+
+impl Branch {
+    /// MariaDB outside client mode runs a read-only branch as a READ ONLY transaction (a
+    /// write is refused there); in client mode the slot write must go through, and such a
+    /// branch is never listed (docs/client-mode.md, "Read-only branches"). PostgreSQL's are
+    /// looked at before PREPARE. As the clients (cotx.branch.Branch._engine_read_only).
+    fn engine_read_only(&self) -> bool {
+        self.read_only && self.db == Db::My && self.shim.is_none()
+    }
 }
 
 fn safe_id(s: &str) -> Result<&str, Failure> {
@@ -450,6 +464,8 @@ impl Client {
                 xid,
                 state: BState::Active,
                 shim,
+                read_only: sub.read_only,
+                wrote_nothing: false,
             };
             // Begin and the statements; client mode's slot is written at prepare (prepare_one).
             let my_iso = self.cfg.my_isolation;
@@ -460,7 +476,8 @@ impl Client {
                     // Client mode: the session was checked (SERIALIZABLE read back, once per
                     // connection: MySession::check_once) before the registration.
                     Db::My => {
-                        sess.simple(&format!("SET TRANSACTION ISOLATION LEVEL {my_iso}")).await?;
+                        let ro = if b.engine_read_only() { ", READ ONLY" } else { "" };
+                        sess.simple(&format!("SET TRANSACTION ISOLATION LEVEL {my_iso}{ro}")).await?;
                         sess.simple(&format!("XA START {}", b.xid)).await?;
                     }
                 }
@@ -499,6 +516,13 @@ impl Client {
         let mut body = json!({"prepared": prepared});
         if let Some(d) = decider {
             body["decide_in"] = json!(br[d].bid);
+        } else {
+            // The branches that wrote nothing: every one listed, the daemon decides in
+            // memory with no store sync (docs/coordinator.md, "All-read-only transactions").
+            let ro: Vec<&str> = br.iter().filter(|b| b.wrote_nothing).map(|b| b.bid.as_str()).collect();
+            if !ro.is_empty() {
+                body["read_only"] = json!(ro);
+            }
         }
         let http = self.http.as_mut().unwrap();
         let decision = match http.request("POST", &format!("/v1/transactions/{g}/commit"), &body).await {
@@ -570,7 +594,10 @@ impl Client {
             let results = join_all(taken.iter_mut().map(|(i, s)| prepare_one(s, &br[*i]))).await;
             for ((i, mut s), r) in taken.into_iter().zip(results) {
                 match r {
-                    Ok(()) => br[i].state = BState::Prepared,
+                    Ok(nothing) => {
+                        br[i].state = BState::Prepared;
+                        br[i].wrote_nothing = nothing;
+                    }
                     Err(e) => {
                         rollback_unprepared(&mut s, &br[i]).await;
                         br[i].state = BState::Done;
@@ -584,7 +611,10 @@ impl Client {
             for &i in which {
                 let sess = self.sess.get_mut(&br[i].session).unwrap();
                 match prepare_one(sess, &br[i]).await {
-                    Ok(()) => br[i].state = BState::Prepared,
+                    Ok(nothing) => {
+                        br[i].state = BState::Prepared;
+                        br[i].wrote_nothing = nothing;
+                    }
                     Err(e) => {
                         rollback_unprepared(sess, &br[i]).await;
                         br[i].state = BState::Done;
@@ -719,23 +749,32 @@ impl Client {
 /// written just before (cotx.branch.Branch.prepare, cotx.dialect's shim_touch):
 /// PostgreSQL `SELECT cotx.shim_touch(k)` (the edge helper -rw-> branch that lets SSI
 /// refuse what would break commitment ordering), MariaDB a write of row k of cotx_shim
-/// (InnoDB then prepares the branch read-write and keeps its read locks).
-async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<(), DbError> {
+/// (InnoDB then prepares the branch read-write and keeps its read locks). Ok(true): a
+/// branch declared read-only that wrote nothing, checked before the slot write as the
+/// clients check it: PostgreSQL `pg_current_xact_id_if_assigned() IS NULL`; MariaDB a READ
+/// ONLY transaction (outside client mode), never in client mode.
+async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<bool, DbError> {
+    let nothing = match b.db {
+        _ if !b.read_only => false,
+        Db::Pg => sess.first_value("SELECT pg_current_xact_id_if_assigned() IS NULL").await?.as_deref() == Some("t"),
+        Db::My => b.engine_read_only(),
+    };
     match b.db {
         Db::Pg => {
             if let Some(k) = b.shim {
                 sess.simple(&format!("SELECT cotx.shim_touch({k})")).await?;
             }
-            sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await
+            sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await?;
         }
         Db::My => {
             if let (Some(k), Sess::My(m)) = (b.shim, &mut *sess) {
                 m.shim_touch(k).await?;
             }
             sess.simple(&format!("XA END {}", b.xid)).await?;
-            sess.simple(&format!("XA PREPARE {}", b.xid)).await
+            sess.simple(&format!("XA PREPARE {}", b.xid)).await?;
         }
     }
+    Ok(nothing)
 }
 
 async fn finish_one(sess: &mut Sess, b: &Branch, commit: bool) -> Result<(), DbError> {

@@ -62,6 +62,11 @@ pub struct Sub {
     pub ops: Vec<Op>,
     /// Plain autocommit statements, no transaction (the autocommit-read mix).
     pub autocommit: bool,
+    /// The branch writes nothing: declared read-only as an application declares it to the
+    /// clients (`read_only=True`), checked before PREPARE and listed with the commit when
+    /// it wrote nothing, so the bench measures the daemon's all-read-only commit
+    /// (client.rs, `prepare_one`).
+    pub read_only: bool,
 }
 
 impl Sub {
@@ -179,7 +184,7 @@ impl Workload for Micro {
                         Op::new(format!("SELECT v FROM {t} WHERE k = ?"), vec![P::I(k)]).reads(&t, json!(k))
                     })
                     .collect();
-                return vec![Sub { session: format!("my{i}"), db: Db::My, ops, autocommit: true }];
+                return vec![Sub { session: format!("my{i}"), db: Db::My, ops, autocommit: true, read_only: false }];
             }
         }
         // Drawn only when asked for, so that without --ro-share every client's key sequence
@@ -202,7 +207,7 @@ impl Workload for Micro {
                         Op::new(format!("UPDATE {t} SET v = v + 1 WHERE k = ?"), vec![P::I(k)]).writes(&t, json!(k)),
                     );
                 }
-                Sub { session: format!("{}{i}", db.name()), db, ops, autocommit: false }
+                Sub { session: format!("{}{i}", db.name()), db, ops, autocommit: false, read_only: w == 0 }
             })
             .collect()
     }
@@ -328,7 +333,10 @@ impl Tpcc {
             ));
         }
         ops.extend(self.stock_ops(w, &home_stock));
-        let mut subs = vec![Sub { session: home_db.name().into(), db: home_db, ops, autocommit: false }];
+        // TPC-C's new-order and payment both write (this subset has no order-status or
+        // stock-level): never declared read-only.
+        let mut subs =
+            vec![Sub { session: home_db.name().into(), db: home_db, ops, autocommit: false, read_only: false }];
         if !remote_stock.is_empty() {
             let rdb = self.db_of(remote_stock[0].0);
             subs.push(Sub {
@@ -336,6 +344,7 @@ impl Tpcc {
                 db: rdb,
                 ops: self.stock_ops(w, &remote_stock),
                 autocommit: false,
+                read_only: false,
             });
         }
         subs
@@ -396,11 +405,11 @@ impl Tpcc {
         let (hdb, cdb) = (self.db_of(w), self.db_of(cw));
         if hdb == cdb {
             home.extend(customer);
-            return vec![Sub { session: hdb.name().into(), db: hdb, ops: home, autocommit: false }];
+            return vec![Sub { session: hdb.name().into(), db: hdb, ops: home, autocommit: false, read_only: false }];
         }
         vec![
-            Sub { session: hdb.name().into(), db: hdb, ops: home, autocommit: false },
-            Sub { session: cdb.name().into(), db: cdb, ops: customer, autocommit: false },
+            Sub { session: hdb.name().into(), db: hdb, ops: home, autocommit: false, read_only: false },
+            Sub { session: cdb.name().into(), db: cdb, ops: customer, autocommit: false, read_only: false },
         ]
     }
 }
@@ -448,6 +457,7 @@ mod tests {
         m.ro_share = 1.0;
         let subs = m.txn(&mut Rng::new(7), 0);
         assert_eq!(writes(&subs), 0);
+        assert!(subs.iter().all(|s| s.read_only), "a read-only transaction's branches are declared so");
         for s in &subs {
             let (table, r, w) = s.touched();
             assert!(table.is_string());
@@ -455,7 +465,16 @@ mod tests {
         }
         m.ro_share = 0.5;
         let mut rng = Rng::new(3);
-        let ro = (0..2000).filter(|_| writes(&m.txn(&mut rng, 0)) == 0).count();
+        let ro = (0..2000)
+            .filter(|_| {
+                let subs = m.txn(&mut rng, 0);
+                assert!(
+                    subs.iter().all(|s| s.read_only == (writes(&subs) == 0)),
+                    "declared read-only exactly when it writes nothing"
+                );
+                writes(&subs) == 0
+            })
+            .count();
         assert!((800..1200).contains(&ro), "{ro} of 2000 read-only at share 0.5");
     }
 

@@ -95,6 +95,35 @@ def test_micro_five_branches_and_ro_share(env, tmp_path):
         kinds.add(tuple(len(y["written"]) for y in b))
     assert kinds == {(0,) * 5, (6,) * 5}, kinds
 
+@pytest.mark.parametrize("mode,p,listed", [("co", 0, True), ("co", 1, True), ("2pc", 0, True), ("client", 1, True),
+                                           ("client", 0, False)])
+def test_read_only_transactions_take_the_read_only_commit(env, mode, p, listed):
+    """The driver's read-only transactions (the `ro` experiment: W=0) declare their branches
+    read-only and list them with the commit as the clients do, so the bench measures the
+    daemon's all-read-only commit: counted in cotx_read_only_commits_total, no store sync
+    per commit. P=0: both branches on MariaDB (READ ONLY transactions outside client mode;
+    in client mode never listed, their slot write: synced), P=1: both on PostgreSQL (no
+    transaction id before PREPARE)."""
+    from bench.harness import loadgen
+    from bench.micro import micro
+    from cotest.coord import metric
+    micro.load(env, 500)
+    env.set_mode(mode)
+    ro0 = metric(env.daemon, "cotx_read_only_commits_total")
+    r = loadgen.run_slice(env, mode, loadgen.micro_args(micro.parse_point(f"R=6:W=0:P={p}:N=500")), clients=2,
+                          warmup=0.3, seconds=1.0)
+    assert not r.get("errors") and not r.get("error"), r
+    assert r["commits"] > 0, r
+    ro = metric(env.daemon, "cotx_read_only_commits_total") - ro0
+    if listed:
+        assert ro >= r["commits"], (ro, r)   # the warm-up's commits counted too
+        assert r["store_syncs"] <= 0.1 * r["commits"], r   # only background writes
+    else:
+        assert ro == 0, ro
+        assert r["store_syncs"] > 0, r
+    assert env.leftovers() == (0, 0)
+
+
 def test_a_mode_under_another_enforcement_is_refused(env):
     """The driver stops when the daemon registers branches under another enforcement than
     the mode's (here: mode client against the plain-2PC daemon): no result measured under
