@@ -244,7 +244,13 @@ def test_run_all_fixed_rate_smoke(tmp_path):
         assert float(x["rate"]) == 30 and int(x["arrivals"]) > 0 and int(x["missed"]) >= 0, x
         assert all(x[f"{k}_per_commit"] != "" for k in ("pg_wal_syncs", "my_log_fsyncs", "store_syncs")), x
     for s in csv.DictReader(open(tmp_path / "slices_summary.csv")):
-        assert float(s["rate"]) == 30 and float(s["store_syncs_per_commit"]) > 0, s
+        assert float(s["rate"]) == 30, s
+        # The ro point's two MariaDB branches: committed read-only (no store sync per
+        # commit) in 2pc; in client mode never listed (their slot write), so synced.
+        if s["mode"] == "2pc":
+            assert float(s["store_syncs_per_commit"]) < 0.1, s
+        else:
+            assert float(s["store_syncs_per_commit"]) > 0, s
 
 
 def test_pg_store_three_daemons(env):
