@@ -13,9 +13,9 @@
 //! `co.decide` must keep finding them). docs/coordinator.md, "Decision in a participant".
 //! The commit request itself (`commit_decide_in`) is a commit path: commit.rs.
 
-use crate::config::{Resource, ResourceKind};
+use crate::config::{Config, Resource, ResourceKind};
 use crate::naming;
-use crate::participants::resources::{pg_err, ResourceClient};
+use crate::participants::resources::{pg_err, Clients, ResourceClient};
 use crate::state::{FinishedBy, Outcome, TxState};
 use crate::telemetry::log::log;
 use serde_json::json;
@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use super::completion;
 use super::parts::Parts;
+use super::registry::Registry;
 
 /// How long co.resolve waits for an open co.decide of the same gtid before this attempt
 /// gives up (the next attempt asks again).
@@ -103,8 +104,8 @@ pub fn decision_resources_of(resources: &[Resource]) -> Vec<String> {
     resources.iter().filter(|r| r.decisions && r.kind == ResourceKind::Postgres).map(|r| r.name.clone()).collect()
 }
 
-pub fn decision_resources(c: &Parts) -> Vec<String> {
-    decision_resources_of(&c.cfg.resources)
+pub fn decision_resources(cfg: &Config) -> Vec<String> {
+    decision_resources_of(&cfg.resources)
 }
 
 /// After the owners' grace period (the tick finds it over: Registry::grace_over), a
@@ -194,13 +195,13 @@ pub fn merge_answers(
 
 /// Recovery: the outcome of gtids that have no decision here, at every decision
 /// resource (see `merge_answers`).
-pub async fn resolve_in_participants(c: &Parts, gtids: &[String]) -> HashMap<String, Outcome> {
-    let names = decision_resources(c);
+pub async fn resolve_in_participants(cfg: &Config, resources: &Clients, gtids: &[String]) -> HashMap<String, Outcome> {
+    let names = decision_resources(cfg);
     let mut out = HashMap::new();
     for chunk in gtids.chunks(500) {
         let mut answers = vec![];
         for n in &names {
-            match c.resources[n].resolve_decisions(chunk).await {
+            match resources[n].resolve_decisions(chunk).await {
                 Ok(m) => answers.push(m),
                 Err(e) => log(
                     "warn",
@@ -215,13 +216,13 @@ pub async fn resolve_in_participants(c: &Parts, gtids: &[String]) -> HashMap<Str
 }
 
 /// Deletes the committed decision rows of finished transactions, batched per pass.
-pub async fn flush_forgotten_decisions(c: &Parts) {
-    let gtids: Vec<String> = std::mem::take(&mut *c.registry.decisions_to_forget.lock().unwrap());
+pub async fn flush_forgotten_decisions(cfg: &Config, resources: &Clients, registry: &Registry) {
+    let gtids: Vec<String> = std::mem::take(&mut *registry.decisions_to_forget.lock().unwrap());
     if gtids.is_empty() {
         return;
     }
-    for n in decision_resources(c) {
-        if let Err(e) = c.resources[&n].forget_decisions(&gtids).await {
+    for n in decision_resources(cfg) {
+        if let Err(e) = resources[&n].forget_decisions(&gtids).await {
             // Rows left behind cost a little space; the next pass does not retry them.
             log(
                 "warn",
