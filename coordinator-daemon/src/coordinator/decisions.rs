@@ -15,7 +15,7 @@
 
 use crate::config::{Config, Resource, ResourceKind};
 use crate::naming;
-use crate::participants::resources::{pg_err, Clients, ResourceClient};
+use crate::participants::resources::{pg_err, Clients, ResourceClient, ResourceError};
 use crate::state::{FinishedBy, Outcome, TxState};
 use crate::telemetry::log::log;
 use serde_json::json;
@@ -41,7 +41,7 @@ impl ResourceClient {
     /// committed). One round trip for the batch; when it fails (e.g. one gtid's decision
     /// is held open past the lock timeout) each gtid is asked alone, and gtids that still
     /// fail are left out: unknown this time.
-    pub async fn resolve_decisions(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, String> {
+    pub async fn resolve_decisions(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, ResourceError> {
         match self.resolve_batch(gtids).await {
             Ok(m) => Ok(m),
             Err(e) if gtids.len() == 1 => Err(e),
@@ -62,7 +62,7 @@ impl ResourceClient {
         }
     }
 
-    async fn resolve_batch(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, String> {
+    async fn resolve_batch(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, ResourceError> {
         if gtids.is_empty() {
             return Ok(HashMap::new());
         }
@@ -75,8 +75,8 @@ impl ResourceClient {
         );
         let q = tokio::time::timeout(Duration::from_millis(RESOLVE_LOCK_TIMEOUT_MS + 10_000), self.pg_simple(&sql));
         let msgs = match q.await {
-            Ok(r) => r.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?,
-            Err(_) => return Err(format!("{}: timed out resolving decisions", self.name)),
+            Ok(r) => r.map_err(|e| self.failed(&e))?,
+            Err(_) => return Err(ResourceError::Unreachable(format!("{}: timed out resolving decisions", self.name))),
         };
         let mut out = HashMap::new();
         for m in msgs {
@@ -90,12 +90,18 @@ impl ResourceClient {
     }
 
     /// Deletes committed decision rows of finished transactions (co.forget).
-    pub async fn forget_decisions(&self, gtids: &[String]) -> Result<(), String> {
+    pub async fn forget_decisions(&self, gtids: &[String]) -> Result<(), ResourceError> {
         let sql = format!("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SELECT co.forget({})", array_literal(gtids));
         match tokio::time::timeout(Duration::from_secs(15), self.pg_simple(&sql)).await {
-            Ok(r) => r.map(|_| ()).map_err(|e| format!("{}: {}", self.name, pg_err(&e))),
-            Err(_) => Err(format!("{}: timed out forgetting decisions", self.name)),
+            Ok(r) => r.map(|_| ()).map_err(|e| self.failed(&e)),
+            Err(_) => Err(ResourceError::Unreachable(format!("{}: timed out forgetting decisions", self.name))),
         }
+    }
+
+    /// A PostgreSQL error here, of its kind (the server answered: SQL; else unreachable),
+    /// named after the resource.
+    fn failed(&self, e: &tokio_postgres::Error) -> ResourceError {
+        ResourceError::from_driver(e.as_db_error().is_some(), format!("{}: {}", self.name, pg_err(e)))
     }
 }
 

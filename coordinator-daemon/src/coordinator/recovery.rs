@@ -50,16 +50,31 @@ pub struct Report {
     pub unreachable: Vec<String>,
 }
 
+/// Why a prepared branch is not ours to act on; the pass does something different for
+/// each kind (nothing, a takeover looked for, a warning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotOurs {
+    /// Not named by any daemon.
+    #[error("not a gtid of ours")]
+    NotAGtid,
+    /// A node we do not act for (released nodes with branches are taken again).
+    #[error("another node")]
+    AnotherNode,
+    /// Our node, an epoch our store never registered: another daemon of the same name.
+    #[error("foreign epoch")]
+    ForeignEpoch,
+}
+
 /// Whether we may act on this gtid's branches, and why not.
 /// Ok(true): of our current epoch (memory is the truth); Ok(false): of another epoch
 /// we act for.
-pub fn whose(o: &Ownership, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, &'static str> {
-    let Some((node, nonce)) = naming::gtid_epoch(gtid) else { return Err("not a gtid of ours") };
+pub fn whose(o: &Ownership, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, NotOurs> {
+    let Some((node, nonce)) = naming::gtid_epoch(gtid) else { return Err(NotOurs::NotAGtid) };
     if !o.acts_for(node) {
-        return Err("another node");
+        return Err(NotOurs::AnotherNode);
     }
     if !epochs.contains(&(node.to_string(), nonce)) {
-        return Err("foreign epoch");
+        return Err(NotOurs::ForeignEpoch);
     }
     Ok(node == o.node_id && nonce == o.nonce)
 }
@@ -149,19 +164,19 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
                 }
                 act_on(c, g, branches, current, &seen, &mut rep).await;
             }
-            Err("another node") => {
+            Err(NotOurs::AnotherNode) => {
                 if let Some((node, nonce)) = naming::gtid_epoch(g) {
                     if seen.epochs.contains(&(node.to_string(), nonce)) {
                         other_nodes.insert(node.to_string());
                     }
                 }
             }
-            Err("foreign epoch") => {
+            Err(NotOurs::ForeignEpoch) => {
                 c.metrics.foreign_branches.fetch_add(1, Relaxed);
                 c.registry.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
                     json!({"gtid": g, "branches": branches}));
             }
-            Err(_) => {}
+            Err(NotOurs::NotAGtid) => {}
         }
     }
     confirm_vanished(c, &names, &p1, &p2, &mut rep).await;
@@ -178,7 +193,7 @@ async fn list_first(c: Looking<'_>, names: &[String], rep: &mut Report) -> Liste
         let rc = &c.resources[n];
         let mut locked = true;
         for node in &nodes {
-            if let Err(e) = rc.hold_node_lock(node, *node != c.cfg.node_id).await {
+            if let Err(e) = rc.node_lock(node, *node != c.cfg.node_id).await {
                 log(
                     "warn",
                     "recovery: cannot hold the node lock at this resource; will retry",
@@ -466,8 +481,9 @@ mod tests {
         assert_eq!(whose(&o, &naming::new_gtid("n1", 7, 1), &epochs), Ok(true), "our current epoch");
         assert_eq!(whose(&o, &naming::new_gtid("n1", 3, 1), &epochs), Ok(false), "a previous run of ours");
         assert_eq!(whose(&o, &naming::new_gtid("n2", 5, 1), &epochs), Ok(false), "a node taken over");
-        assert_eq!(whose(&o, &naming::new_gtid("n1", 9, 1), &epochs), Err("foreign epoch"));
-        assert_eq!(whose(&o, &naming::new_gtid("n3", 5, 1), &epochs), Err("another node"));
-        assert_eq!(whose(&o, "garbage", &epochs), Err("not a gtid of ours"));
+        assert_eq!(whose(&o, &naming::new_gtid("n1", 9, 1), &epochs), Err(NotOurs::ForeignEpoch));
+        assert_eq!(whose(&o, &naming::new_gtid("n3", 5, 1), &epochs), Err(NotOurs::AnotherNode));
+        assert_eq!(whose(&o, "garbage", &epochs), Err(NotOurs::NotAGtid));
+        assert_eq!(NotOurs::ForeignEpoch.to_string(), "foreign epoch", "the words the logs had");
     }
 }
