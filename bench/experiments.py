@@ -222,7 +222,209 @@ def estimate(a, exps) -> float:
     return n * (per + 1.0) / 60 + 1.5 + rewrites * 5 / 60
 
 
-def main(argv=None) -> int:
+class _Measuring:
+    """One measuring run on one set of servers (`env`): `point` runs a point's slices,
+    interleaved, and keeps their rows, settings and refusal breakdowns; each experiment is
+    a method of its name (`EXPERIMENT_ORDER`: the order they run in, whatever the order of
+    --experiments)."""
+
+    def __init__(self, a, env, meta, csv_path, att_dir, sizes):
+        self.a, self.env, self.meta, self.csv_path, self.att_dir = a, env, meta, csv_path, att_dir
+        self.items, self.customers, self.rows_n = sizes
+        self.common = dict(slices=a.slices, warmup=a.warmup, seconds=a.seconds, rate=a.rate)
+        self.dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=self.rows_n))
+        self.rows: list = []
+        self.breakdowns: dict[str, str] = {}
+
+    def point(self, exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False,
+              switch=None):
+        a, env, meta = self.a, self.env, self.meta
+        modes = only(modes, a.modes)
+        if not modes:
+            log(f"[{exp} {name}] none of its modes is in --modes {a.modes}: skipped")
+            return []
+        q = meta["quiet"][f"{exp} {name}"] = slices.quiet_check(sample_s=1.0, use_load=False)
+        if not q["quiet"]:
+            log(f"quiet check before {exp} {name}: NOT QUIET ({q['why']})")
+        att = None
+        if log_attempts and not a.no_attempt_logs:
+            att = self.att_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{exp}_{name}") + ".jsonl")
+        settings = meta["settings"][f"{exp} {name}"] = effective_settings(env)
+        upd0 = update_counts(env)
+        rows = slices.run_point(env, exp, name, params, wargs, modes, clients=clients, csv_path=self.csv_path,
+                                extra=extra, check=check, attempt_log=att, quiet=q, switch=switch,
+                                **self.common)
+        upd, hot = (x1 - x0 for x1, x0 in zip(update_counts(env), upd0))
+        if upd:
+            settings["HOT updates of mt*"] = f"{100 * hot / upd:.1f} % of {upd}"
+        self.rows.extend(rows)
+        if att is not None:
+            # One breakdown per mode that runs pg_co (a variant such as co:par has a
+            # log of its own), so that co's and dip's refusals are not pooled.
+            per_log: dict[Path, list[str]] = {}
+            for mode in modes:
+                if mode.partition(":")[0] in ("co", "dip"):
+                    per_log.setdefault(slices.variant_log(att, mode), []).append(mode)
+            for path, log_modes in per_log.items():
+                for mode, b in refusal_breakdowns(env, path, log_modes).items():
+                    self.breakdowns[f"{exp} {name}, {mode}"] = b
+        return rows
+
+    def micro(self):
+        a, env, dflt, point = self.a, self.env, self.dflt, self.point
+        set_fillfactor(env, 80)
+        # 2pc:ser: plain 2PC with MariaDB at SERIALIZABLE as co runs it (2pc's branches
+        # run REPEATABLE READ), to tell CO's rules from MariaDB's isolation in co's cost.
+        point("micro", "default", dflt, loadgen.micro_args(dflt), MICRO_MODES, a.clients,
+              log_attempts=True, extra={"2pc:ser": ["--my-isolation", "serializable"]})
+        # The same tables after those minutes of load and a plain VACUUM (run_point's,
+        # what autovacuum does): the steady state of a service that has been running,
+        # where pruning has made room for HOT updates again (docs/benchmarks.md).
+        point("micro", SETTLED, dflt, loadgen.micro_args(dflt), SETTLED_MODES, a.clients,
+              log_attempts=True)
+
+    def daemon(self):
+        a, env, dflt, point = self.a, self.env, self.dflt, self.point
+        # Two builds of the daemon on the same servers and data, slice by slice: the
+        # variants :other restart the daemon from the other binary (same config,
+        # store and port), the plain modes from the installed one.
+        set_fillfactor(env, 80)
+        # The other build is driven with the per-step calls every version understands.
+        mine, other = (lambda env: env.use_binary(None)), (lambda env: env.use_binary(a.other_daemon))
+        point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
+              a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other},
+              extra={"2pc:other": PER_STEP, "co:other": PER_STEP})
+        env.use_binary(None)
+
+    def coordinator(self):
+        a, env, dflt, point = self.a, self.env, self.dflt, self.point
+        # What the coordinator costs: the micro default point in every mode with a
+        # coordinator and without one (local), the calls per step (:per-step, the
+        # protocol before batched calls) beside the batched ones, and with
+        # --other-daemon an earlier build driven per step (:other), interleaved.
+        set_fillfactor(env, 80)
+        mine = lambda env: env.use_binary(None)  # noqa: E731
+        modes = COORDINATOR_MODES + (["2pc:other", "co:other"] if a.other_daemon else [])
+        switch = {m: mine for m in COORDINATOR_MODES}
+        if a.other_daemon:
+            other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
+            switch.update({"2pc:other": other, "co:other": other})
+        # :inproc, the coordinator in the driver's process (bench/loadgen --coord
+        # inproc:CONFIG): its config written at the switch with the mode's enforcement.
+        def in_process(delay_us):
+            def switch_to(env):
+                env.use_binary(None)
+                env.in_process_config(commit_delay_us=delay_us)
+            return switch_to
+        inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay"))]
+        switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0) for m in inproc})
+        extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
+        extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
+        point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
+              extra=extra)
+        env.use_binary(None)
+
+    def narayana(self):
+        a, env, dflt, point = self.a, self.env, self.dflt, self.point
+        # The same point, tables and servers for both transaction managers, slice by
+        # slice: :jta runs the Java driver with Narayana in its process instead of
+        # the Rust driver through the daemon (the servers switched for the base).
+        set_fillfactor(env, 80)
+        point("narayana", "default", dflt, loadgen.micro_args(dflt), NARAYANA_MODES, a.clients)
+
+    def store(self):
+        a, env, dflt, point, meta = self.a, self.env, self.dflt, self.point, self.meta
+        # The decision store: SQLite (one daemon) vs PostgreSQL shared by 1 and 3
+        # daemons, each mode switched to its store before its slice.
+        set_fillfactor(env, 80)
+        point("store", "default", dflt, loadgen.micro_args(dflt), decision_store.MODES, a.clients,
+              switch=decision_store.switch_hooks())
+        env.use_store("sqlite")
+        meta["store_alone"] = decision_store.store_alone(env, a.out, smoke=a.smoke)
+
+    def levers(self):
+        a, env, dflt, point = self.a, self.env, self.dflt, self.point
+        def lever(name, ff=80, modes=("2pc", "co"), extra=None):
+            # Every lever starts from the same physical layout (table rewritten, index
+            # rebuilt), so that points compare without the order they ran in.
+            set_fillfactor(env, ff)
+            point("micro_levers", name, dflt, loadgen.micro_args(dflt), list(modes), a.clients,
+                  extra=extra, log_attempts=True)
+        bounded = has_guc(env, "pg_co.max_wait")
+        # Today's wait: until the blocker's decision, bounded by lock_timeout only. In
+        # wait mode a max_wait above 0 bounds the wait (then refuses), so it goes to 0.
+        with gucs(env, {"pg_co.conflict_action": "wait", **({"pg_co.max_wait": "0"} if bounded else {})}):
+            lever("conflict_action=wait")
+        if bounded:
+            # The old default: rule B refuses at once (abort mode, no bounded wait).
+            with gucs(env, {"pg_co.max_wait": "0"}):
+                lever("max_wait=0")
+        else:
+            log("pg_co.max_wait does not exist in the installed pg_co: lever skipped")
+        # Predicate-lock granularity: the only setting that can make a conflict finer
+        # here (docs/benchmarks.md, "Predicate-lock granularity"); reloadable.
+        with gucs(env, {"max_pred_locks_per_page": "64"}):
+            lever("max_pred_locks_per_page=64")
+        lever("fillfactor=100", ff=100)
+        lever("fillfactor=50", ff=50)
+        # With its sequential control in the same point (variants :par), so that the
+        # lever is compared on the same data, not against an earlier point.
+        par = ["--parallel-prepare", "--parallel-finish"]
+        lever("parallel prepare+finish", modes=("2pc", "co", "2pc:par", "co:par"),
+              extra={"2pc:par": par, "co:par": par})
+        set_fillfactor(env, 80)
+
+    def ro(self):
+        a, point, rows_n = self.a, self.point, self.rows_n
+        p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
+        point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), RO_MODES, a.clients)
+
+    def autocommit(self):
+        a, env, dflt, point = self.a, self.env, self.dflt, self.point
+        # One point, the two settings as variants of mode co, interleaved like modes.
+        p = dict(dflt, A=0.8)
+        wargs = loadgen.micro_args(dflt) + ["--autocommit-reads", "0.8"]
+
+        def acr(on):
+            return lambda env: env.my.sql(f"SET GLOBAL mysql_co_lock_autocommit_reads = {on}")
+        point("autocommit", "autocommit reads 80%", p, wargs, ["2pc", "co:acr=OFF", "co:acr=ON"], a.clients,
+              switch={"2pc": acr("OFF"), "co:acr=OFF": acr("OFF"), "co:acr=ON": acr("ON")})
+        env.my.sql("SET GLOBAL mysql_co_lock_autocommit_reads = DEFAULT")
+
+    def scaling(self):
+        env, dflt, point = self.env, self.dflt, self.point
+        # From the layout the micro point starts from (tables rewritten at fillfactor
+        # 80), so the study's default point compares with micro's default.
+        set_fillfactor(env, 80)
+        for pt in scaling.points():
+            scaling.check_connections(env, pt, dflt["P"])
+            p = scaling.params(pt, dflt)
+            point(scaling.EXPERIMENT, scaling.name(pt), p, loadgen.micro_args(p) + scaling.driver_args(pt),
+                  scaling.MODES, pt["clients"])
+
+    def tpcc(self):
+        a, env, point, items, customers = self.a, self.env, self.point, self.items, self.customers
+        plan = [(int(w), a.ytd_split) for w in a.warehouses.split(",")]
+        if a.ytd_split:
+            plan.append((4 if not a.smoke else 2, 0))
+        for W, split in plan:
+            wl = tpcc.TpcC(W, items=items, customers=customers, ytd_split=split)
+            wl.load(env)
+            first = wl.check(env)
+            if first != "ok":
+                raise RuntimeError(f"TPC-C consistency check fails right after loading: {first}")
+            name = f"W={W}" + ("" if split == a.ytd_split else (":classic" if split == 0 else f":split={split}"))
+            params = {"W": W, "ytd_split": split, "clients": a.tpcc_clients_per_warehouse * W,
+                      "items": items, "customers_per_district": customers}
+            point("tpcc", name, params, loadgen.tpcc_args(W, items, customers, ytd_split=split),
+                  TPCC_MODES, a.tpcc_clients_per_warehouse * W, check=wl.check)
+
+
+EXPERIMENT_ORDER = ('micro', 'daemon', 'coordinator', 'narayana', 'store', 'levers', 'ro', 'autocommit', 'scaling', 'tpcc')
+
+
+def _arguments(argv):
+    """The command line, checked: (the parser, for later errors; the arguments)."""
     ap = argparse.ArgumentParser(description="side-by-side experiments, Rust driver, interleaved slices")
     ap.add_argument("--experiments", default=ALL,
                     help=f"comma-separated (default {ALL}); also daemon (needs --other-daemon), coordinator, scaling, store, profile "
@@ -262,227 +464,69 @@ def main(argv=None) -> int:
         ap.error("--rate: the Narayana driver has no open loop (experiment narayana)")
     if "daemon" in a.experiments.split(",") and not a.other_daemon:
         ap.error("--experiments daemon needs --other-daemon BINARY (the build to compare with)")
-    cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or []))
-    exps = [e for e in a.experiments.split(",") if e]
-    if "profile" in exps:
-        # Not slices: its own servers and daemon, counted by strace and perf (profile_pair.py).
-        if exps != ["profile"]:
-            ap.error("--experiments profile runs alone (it counts with strace and perf, which slow the daemon)")
-        from bench.coordinator import profile_pair
-        if missing := profile_pair.missing_tools():   # before the quiet check: nothing to wait for
-            ap.error(f"--experiments profile needs {' and '.join(missing)} (apt-get install strace linux-perf)")
-        slices.require_quiet(a.force or a.smoke, "start")
-        return profile_pair.run(a.out, a.other_daemon, 2.0 if a.smoke else a.seconds, a.smoke)
+    return ap, a
+
+def _profile(ap, a, exps) -> int:
+    """Experiment profile: not slices but its own servers and daemon, counted by strace and
+    perf (profile_pair.py)."""
+    if exps != ["profile"]:
+        ap.error("--experiments profile runs alone (it counts with strace and perf, which slow the daemon)")
+    from bench.coordinator import profile_pair
+    if missing := profile_pair.missing_tools():   # before the quiet check: nothing to wait for
+        ap.error(f"--experiments profile needs {' and '.join(missing)} (apt-get install strace linux-perf)")
+    slices.require_quiet(a.force or a.smoke, "start")
+    return profile_pair.run(a.out, a.other_daemon, 2.0 if a.smoke else a.seconds, a.smoke)
+
+
+def _sizes(a) -> tuple:
+    """(TPC-C items, customers per district, micro rows); a smoke run makes everything
+    small, its slices short and its results go beside its CSVs (set in `a`)."""
     items, customers, rows_n = 10000, 300, 100000
     if a.smoke:
         a.slices, a.seconds, a.warmup, a.clients, a.tpcc_clients_per_warehouse = 2, 0.6, 0.2, 2, 1
         a.warehouses, a.force = "2", True
         a.results_md = a.out / "RESULTS.md"
         items, customers, rows_n = 300, 20, 500
-    # A smoke run's pictures must not overwrite the measured ones in bench/plots.
-    plots_dir = a.plots_dir or (a.out if a.smoke else ROOT / "bench" / "plots")
-    a.out.mkdir(parents=True, exist_ok=True)
-    csv_path, sum_path, meta_path = a.out / "slices.csv", a.out / "slices_summary.csv", a.out / "slices_meta.txt"
-    att_dir = a.out / "attempts"
-    breakdowns: dict[str, str] = {}
-    bad = []
-    if not a.report_only:
-        loadgen.binary()   # fail early with the build hint
-        if "narayana" in exps:
-            jta.classpath()   # the same for the Java driver
-        csv_path.unlink(missing_ok=True)
-        t0 = time.time()
-        meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "command": cmd,
-                "clients": a.clients, "rate": a.rate, "tpcc_cpw": a.tpcc_clients_per_warehouse, "slices": a.slices,
-                "warmup": a.warmup, "seconds": a.seconds, "quiet": {}, "settings": {}}
-        log(f"experiments {','.join(exps)}: about {estimate(a, exps):.0f} min")
-        meta["quiet"]["start"] = slices.require_quiet(a.force, "start")
-        common = dict(slices=a.slices, warmup=a.warmup, seconds=a.seconds, rate=a.rate)
-        all_rows = []
-        if not a.no_attempt_logs:
-            att_dir.mkdir(exist_ok=True)
-            for f in att_dir.glob("*.jsonl"):
-                f.unlink()
-        with Env(fsync=not a.smoke) as env:
-            if {"micro", "levers", "ro", "autocommit", "daemon", "coordinator", "narayana", "scaling", "store"} & set(exps):
-                micro.load(env, rows_n)
-            dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=rows_n))
+    return items, customers, rows_n
 
-            def point(exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False,
-                      switch=None):
-                modes = only(modes, a.modes)
-                if not modes:
-                    log(f"[{exp} {name}] none of its modes is in --modes {a.modes}: skipped")
-                    return []
-                q = meta["quiet"][f"{exp} {name}"] = slices.quiet_check(sample_s=1.0, use_load=False)
-                if not q["quiet"]:
-                    log(f"quiet check before {exp} {name}: NOT QUIET ({q['why']})")
-                att = None
-                if log_attempts and not a.no_attempt_logs:
-                    att = att_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{exp}_{name}") + ".jsonl")
-                settings = meta["settings"][f"{exp} {name}"] = effective_settings(env)
-                upd0 = update_counts(env)
-                rows = slices.run_point(env, exp, name, params, wargs, modes, clients=clients, csv_path=csv_path,
-                                        extra=extra, check=check, attempt_log=att, quiet=q, switch=switch,
-                                        **common)
-                upd, hot = (x1 - x0 for x1, x0 in zip(update_counts(env), upd0))
-                if upd:
-                    settings["HOT updates of mt*"] = f"{100 * hot / upd:.1f} % of {upd}"
-                all_rows.extend(rows)
-                if att is not None:
-                    # One breakdown per mode that runs pg_co (a variant such as co:par has a
-                    # log of its own), so that co's and dip's refusals are not pooled.
-                    per_log: dict[Path, list[str]] = {}
-                    for mode in modes:
-                        if mode.partition(":")[0] in ("co", "dip"):
-                            per_log.setdefault(slices.variant_log(att, mode), []).append(mode)
-                    for path, log_modes in per_log.items():
-                        for mode, b in refusal_breakdowns(env, path, log_modes).items():
-                            breakdowns[f"{exp} {name}, {mode}"] = b
-                return rows
 
-            if "micro" in exps:
-                set_fillfactor(env, 80)
-                # 2pc:ser: plain 2PC with MariaDB at SERIALIZABLE as co runs it (2pc's branches
-                # run REPEATABLE READ), to tell CO's rules from MariaDB's isolation in co's cost.
-                point("micro", "default", dflt, loadgen.micro_args(dflt), MICRO_MODES, a.clients,
-                      log_attempts=True, extra={"2pc:ser": ["--my-isolation", "serializable"]})
-                # The same tables after those minutes of load and a plain VACUUM (run_point's,
-                # what autovacuum does): the steady state of a service that has been running,
-                # where pruning has made room for HOT updates again (docs/benchmarks.md).
-                point("micro", SETTLED, dflt, loadgen.micro_args(dflt), SETTLED_MODES, a.clients,
-                      log_attempts=True)
-            if "daemon" in exps:
-                # Two builds of the daemon on the same servers and data, slice by slice: the
-                # variants :other restart the daemon from the other binary (same config,
-                # store and port), the plain modes from the installed one.
-                set_fillfactor(env, 80)
-                # The other build is driven with the per-step calls every version understands.
-                mine, other = (lambda env: env.use_binary(None)), (lambda env: env.use_binary(a.other_daemon))
-                point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
-                      a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other},
-                      extra={"2pc:other": PER_STEP, "co:other": PER_STEP})
-                env.use_binary(None)
-            if "coordinator" in exps:
-                # What the coordinator costs: the micro default point in every mode with a
-                # coordinator and without one (local), the calls per step (:per-step, the
-                # protocol before batched calls) beside the batched ones, and with
-                # --other-daemon an earlier build driven per step (:other), interleaved.
-                set_fillfactor(env, 80)
-                mine = lambda env: env.use_binary(None)  # noqa: E731
-                modes = COORDINATOR_MODES + (["2pc:other", "co:other"] if a.other_daemon else [])
-                switch = {m: mine for m in COORDINATOR_MODES}
-                if a.other_daemon:
-                    other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
-                    switch.update({"2pc:other": other, "co:other": other})
-                # :inproc, the coordinator in the driver's process (bench/loadgen --coord
-                # inproc:CONFIG): its config written at the switch with the mode's enforcement.
-                def in_process(delay_us):
-                    def switch_to(env):
-                        env.use_binary(None)
-                        env.in_process_config(commit_delay_us=delay_us)
-                    return switch_to
-                inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay"))]
-                switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0) for m in inproc})
-                extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
-                extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
-                point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
-                      extra=extra)
-                env.use_binary(None)
-            if "narayana" in exps:
-                # The same point, tables and servers for both transaction managers, slice by
-                # slice: :jta runs the Java driver with Narayana in its process instead of
-                # the Rust driver through the daemon (the servers switched for the base).
-                set_fillfactor(env, 80)
-                point("narayana", "default", dflt, loadgen.micro_args(dflt), NARAYANA_MODES, a.clients)
-            if "store" in exps:
-                # The decision store: SQLite (one daemon) vs PostgreSQL shared by 1 and 3
-                # daemons, each mode switched to its store before its slice.
-                set_fillfactor(env, 80)
-                point("store", "default", dflt, loadgen.micro_args(dflt), decision_store.MODES, a.clients,
-                      switch=decision_store.switch_hooks())
-                env.use_store("sqlite")
-                meta["store_alone"] = decision_store.store_alone(env, a.out, smoke=a.smoke)
-            if "levers" in exps:
-                def lever(name, ff=80, modes=("2pc", "co"), extra=None):
-                    # Every lever starts from the same physical layout (table rewritten, index
-                    # rebuilt), so that points compare without the order they ran in.
-                    set_fillfactor(env, ff)
-                    point("micro_levers", name, dflt, loadgen.micro_args(dflt), list(modes), a.clients,
-                          extra=extra, log_attempts=True)
-                bounded = has_guc(env, "pg_co.max_wait")
-                # Today's wait: until the blocker's decision, bounded by lock_timeout only. In
-                # wait mode a max_wait above 0 bounds the wait (then refuses), so it goes to 0.
-                with gucs(env, {"pg_co.conflict_action": "wait", **({"pg_co.max_wait": "0"} if bounded else {})}):
-                    lever("conflict_action=wait")
-                if bounded:
-                    # The old default: rule B refuses at once (abort mode, no bounded wait).
-                    with gucs(env, {"pg_co.max_wait": "0"}):
-                        lever("max_wait=0")
-                else:
-                    log("pg_co.max_wait does not exist in the installed pg_co: lever skipped")
-                # Predicate-lock granularity: the only setting that can make a conflict finer
-                # here (docs/benchmarks.md, "Predicate-lock granularity"); reloadable.
-                with gucs(env, {"max_pred_locks_per_page": "64"}):
-                    lever("max_pred_locks_per_page=64")
-                lever("fillfactor=100", ff=100)
-                lever("fillfactor=50", ff=50)
-                # With its sequential control in the same point (variants :par), so that the
-                # lever is compared on the same data, not against an earlier point.
-                par = ["--parallel-prepare", "--parallel-finish"]
-                lever("parallel prepare+finish", modes=("2pc", "co", "2pc:par", "co:par"),
-                      extra={"2pc:par": par, "co:par": par})
-                set_fillfactor(env, 80)
-            if "ro" in exps:
-                p = micro.parse_point("R=12:W=0:P=0", dict(micro.DEFAULTS, N=rows_n))
-                point("micro_ro", "R=12:W=0:P=0", p, loadgen.micro_args(p), RO_MODES, a.clients)
-            if "autocommit" in exps:
-                # One point, the two settings as variants of mode co, interleaved like modes.
-                p = dict(dflt, A=0.8)
-                wargs = loadgen.micro_args(dflt) + ["--autocommit-reads", "0.8"]
+def _measure(a, exps, cmd, csv_path, meta_path, att_dir, sizes) -> tuple:
+    """Runs the experiments on one set of servers, slice by slice: (the run's meta, the
+    refusal breakdowns, the slices with errors or failed checks); the slices go to
+    `csv_path`, the meta to `meta_path`."""
+    loadgen.binary()   # fail early with the build hint
+    if "narayana" in exps:
+        jta.classpath()   # the same for the Java driver
+    csv_path.unlink(missing_ok=True)
+    t0 = time.time()
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "machine": machine(), "command": cmd,
+            "clients": a.clients, "rate": a.rate, "tpcc_cpw": a.tpcc_clients_per_warehouse, "slices": a.slices,
+            "warmup": a.warmup, "seconds": a.seconds, "quiet": {}, "settings": {}}
+    log(f"experiments {','.join(exps)}: about {estimate(a, exps):.0f} min")
+    meta["quiet"]["start"] = slices.require_quiet(a.force, "start")
+    if not a.no_attempt_logs:
+        att_dir.mkdir(exist_ok=True)
+        for f in att_dir.glob("*.jsonl"):
+            f.unlink()
+    with Env(fsync=not a.smoke) as env:
+        if {"micro", "levers", "ro", "autocommit", "daemon", "coordinator", "narayana", "scaling", "store"} & set(exps):
+            micro.load(env, sizes[2])
+        m = _Measuring(a, env, meta, csv_path, att_dir, sizes)
+        for name in EXPERIMENT_ORDER:
+            if name in exps:
+                getattr(m, name)()
+    meta["quiet"]["end"] = slices.quiet_check(sample_s=1.0, use_load=False)
+    meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
+    meta["breakdowns"] = m.breakdowns
+    meta_path.write_text(repr(meta))
+    bad = [r for r in m.rows if r["errors"] or r["check"] not in ("", "ok")]
+    if bad:
+        log(f"{len(bad)} slice(s) with errors or failed checks, first: {bad[0]['errors'] or bad[0]['check']}")
+    return meta, m.breakdowns, bad
 
-                def acr(on):
-                    return lambda env: env.my.sql(f"SET GLOBAL mysql_co_lock_autocommit_reads = {on}")
-                point("autocommit", "autocommit reads 80%", p, wargs, ["2pc", "co:acr=OFF", "co:acr=ON"], a.clients,
-                      switch={"2pc": acr("OFF"), "co:acr=OFF": acr("OFF"), "co:acr=ON": acr("ON")})
-                env.my.sql("SET GLOBAL mysql_co_lock_autocommit_reads = DEFAULT")
-            if "scaling" in exps:
-                # From the layout the micro point starts from (tables rewritten at fillfactor
-                # 80), so the study's default point compares with micro's default.
-                set_fillfactor(env, 80)
-                for pt in scaling.points():
-                    scaling.check_connections(env, pt, dflt["P"])
-                    p = scaling.params(pt, dflt)
-                    point(scaling.EXPERIMENT, scaling.name(pt), p, loadgen.micro_args(p) + scaling.driver_args(pt),
-                          scaling.MODES, pt["clients"])
-            if "tpcc" in exps:
-                plan = [(int(w), a.ytd_split) for w in a.warehouses.split(",")]
-                if a.ytd_split:
-                    plan.append((4 if not a.smoke else 2, 0))
-                for W, split in plan:
-                    wl = tpcc.TpcC(W, items=items, customers=customers, ytd_split=split)
-                    wl.load(env)
-                    first = wl.check(env)
-                    if first != "ok":
-                        raise RuntimeError(f"TPC-C consistency check fails right after loading: {first}")
-                    name = f"W={W}" + ("" if split == a.ytd_split else (":classic" if split == 0 else f":split={split}"))
-                    params = {"W": W, "ytd_split": split, "clients": a.tpcc_clients_per_warehouse * W,
-                              "items": items, "customers_per_district": customers}
-                    point("tpcc", name, params, loadgen.tpcc_args(W, items, customers, ytd_split=split),
-                          TPCC_MODES, a.tpcc_clients_per_warehouse * W, check=wl.check)
-        meta["quiet"]["end"] = slices.quiet_check(sample_s=1.0, use_load=False)
-        meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
-        meta["breakdowns"] = breakdowns
-        meta_path.write_text(repr(meta))
-        bad = [r for r in all_rows if r["errors"] or r["check"] not in ("", "ok")]
-        if bad:
-            log(f"{len(bad)} slice(s) with errors or failed checks, first: {bad[0]['errors'] or bad[0]['check']}")
-    else:
-        meta = ast.literal_eval(meta_path.read_text())
-        breakdowns = meta.get("breakdowns", {})
-    if not csv_path.exists():
-        log(f"nothing was measured: no mode of experiments {','.join(exps)} is in --modes {a.modes}")
-        return 2
+
+def _report(a, csv_path, sum_path, meta, breakdowns, plots_dir, bad) -> int:
+    """The summary CSV, RESULTS.md's section, the targets and the scaling plots."""
     rows = read_csv(csv_path)
     summary = slices.summarize(rows)
     slices.write_csv(summary, sum_path, slices.SUMMARY_FIELDS)
@@ -493,6 +537,28 @@ def main(argv=None) -> int:
         for path in scaling_plots.draw(summary, plots_dir):
             log(f"wrote {path}")
     return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    ap, a = _arguments(argv)
+    cmd = "/var/cache/cotx/venv/bin/python bench/run_all.py " + " ".join(shlex.quote(x) for x in (argv or []))
+    exps = [e for e in a.experiments.split(",") if e]
+    if "profile" in exps:
+        return _profile(ap, a, exps)
+    sizes = _sizes(a)
+    # A smoke run's pictures must not overwrite the measured ones in bench/plots.
+    plots_dir = a.plots_dir or (a.out if a.smoke else ROOT / "bench" / "plots")
+    a.out.mkdir(parents=True, exist_ok=True)
+    csv_path, sum_path, meta_path = a.out / "slices.csv", a.out / "slices_summary.csv", a.out / "slices_meta.txt"
+    if a.report_only:
+        meta = ast.literal_eval(meta_path.read_text())
+        breakdowns, bad = meta.get("breakdowns", {}), []
+    else:
+        meta, breakdowns, bad = _measure(a, exps, cmd, csv_path, meta_path, a.out / "attempts", sizes)
+    if not csv_path.exists():
+        log(f"nothing was measured: no mode of experiments {','.join(exps)} is in --modes {a.modes}")
+        return 2
+    return _report(a, csv_path, sum_path, meta, breakdowns, plots_dir, bad)
 
 
 if __name__ == "__main__":

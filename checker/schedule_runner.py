@@ -287,15 +287,16 @@ class Runner:
                 c.execute(f"KILL QUERY {int(sess.id)}")
 
     def run(self, label, programs, steps, time_limit: float = 60.0) -> Result:
+        """Runs one schedule (its steps in order, each transaction on its own sessions)
+        and checks the committed history: `_Schedule` does each step of it."""
         self.n += 1
-        tag = f"s{self.n}"
-        progs = {p.name: p for p in programs}
-        slot_of = {p.name: self.slots[i] for i, p in enumerate(programs)}
         if any(p.kind == "dip" for p in programs) and not (self.has_ext["pg"] and self.db_mode["pg"] != "client"):
             raise ValueError("dip programs decide with pg_co's co.decide: not in client mode, not without pg_co")
-        client = {d: self.db_mode[d] == "client" for d in DBS}
-        shim_key = {}      # (txn, db) -> the client-mode slot of a live branch
-        helpers = {}       # txn -> the gid of its prepared PostgreSQL helper
+        self._reset_rows(programs)
+        return _Schedule(self, f"s{self.n}", label, programs, steps).execute(time_limit)
+
+    def _reset_rows(self, programs):
+        """The schedules' table holds exactly the keys the programs touch, each empty."""
         keys = sorted({(d, kk) for p in programs for d, _, k in p.ops for kk in k.split("+")})
         for db in DBS:
             vals = ", ".join(f"('{k}', '')" for d, k in keys if d == db)
@@ -304,266 +305,320 @@ class Runner:
                 self._mon(db, "DELETE FROM co.decisions")
             if vals:
                 self._mon(db, f"INSERT INTO sch VALUES {vals}")
-        res = Result(label, steps)
-        hist = {p.name: Txn(p.name, kind=p.kind, note=str(p)) for p in programs}
-        state = {(p.name, d): "none" for p in programs for d in p.dbs}   # none|active|prepared|done
-        aborted = {}
-        inflight = {}      # txn -> (future, step, sess)
-        backlog = defaultdict(deque)
-        blocked_seen = {}
 
-        def gid(t, d):
-            return f"{tag}_{t}" if d == "pg" else f"'{tag}_{t}','{d}'"
 
-        def take_slot(t, d):
-            live = {k for (_, dd), k in shim_key.items() if dd == d}
-            shim_key[(t, d)] = min(set(range(1, SHIM_SLOTS + 1)) - live)
-            return shim_key[(t, d)]
+class _Schedule:
+    """One schedule's run on a Runner's sessions: what each transaction has done at each
+    database (none|active|prepared|done), the client-mode slots and helpers it holds, the
+    steps in flight and those queued behind them. `execute` drives the steps, then checks
+    the history (`Runner` says how: blocked steps, wait cycles, aborts)."""
 
-        policy = self.pg_helpers
-        shared = {"gid": None, "used": set(), "takers": set(), "n": 0}   # the live shared helper
-        helper_sess = self.slots[0]["pg_helper"]
+    def __init__(self, runner: Runner, tag: str, label, programs, steps):
+        self.r, self.tag, self.label, self.programs, self.steps = runner, tag, label, programs, steps
+        self.progs = {p.name: p for p in programs}
+        self.slot_of = {p.name: runner.slots[i] for i, p in enumerate(programs)}
+        self.client = {d: runner.db_mode[d] == "client" for d in DBS}
+        self.shim_key = {}      # (txn, db) -> the client-mode slot of a live branch
+        self.helpers = {}       # txn -> the gid of its prepared PostgreSQL helper
+        self.res = Result(label, steps)
+        self.hist = {p.name: Txn(p.name, kind=p.kind, note=str(p)) for p in programs}
+        self.state = {(p.name, d): "none" for p in programs for d in p.dbs}   # none|active|prepared|done
+        self.aborted = {}
+        self.inflight = {}      # txn -> (future, step, sess)
+        self.backlog = defaultdict(deque)
+        self.blocked_seen = {}
+        self.policy = runner.pg_helpers
+        self.shared = {"gid": None, "used": set(), "takers": set(), "n": 0}   # the live shared helper
+        self.helper_sess = runner.slots[0]["pg_helper"]
 
-        def shared_prepare():
-            """A shared helper reads every slot and is prepared (pre-prepared at the
-            schedule's start, or inline when a branch registers and none is live)."""
-            shared["n"] += 1
-            g = f"{tag}_helper{shared['n']}"
-            ro = " READ ONLY" if policy == "shared-readonly" else " READ WRITE"
-            helper_sess.run([f"BEGIN ISOLATION LEVEL SERIALIZABLE{ro}",
-                             f"SELECT count(cotx.shim_hold(k)) FROM generate_series(1, {SHIM_SLOTS}) AS k",
-                             f"PREPARE TRANSACTION '{g}'"])
-            shared.update(gid=g, used=set(), takers=set())
+    # -- names and client mode's slots and helpers ---------------------------------------
 
-        def shared_rollback():
-            if shared["gid"] is not None:
-                helper_sess.run([f"ROLLBACK PREPARED '{shared['gid']}'"])
-                shared.update(gid=None, takers=set())
+    def gid(self, t, d):
+        return f"{self.tag}_{t}" if d == "pg" else f"'{self.tag}_{t}','{d}'"
 
-        def helper_begin(t):
-            """Client mode at PostgreSQL, when t's branch registers (before its first
-            statement). per-branch: a helper reads t's slot and is prepared, on its own
-            session. Shared: t takes a key of the live helper (one is prepared if none
-            is). A helper only reads rows no live branch writes: it never waits."""
-            if policy == "per-branch":
-                k = take_slot(t, "pg")
-                g = f"{tag}_{t}_helper"
-                slot_of[t]["pg_helper"].run(["BEGIN ISOLATION LEVEL SERIALIZABLE", f"SELECT cotx.shim_hold({k})",
-                                             f"PREPARE TRANSACTION '{g}'"])
-                helpers[t] = g
-                return
-            if shared["gid"] is None:
-                shared_prepare()
-            k = min(set(range(1, SHIM_SLOTS + 1)) - shared["used"])
-            shared["used"].add(k)
-            shared["takers"].add(t)
-            shim_key[(t, "pg")] = k
-            helpers[t] = shared["gid"]
+    def take_slot(self, t, d):
+        live = {k for (_, dd), k in self.shim_key.items() if dd == d}
+        self.shim_key[(t, d)] = min(set(range(1, SHIM_SLOTS + 1)) - live)
+        return self.shim_key[(t, d)]
 
-        def helper_end(t):
-            """After t's branch at PostgreSQL is committed or rolled back."""
-            g = helpers.pop(t, None)
-            if policy == "per-branch":
-                if g is not None:
-                    slot_of[t]["pg_helper"].run([f"ROLLBACK PREPARED '{g}'"])
+    def shared_prepare(self):
+        """A shared helper reads every slot and is prepared (pre-prepared at the
+        schedule's start, or inline when a branch registers and none is live)."""
+        shared = self.shared
+        shared["n"] += 1
+        g = f"{self.tag}_helper{shared['n']}"
+        ro = " READ ONLY" if self.policy == "shared-readonly" else " READ WRITE"
+        self.helper_sess.run([f"BEGIN ISOLATION LEVEL SERIALIZABLE{ro}",
+                              f"SELECT count(cotx.shim_hold(k)) FROM generate_series(1, {SHIM_SLOTS}) AS k",
+                              f"PREPARE TRANSACTION '{g}'"])
+        shared.update(gid=g, used=set(), takers=set())
+
+    def shared_rollback(self):
+        if self.shared["gid"] is not None:
+            self.helper_sess.run([f"ROLLBACK PREPARED '{self.shared['gid']}'"])
+            self.shared.update(gid=None, takers=set())
+
+    def helper_begin(self, t):
+        """Client mode at PostgreSQL, when t's branch registers (before its first
+        statement). per-branch: a helper reads t's slot and is prepared, on its own
+        session. Shared: t takes a key of the live helper (one is prepared if none
+        is). A helper only reads rows no live branch writes: it never waits."""
+        if self.policy == "per-branch":
+            k = self.take_slot(t, "pg")
+            g = f"{self.tag}_{t}_helper"
+            self.slot_of[t]["pg_helper"].run(["BEGIN ISOLATION LEVEL SERIALIZABLE", f"SELECT cotx.shim_hold({k})",
+                                              f"PREPARE TRANSACTION '{g}'"])
+            self.helpers[t] = g
+            return
+        shared = self.shared
+        if shared["gid"] is None:
+            self.shared_prepare()
+        k = min(set(range(1, SHIM_SLOTS + 1)) - shared["used"])
+        shared["used"].add(k)
+        shared["takers"].add(t)
+        self.shim_key[(t, "pg")] = k
+        self.helpers[t] = shared["gid"]
+
+    def helper_end(self, t):
+        """After t's branch at PostgreSQL is committed or rolled back."""
+        g = self.helpers.pop(t, None)
+        if self.policy == "per-branch":
+            if g is not None:
+                self.slot_of[t]["pg_helper"].run([f"ROLLBACK PREPARED '{g}'"])
+        else:
+            self.shared["takers"].discard(t)
+            if g is not None and g == self.shared["gid"] and not self.shared["takers"]:
+                self.shared_rollback()      # its last taker settled: it goes now
+        self.shim_key.pop((t, "pg"), None)
+
+    # -- the statements of a step ----------------------------------------------------------
+
+    def stmts_for(self, s: Step):
+        p = self.progs[s.txn]
+        if s.kind == "op":
+            out = self._opening(s, p) if self.state[(s.txn, s.db)] == "none" else []
+            if s.f == "r":
+                ks = ", ".join(f"'{k}'" for k in s.key.split("+"))
+                out.append(f"SELECT k, v FROM sch WHERE k IN ({ks}) ORDER BY k")
             else:
-                shared["takers"].discard(t)
-                if g is not None and g == shared["gid"] and not shared["takers"]:
-                    shared_rollback()      # its last taker settled: it goes now
-            shim_key.pop((t, "pg"), None)
-
-        def stmts_for(s: Step):
-            p = progs[s.txn]
-            st = state[(s.txn, s.db)]
-            out = []
-            two_phase = p.kind == "global" or (p.kind == "dip" and s.db != "pg")
-            if s.kind == "op":
-                if st == "none":
-                    if s.db == "pg":
-                        out.append("BEGIN ISOLATION LEVEL SERIALIZABLE" + (" READ ONLY" if p.kind == "local_ro" else ""))
-                    elif p.kind in ("auto", "auto_unlocked"):
-                        # One autocommit statement at SERIALIZABLE: InnoDB reads it from a
-                        # snapshot unless mysql_co makes it a locking read (not loaded in
-                        # client mode: there it is the snapshot read).
-                        if self.has_ext["my"]:
-                            lock = "OFF" if p.kind == "auto_unlocked" or self.mode == "co-unlocked" else "ON"
-                            out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
-                        out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-                    elif client["my"] and p.kind in ("global", "dip"):
-                        take_slot(s.txn, "my")
-                        out.append(MyDialect.set_serializable_verified)
-                        out.append(f"XA START {gid(s.txn, s.db)}")
-                    else:
-                        lvl = "REPEATABLE READ" if self.db_mode["my"] == "plain" else "SERIALIZABLE"
-                        out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
-                        out.append(f"XA START {gid(s.txn, s.db)}" if p.kind in ("global", "dip") else "BEGIN")
-                if s.f == "r":
-                    ks = ", ".join(f"'{k}'" for k in s.key.split("+"))
-                    out.append(f"SELECT k, v FROM sch WHERE k IN ({ks}) ORDER BY k")
-                else:
-                    cat = f"v || ' ' || '{s.txn}'" if s.db == "pg" else f"CONCAT(v, ' ', '{s.txn}')"
-                    out.append(f"UPDATE sch SET v = {cat} WHERE k = '{s.key}'")
-            elif s.kind == "prep":
-                if client[s.db] and two_phase:
-                    k = shim_key[(s.txn, s.db)]
-                    touch = PgDialect.shim_touch if s.db == "pg" else MyDialect.shim_touch
-                    out.append(lambda conn, touch=touch, k=k: touch(conn, k))
-                out += ([f"PREPARE TRANSACTION '{gid(s.txn, 'pg')}'"] if s.db == "pg"
-                        else [f"XA END {gid(s.txn, 'my')}", f"XA PREPARE {gid(s.txn, 'my')}"])
-            else:
-                if p.kind in ("local", "local_ro"):
-                    out.append("COMMIT")
-                elif p.kind in ("auto", "auto_unlocked"):
-                    pass                      # committed by itself
-                elif p.kind == "dip" and s.db == "pg":
-                    out += [f"SELECT co.decide('{tag}_{s.txn}')", "COMMIT"]   # the global decision
-                else:
-                    out.append(f"COMMIT PREPARED '{gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {gid(s.txn, 'my')}")
+                cat = f"v || ' ' || '{s.txn}'" if s.db == "pg" else f"CONCAT(v, ' ', '{s.txn}')"
+                out.append(f"UPDATE sch SET v = {cat} WHERE k = '{s.key}'")
             return out
+        if s.kind == "prep":
+            return self._preparing(s, p)
+        return self._committing(s, p)
 
-        def start(s: Step):
-            sess = slot_of[s.txn][s.db]
-            if (client["pg"] and s.db == "pg" and state[(s.txn, "pg")] == "none" and s.txn not in helpers
-                    and progs[s.txn].kind == "global"):
-                try:
-                    helper_begin(s.txn)
-                except Exception as e:  # noqa: BLE001 - the transaction cannot run in client mode
-                    res.executed.append(f"{s.txn}.helper(pg) !{reason_of(e)}")
-                    abort(s.txn, f"{s.txn}.helper(pg): client-mode helper failed: {reason_of(e)}")
-                    return
-            sess.started_at = time.monotonic()
-            fut = sess.pool.submit(sess.run, stmts_for(s))
-            inflight[s.txn] = (fut, s, sess)
+    def _opening(self, s: Step, p) -> list:
+        """What starts a transaction's branch at a database, before its first operation."""
+        r = self.r
+        if s.db == "pg":
+            return ["BEGIN ISOLATION LEVEL SERIALIZABLE" + (" READ ONLY" if p.kind == "local_ro" else "")]
+        out = []
+        if p.kind in ("auto", "auto_unlocked"):
+            # One autocommit statement at SERIALIZABLE: InnoDB reads it from a
+            # snapshot unless mysql_co makes it a locking read (not loaded in
+            # client mode: there it is the snapshot read).
+            if r.has_ext["my"]:
+                lock = "OFF" if p.kind == "auto_unlocked" or r.mode == "co-unlocked" else "ON"
+                out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
+            out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        elif self.client["my"] and p.kind in ("global", "dip"):
+            self.take_slot(s.txn, "my")
+            out.append(MyDialect.set_serializable_verified)
+            out.append(f"XA START {self.gid(s.txn, s.db)}")
+        else:
+            lvl = "REPEATABLE READ" if r.db_mode["my"] == "plain" else "SERIALIZABLE"
+            out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
+            out.append(f"XA START {self.gid(s.txn, s.db)}" if p.kind in ("global", "dip") else "BEGIN")
+        return out
 
-        def abort(t, why):
-            aborted[t] = why
-            p = progs[t]
-            for d in p.dbs:
-                sess = slot_of[t][d]
-                st = state[(t, d)]
-                if d == "pg":
-                    if st == "prepared":
-                        sess.quiet([f"ROLLBACK PREPARED '{gid(t, 'pg')}'"])
-                    sess.quiet(["ROLLBACK"])
-                else:
-                    if p.kind in ("global", "dip"):
-                        if st != "prepared":
-                            sess.quiet([f"XA END {gid(t, 'my')}"])
-                        sess.quiet([f"XA ROLLBACK {gid(t, 'my')}"])
-                    else:
-                        sess.quiet(["ROLLBACK"])
-                state[(t, d)] = "done"
-                if d == "pg":
-                    helper_end(t)
-                shim_key.pop((t, d), None)
-            helper_end(t)      # a helper prepared for a branch that never ran its first step
-            backlog[t].clear()
+    def _preparing(self, s: Step, p) -> list:
+        out = []
+        two_phase = p.kind == "global" or (p.kind == "dip" and s.db != "pg")
+        if self.client[s.db] and two_phase:
+            k = self.shim_key[(s.txn, s.db)]
+            touch = PgDialect.shim_touch if s.db == "pg" else MyDialect.shim_touch
+            out.append(lambda conn, touch=touch, k=k: touch(conn, k))
+        out += ([f"PREPARE TRANSACTION '{self.gid(s.txn, 'pg')}'"] if s.db == "pg"
+                else [f"XA END {self.gid(s.txn, 'my')}", f"XA PREPARE {self.gid(s.txn, 'my')}"])
+        return out
 
-        def finish(t):
-            fut, s, sess = inflight.pop(t)
-            blocked_seen.pop(t, None)
+    def _committing(self, s: Step, p) -> list:
+        if p.kind in ("local", "local_ro"):
+            return ["COMMIT"]
+        if p.kind in ("auto", "auto_unlocked"):
+            return []                      # committed by itself
+        if p.kind == "dip" and s.db == "pg":
+            return [f"SELECT co.decide('{self.tag}_{s.txn}')", "COMMIT"]   # the global decision
+        return [f"COMMIT PREPARED '{self.gid(s.txn, 'pg')}'" if s.db == "pg" else f"XA COMMIT {self.gid(s.txn, 'my')}"]
+
+    # -- steps started, finished, transactions aborted -----------------------------------
+
+    def start(self, s: Step):
+        sess = self.slot_of[s.txn][s.db]
+        if (self.client["pg"] and s.db == "pg" and self.state[(s.txn, "pg")] == "none" and s.txn not in self.helpers
+                and self.progs[s.txn].kind == "global"):
             try:
-                rows = fut.result()
-            except Exception as e:  # noqa: BLE001
-                res.executed.append(f"{s} !{reason_of(e)}")
-                abort(t, f"{s}: {reason_of(e)}")
+                self.helper_begin(s.txn)
+            except Exception as e:  # noqa: BLE001 - the transaction cannot run in client mode
+                self.res.executed.append(f"{s.txn}.helper(pg) !{reason_of(e)}")
+                self.abort(s.txn, f"{s.txn}.helper(pg): client-mode helper failed: {reason_of(e)}")
                 return
-            res.executed.append(str(s))
-            if s.kind == "op":
-                state[(t, s.db)] = "active"
-                k = f"{s.db}:{s.key}"
-                if s.f == "r":
-                    got = {kk: parse_list(v) for kk, v in rows or []}
-                    for kk in s.key.split("+"):
-                        hist[t].read(f"{s.db}:{kk}", got.get(kk, []))
-                else:
-                    hist[t].append(k, t)
-            elif s.kind == "prep":
-                state[(t, s.db)] = "prepared"
-                if policy == "released-at-prepare" and s.db == "pg" and helpers.get(t) == shared["gid"]:
-                    shared_rollback()      # broken on purpose: before its branch commits
+        sess.started_at = time.monotonic()
+        fut = sess.pool.submit(sess.run, self.stmts_for(s))
+        self.inflight[s.txn] = (fut, s, sess)
+
+    def abort(self, t, why):
+        self.aborted[t] = why
+        p = self.progs[t]
+        for d in p.dbs:
+            sess = self.slot_of[t][d]
+            st = self.state[(t, d)]
+            if d == "pg":
+                if st == "prepared":
+                    sess.quiet([f"ROLLBACK PREPARED '{self.gid(t, 'pg')}'"])
+                sess.quiet(["ROLLBACK"])
             else:
-                state[(t, s.db)] = "done"
-                if s.db == "pg":
-                    helper_end(t)
-                shim_key.pop((t, s.db), None)
-            if backlog[t]:
-                start(backlog[t].popleft())
-
-        def settle(deadline):
-            """Until every in-flight step is finished or blocked on a lock."""
-            while True:
-                progressed = False
-                for t in list(inflight):
-                    if inflight[t][0].done():
-                        finish(t)
-                        progressed = True
-                if progressed:
-                    continue
-                if all(self._blocked(s.db, sess) for _, s, sess in inflight.values()):
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"schedule {label} did not settle")
-                time.sleep(0.0005)
-
-        deadline = time.monotonic() + time_limit
-        if client["pg"] and policy != "per-branch" and any(p.kind == "global" and "pg" in p.dbs for p in programs):
-            shared_prepare()               # ahead of need: older than every branch
-        try:
-            for s in steps:
-                if s.txn in aborted:
-                    continue
-                if s.txn in inflight:
-                    backlog[s.txn].append(s)
+                if p.kind in ("global", "dip"):
+                    if st != "prepared":
+                        sess.quiet([f"XA END {self.gid(t, 'my')}"])
+                    sess.quiet([f"XA ROLLBACK {self.gid(t, 'my')}"])
                 else:
-                    start(s)
-                settle(deadline)
-            while inflight:
-                settle(deadline)
-                if inflight:
-                    # Everything left is blocked and nothing else can run: a wait cycle.
-                    # Look twice (a lock may have just been released), then cancel the
-                    # youngest blocked transaction.
-                    time.sleep(0.12)
-                    if any(inflight[t][0].done() for t in inflight):
-                        continue
-                    if all(self._blocked(s.db, sess) for _, s, sess in inflight.values()):
-                        t = max(inflight, key=lambda x: [p.name for p in programs].index(x))
-                        _, s, sess = inflight[t]
-                        self._cancel(s.db, sess)
-        except TimeoutError as e:
-            for t, (_, s, sess) in list(inflight.items()):
-                self._cancel(s.db, sess)
-            time.sleep(0.2)
+                    sess.quiet(["ROLLBACK"])
+            self.state[(t, d)] = "done"
+            if d == "pg":
+                self.helper_end(t)
+            self.shim_key.pop((t, d), None)
+        self.helper_end(t)      # a helper prepared for a branch that never ran its first step
+        self.backlog[t].clear()
+
+    def finish(self, t):
+        fut, s, sess = self.inflight.pop(t)
+        self.blocked_seen.pop(t, None)
+        try:
+            rows = fut.result()
+        except Exception as e:  # noqa: BLE001
+            self.res.executed.append(f"{s} !{reason_of(e)}")
+            self.abort(t, f"{s}: {reason_of(e)}")
+            return
+        self.res.executed.append(str(s))
+        if s.kind == "op":
+            self.state[(t, s.db)] = "active"
+            k = f"{s.db}:{s.key}"
+            if s.f == "r":
+                got = {kk: parse_list(v) for kk, v in rows or []}
+                for kk in s.key.split("+"):
+                    self.hist[t].read(f"{s.db}:{kk}", got.get(kk, []))
+            else:
+                self.hist[t].append(k, t)
+        elif s.kind == "prep":
+            self.state[(t, s.db)] = "prepared"
+            if self.policy == "released-at-prepare" and s.db == "pg" and self.helpers.get(t) == self.shared["gid"]:
+                self.shared_rollback()      # broken on purpose: before its branch commits
+        else:
+            self.state[(t, s.db)] = "done"
+            if s.db == "pg":
+                self.helper_end(t)
+            self.shim_key.pop((t, s.db), None)
+        if self.backlog[t]:
+            self.start(self.backlog[t].popleft())
+
+    def settle(self, deadline):
+        """Until every in-flight step is finished or blocked on a lock."""
+        inflight = self.inflight
+        while True:
+            progressed = False
             for t in list(inflight):
                 if inflight[t][0].done():
-                    finish(t)
-            for t in list(helpers):
-                g = helpers.pop(t)
-                if policy == "per-branch":
-                    slot_of[t]["pg_helper"].quiet([f"ROLLBACK PREPARED '{g}'"])
-            if shared["gid"] is not None:
-                helper_sess.quiet([f"ROLLBACK PREPARED '{shared['gid']}'"])
-            raise e
-        if shared["gid"] is not None:
-            shared_rollback()              # pre-prepared and never taken (or outlived its takers)
-        for p in programs:
-            if p.name in aborted:
-                hist[p.name].status = "fail"
-                res.aborted[p.name] = aborted[p.name]
+                    self.finish(t)
+                    progressed = True
+            if progressed:
+                continue
+            if all(self.r._blocked(s.db, sess) for _, s, sess in inflight.values()):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"schedule {self.label} did not settle")
+            time.sleep(0.0005)
+
+    # -- the schedule, start to end --------------------------------------------------------
+
+    def execute(self, time_limit: float) -> Result:
+        deadline = time.monotonic() + time_limit
+        if (self.client["pg"] and self.policy != "per-branch"
+                and any(p.kind == "global" and "pg" in p.dbs for p in self.programs)):
+            self.shared_prepare()               # ahead of need: older than every branch
+        try:
+            self._drive(deadline)
+        except TimeoutError:
+            self._give_up()
+            raise
+        if self.shared["gid"] is not None:
+            self.shared_rollback()              # pre-prepared and never taken (or outlived its takers)
+        return self._checked()
+
+    def _drive(self, deadline):
+        """Every step in the schedule's order (a transaction's step waits behind its
+        blocked one), then what is left in flight, its wait cycles broken."""
+        for s in self.steps:
+            if s.txn in self.aborted:
+                continue
+            if s.txn in self.inflight:
+                self.backlog[s.txn].append(s)
+            else:
+                self.start(s)
+            self.settle(deadline)
+        inflight = self.inflight
+        while inflight:
+            self.settle(deadline)
+            if inflight:
+                # Everything left is blocked and nothing else can run: a wait cycle.
+                # Look twice (a lock may have just been released), then cancel the
+                # youngest blocked transaction.
+                time.sleep(0.12)
+                if any(inflight[t][0].done() for t in inflight):
+                    continue
+                if all(self.r._blocked(s.db, sess) for _, s, sess in inflight.values()):
+                    t = max(inflight, key=lambda x: [p.name for p in self.programs].index(x))
+                    _, s, sess = inflight[t]
+                    self.r._cancel(s.db, sess)
+
+    def _give_up(self):
+        """The schedule did not settle in time: its statements cancelled, its helpers
+        rolled back (the caller raises the timeout)."""
+        for t, (_, s, sess) in list(self.inflight.items()):
+            self.r._cancel(s.db, sess)
+        time.sleep(0.2)
+        for t in list(self.inflight):
+            if self.inflight[t][0].done():
+                self.finish(t)
+        for t in list(self.helpers):
+            g = self.helpers.pop(t)
+            if self.policy == "per-branch":
+                self.slot_of[t]["pg_helper"].quiet([f"ROLLBACK PREPARED '{g}'"])
+        if self.shared["gid"] is not None:
+            self.helper_sess.quiet([f"ROLLBACK PREPARED '{self.shared['gid']}'"])
+
+    def _checked(self) -> Result:
+        """The result: who committed, the history and the final state, both checks'
+        verdicts; nothing may be left prepared."""
+        res, r = self.res, self.r
+        for p in self.programs:
+            if p.name in self.aborted:
+                self.hist[p.name].status = "fail"
+                res.aborted[p.name] = self.aborted[p.name]
             else:
                 res.committed.append(p.name)
-        res.history = list(hist.values())
+        res.history = list(self.hist.values())
         for db in DBS:
-            for k, v in self._mon(db, "SELECT k, v FROM sch"):
+            for k, v in r._mon(db, "SELECT k, v FROM sch"):
                 res.final[f"{db}:{k}"] = parse_list(v)
         rep = check(res.history, final_reads=res.final)
         res.anomalies = rep.anomalies
         res.oracle_serializable = serial_order(res.history, res.final) is not None
-        left = self._mon("pg", "SELECT gid FROM pg_prepared_xacts")
-        left_my = self._mon("my", "XA RECOVER")
+        left = r._mon("pg", "SELECT gid FROM pg_prepared_xacts")
+        left_my = r._mon("my", "XA RECOVER")
         if left or left_my:
-            raise RuntimeError(f"schedule {label} left prepared transactions: {left} {left_my}")
+            raise RuntimeError(f"schedule {self.label} left prepared transactions: {left} {left_my}")
         return res
 
 

@@ -3,7 +3,7 @@
 imports that run back up, and files too long to read at once.
 
   /var/cache/cotx/venv/bin/python scripts/structure.py coordinator-daemon/src [--max-lines 500]
-      [--max-fn-lines 120] [--graph]
+      [--max-fn-lines 120] [--max-bundle-params N --bundle Parts] [--graph]
 
 A node is a source file (a module). An edge A -> B is written when A names an item of B:
 `use crate::b::...`, `crate::b::x` in code, `super::...`, `use self::...` in a mod.rs.
@@ -20,7 +20,11 @@ Reported, each a reason to exit 1:
   they share lives in a sibling file, so the folder reads top-down;
 - a file over --max-lines lines (with --max-lines);
 - a function over --max-fn-lines lines, from its `fn` line to its closing brace (with
-  --max-fn-lines): a long function is split into named steps.
+  --max-fn-lines): a long function is split into named steps;
+- more functions than --max-bundle-params taking the whole bundle of parts
+  (`--bundle Parts`: a parameter `&Parts` or `&Arc<Parts>`, test code not counted): an
+  operation borrows the parts it uses (a store handle, the registry, a small named
+  view), as mini-redis's `Get::apply(db, dst)` does; the ceiling only comes down.
 Why a script of our own: cargo-modules and similar need nightly or a full rust-analyzer
 run (minutes on two cores); a crate's `use` paths are regular enough to read directly.
 """
@@ -107,9 +111,7 @@ def edges(root: Path) -> tuple[dict[tuple[str, ...], set[tuple[str, ...]]], dict
     for m, f in files.items():
         text = f.read_text()
         # A test module in a file of its own starts with `#![cfg(test)]`: not looked at.
-        cuts = [i for i in (text.find("#[cfg(test)]"), text.find("#![cfg(test)]")) if i >= 0]
-        if cuts:
-            text = text[:min(cuts)]
+        text = outside_tests(text)
         text = re.sub(r"//[^\n]*", "", text)   # comments name paths without importing them
         paths = []
         for indent, u in USE.findall(text):
@@ -151,6 +153,38 @@ def functions(text: str) -> list[tuple[str, int, int]]:
     return out
 
 
+def outside_tests(text: str) -> str:
+    """The text before its test code (`#[cfg(test)]`, or a test file's `#![cfg(test)]`)."""
+    cuts = [i for i in (text.find("#[cfg(test)]"), text.find("#![cfg(test)]")) if i >= 0]
+    return text[:min(cuts)] if cuts else text
+
+
+def bundle_takers(text: str, bundle: str = "Parts") -> list[tuple[str, int]]:
+    """(name, line) of every function outside the tests with a parameter of the whole
+    `bundle`: `&Bundle`, `&'a Bundle`, `&Arc<Bundle>`. Not counted: a return type, and a
+    `from` (a `From` conversion narrows the bundle into a view of the parts used)."""
+    taken = re.compile(r":\s*&(?:'\w+\s+)?(?:mut\s+)?(?:Arc<\s*)?" + re.escape(bundle) + r"\b")
+    lines = [line.split("//")[0] for line in outside_tests(text).splitlines()]
+    out = []
+    for i, line in enumerate(lines):
+        m = FN.match(line)
+        if not m or m.group(1) == "from":
+            continue
+        # The parameter list: from the `(` after the name to the parenthesis closing it.
+        sig = "\n".join(lines[i:i + 40])
+        start = sig.find("(", m.end(1))
+        depth, end = 0, len(sig)
+        for j in range(start, len(sig)):
+            depth += sig[j] == "("
+            depth -= sig[j] == ")"
+            if depth == 0:
+                end = j
+                break
+        if start >= 0 and taken.search(sig[start:end]):
+            out.append((m.group(1), i + 1))
+    return out
+
+
 def circles(g: dict) -> list[list]:
     """Strongly connected components with more than one module: the history checker's
     (iterative Tarjan), one implementation for both graphs."""
@@ -183,7 +217,8 @@ def name(m: tuple[str, ...]) -> str:
     return "::".join(m) or "crate"
 
 
-def check(root: Path, max_lines: int | None = None, max_fn_lines: int | None = None) -> list[str]:
+def check(root: Path, max_lines: int | None = None, max_fn_lines: int | None = None,
+          max_bundle_params: int | None = None, bundle: str = "Parts") -> list[str]:
     g, files = edges(root)
     problems = []
     for comp in circles(g):
@@ -205,6 +240,12 @@ def check(root: Path, max_lines: int | None = None, max_fn_lines: int | None = N
                 if n > max_fn_lines:
                     problems.append(f"function too long: {fn} ({f.relative_to(root)}:{line}) has {n} lines "
                                     f"(at most {max_fn_lines})")
+    if max_bundle_params is not None:
+        takers = [f"{fn} ({f.relative_to(root)}:{line})"
+                  for m, f in sorted(files.items()) for fn, line in bundle_takers(f.read_text(), bundle)]
+        if len(takers) > max_bundle_params:
+            problems.append(f"{len(takers)} functions take the whole {bundle} (at most {max_bundle_params}): "
+                            "pass the parts they use instead: " + ", ".join(takers))
     return problems
 
 
@@ -213,6 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("roots", nargs="+", type=Path, help="a crate's src folder")
     ap.add_argument("--max-lines", type=int)
     ap.add_argument("--max-fn-lines", type=int)
+    ap.add_argument("--max-bundle-params", type=int, help="at most this many functions take the whole --bundle")
+    ap.add_argument("--bundle", default="Parts", help="the type of the bundle of parts (default: Parts)")
     ap.add_argument("--graph", action="store_true", help="print every module's imports")
     a = ap.parse_args(argv)
     bad = 0
@@ -221,7 +264,9 @@ def main(argv=None) -> int:
             g, _ = edges(root)
             for m in sorted(g):
                 print(f"{root}: {name(m)} -> {', '.join(name(t) for t in sorted(g[m])) or '-'}")
-        for p in check(root, a.max_lines, a.max_fn_lines):
+        if a.max_bundle_params is None and a.bundle != "Parts":
+            ap.error("--bundle is read only with --max-bundle-params")
+        for p in check(root, a.max_lines, a.max_fn_lines, a.max_bundle_params, a.bundle):
             print(f"{root}: {p}")
             bad += 1
     return 1 if bad else 0

@@ -42,7 +42,7 @@ pub async fn readyz(c: Arc<Coordinator>, r: Call) -> Routed {
             .push(format!("node {}'s lease is not confirmed: new work is refused (lease_unconfirmed)", c.cfg.node_id));
     }
     let stalled = c.store.stats.stalled_ms();
-    if c.store_stalled.load(Relaxed) || stalled > crate::coordinator::housekeeping::store_stall_limit_ms(&c) {
+    if c.store_stalled.load(Relaxed) || stalled > crate::coordinator::housekeeping::store_stall_limit_ms(&c.cfg) {
         problems.push(format!("the decision store has not answered for {stalled} ms"));
     }
     for res in &c.cfg.resources {

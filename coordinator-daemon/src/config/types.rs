@@ -149,6 +149,13 @@ pub struct Config {
     pub telemetry: Telemetry,
 }
 
+impl Config {
+    /// The engine of a configured resource (None: not configured).
+    pub fn kind_of(&self, resource: &str) -> Option<ResourceKind> {
+        self.resources.iter().find(|r| r.name == resource).map(|r| r.kind)
+    }
+}
+
 /// One credential per role (crate::api::auth says what each may call).
 #[derive(Debug, Clone, Default)]
 pub struct Auth {

@@ -9,27 +9,56 @@
 //! [`Answer`] into words (`refusal`); it decides nothing by itself (unit test
 //! `answers_are_the_protocols` in answers/tests.rs walks every input).
 
+use crate::config::Config;
+use crate::ha::ownership::Ownership;
 use crate::naming;
+use crate::participants::resources::Clients;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Outcome, Refusal, StateFilter, TxState};
-use crate::store::{DecisionRecord, Stored};
+use crate::store::{DecisionRecord, Store, Stored};
 use crate::wire::{DecisionState, Transaction, TransactionList};
 use cotx_protocol::answer::{self as protocol, Answer};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::decisions;
 use super::parts::Parts;
-use super::registry::{Entry, Lookup};
+use super::registry::{Entry, Lookup, Registry};
 
 /// An operation's answer: a response body (crate::wire; the API's handler serializes it)
 /// or a refusal.
 pub type Res<T> = Result<T, Refusal>;
 
+/// What answering about a gtid reads: memory, the store, whose node it is, the config
+/// (our node, the long poll's limit) and the decision resources (a gtid that may have
+/// decided in a participant). The operations of other modules pass their `Parts`,
+/// narrowed to this (`From`).
+#[derive(Clone, Copy)]
+pub struct Answering<'a> {
+    pub cfg: &'a Config,
+    pub store: &'a Store,
+    pub owner: &'a Ownership,
+    pub registry: &'a Registry,
+    pub resources: &'a Clients,
+}
+
+impl<'a> From<&'a Parts> for Answering<'a> {
+    fn from(p: &'a Parts) -> Self {
+        Answering { cfg: &p.cfg, store: &p.store, owner: &p.owner, registry: &p.registry, resources: &p.resources }
+    }
+}
+
+impl<'a> From<&'a Arc<Parts>> for Answering<'a> {
+    fn from(p: &'a Arc<Parts>) -> Self {
+        Answering::from(&**p)
+    }
+}
+
 /// The rule: what this daemon may say of `gtid`, given what its memory holds of it
 /// (`Some(decision)` when it is in memory) and what the store holds (when read). The
 /// quarantine and whether the gtid is ours are read here, so every caller feeds the rule
 /// the same way.
-pub(super) fn rule(c: &Parts, gtid: &str, memory: Option<Option<Outcome>>, stored: Option<&Stored>) -> Answer {
+pub(super) fn rule(c: Answering, gtid: &str, memory: Option<Option<Outcome>>, stored: Option<&Stored>) -> Answer {
     protocol::answer(c.registry.is_quarantined(gtid), memory, stored.map(Stored::view), ours(c, gtid))
 }
 
@@ -37,7 +66,7 @@ pub(super) fn rule(c: &Parts, gtid: &str, memory: Option<Option<Outcome>>, store
 /// grant. A daemon that took the node over, or any other, answers from the store only —
 /// the previous owner's decision may still land (its recovery records abort first). A gtid
 /// not of our naming was issued by no daemon: nobody else could answer it.
-fn ours(c: &Parts, gtid: &str) -> bool {
+fn ours(c: Answering, gtid: &str) -> bool {
     match naming::gtid_epoch(gtid) {
         Some((node, _)) => node == c.cfg.node_id && c.owner.grant(node).is_some(),
         None => true,
@@ -47,7 +76,8 @@ fn ours(c: &Parts, gtid: &str) -> bool {
 /// The store's word on a gtid, read once; an unreadable record is quarantined as it is
 /// seen. A gtid not of our naming is never in the store (both stores answer it absent):
 /// not read.
-pub(super) async fn read_store(c: &Parts, gtid: &str) -> Result<Stored, Refusal> {
+pub(super) async fn read_store<'a>(c: impl Into<Answering<'a>>, gtid: &str) -> Result<Stored, Refusal> {
+    let c = c.into();
     if naming::gtid_epoch(gtid).is_none() {
         return Ok(Stored::Absent { forgotten: false });
     }
@@ -69,7 +99,7 @@ fn quarantined(gtid: &str) -> Refusal {
 /// The rule's answer for a gtid that is not served from memory, in words. `Decided` is
 /// only reached by an operation other than a read (a read answers with the record):
 /// the gtid is finished and out of memory, its outcome recorded.
-async fn refusal(c: &Parts, gtid: &str, a: Answer) -> Refusal {
+async fn refusal(c: Answering<'_>, gtid: &str, a: Answer) -> Refusal {
     match a {
         Answer::Quarantined => quarantined(gtid),
         Answer::Forgotten => Refusal::new(RefusalCode::OutcomeForgotten, format!("{gtid}: its record was purged after the retention (timeouts.outcome_retention_ms), or its epoch was sealed when the store was restored from an older copy (mark-restored); its outcome is no longer known")),
@@ -90,7 +120,7 @@ async fn refusal(c: &Parts, gtid: &str, a: Answer) -> Refusal {
 }
 
 /// Another node's transaction, undecided in the store: who answers it.
-pub(super) async fn ask_owner(c: &Parts, gtid: &str) -> Refusal {
+pub(super) async fn ask_owner(c: Answering<'_>, gtid: &str) -> Refusal {
     let node = naming::gtid_node(gtid).unwrap_or_default();
     if c.owner.acts_for(node) {
         return Refusal::new(
@@ -120,11 +150,12 @@ pub(super) async fn ask_owner(c: &Parts, gtid: &str) -> Refusal {
 /// gtid, a quarantined one (the rule puts the store's word over memory: every daemon, the
 /// one that decided it included, answers "quarantined"), and any while our node is being
 /// regained.
-pub fn with_tx<T>(
-    c: &Parts,
+pub fn with_tx<'a, T>(
+    c: impl Into<Answering<'a>>,
     gtid: &str,
     f: impl FnOnce(&mut Entry) -> Result<T, Refusal>,
 ) -> Result<Lookup<T>, Refusal> {
+    let c = c.into();
     if let Err(e) = naming::check_id("gtid", gtid) {
         return refuse(e.code, e.message);
     }
@@ -145,12 +176,17 @@ pub fn with_tx<T>(
 }
 
 /// What memory says of a gtid, when it can say anything (no refusal, not here: None).
-pub fn peek<T>(c: &Parts, gtid: &str, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+pub fn peek<'a, T>(c: impl Into<Answering<'a>>, gtid: &str, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
     with_tx(c, gtid, |e| Ok(f(e))).ok().and_then(Lookup::here)
 }
 
 /// Runs a synchronous operation on a gtid; when it is not in memory, says why.
-pub async fn on<T>(c: &Parts, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T, Refusal>) -> Result<T, Refusal> {
+pub async fn on<'a, T>(
+    c: impl Into<Answering<'a>>,
+    gtid: &str,
+    f: impl FnOnce(&mut Entry) -> Result<T, Refusal>,
+) -> Result<T, Refusal> {
+    let c = c.into();
     match with_tx(c, gtid, f)? {
         Lookup::Here(t) => Ok(t),
         Lookup::NotHere => Err(elsewhere(c, gtid).await),
@@ -160,7 +196,7 @@ pub async fn on<T>(c: &Parts, gtid: &str, f: impl FnOnce(&mut Entry) -> Result<T
 /// Why a gtid that is not in memory cannot be served here (the rule, from the store):
 /// presumed abort only for our own node under its grant; another node's transaction is
 /// sent to its owner, or waits for a takeover.
-pub async fn elsewhere(c: &Parts, gtid: &str) -> Refusal {
+pub async fn elsewhere(c: Answering<'_>, gtid: &str) -> Refusal {
     // The quarantine is the rule's first word: no read needed.
     if c.registry.is_quarantined(gtid) {
         return quarantined(gtid);
@@ -174,7 +210,11 @@ pub async fn elsewhere(c: &Parts, gtid: &str) -> Refusal {
 /// A gtid not in memory, answered from one read of the store: its record when the rule
 /// says it is decided, else why not: the rule's answer (None: the store could not be
 /// read) and that answer in words.
-pub async fn from_store(c: &Parts, gtid: &str) -> Result<DecisionRecord, (Option<Answer>, Refusal)> {
+pub async fn from_store<'a>(
+    c: impl Into<Answering<'a>>,
+    gtid: &str,
+) -> Result<DecisionRecord, (Option<Answer>, Refusal)> {
+    let c = c.into();
     let s = read_store(c, gtid).await.map_err(|e| (None, e))?;
     match (rule(c, gtid, None, Some(&s)), s) {
         (Answer::Decided(_), Stored::Record(r)) => Ok(r),
@@ -182,14 +222,14 @@ pub async fn from_store(c: &Parts, gtid: &str) -> Result<DecisionRecord, (Option
     }
 }
 
-pub async fn get(c: &Parts, gtid: &str) -> Res<Transaction> {
+pub async fn get(c: Answering<'_>, gtid: &str) -> Res<Transaction> {
     match with_tx(c, gtid, |e| Ok(Transaction::from_tx(&e.tx)))? {
         Lookup::Here(v) => Ok(v),
         Lookup::NotHere => from_store(c, gtid).await.map(|r| Transaction::from_record(&r)).map_err(|(_, e)| e),
     }
 }
 
-pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res<DecisionState> {
+pub async fn wait_decision(c: Answering<'_>, gtid: &str, wait_ms: u64) -> Res<DecisionState> {
     let mut rx = match with_tx(c, gtid, |e| Ok(e.watch.subscribe()))? {
         Lookup::Here(rx) => rx,
         // Any daemon answers a decided gtid from the store; an undecided one of another
@@ -219,13 +259,13 @@ pub async fn wait_decision(c: &Parts, gtid: &str, wait_ms: u64) -> Res<DecisionS
 /// The long poll's answer for a gtid not in memory. Presumed abort is not ours to answer
 /// for a transaction that may have decided in a participant: ask there (which fences it),
 /// as the model's `answer` does in its decision-in-a-participant mode.
-async fn not_in_memory_decision(c: &Parts, gtid: &str) -> Res<DecisionState> {
+async fn not_in_memory_decision(c: Answering<'_>, gtid: &str) -> Res<DecisionState> {
     let (a, e) = match from_store(c, gtid).await {
         Ok(rec) => return Ok(DecisionState::from_record(gtid, &rec)),
         Err(x) => x,
     };
-    if a == Some(Answer::PresumedAbort) && !decisions::decision_resources(c).is_empty() {
-        match decisions::resolve_in_participants(c, &[gtid.to_string()]).await.get(gtid) {
+    if a == Some(Answer::PresumedAbort) && !decisions::decision_resources(c.cfg).is_empty() {
+        match decisions::resolve_in_participants(c.cfg, c.resources, &[gtid.to_string()]).await.get(gtid) {
             Some(Outcome::Commit) => return Ok(DecisionState::committed_in_participant(gtid)),
             Some(Outcome::Abort) => {}
             None => {
@@ -239,7 +279,7 @@ async fn not_in_memory_decision(c: &Parts, gtid: &str) -> Res<DecisionState> {
     Err(e)
 }
 
-pub fn list(c: &Parts, filter: Option<&str>) -> Res<TransactionList> {
+pub fn list(c: Answering<'_>, filter: Option<&str>) -> Res<TransactionList> {
     let filter = filter.map(StateFilter::parse).transpose()?;
     let txs = c.registry.txs.lock().unwrap();
     let mut out: Vec<(u128, Transaction)> = txs

@@ -134,7 +134,7 @@ fn apply_decided(c: &Arc<Parts>, gtid: &str, d: Decided) -> Result<(), Refusal> 
 /// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
 pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], bid: &str) -> Res<Decision> {
     refuse_new_work(c)?;
-    let allowed = decisions::decision_resources(c);
+    let allowed = decisions::decision_resources(&c.cfg);
     if c.enforcement.holds(gtid, bid) {
         return refuse(
             RefusalCode::NotADecisionResource,

@@ -13,9 +13,9 @@
 //! `co.decide` must keep finding them). docs/coordinator.md, "Decision in a participant".
 //! The commit request itself (`commit_decide_in`) is a commit path: commit.rs.
 
-use crate::config::{Resource, ResourceKind};
+use crate::config::{Config, Resource, ResourceKind};
 use crate::naming;
-use crate::participants::resources::{pg_err, ResourceClient};
+use crate::participants::resources::{pg_err, Clients, ResourceClient, ResourceError};
 use crate::state::{FinishedBy, Outcome, TxState};
 use crate::telemetry::log::log;
 use serde_json::json;
@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use super::completion;
 use super::parts::Parts;
+use super::registry::Registry;
 
 /// How long co.resolve waits for an open co.decide of the same gtid before this attempt
 /// gives up (the next attempt asks again).
@@ -40,7 +41,7 @@ impl ResourceClient {
     /// committed). One round trip for the batch; when it fails (e.g. one gtid's decision
     /// is held open past the lock timeout) each gtid is asked alone, and gtids that still
     /// fail are left out: unknown this time.
-    pub async fn resolve_decisions(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, String> {
+    pub async fn resolve_decisions(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, ResourceError> {
         match self.resolve_batch(gtids).await {
             Ok(m) => Ok(m),
             Err(e) if gtids.len() == 1 => Err(e),
@@ -61,7 +62,7 @@ impl ResourceClient {
         }
     }
 
-    async fn resolve_batch(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, String> {
+    async fn resolve_batch(&self, gtids: &[String]) -> Result<HashMap<String, Outcome>, ResourceError> {
         if gtids.is_empty() {
             return Ok(HashMap::new());
         }
@@ -74,8 +75,8 @@ impl ResourceClient {
         );
         let q = tokio::time::timeout(Duration::from_millis(RESOLVE_LOCK_TIMEOUT_MS + 10_000), self.pg_simple(&sql));
         let msgs = match q.await {
-            Ok(r) => r.map_err(|e| format!("{}: {}", self.name, pg_err(&e)))?,
-            Err(_) => return Err(format!("{}: timed out resolving decisions", self.name)),
+            Ok(r) => r.map_err(|e| self.failed(&e))?,
+            Err(_) => return Err(ResourceError::Unreachable(format!("{}: timed out resolving decisions", self.name))),
         };
         let mut out = HashMap::new();
         for m in msgs {
@@ -89,12 +90,18 @@ impl ResourceClient {
     }
 
     /// Deletes committed decision rows of finished transactions (co.forget).
-    pub async fn forget_decisions(&self, gtids: &[String]) -> Result<(), String> {
+    pub async fn forget_decisions(&self, gtids: &[String]) -> Result<(), ResourceError> {
         let sql = format!("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SELECT co.forget({})", array_literal(gtids));
         match tokio::time::timeout(Duration::from_secs(15), self.pg_simple(&sql)).await {
-            Ok(r) => r.map(|_| ()).map_err(|e| format!("{}: {}", self.name, pg_err(&e))),
-            Err(_) => Err(format!("{}: timed out forgetting decisions", self.name)),
+            Ok(r) => r.map(|_| ()).map_err(|e| self.failed(&e)),
+            Err(_) => Err(ResourceError::Unreachable(format!("{}: timed out forgetting decisions", self.name))),
         }
+    }
+
+    /// A PostgreSQL error here, of its kind (the server answered: SQL; else unreachable),
+    /// named after the resource.
+    fn failed(&self, e: &tokio_postgres::Error) -> ResourceError {
+        ResourceError::from_driver(e.as_db_error().is_some(), format!("{}: {}", self.name, pg_err(e)))
     }
 }
 
@@ -103,8 +110,8 @@ pub fn decision_resources_of(resources: &[Resource]) -> Vec<String> {
     resources.iter().filter(|r| r.decisions && r.kind == ResourceKind::Postgres).map(|r| r.name.clone()).collect()
 }
 
-pub fn decision_resources(c: &Parts) -> Vec<String> {
-    decision_resources_of(&c.cfg.resources)
+pub fn decision_resources(cfg: &Config) -> Vec<String> {
+    decision_resources_of(&cfg.resources)
 }
 
 /// After the owners' grace period (the tick finds it over: Registry::grace_over), a
@@ -194,13 +201,13 @@ pub fn merge_answers(
 
 /// Recovery: the outcome of gtids that have no decision here, at every decision
 /// resource (see `merge_answers`).
-pub async fn resolve_in_participants(c: &Parts, gtids: &[String]) -> HashMap<String, Outcome> {
-    let names = decision_resources(c);
+pub async fn resolve_in_participants(cfg: &Config, resources: &Clients, gtids: &[String]) -> HashMap<String, Outcome> {
+    let names = decision_resources(cfg);
     let mut out = HashMap::new();
     for chunk in gtids.chunks(500) {
         let mut answers = vec![];
         for n in &names {
-            match c.resources[n].resolve_decisions(chunk).await {
+            match resources[n].resolve_decisions(chunk).await {
                 Ok(m) => answers.push(m),
                 Err(e) => log(
                     "warn",
@@ -215,13 +222,13 @@ pub async fn resolve_in_participants(c: &Parts, gtids: &[String]) -> HashMap<Str
 }
 
 /// Deletes the committed decision rows of finished transactions, batched per pass.
-pub async fn flush_forgotten_decisions(c: &Parts) {
-    let gtids: Vec<String> = std::mem::take(&mut *c.registry.decisions_to_forget.lock().unwrap());
+pub async fn flush_forgotten_decisions(cfg: &Config, resources: &Clients, registry: &Registry) {
+    let gtids: Vec<String> = std::mem::take(&mut *registry.decisions_to_forget.lock().unwrap());
     if gtids.is_empty() {
         return;
     }
-    for n in decision_resources(c) {
-        if let Err(e) = c.resources[&n].forget_decisions(&gtids).await {
+    for n in decision_resources(cfg) {
+        if let Err(e) = resources[&n].forget_decisions(&gtids).await {
             // Rows left behind cost a little space; the next pass does not retry them.
             log(
                 "warn",

@@ -3,9 +3,12 @@
 //! rest, and the recovery pass's enforcement step (probe every resource again, recover
 //! dangling helpers, watch MariaDB restarts).
 
-use crate::config::ResourceKind;
+use crate::config::{ResourceKind, Timeouts};
+use crate::ha::ownership::Ownership;
 use crate::naming;
+use crate::participants::enforcement::runtime::Enforcement;
 use crate::participants::enforcement::{Effective, Mode};
+use crate::participants::resources::Clients;
 use crate::state::{BranchState, Outcome, TxState};
 use crate::telemetry::log::log;
 use serde_json::json;
@@ -15,10 +18,42 @@ use std::time::Duration;
 use super::parts::Parts;
 use super::registry::Registry;
 
+/// What the holds are kept and let go of with: the enforcement runtime and the resources'
+/// connections it acts on, and, to judge whether a helper is still needed, memory, whose
+/// nodes we act for and the owners' grace period. Callers pass their `Parts`, narrowed
+/// to this (`From`).
+#[derive(Clone, Copy)]
+pub struct Holds<'a> {
+    pub enforcement: &'a Enforcement,
+    pub resources: &'a Clients,
+    pub registry: &'a Registry,
+    pub owner: &'a Ownership,
+    pub timeouts: &'a Timeouts,
+}
+
+impl<'a> From<&'a Parts> for Holds<'a> {
+    fn from(p: &'a Parts) -> Self {
+        Holds {
+            enforcement: &p.enforcement,
+            resources: &p.resources,
+            registry: &p.registry,
+            owner: &p.owner,
+            timeouts: &p.cfg.timeouts,
+        }
+    }
+}
+
+impl<'a> From<&'a Arc<Parts>> for Holds<'a> {
+    fn from(p: &'a Arc<Parts>) -> Self {
+        Holds::from(&**p)
+    }
+}
+
 /// A helper that no live branch of ours holds stays only while its branch may still
 /// commit: a branch of another node (not ours to touch), a prepared branch whose
 /// transaction is not known aborted, or a registered branch of a live transaction.
-pub fn keep_helper(c: &Parts, gtid: &str, bid: &str, branch_prepared: bool) -> bool {
+pub fn keep_helper<'a>(c: impl Into<Holds<'a>>, gtid: &str, bid: &str, branch_prepared: bool) -> bool {
+    let c = c.into();
     let Some(node) = naming::gtid_node(gtid) else { return true };
     if !c.owner.acts_for(node) {
         return true;
@@ -29,7 +64,7 @@ pub fn keep_helper(c: &Parts, gtid: &str, bid: &str, branch_prepared: bool) -> b
                 || e.tx.branches.iter().any(|b| b.branch_id == bid && b.state == BranchState::Registered);
         }
     }
-    match c.registry.decision_of(gtid, Duration::from_millis(c.cfg.timeouts.owner_grace_ms)) {
+    match c.registry.decision_of(gtid, Duration::from_millis(c.timeouts.owner_grace_ms)) {
         Some((Outcome::Abort, _)) => false,
         // Committed and still prepared: recovery commits it, the next sweep lets go.
         // Not prepared: finished, or it never will be (an epoch that cannot decide).
@@ -53,18 +88,18 @@ pub fn settled(r: &Registry, gtid: &str, bid: &str) -> bool {
 }
 
 /// The daemon stops: settled holds let go of, and helpers no live branch holds.
-pub async fn release_at_stop(c: &Parts) {
+pub async fn release_at_stop(c: Holds<'_>) {
     release_settled_holds(c).await;
-    c.enforcement.let_go_unused(&c.resources).await;
+    c.enforcement.let_go_unused(c.resources).await;
 }
 
 /// Lets go of every settled hold, and of helpers idle or whose rollback failed (the
 /// housekeeping tick: the safety net under `spawn_release_of`).
-pub async fn release_settled_holds(c: &Parts) {
+pub async fn release_settled_holds(c: Holds<'_>) {
     if c.enforcement.held_count() > 0 {
-        c.enforcement.release(&c.resources, |g, b| settled(&c.registry, g, b)).await;
+        c.enforcement.release(c.resources, |g, b| settled(c.registry, g, b)).await;
     }
-    c.enforcement.retire_idle(&c.resources).await;
+    c.enforcement.retire_idle(c.resources).await;
 }
 
 /// A branch of `gtid` may just have been settled (finished, failed, its transaction
@@ -92,8 +127,9 @@ pub fn spawn_refill(c: &Arc<Parts>, resource: &str) {
 }
 
 /// A registration that failed after its hold was taken.
-pub async fn release_hold(c: &Parts, gtid: &str, bid: &str) {
-    c.enforcement.release(&c.resources, |g, b| g == gtid && b == bid).await;
+pub async fn release_hold<'a>(c: impl Into<Holds<'a>>, gtid: &str, bid: &str) {
+    let c = c.into();
+    c.enforcement.release(c.resources, |g, b| g == gtid && b == bid).await;
 }
 
 /// Part of every recovery pass: the mode of each resource asked again (a change is
@@ -101,7 +137,7 @@ pub async fn release_hold(c: &Parts, gtid: &str, bid: &str) {
 /// PostgreSQL resource's helpers are looked for whatever its mode now: an earlier run in
 /// client mode may have left some (killed, or its resource since moved to engine mode),
 /// and a prepared helper holds back the server's xmin until it is rolled back.
-pub async fn enforcement_pass(c: &Parts) {
+pub async fn enforcement_pass(c: Holds<'_>) {
     for rc in c.resources.values() {
         let eff = c.enforcement.refresh(rc).await;
         let helpers_may_be_left = rc.kind == ResourceKind::Postgres && matches!(eff, Effective::Mode(_));

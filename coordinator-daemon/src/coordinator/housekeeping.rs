@@ -1,19 +1,23 @@
 //! Periodic housekeeping (timeouts, retention, a stalled store said once) and the gauges
 //! the metrics endpoint renders.
 
+use crate::config::Config;
+use crate::ha::ownership::Ownership;
 use crate::state::BranchState;
+use crate::store::Store;
 use crate::telemetry::gauges::Gauges;
 use crate::telemetry::log::log;
 use serde_json::json;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::completion;
 use super::deadlocks;
 use super::decisions;
-use super::holds;
+use super::holds::{self, Holds};
 use super::parts::Parts;
+use super::registry::Registry;
 
 /// What to say about the store, given how long it has not answered: `Some(true)` it
 /// stopped (said once per stall), `Some(false)` it answers again, None nothing new.
@@ -29,17 +33,17 @@ pub fn store_news(stalled_ms: u64, limit_ms: u64, was_stalled: bool) -> Option<b
 
 /// How long the store may take over one request before it counts as not answering (the
 /// log below, readiness).
-pub fn store_stall_limit_ms(c: &Parts) -> u64 {
-    c.cfg.lease.ttl_ms.min(2_000)
+pub fn store_stall_limit_ms(cfg: &Config) -> u64 {
+    cfg.lease.ttl_ms.min(2_000)
 }
 
 /// Says once per stall that the decision store stopped answering, and when it answers
 /// again: a paused or partitioned store holds every commit and renewal silently.
-fn watch_store(c: &Parts) {
-    let stalled = c.store.stats.stalled_ms();
-    match store_news(stalled, store_stall_limit_ms(c), c.store_stalled.load(Relaxed)) {
+fn watch_store(store: &Store, said_stalled: &AtomicBool, cfg: &Config) {
+    let stalled = store.stats.stalled_ms();
+    match store_news(stalled, store_stall_limit_ms(cfg), said_stalled.load(Relaxed)) {
         Some(true) => {
-            c.store_stalled.store(true, Relaxed);
+            said_stalled.store(true, Relaxed);
             log(
                 "error",
                 "decision store is not answering: commits wait for their records, the lease cannot be renewed",
@@ -47,7 +51,7 @@ fn watch_store(c: &Parts) {
             );
         }
         Some(false) => {
-            c.store_stalled.store(false, Relaxed);
+            said_stalled.store(false, Relaxed);
             log("warn", "decision store answers again", json!({}));
         }
         None => {}
@@ -57,7 +61,7 @@ fn watch_store(c: &Parts) {
 /// Abort what timed out, resolve what its owner left deciding past the grace period, drop
 /// what is finished and old.
 pub fn tick(c: &Arc<Parts>) {
-    watch_store(c);
+    watch_store(&c.store, &c.store_stalled, &c.cfg);
     let retention = Duration::from_millis(c.cfg.timeouts.retention_ms);
     let now = Instant::now();
     if c.registry.sweep_due(now) {
@@ -76,14 +80,14 @@ pub fn tick(c: &Arc<Parts>) {
     }
     if c.enforcement.busy() {
         let me = c.clone();
-        tokio::spawn(async move { holds::release_settled_holds(&me).await });
+        tokio::spawn(async move { holds::release_settled_holds(Holds::from(&me)).await });
     }
 }
 
-pub fn gauges(c: &Parts) -> Gauges {
+pub fn gauges(registry: &Registry, owner: &Ownership, cfg: &Config) -> Gauges {
     let mut g = Gauges::default();
     {
-        let txs = c.registry.txs.lock().unwrap();
+        let txs = registry.txs.lock().unwrap();
         for e in txs.values() {
             if e.tx.in_doubt() {
                 g.in_doubt += 1;
@@ -95,12 +99,12 @@ pub fn gauges(c: &Parts) -> Gauges {
             g.unconfigured_branches +=
                 e.tx.branches
                     .iter()
-                    .filter(|b| b.state == BranchState::Prepared && c.kind_of(&b.resource).is_none())
+                    .filter(|b| b.state == BranchState::Prepared && cfg.kind_of(&b.resource).is_none())
                     .count();
         }
     }
-    g.quarantined = c.registry.quarantined.lock().unwrap().len();
-    g.adopted_nodes = c.owner.adopted().len();
+    g.quarantined = registry.quarantined.lock().unwrap().len();
+    g.adopted_nodes = owner.adopted().len();
     g
 }
 
@@ -126,12 +130,12 @@ mod tests {
         c.begin(None).unwrap();
         c.register(&g1, "pg", "b1").await.unwrap();
         c.commit_with(&g1, "coordinator", &["b1".into()]).await.unwrap();
-        let g = gauges(p);
+        let g = gauges(&p.registry, &p.owner, &p.cfg);
         assert_eq!((g.active, g.in_doubt, g.quarantined, g.adopted_nodes), (1, 1, 0, 0));
         p.owner.granted("u9", 1);
         p.owner.adopt("u9");
         p.registry.quarantine(&crate::store::CorruptRecord { gtid: "u9-1-1".into(), problem: "x".into() });
-        let g = gauges(p);
+        let g = gauges(&p.registry, &p.owner, &p.cfg);
         assert_eq!((g.quarantined, g.adopted_nodes), (1, 1));
     }
 }

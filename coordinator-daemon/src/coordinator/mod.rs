@@ -238,15 +238,15 @@ impl Coordinator {
     }
 
     pub async fn get(&self, gtid: &str) -> Res<wire::Transaction> {
-        answers::get(&self.parts, gtid).await
+        answers::get((&self.parts).into(), gtid).await
     }
 
     pub async fn wait_decision(&self, gtid: &str, wait_ms: u64) -> Res<wire::DecisionState> {
-        answers::wait_decision(&self.parts, gtid, wait_ms).await
+        answers::wait_decision((&self.parts).into(), gtid, wait_ms).await
     }
 
     pub fn list(&self, filter: Option<&str>) -> Res<wire::TransactionList> {
-        answers::list(&self.parts, filter)
+        answers::list((&self.parts).into(), filter)
     }
 
     pub async fn force(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res<wire::Decision> {
@@ -254,11 +254,12 @@ impl Coordinator {
     }
 
     pub async fn in_doubt_report(&self) -> Res<wire::TransactionList> {
-        operator::in_doubt_report(&self.parts).await
+        operator::in_doubt_report((&self.parts).into()).await
     }
 
     pub fn resources_report(&self) -> wire::Resources {
-        operator::resources_report(&self.parts)
+        let p = &self.parts;
+        operator::resources_report(&p.cfg, &p.registry, &p.resource_up, &p.enforcement)
     }
 
     pub async fn nodes_report(&self) -> Res<wire::Nodes> {
@@ -266,7 +267,7 @@ impl Coordinator {
     }
 
     pub fn gauges(&self) -> Gauges {
-        housekeeping::gauges(&self.parts)
+        housekeeping::gauges(&self.parts.registry, &self.parts.owner, &self.parts.cfg)
     }
 
     /// Abort what timed out, drop what is finished and old (every 50 ms: serve.rs).
@@ -276,7 +277,7 @@ impl Coordinator {
 
     /// At the daemon's stop: client mode's holds and unused helpers let go of.
     pub async fn release_at_stop(&self) {
-        holds::release_at_stop(&self.parts).await
+        holds::release_at_stop((&self.parts).into()).await
     }
 }
 

@@ -1,8 +1,10 @@
 //! Operator commands on the running daemon: force an outcome (audited before it acts), the
 //! in-doubt report, quarantined records.
 
+use crate::config::Config;
 use crate::naming;
-use crate::participants::resources::ResourceClient;
+use crate::participants::enforcement::runtime::Enforcement;
+use crate::participants::resources::Clients;
 use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
 use crate::store::{AuditEntry, DecisionRecord, Op, Store, StoreError};
@@ -11,12 +13,13 @@ use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Re
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::answers::{self, Res};
+use super::answers::{self, Answering, Res};
 use super::commit;
 use super::completion;
 use super::parts::Parts;
+use super::registry::Registry;
 
 /// What a forced outcome does to a transaction memory holds in `state` (its commit
 /// refused for `why_not_commit`, if it would be): pure, so every case is tested.
@@ -88,7 +91,7 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
                 RefusalCode::ContradictsDecision,
                 format!("{gtid} is decided {} (recorded by node {})", rec.outcome.as_str(), rec.node),
             ),
-            Ok(_) => answers::ask_owner(c, gtid).await,
+            Ok(_) => answers::ask_owner(c.into(), gtid).await,
             Err((_, why)) => why,
         });
     }
@@ -195,7 +198,7 @@ async fn resolve_quarantined(
 }
 
 /// Branches of `gtid` prepared on any configured resource now.
-async fn branches_seen(resources: &HashMap<String, Arc<ResourceClient>>, gtid: &str) -> Vec<(String, String)> {
+async fn branches_seen(resources: &Clients, gtid: &str) -> Vec<(String, String)> {
     let mut out = vec![];
     for (name, rc) in resources {
         if let Ok(v) = rc.list_prepared().await {
@@ -207,7 +210,7 @@ async fn branches_seen(resources: &HashMap<String, Arc<ResourceClient>>, gtid: &
 
 /// In-doubt transactions, oldest first, each prepared branch with what it blocks, plus
 /// quarantined records and branches on resources no longer configured.
-pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
+pub async fn in_doubt_report(c: Answering<'_>) -> Res<TransactionList> {
     let mut v = answers::list(c, Some("in_doubt"))?;
     for t in v.transactions.iter_mut() {
         for b in t.branches.iter_mut() {
@@ -230,16 +233,20 @@ pub async fn in_doubt_report(c: &Parts) -> Res<TransactionList> {
 
 /// The configured resources with their health (the last contact) and how many
 /// prepared, unfinished branches on each the daemon holds in memory.
-pub fn resources_report(c: &Parts) -> Resources {
+pub fn resources_report(
+    cfg: &Config,
+    registry: &Registry,
+    resource_up: &Mutex<HashMap<String, bool>>,
+    enforcement: &Enforcement,
+) -> Resources {
     let mut prepared: HashMap<String, u64> = HashMap::new();
-    for e in c.registry.txs.lock().unwrap().values() {
+    for e in registry.txs.lock().unwrap().values() {
         for b in e.tx.branches.iter().filter(|b| b.state == state::BranchState::Prepared) {
             *prepared.entry(b.resource.clone()).or_default() += 1;
         }
     }
-    let up = c.resource_up.lock().unwrap();
-    let resources = c
-        .cfg
+    let up = resource_up.lock().unwrap();
+    let resources = cfg
         .resources
         .iter()
         .map(|r| ResourceInfo {
@@ -249,7 +256,7 @@ pub fn resources_report(c: &Parts) -> Resources {
             decisions: r.decisions,
             prepared_branches: prepared.get(&r.name).copied().unwrap_or(0),
             // Every configured resource has an enforcement state (Enforcement::new).
-            enforcement: c.enforcement.report(&r.name).unwrap_or_else(|| ResourceEnforcement {
+            enforcement: enforcement.report(&r.name).unwrap_or_else(|| ResourceEnforcement {
                 configured: r.enforcement.as_str().into(),
                 mode: "unknown".into(),
                 reason: Some("no enforcement state".into()),
@@ -304,7 +311,7 @@ mod tests {
         let p = c.parts();
         let g = naming::new_gtid("u1", p.owner.nonce, 77);
         p.registry.quarantine(&crate::store::CorruptRecord { gtid: g.clone(), problem: "bad".into() });
-        let r = in_doubt_report(p).await.unwrap();
+        let r = in_doubt_report(p.into()).await.unwrap();
         assert!(r.transactions.is_empty());
         assert_eq!(r.quarantined.unwrap()[0].gtid, g);
         assert_eq!(c.get(&g).await.unwrap_err().code, RefusalCode::Quarantined);

@@ -1,9 +1,11 @@
 //! The parts a coordinator is made of, each owned by its own module: the config, the
 //! decision store, the metrics, the resources' connections and what was last seen of
 //! them, the live transactions (registry.rs), what this daemon owns (ha/ownership.rs) and
-//! the enforcement runtime. The operation modules take this bundle (they spawn tasks
-//! that outlive a request, hence `Arc<Parts>`); the logic lives in the parts and in those
-//! modules, never here.
+//! the enforcement runtime. An operation borrows only the parts it uses, or a small view
+//! of them built from this bundle (`answers::Answering`, `holds::Holds`, `Parts::holding`);
+//! what spawns tasks that outlive a request takes the whole `Arc<Parts>` (a ceiling on
+//! how many functions take it: regress/pytest/repository/test_structure.py). The logic
+//! lives in the parts and in those modules, never here.
 
 use crate::config::{Config, ResourceKind};
 use crate::ha::holding::Holding;
@@ -73,7 +75,7 @@ impl Parts {
     }
 
     pub fn kind_of(&self, resource: &str) -> Option<ResourceKind> {
-        self.cfg.resources.iter().find(|r| r.name == resource).map(|r| r.kind)
+        self.cfg.kind_of(resource)
     }
 
     pub fn count_decision(&self, o: Outcome) {

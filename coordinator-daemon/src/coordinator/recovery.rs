@@ -18,25 +18,26 @@
 //! undecided one first gets an abort record (conditional insert: whoever wrote first
 //! wins), then the recorded outcome. A record that cannot be read stops its gtid.
 
-use crate::config::ResourceKind;
+use crate::config::{Config, ResourceKind};
+use crate::ha::holding::Holding;
 use crate::ha::ownership::Ownership;
 use crate::ha::takeover;
 use crate::naming;
-use crate::participants::resources::Completion;
+use crate::participants::resources::{Clients, Completion};
 use crate::state::{self, FinishedBy, Outcome};
 use crate::store::{CorruptRecord, Decided, DecisionRecord, Op};
 use crate::telemetry::log::log;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::completion;
 use super::decisions;
-use super::holds;
+use super::holds::{self, Holds};
 use super::parts::Parts;
-use super::registry::Entry;
+use super::registry::{Entry, Registry};
 
 /// What one branch found prepared gets: the protocol's pure rule (shared with the model).
 pub use cotx_protocol::recovery::{decide, Action};
@@ -49,22 +50,75 @@ pub struct Report {
     pub unreachable: Vec<String>,
 }
 
+/// Why a prepared branch is not ours to act on; the pass does something different for
+/// each kind (nothing, a takeover looked for, a warning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotOurs {
+    /// Not named by any daemon.
+    #[error("not a gtid of ours")]
+    NotAGtid,
+    /// A node we do not act for (released nodes with branches are taken again).
+    #[error("another node")]
+    AnotherNode,
+    /// Our node, an epoch our store never registered: another daemon of the same name.
+    #[error("foreign epoch")]
+    ForeignEpoch,
+}
+
 /// Whether we may act on this gtid's branches, and why not.
 /// Ok(true): of our current epoch (memory is the truth); Ok(false): of another epoch
 /// we act for.
-pub fn whose(o: &Ownership, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, &'static str> {
-    let Some((node, nonce)) = naming::gtid_epoch(gtid) else { return Err("not a gtid of ours") };
+pub fn whose(o: &Ownership, gtid: &str, epochs: &HashSet<(String, u64)>) -> Result<bool, NotOurs> {
+    let Some((node, nonce)) = naming::gtid_epoch(gtid) else { return Err(NotOurs::NotAGtid) };
     if !o.acts_for(node) {
-        return Err("another node");
+        return Err(NotOurs::AnotherNode);
     }
     if !epochs.contains(&(node.to_string(), nonce)) {
-        return Err("foreign epoch");
+        return Err(NotOurs::ForeignEpoch);
     }
     Ok(node == o.node_id && nonce == o.nonce)
 }
 
-fn decision_of(c: &Parts, gtid: &str) -> Option<(Outcome, bool)> {
-    c.registry.decision_of(gtid, Duration::from_millis(c.cfg.timeouts.owner_grace_ms))
+/// What a pass reads to list the prepared branches and choose what each gets: the config
+/// (our node, the owners' grace, the decision resources), whose nodes we act for, memory,
+/// the resources' connections and their health (which the listing updates). Acting on a
+/// branch (completion, the store's abort records) takes the whole `Parts`: it spawns work
+/// that outlives the pass.
+#[derive(Clone, Copy)]
+struct Looking<'a> {
+    cfg: &'a Config,
+    owner: &'a Ownership,
+    registry: &'a Registry,
+    resources: &'a Clients,
+    resource_up: &'a Mutex<HashMap<String, bool>>,
+}
+
+impl<'a> From<&'a Parts> for Looking<'a> {
+    fn from(p: &'a Parts) -> Self {
+        Looking {
+            cfg: &p.cfg,
+            owner: &p.owner,
+            registry: &p.registry,
+            resources: &p.resources,
+            resource_up: &p.resource_up,
+        }
+    }
+}
+
+impl Looking<'_> {
+    fn decision_of(self, gtid: &str) -> Option<(Outcome, bool)> {
+        self.registry.decision_of(gtid, Duration::from_millis(self.cfg.timeouts.owner_grace_ms))
+    }
+
+    /// The protocol's action for one gtid from what the pass saw (`current`: of our
+    /// current epoch).
+    fn action_of(self, g: &str, current: bool, seen: &Seen) -> Action {
+        decide(self.decision_of(g), seen.active.contains(g), seen.recorded.get(g) == Some(&Outcome::Commit), current)
+    }
+
+    fn mark(self, resource: &str, up: bool) {
+        self.resource_up.lock().unwrap().insert(resource.to_string(), up);
+    }
 }
 
 /// What a pass saw of the store and memory (steps 2 and 3) and what it asked the decision
@@ -87,18 +141,19 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
     if c.owner.lease.expired() {
         return rep; // our lease is unconfirmed: act on nothing
     }
-    holds::enforcement_pass(c).await;
+    let look = Looking::from(&**c);
+    holds::enforcement_pass(Holds::from(c)).await;
     let names: Vec<String> = c.resources.keys().cloned().collect();
     // 1. P1, at resources where we hold the locks of the nodes we act for.
-    let p1 = list_first(c, &names, &mut rep).await;
+    let p1 = list_first(look, &names, &mut rep).await;
     // 2. active set
     let active = c.registry.active_set();
     // 3. decisions: the store is the truth (it may be shared with other coordinators).
     let Some((recorded, epochs)) = read_decisions(c, &mut rep).await else { return rep };
     // 4. P2; collect P1 ∩ P2 by gtid.
-    let (both, p2) = list_second(c, &names, &p1, &mut rep).await;
+    let (both, p2) = list_second(look, &names, &p1, &mut rep).await;
     let mut seen = Seen { active, recorded, epochs, unknown: HashSet::new(), in_participant: None };
-    ask_participants(c, &both, &mut seen).await;
+    ask_participants(look, &both, &mut seen).await;
     let mut nodes_with_branches: HashSet<String> = HashSet::new();
     let mut other_nodes: HashSet<String> = HashSet::new();
     for (g, branches) in &both {
@@ -109,36 +164,36 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
                 }
                 act_on(c, g, branches, current, &seen, &mut rep).await;
             }
-            Err("another node") => {
+            Err(NotOurs::AnotherNode) => {
                 if let Some((node, nonce)) = naming::gtid_epoch(g) {
                     if seen.epochs.contains(&(node.to_string(), nonce)) {
                         other_nodes.insert(node.to_string());
                     }
                 }
             }
-            Err("foreign epoch") => {
+            Err(NotOurs::ForeignEpoch) => {
                 c.metrics.foreign_branches.fetch_add(1, Relaxed);
                 c.registry.warn_once(format!("foreign:{g}"), "prepared branch of our node from an epoch our store does not know: another daemon with the same node_id and another store made it; leaving it to that daemon",
                     json!({"gtid": g, "branches": branches}));
             }
-            Err(_) => {}
+            Err(NotOurs::NotAGtid) => {}
         }
     }
     confirm_vanished(c, &names, &p1, &p2, &mut rep).await;
-    finish_pass(c, &mut rep, nodes_with_branches, other_nodes).await;
+    finish_pass(c.holding(), &c.registry, &mut rep, nodes_with_branches, other_nodes).await;
     rep
 }
 
 /// Step 1: P1, at each resource where we hold the locks of every node we act for; a
 /// resource that cannot be locked or listed is reported unreachable.
-async fn list_first(c: &Parts, names: &[String], rep: &mut Report) -> Listed {
+async fn list_first(c: Looking<'_>, names: &[String], rep: &mut Report) -> Listed {
     let nodes = c.owner.nodes();
     let mut p1: Listed = HashMap::new();
     for n in names {
         let rc = &c.resources[n];
         let mut locked = true;
         for node in &nodes {
-            if let Err(e) = rc.hold_node_lock(node, *node != c.cfg.node_id).await {
+            if let Err(e) = rc.node_lock(node, *node != c.cfg.node_id).await {
                 log(
                     "warn",
                     "recovery: cannot hold the node lock at this resource; will retry",
@@ -148,7 +203,7 @@ async fn list_first(c: &Parts, names: &[String], rep: &mut Report) -> Listed {
             }
         }
         if !locked {
-            c.resource_up.lock().unwrap().insert(n.clone(), false);
+            c.mark(n, false);
             rep.unreachable.push(n.clone());
             continue;
         }
@@ -158,7 +213,7 @@ async fn list_first(c: &Parts, names: &[String], rep: &mut Report) -> Listed {
             }
             Err(e) => {
                 log("warn", "recovery: resource unreachable; will retry", json!({"resource": n, "error": e}));
-                c.resource_up.lock().unwrap().insert(n.clone(), false);
+                c.mark(n, false);
                 rep.unreachable.push(n.clone());
             }
         }
@@ -194,7 +249,7 @@ async fn read_decisions(
 
 /// Step 4: P2 at each resource listed in P1; the branches in both, by gtid.
 async fn list_second(
-    c: &Parts,
+    c: Looking<'_>,
     names: &[String],
     p1: &Listed,
     rep: &mut Report,
@@ -211,7 +266,7 @@ async fn list_second(
                 continue;
             }
         };
-        c.resource_up.lock().unwrap().insert(n.clone(), true);
+        c.mark(n, true);
         for (g, b) in first.intersection(&second) {
             both.entry(g.clone()).or_default().push((n.clone(), b.clone()));
         }
@@ -220,28 +275,22 @@ async fn list_second(
     (both, second_of)
 }
 
-/// The protocol's action for one gtid from what the pass saw (`current`: of our current
-/// epoch).
-fn action_of(c: &Parts, g: &str, current: bool, seen: &Seen) -> Action {
-    decide(decision_of(c, g), seen.active.contains(g), seen.recorded.get(g) == Some(&Outcome::Commit), current)
-}
-
 /// Gtids recovery would presume aborted may have committed with the decision inside a
 /// participant: ask the decision resources first (one batch each).
-async fn ask_participants(c: &Parts, both: &BTreeMap<String, Vec<(String, String)>>, seen: &mut Seen) {
+async fn ask_participants(c: Looking<'_>, both: &BTreeMap<String, Vec<(String, String)>>, seen: &mut Seen) {
     seen.unknown = both
         .keys()
         .filter(|g| {
-            let Ok(current) = whose(&c.owner, g, &seen.epochs) else { return false };
-            matches!(action_of(c, g, current, seen), Action::Rollback | Action::RecordAbort)
-                && decision_of(c, g).is_none()
+            let Ok(current) = whose(c.owner, g, &seen.epochs) else { return false };
+            matches!(c.action_of(g, current, seen), Action::Rollback | Action::RecordAbort)
+                && c.decision_of(g).is_none()
                 && !c.registry.is_quarantined(g)
         })
         .cloned()
         .collect();
-    if !seen.unknown.is_empty() && !decisions::decision_resources(c).is_empty() {
+    if !seen.unknown.is_empty() && !decisions::decision_resources(c.cfg).is_empty() {
         let asked: Vec<String> = seen.unknown.iter().cloned().collect();
-        seen.in_participant = Some(decisions::resolve_in_participants(c, &asked).await);
+        seen.in_participant = Some(decisions::resolve_in_participants(c.cfg, c.resources, &asked).await);
     }
 }
 
@@ -252,13 +301,14 @@ async fn act_on(c: &Arc<Parts>, g: &str, branches: &[(String, String)], current:
     }
     // Decided again rather than kept from the participants' filter: the participant
     // lookup awaited, and a decision may have been recorded for g meanwhile.
-    let mut action = action_of(c, g, current, seen);
+    let look = Looking::from(&**c);
+    let mut action = look.action_of(g, current, seen);
     if let (Some(found), true) = (&seen.in_participant, seen.unknown.contains(g)) {
         action = match found.get(g) {
             // Unanswered by some decision resource: it may hold a commit; wait.
             None => Action::Leave,
             Some(Outcome::Commit) => {
-                adopt_participant_commit(c, g, branches, rep.unreachable.is_empty());
+                adopt_participant_commit(look, g, branches, rep.unreachable.is_empty());
                 Action::Commit
             }
             // co.resolve recorded abort there: no decision can commit any more.
@@ -293,7 +343,7 @@ async fn confirm_vanished(c: &Arc<Parts>, names: &[String], p1: &Listed, p2: &Li
     for n in names {
         let (Some(first), Some(second)) = (p1.get(n), p2.get(n)) else { continue };
         for (g, b) in c.registry.decided_prepared_on(n) {
-            if let Some((o, false)) = decision_of(c, &g) {
+            if let Some((o, false)) = Looking::from(&**c).decision_of(&g) {
                 let key = (g.clone(), b.clone());
                 if !first.contains(&key) && !second.contains(&key) {
                     let res = match (c.kind_of(n), o) {
@@ -315,7 +365,8 @@ async fn confirm_vanished(c: &Arc<Parts>, names: &[String], p1: &Listed, p2: &Li
 
 /// The pass's end: counters, the retention sweep, taken-over nodes given back, the log.
 async fn finish_pass(
-    c: &Arc<Parts>,
+    c: Holding<'_>,
+    registry: &Registry,
     rep: &mut Report,
     mut nodes_with_branches: HashSet<String>,
     other_nodes: HashSet<String>,
@@ -324,16 +375,16 @@ async fn finish_pass(
         c.metrics.recovery_errors.fetch_add(1, Relaxed);
     }
     c.metrics.recovery_runs.fetch_add(1, Relaxed);
-    c.registry.forget_finished(&c.store);
+    registry.forget_finished(c.store);
     c.store.write_later(Op::Purge { older_than_ms: c.cfg.timeouts.outcome_retention_ms });
-    decisions::flush_forgotten_decisions(c).await;
+    decisions::flush_forgotten_decisions(c.cfg, c.resources, registry).await;
     // Taken-over nodes with nothing of them prepared where we could look, and nothing
     // undecided, go back (forgotten only when every resource could be listed).
     // Adopted now, acted on from the next pass (which holds their resource locks first).
-    nodes_with_branches.extend(takeover::adopt_released_with_branches(&c.holding(), other_nodes).await);
+    nodes_with_branches.extend(takeover::adopt_released_with_branches(&c, other_nodes).await);
     for node in c.owner.adopted() {
-        if !nodes_with_branches.contains(&node) && !c.registry.has_unfinished_of(&node) {
-            takeover::release_adopted(&c.holding(), &node, rep.unreachable.is_empty()).await;
+        if !nodes_with_branches.contains(&node) && !registry.has_unfinished_of(&node) {
+            takeover::release_adopted(&c, &node, rep.unreachable.is_empty()).await;
         }
     }
     if rep.committed + rep.rolled_back > 0 {
@@ -399,14 +450,14 @@ async fn record_abort(c: &Arc<Parts>, gtid: &str, branches: &[(String, String)])
 /// (its branches seen this pass), so completion and the decision endpoint know it.
 /// `complete`: every resource was listed, so these are all its branches and its
 /// decision row may go once they are finished; otherwise the row stays.
-pub fn adopt_participant_commit(c: &Parts, gtid: &str, branches: &[(String, String)], complete: bool) {
+fn adopt_participant_commit(c: Looking<'_>, gtid: &str, branches: &[(String, String)], complete: bool) {
     if c.registry.contains(gtid) {
         return;
     }
     let mut tx = state::Tx::new(gtid.to_string(), Duration::from_millis(c.cfg.timeouts.transaction_ms));
     tx.recovered = true;
     for (res, bid) in branches {
-        let _ = tx.register(bid, res, c.kind_of(res).unwrap_or(ResourceKind::Postgres));
+        let _ = tx.register(bid, res, c.cfg.kind_of(res).unwrap_or(ResourceKind::Postgres));
         let _ = tx.prepared(bid);
     }
     tx.committed_in_participant();
@@ -430,8 +481,9 @@ mod tests {
         assert_eq!(whose(&o, &naming::new_gtid("n1", 7, 1), &epochs), Ok(true), "our current epoch");
         assert_eq!(whose(&o, &naming::new_gtid("n1", 3, 1), &epochs), Ok(false), "a previous run of ours");
         assert_eq!(whose(&o, &naming::new_gtid("n2", 5, 1), &epochs), Ok(false), "a node taken over");
-        assert_eq!(whose(&o, &naming::new_gtid("n1", 9, 1), &epochs), Err("foreign epoch"));
-        assert_eq!(whose(&o, &naming::new_gtid("n3", 5, 1), &epochs), Err("another node"));
-        assert_eq!(whose(&o, "garbage", &epochs), Err("not a gtid of ours"));
+        assert_eq!(whose(&o, &naming::new_gtid("n1", 9, 1), &epochs), Err(NotOurs::ForeignEpoch));
+        assert_eq!(whose(&o, &naming::new_gtid("n3", 5, 1), &epochs), Err(NotOurs::AnotherNode));
+        assert_eq!(whose(&o, "garbage", &epochs), Err(NotOurs::NotAGtid));
+        assert_eq!(NotOurs::ForeignEpoch.to_string(), "foreign epoch", "the words the logs had");
     }
 }

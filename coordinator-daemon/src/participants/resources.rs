@@ -19,6 +19,10 @@ pub use super::branch_sql::Completion;
 pub(crate) use super::engines::{my_err, simple_first};
 pub use super::engines::{pg_err, ResourceError};
 
+/// The daemon's connections to its resources, by name (`Parts::resources`, lent to the
+/// operations that talk to resources).
+pub type Clients = std::collections::HashMap<String, std::sync::Arc<ResourceClient>>;
+
 pub struct ResourceClient {
     pub name: String,
     /// Read by what only one engine does (client mode, decisions in a participant, leases).

@@ -3,6 +3,7 @@
 
 use super::engine::{Engine, Fut, Wait, QUERY_TIMEOUT};
 use super::error::ResourceError;
+use super::node_locks::{Attempt, LockSessions, NodeLocks};
 use crate::config::Resource;
 use crate::naming;
 use crate::participants::branch_sql::{self, Completion};
@@ -10,9 +11,6 @@ use crate::state::Outcome;
 use crate::wire::Blocking;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use std::collections::HashMap;
-use std::time::Duration;
-use tokio::sync::Mutex;
 
 /// A driver error with what the server said: its message, error code and SQLSTATE.
 pub(crate) fn my_err(e: &mysql_async::Error) -> String {
@@ -43,7 +41,7 @@ pub(crate) struct Mariadb {
     pool: mysql_async::Pool,
     opts: mysql_async::Opts,
     /// The connection holding each node's lock.
-    locks: Mutex<HashMap<String, Conn>>,
+    locks: NodeLocks<Conn>,
 }
 
 /// Our branches among XA RECOVER's rows, as (gtid, branch id).
@@ -63,7 +61,7 @@ impl Mariadb {
             name: r.name.clone(),
             pool: mysql_async::Pool::new(opts.clone()),
             opts: opts.into(),
-            locks: Mutex::new(HashMap::new()),
+            locks: NodeLocks::new(),
         })
     }
 
@@ -73,51 +71,6 @@ impl Mariadb {
             Ok(r) => r.map_err(|e| format!("{}: {}", self.name, my_err(&e))),
             Err(_) => Err(format!("{}: timed out connecting", self.name)),
         }
-    }
-
-    async fn hold_lock_inner(&self, node: &str, lock: &str, fence: bool) -> Result<(), ResourceError> {
-        let mut locks = self.locks.lock().await;
-        // Still held? (A restarted server or a cut connection loses it.)
-        let alive = match locks.get_mut(node) {
-            Some(c) => matches!(
-                c.query_first::<Option<i64>, _>(format!(
-                    "SELECT IS_USED_LOCK({}) = CONNECTION_ID()",
-                    naming::quote_maria(lock)
-                ))
-                .await,
-                Ok(Some(Some(1)))
-            ),
-            None => false,
-        };
-        if alive {
-            return Ok(());
-        }
-        locks.remove(node);
-        let who = format!("{}: node {node} is held by another session on this resource", self.name);
-        for attempt in 0..3 {
-            let mut conn = Conn::new(self.opts.clone())
-                .await
-                .map_err(|e| ResourceError::Unreachable(format!("{}: {}", self.name, my_err(&e))))?;
-            let got: Option<Option<i64>> = conn
-                .query_first(format!("SELECT GET_LOCK({}, 0)", naming::quote_maria(lock)))
-                .await
-                .map_err(|e| failed(&e, my_err(&e)))?;
-            if got == Some(Some(1)) {
-                locks.insert(node.to_string(), conn);
-                return Ok(());
-            }
-            let holder: Option<Option<i64>> = conn
-                .query_first(format!("SELECT IS_USED_LOCK({})", naming::quote_maria(lock)))
-                .await
-                .map_err(|e| failed(&e, my_err(&e)))?;
-            let holder = holder.flatten().unwrap_or(0);
-            if !fence || attempt == 2 {
-                return Err(ResourceError::Held(format!("{who} (connection {holder})")));
-            }
-            let _ = conn.query_drop(format!("KILL CONNECTION {holder}")).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(ResourceError::Held(who))
     }
 
     async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
@@ -198,15 +151,50 @@ impl Mariadb {
     }
 }
 
+/// Node locks by GET_LOCK on a connection kept for each.
+impl LockSessions for Mariadb {
+    type Conn = Conn;
+
+    fn still_held<'a>(&'a self, conn: &'a mut Conn, lock: &'a str) -> Fut<'a, bool> {
+        let q = format!("SELECT IS_USED_LOCK({}) = CONNECTION_ID()", naming::quote_maria(lock));
+        Box::pin(async move { matches!(conn.query_first::<Option<i64>, _>(q).await, Ok(Some(Some(1)))) })
+    }
+
+    fn attempt<'a>(&'a self, lock: &'a str) -> Fut<'a, Result<Attempt<Conn>, ResourceError>> {
+        Box::pin(async move {
+            let mut conn = Conn::new(self.opts.clone())
+                .await
+                .map_err(|e| ResourceError::Unreachable(format!("{}: {}", self.name, my_err(&e))))?;
+            let got: Option<Option<i64>> = conn
+                .query_first(format!("SELECT GET_LOCK({}, 0)", naming::quote_maria(lock)))
+                .await
+                .map_err(|e| failed(&e, my_err(&e)))?;
+            if got == Some(Some(1)) {
+                return Ok(Attempt::Taken(conn));
+            }
+            let holder: Option<Option<i64>> = conn
+                .query_first(format!("SELECT IS_USED_LOCK({})", naming::quote_maria(lock)))
+                .await
+                .map_err(|e| failed(&e, my_err(&e)))?;
+            let holder = holder.flatten().unwrap_or(0);
+            Ok(Attempt::HeldBy { conn, said: format!("connection {holder}"), session: holder })
+        })
+    }
+
+    fn end<'a>(&'a self, conn: &'a mut Conn, holder: i64) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let _ = conn.query_drop(format!("KILL CONNECTION {holder}")).await;
+        })
+    }
+}
+
 impl Engine for Mariadb {
     fn hold_lock<'a>(&'a self, node: &'a str, lock: &'a str, fence: bool) -> Fut<'a, Result<(), ResourceError>> {
-        Box::pin(self.hold_lock_inner(node, lock, fence))
+        Box::pin(self.locks.hold(self, &self.name, node, lock, fence))
     }
 
     fn release_lock<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
-        Box::pin(async move {
-            self.locks.lock().await.remove(node);
-        })
+        Box::pin(self.locks.release(node))
     }
 
     fn server_identity(&self) -> Fut<'_, Result<String, ResourceError>> {

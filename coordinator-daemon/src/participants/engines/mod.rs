@@ -1,11 +1,13 @@
 //! One implementation per database engine of what the daemon does on a resource through
 //! its own connections (`engine.rs`: the `Engine` trait, as `store/` has `DecisionLog`):
-//! `postgres.rs` and `mariadb.rs`; what goes wrong there, by kind: `error.rs`. `resources.rs` picks the engine once, when it makes a
+//! `postgres.rs` and `mariadb.rs`; what goes wrong there, by kind: `error.rs`; the node
+//! locks both hold the same way (kept, checked, fenced): `node_locks.rs`. `resources.rs` picks the engine once, when it makes a
 //! resource's client, and every operation dispatches through the trait.
 
 mod engine;
 mod error;
 mod mariadb;
+mod node_locks;
 mod postgres;
 
 pub use engine::Wait;

@@ -3,14 +3,13 @@
 
 use super::engine::{Engine, Fut, Wait, CONNECT_TIMEOUT, QUERY_TIMEOUT};
 use super::error::ResourceError;
+use super::node_locks::{Attempt, LockSessions, NodeLocks};
 use crate::config::Resource;
 use crate::naming;
 use crate::participants::branch_sql::{self, Completion};
 use crate::state::Outcome;
 use crate::wire::Blocking;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -54,7 +53,7 @@ pub(crate) struct Postgres {
     conns: Vec<Mutex<Option<Client>>>,
     next: AtomicUsize,
     /// The connection holding each node's lock.
-    locks: Mutex<HashMap<String, Client>>,
+    locks: NodeLocks<Client>,
 }
 
 impl Postgres {
@@ -69,7 +68,7 @@ impl Postgres {
             tls,
             conns: (0..r.pool_size).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
-            locks: Mutex::new(HashMap::new()),
+            locks: NodeLocks::new(),
         })
     }
 
@@ -120,46 +119,6 @@ impl Postgres {
         }
     }
 
-    async fn hold_lock_inner(&self, node: &str, lock: &str, fence: bool) -> Result<(), ResourceError> {
-        let mut locks = self.locks.lock().await;
-        // Still held? (A restarted database or a cut connection loses it.)
-        if locks.get(node).is_some_and(|c| !c.is_closed()) {
-            return Ok(());
-        }
-        locks.remove(node);
-        let who = format!("{}: node {node} is held by another session on this resource", self.name);
-        for attempt in 0..3 {
-            let client = self
-                .connect()
-                .await
-                .map_err(|e| ResourceError::Unreachable(format!("{}: {}", self.name, pg_err(&e))))?;
-            let key = format!("{}, hashtext({})", naming::XA_FORMAT_ID, naming::quote_pg(lock));
-            let got = client
-                .simple_query(&format!("SELECT pg_try_advisory_lock({key})"))
-                .await
-                .map_err(|e| failed(&e, pg_err(&e)))?;
-            if simple_first(&got).as_deref() == Some("t") {
-                locks.insert(node.to_string(), client);
-                return Ok(());
-            }
-            let holder_q = format!(
-                "SELECT l.pid::text || ' (' || coalesce(a.application_name, '') || ')' FROM pg_locks l LEFT JOIN pg_stat_activity a USING (pid) \
-                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = ({})::oid \
-                   AND l.objid = (hashtext({}))::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-                naming::XA_FORMAT_ID, naming::quote_pg(lock)
-            );
-            let holder = client.simple_query(&holder_q).await.ok().and_then(|m| simple_first(&m)).unwrap_or_default();
-            if !fence || attempt == 2 {
-                return Err(ResourceError::Held(format!("{who} (pid {holder})")));
-            }
-            let pid = holder.split_whitespace().next().unwrap_or("0").to_string();
-            let _ =
-                client.simple_query(&format!("SELECT pg_terminate_backend({})", pid.parse::<i64>().unwrap_or(0))).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(ResourceError::Held(who))
-    }
-
     async fn blocking_inner(&self, gtid: &str, bid: &str) -> Result<Blocking, ResourceError> {
         let gid = naming::pg_gid(&self.prefix, gtid, bid).map_err(|e| ResourceError::Sql(e.message))?;
         // Locks of a prepared transaction keep its old virtualtransaction and a null pid;
@@ -187,15 +146,54 @@ impl Postgres {
     }
 }
 
+/// Node locks as session advisory locks.
+impl LockSessions for Postgres {
+    type Conn = Client;
+
+    fn still_held<'a>(&'a self, conn: &'a mut Client, _lock: &'a str) -> Fut<'a, bool> {
+        Box::pin(async move { !conn.is_closed() })
+    }
+
+    fn attempt<'a>(&'a self, lock: &'a str) -> Fut<'a, Result<Attempt<Client>, ResourceError>> {
+        Box::pin(async move {
+            let client = self
+                .connect()
+                .await
+                .map_err(|e| ResourceError::Unreachable(format!("{}: {}", self.name, pg_err(&e))))?;
+            let key = format!("{}, hashtext({})", naming::XA_FORMAT_ID, naming::quote_pg(lock));
+            let got = client
+                .simple_query(&format!("SELECT pg_try_advisory_lock({key})"))
+                .await
+                .map_err(|e| failed(&e, pg_err(&e)))?;
+            if simple_first(&got).as_deref() == Some("t") {
+                return Ok(Attempt::Taken(client));
+            }
+            let holder_q = format!(
+                "SELECT l.pid::text || ' (' || coalesce(a.application_name, '') || ')' FROM pg_locks l LEFT JOIN pg_stat_activity a USING (pid) \
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = ({})::oid \
+                   AND l.objid = (hashtext({}))::oid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                naming::XA_FORMAT_ID, naming::quote_pg(lock)
+            );
+            let holder = client.simple_query(&holder_q).await.ok().and_then(|m| simple_first(&m)).unwrap_or_default();
+            let pid = holder.split_whitespace().next().unwrap_or("0").parse::<i64>().unwrap_or(0);
+            Ok(Attempt::HeldBy { conn: client, said: format!("pid {holder}"), session: pid })
+        })
+    }
+
+    fn end<'a>(&'a self, conn: &'a mut Client, pid: i64) -> Fut<'a, ()> {
+        Box::pin(async move {
+            let _ = conn.simple_query(&format!("SELECT pg_terminate_backend({pid})")).await;
+        })
+    }
+}
+
 impl Engine for Postgres {
     fn hold_lock<'a>(&'a self, node: &'a str, lock: &'a str, fence: bool) -> Fut<'a, Result<(), ResourceError>> {
-        Box::pin(self.hold_lock_inner(node, lock, fence))
+        Box::pin(self.locks.hold(self, &self.name, node, lock, fence))
     }
 
     fn release_lock<'a>(&'a self, node: &'a str) -> Fut<'a, ()> {
-        Box::pin(async move {
-            self.locks.lock().await.remove(node);
-        })
+        Box::pin(self.locks.release(node))
     }
 
     fn server_identity(&self) -> Fut<'_, Result<String, ResourceError>> {
