@@ -39,7 +39,11 @@ pub(super) fn rule(c: &Parts, gtid: &str, memory: Option<Option<Outcome>>, store
 /// not of our naming was issued by no daemon: nobody else could answer it.
 fn ours(c: &Parts, gtid: &str) -> bool {
     match naming::gtid_epoch(gtid) {
-        Some((node, _)) => node == c.cfg.node_id && c.owner.grant(node).is_some(),
+        // Not for a gtid of a range we leased: its commit may still come.
+        Some((node, _)) => cotx_protocol::leased::presumes_abort(
+            node == c.cfg.node_id && c.owner.grant(node).is_some(),
+            c.range_of(gtid),
+        ),
         None => true,
     }
 }
@@ -92,6 +96,12 @@ async fn refusal(c: &Parts, gtid: &str, a: Answer) -> Refusal {
 /// Another node's transaction, undecided in the store: who answers it.
 pub(super) async fn ask_owner(c: &Parts, gtid: &str) -> Refusal {
     let node = naming::gtid_node(gtid).unwrap_or_default();
+    if c.range_of(gtid) != cotx_protocol::leased::Range::NotLeased {
+        return Refusal::new(
+            RefusalCode::OwnerUnavailable,
+            format!("{gtid} is of a range of gtids leased to a client and has no recorded outcome yet: its commit may still come (or recovery records its abort once the lease ran out); ask again"),
+        );
+    }
     if c.owner.acts_for(node) {
         return Refusal::new(
             RefusalCode::OwnerUnavailable,

@@ -223,7 +223,10 @@ async fn list_second(
 /// The protocol's action for one gtid from what the pass saw (`current`: of our current
 /// epoch).
 fn action_of(c: &Parts, g: &str, current: bool, seen: &Seen) -> Action {
-    decide(decision_of(c, g), seen.active.contains(g), seen.recorded.get(g) == Some(&Outcome::Commit), current)
+    // A gtid of a range we leased is never presumed aborted with nothing recorded: left
+    // while its lease runs, its abort recorded first after (cotx_protocol::leased).
+    let recorded_commit = seen.recorded.get(g) == Some(&Outcome::Commit);
+    cotx_protocol::leased::recovery(decision_of(c, g), seen.active.contains(g), recorded_commit, current, c.range_of(g))
 }
 
 /// Gtids recovery would presume aborted may have committed with the decision inside a
