@@ -28,14 +28,17 @@ struct Args {
 fn main() {
     let a = Args::parse();
     let mut failed = false;
-    for (dip, ro, leased) in [(false, false, false), (true, false, false), (false, true, false), (false, false, true)] {
+    for (dip, ro, leased) in
+        [(false, false, false), (true, false, false), (false, true, false), (false, false, true), (false, true, true)]
+    {
         let p = Proto { daemons: a.daemons, faults: a.faults, dip, ro, leased, bug: Bug::None };
         let o = check(p, a.depth, a.threads);
         println!(
             "protocol ({}): {} daemons, {} faults, depth bound {}: {} states, longest path {} ({}), {:.1} s: {}",
             match (dip, ro, leased) {
                 (true, _, _) => "decision in a participant",
-                (false, true, _) => "all branches read-only: decision in memory",
+                (false, true, true) => "one request, all branches read-only: decision in memory",
+                (false, true, false) => "all branches read-only: decision in memory",
                 (false, false, true) => "one request: gtid from a leased range, branches sent with the commit",
                 (false, false, false) => "decision in the store",
             },

@@ -253,6 +253,10 @@ impl Proto {
                     // Committing: its write's reply answers (a repeated request waits for it).
                     Some(_) => {}
                     None => match leased::commit(self.range(&s, 0)) {
+                        leased::Commit::Record if self.ro && self.in_memory() => {
+                            // With every branch listed read-only: the in-memory commit.
+                            self.commit_in_memory(&mut s, 0, x.grant?)?
+                        }
                         leased::Commit::Record => {
                             let g = x.grant?;
                             s.d[0].mem = Some((Mem::Committing, g));
