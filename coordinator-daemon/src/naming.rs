@@ -174,7 +174,13 @@ pub fn parse_xa_row(format_id: i64, gtrid_len: usize, bqual_len: usize, data: &[
 /// A new gtid: `<node>.<nonce>-<seq>`. The nonce is drawn once per daemon start, so a
 /// restarted daemon never reissues a gtid that an earlier run may have left prepared.
 pub fn new_gtid(node: &str, nonce: u64, seq: u64) -> String {
-    format!("{node}.{nonce:012x}-{seq:x}")
+    format!("{}{seq:x}", gtid_prefix(node, nonce))
+}
+
+/// What every gtid of an epoch starts with (a leased range's gtids are it followed by
+/// their sequence number in lowercase hexadecimal).
+pub fn gtid_prefix(node: &str, nonce: u64) -> String {
+    format!("{node}.{nonce:012x}-")
 }
 
 /// The node that issued a gtid; recovery only acts on its own node's transactions (other

@@ -26,10 +26,20 @@ pub enum Bug {
     /// All-read-only commit decided in memory without reading the store first: a
     /// takeover's abort (and its rollback of a branch before the last PREPARE) unseen.
     ReadOnlySkipsStoreCheck,
+    /// One-request commit: recovery treats a leased gtid of its own epoch as one whose
+    /// memory is complete (as before leases): unknown, so presumed aborted and rolled back
+    /// with no abort record; the late commit then finds nothing in the store.
+    LeasedGtidRolledBackUnrecorded,
+    /// One-request commit: the commit is recorded without checking for an existing
+    /// record (an unconditional insert overwrites recovery's abort).
+    LeasedCommitOverwrites,
+    /// One-request commit: a leased gtid with no record is answered "abort" (presumed)
+    /// while its commit request may still be on its way.
+    LeasedGtidAnsweredAbort,
 }
 
 impl Bug {
-    pub const BROKEN: [Bug; 8] = [
+    pub const BROKEN: [Bug; 11] = [
         Bug::TakeoverWithoutConditionalInsert,
         Bug::ZombieSkipsLeaseCheck,
         Bug::RecoveryTrustsGidPrefix,
@@ -38,6 +48,9 @@ impl Bug {
         Bug::PurgeWithoutWatermark,
         Bug::InMemoryWithAWriter,
         Bug::ReadOnlySkipsStoreCheck,
+        Bug::LeasedGtidRolledBackUnrecorded,
+        Bug::LeasedCommitOverwrites,
+        Bug::LeasedGtidAnsweredAbort,
     ];
     pub(crate) fn no_watermark(self) -> bool {
         matches!(self, Bug::PurgeWithoutWatermark | Bug::AnswersFromMemoryAfterRegrant)
@@ -49,5 +62,9 @@ impl Bug {
     /// The variant's bug lives in the read-only commit path.
     pub fn read_only(self) -> bool {
         matches!(self, Bug::InMemoryWithAWriter | Bug::ReadOnlySkipsStoreCheck)
+    }
+    /// The variant's bug lives in the one-request commit of a leased gtid.
+    pub fn leased(self) -> bool {
+        matches!(self, Bug::LeasedGtidRolledBackUnrecorded | Bug::LeasedCommitOverwrites | Bug::LeasedGtidAnsweredAbort)
     }
 }

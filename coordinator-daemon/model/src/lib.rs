@@ -4,7 +4,9 @@
 //! `cotx-protocol` crate: lease renewal and claims (`lease::renewal`, `lease::claim`), the
 //! store's fencing check (`lease::admits`), what recovery does with a prepared branch
 //! (`recovery::decide`), what a daemon answers (`answer::answer`) and what it keeps of its
-//! memory under a new grant (`answer::after_regrant`). The model adds only what the I/O
+//! memory under a new grant (`answer::after_regrant`), and, for the one-request commit of
+//! a gtid from a leased range, recovery, commit and answers (`leased::{recovery, commit,
+//! presumes_abort}`). The model adds only what the I/O
 //! shells do around them: one global transaction X of node N (owned by daemon 0) with two
 //! branches — branch 0 on PostgreSQL, branch 1 on MariaDB — plus a foreign prepared branch
 //! that carries our gid prefix but belongs to another deployment.
@@ -23,7 +25,13 @@
 //!   can bring a branch back as prepared after a crash (fault);
 //! - the client/application: asks any daemon for the decision (retries on another), and
 //!   finishes its own branches once told the outcome; in `dip` mode it commits the
-//!   decision branch with `co.decide` (the participant's unique decision row).
+//!   decision branch with `co.decide` (the participant's unique decision row); in
+//!   `leased` mode X's gtid comes from a range daemon 0 leased to the client, no daemon
+//!   knows X until the client's one commit request (carrying X's branches) reaches
+//!   daemon 0 — sent after the client prepared its last branch, possibly twice (a retry),
+//!   delivered at any later time, to whichever process of daemon 0 is up — the range's
+//!   lease may run out at any time, and a daemon forgets X once it is decided and none
+//!   of its branches is prepared (recovery keeps nothing of a gtid it rolled back).
 //!
 //! Properties: no split; a decision never changes; no client told an outcome other than
 //! the one in force (never "commit" without a durable commit record or, in dip, the

@@ -20,6 +20,12 @@ struct Args {
     faults: u8,
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Daemons and faults for the one-request ("leased") modes, whose space grows fastest
+    /// (by default as --daemons and --faults; the test command explores 2 and 2 whole).
+    #[arg(long)]
+    leased_daemons: Option<usize>,
+    #[arg(long)]
+    leased_faults: Option<u8>,
     /// Depth for the broken variants (each stops at its first counterexample).
     #[arg(long, default_value_t = 30)]
     variant_depth: usize,
@@ -28,18 +34,26 @@ struct Args {
 fn main() {
     let a = Args::parse();
     let mut failed = false;
-    for (dip, ro) in [(false, false), (true, false), (false, true)] {
-        let p = Proto { daemons: a.daemons, faults: a.faults, dip, ro, bug: Bug::None };
+    for (dip, ro, leased) in
+        [(false, false, false), (true, false, false), (false, true, false), (false, false, true), (false, true, true)]
+    {
+        let (daemons, faults) = match leased {
+            true => (a.leased_daemons.unwrap_or(a.daemons), a.leased_faults.unwrap_or(a.faults)),
+            false => (a.daemons, a.faults),
+        };
+        let p = Proto { daemons, faults, dip, ro, leased, bug: Bug::None };
         let o = check(p, a.depth, a.threads);
         println!(
             "protocol ({}): {} daemons, {} faults, depth bound {}: {} states, longest path {} ({}), {:.1} s: {}",
-            match (dip, ro) {
-                (true, _) => "decision in a participant",
-                (false, true) => "all branches read-only: decision in memory",
-                (false, false) => "decision in the store",
+            match (dip, ro, leased) {
+                (true, _, _) => "decision in a participant",
+                (false, true, true) => "one request, all branches read-only: decision in memory",
+                (false, true, false) => "all branches read-only: decision in memory",
+                (false, false, true) => "one request: gtid from a leased range, branches sent with the commit",
+                (false, false, false) => "decision in the store",
             },
-            a.daemons,
-            a.faults,
+            daemons,
+            faults,
             a.depth,
             o.unique_states,
             o.max_depth,

@@ -6,6 +6,7 @@ use crate::proto::Proto;
 use crate::state::*;
 use cotx_protocol::answer::{self, Reconcile};
 use cotx_protocol::lease::{self, ClaimVerdict, Renewal};
+use cotx_protocol::leased::{self, Range};
 use cotx_protocol::recovery::{self, Action as Rec};
 use cotx_protocol::Outcome::{Abort, Commit};
 use stateright::{Model, Property};
@@ -19,8 +20,9 @@ impl Model for Proto {
             .map(|_| Daemon { up: true, inc: 0, grant: None, mem: None, regaining: false, pending: None })
             .collect();
         // X was begun on daemon 0 under grant 1; its branches are prepared and reported.
+        // Leased: X's gtid is of a range daemon 0 leased; no daemon knows X yet.
         d[0].grant = Some(1);
-        d[0].mem = Some((Mem::Active, 1));
+        d[0].mem = if self.leased { None } else { Some((Mem::Active, 1)) };
         vec![State {
             row: Some(LeaseRow { holder: 0, inc: 0, generation: 1, expired: false }),
             next_gen: 2,
@@ -28,7 +30,7 @@ impl Model for Proto {
             first_record: None,
             finished: false,
             purged: false,
-            br: match (self.dip, self.ro) {
+            br: match (self.dip, self.ro || self.leased) {
                 (true, _) => [Br::Active, Br::Prepared],
                 (false, true) => [Br::Prepared, Br::Active],
                 (false, false) => [Br::Prepared, Br::Prepared],
@@ -43,6 +45,9 @@ impl Model for Proto {
             fenced_write_landed: false,
             ended_early: false,
             faults: self.faults,
+            lease: if self.leased { Range::Live } else { Range::NotLeased },
+            inflight: false,
+            sends: 0,
         }]
     }
 
@@ -51,8 +56,11 @@ impl Model for Proto {
         for d in 0..n {
             let x = &s.d[d as usize];
             if s.acts(d) {
-                if s.told == [false, false] {
+                if s.told == [false, false] && !self.leased {
                     out.push(Act::Commit(d));
+                }
+                if self.leased && matches!(x.mem, Some((Mem::Decided(_), _))) && x.pending.is_none() {
+                    out.push(Act::Forget(d));
                 }
                 out.push(Act::Ask(d));
                 if x.grant.is_some() {
@@ -110,8 +118,21 @@ impl Model for Proto {
                 }
             }
         }
-        if self.ro && s.br[1] == Br::Active && !s.purged {
+        if (self.ro || self.leased) && s.br[1] == Br::Active && !s.purged {
             out.push(Act::PrepareLast);
+        }
+        if self.leased {
+            // The client commits once it prepared its last branch; it sends again after
+            // a lost connection (at most twice on a path).
+            if s.told == [false, false] && s.br[1] != Br::Active && !s.inflight && s.sends < 2 {
+                out.push(Act::Send);
+            }
+            if s.inflight && s.acts(0) && s.d[0].pending.is_none() {
+                out.push(Act::Deliver);
+            }
+            if s.lease == Range::Live {
+                out.push(Act::Lapse);
+            }
         }
         if self.dip && s.dip_go && s.br[0] == Br::Active {
             out.push(Act::DecideInParticipant);
@@ -220,6 +241,42 @@ impl Proto {
                 Some(o) if !s.told[oi(o)] => s.tell(o),
                 _ => return None,
             },
+            Act::Send => {
+                s.inflight = true;
+                s.sends += 1;
+            }
+            Act::Deliver => {
+                s.inflight = false;
+                let x = s.d[0].clone();
+                match x.mem {
+                    Some((Mem::Decided(o), _)) => s.tell(o),
+                    // Committing: its write's reply answers (a repeated request waits for it).
+                    Some(_) => {}
+                    None => match leased::commit(self.range(&s, 0)) {
+                        leased::Commit::Record if self.ro && self.in_memory() => {
+                            // With every branch listed read-only: the in-memory commit.
+                            self.commit_in_memory(&mut s, 0, x.grant?)?
+                        }
+                        leased::Commit::Record => {
+                            let g = x.grant?;
+                            s.d[0].mem = Some((Mem::Committing, g));
+                            Self::issue(&mut s, 0, Commit, g, false);
+                        }
+                        leased::Commit::Answer => {
+                            if let Some(o) = self.answer(&mut s, 0) {
+                                s.tell(o);
+                            }
+                        }
+                    },
+                }
+            }
+            Act::Lapse => s.lease = Range::Lapsed,
+            Act::Forget(d) => {
+                if s.prepared() {
+                    return None;
+                }
+                s.d[d as usize].mem = None;
+            }
             Act::AppFinish(b) => {
                 // The application finishes its own branch with what it was told.
                 let o = if s.told[0] { Commit } else { Abort };
@@ -249,7 +306,8 @@ impl Proto {
             }
             Act::StoreAdmit(d) => {
                 let mut w = s.d[d as usize].pending?;
-                if let Some(o) = s.record {
+                let overwrites = !w.recovery && self.bug == Bug::LeasedCommitOverwrites;
+                if let (Some(o), false) = (s.record, overwrites) {
                     s.d[d as usize].pending = None;
                     Self::reply(&mut s, d, w, Some(o));
                     return Some(s);
@@ -270,6 +328,10 @@ impl Proto {
                 s.d[d as usize].pending = None;
                 let result = match s.record {
                     Some(_) if w.recovery && self.bug == Bug::TakeoverWithoutConditionalInsert => {
+                        s.record = Some(w.outcome);
+                        w.outcome
+                    }
+                    Some(_) if !w.recovery && self.bug == Bug::LeasedCommitOverwrites => {
                         s.record = Some(w.outcome);
                         w.outcome
                     }
@@ -383,8 +445,13 @@ impl Proto {
                     _ => None,
                 };
                 let active = matches!(x.mem, Some((Mem::Active | Mem::Committing | Mem::Deciding, _)));
-                let ours = d == 0 && x.inc == 0;
-                let action = recovery::decide(decision, active, s.record == Some(Commit), ours);
+                let current = d == 0 && x.inc == 0;
+                let recorded_commit = s.record == Some(Commit);
+                let action = if self.bug == Bug::LeasedGtidRolledBackUnrecorded {
+                    recovery::decide(decision, active, recorded_commit, current)
+                } else {
+                    leased::recovery(decision, active, recorded_commit, current, self.range(&s, d))
+                };
                 let mut o = match action {
                     Rec::Leave => return if changed { Some(s) } else { None },
                     Rec::Commit => Some(Commit),

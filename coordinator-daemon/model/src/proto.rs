@@ -4,6 +4,7 @@
 use crate::bug::Bug;
 use crate::state::*;
 use cotx_protocol::answer::{self, Answer, Stored};
+use cotx_protocol::leased::{self, Range};
 use cotx_protocol::read_only::{self, CommitPath, Verdict};
 use cotx_protocol::Outcome::{self, Abort, Commit};
 
@@ -20,12 +21,16 @@ pub struct Proto {
     /// prepared by the client after the start, so a branch may end before the last
     /// PREPARE (the case the store read guards against).
     pub ro: bool,
+    /// The one-request commit (cotx_protocol::leased): X's gtid is drawn from a range
+    /// daemon 0 leased to the client, unknown to every daemon until the client's commit
+    /// request (with X's branches) reaches daemon 0; branch 1 is prepared after the start.
+    pub leased: bool,
     pub bug: Bug,
 }
 
 impl Proto {
     pub fn new(daemons: usize, faults: u8, bug: Bug) -> Proto {
-        Proto { daemons, faults, dip: bug.dip(), ro: bug.read_only(), bug }
+        Proto { daemons, faults, dip: bug.dip(), ro: bug.read_only(), leased: bug.leased(), bug }
     }
 
     /// Which of X's branches wrote something.
@@ -75,12 +80,27 @@ impl Proto {
         // Presumed abort only by the owner under its grant (cotx_protocol::answer): a
         // daemon that took the node over answers from the store only, since the paused
         // owner's write may still land (its recovery records abort first).
-        let ours = d == 0 && x.grant.is_some();
+        let node_ours = d == 0 && x.grant.is_some();
+        let ours = if self.bug == Bug::LeasedGtidAnsweredAbort {
+            node_ours
+        } else {
+            leased::presumes_abort(node_ours, self.range(s, d))
+        };
         match answer::answer(false, memory, stored, ours) {
             Answer::Decided(o) => Some(o),
             Answer::PresumedAbort if self.dip => Some(*s.dip_decision.get_or_insert(Abort)),
             Answer::PresumedAbort => Some(Abort),
             Answer::Pending | Answer::Quarantined | Answer::Forgotten | Answer::AskOwner => None,
+        }
+    }
+
+    /// Where X stands among the ranges d's process leased: only daemon 0's first process
+    /// leased X's range (a restarted process is a new epoch and knows none of the old one's).
+    pub(crate) fn range(&self, s: &State, d: u8) -> Range {
+        if self.leased && d == 0 && s.d[0].inc == 0 {
+            s.lease
+        } else {
+            Range::NotLeased
         }
     }
 

@@ -3,6 +3,7 @@
 
 use cotx_protocol::answer::Stored;
 use cotx_protocol::lease::{self, ClaimVerdict, Row, Token};
+use cotx_protocol::leased::Range;
 use cotx_protocol::Outcome::{self, Abort, Commit};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,6 +88,12 @@ pub struct State {
     /// X's reads are then not protected by commitment ordering up to its last PREPARE.
     pub ended_early: bool,
     pub faults: u8,
+    /// Leased mode: X's range at daemon 0's first process (NotLeased in other modes).
+    pub lease: Range,
+    /// Leased mode: the client's commit request (with X's branches) is on its way to
+    /// daemon 0, and how many it sent (a retry after a lost connection).
+    pub inflight: bool,
+    pub sends: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,6 +101,14 @@ pub enum Act {
     /// The client prepares X's last branch (read-only mode: branch 1 starts unprepared).
     PrepareLast,
     Commit(u8),
+    /// Leased mode: the client sends its one commit request, with X's branches.
+    Send,
+    /// Leased mode: daemon 0 handles the commit request.
+    Deliver,
+    /// Leased mode: the lease of X's range runs out.
+    Lapse,
+    /// Leased mode: a daemon forgets X, decided and with no branch prepared.
+    Forget(u8),
     Ask(u8),
     AppFinish(u8),
     DecideInParticipant,

@@ -8,9 +8,11 @@
 //! - [`recovery`]: what a prepared branch found by recovery gets.
 //! - [`answer`]: what a daemon may answer about a gtid, from memory and from the store.
 //! - [`read_only`]: the commit of an all-read-only transaction, decided in memory.
+//! - [`leased`]: the one-request commit of a gtid drawn from a range leased to a client.
 
 pub mod answer;
 pub mod lease;
+pub mod leased;
 pub mod outcome;
 pub mod read_only;
 pub mod recovery;

@@ -123,6 +123,28 @@ pub struct CommitRequest {
     /// `one_phase_branch`): every other branch prepared, nothing written to the store.
     #[schema(value_type = Option<Id>)]
     pub decide_in: Option<String>,
+    /// The one-request commit: the gtid is of a range leased with `POST /v1/gtid-leases`
+    /// (never begun), and these are all its branches, every one prepared (excludes
+    /// `one_phase_branch`, `prepared`, `decide_in`). Engine mode and plain 2PC only:
+    /// client mode's helper and slot come with a registration before the branch works.
+    #[schema(max_items = 1000)]
+    pub branches: Option<Vec<RegisterRequest>>,
+    /// Acknowledgements of earlier transactions' finished branches, as in the begin's
+    /// `finished` (the one-request commit has no begin to carry them).
+    #[schema(max_items = 1000)]
+    pub finished: Option<Vec<FinishedAck>>,
+}
+
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GtidLeaseRequest {
+    /// How many gtids (default 1000).
+    #[schema(minimum = 1, maximum = 100000)]
+    pub count: Option<u64>,
+    /// How long the range may be used (default `timeouts.transaction_ms`; at most
+    /// `limits.max_transaction_ms`).
+    #[schema(minimum = 10, maximum = 86400000)]
+    pub ttl_ms: Option<u64>,
 }
 
 #[derive(Deserialize, ToSchema)]

@@ -8,15 +8,15 @@
 
 use crate::api::dto::{
     created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest,
-    DecisionQuery, Empty, Error, FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, Id, ListQuery,
-    NoQuery, RegisterRequest, Routed,
+    DecisionQuery, Empty, Error, FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, GtidLeaseRequest,
+    Id, ListQuery, NoQuery, RegisterRequest, Routed,
 };
 use crate::coordinator::Coordinator;
 use crate::participants::enforcement::Effective;
 use crate::refusal::{refuse, Refusal, RefusalCode};
 use crate::wire::{
-    self, Ack, Audit, Begun, Decision, DecisionState, Health, Incidents, Nodes, Ready, Registered, Resources,
-    Transaction, TransactionList, Waits,
+    self, Ack, Audit, Begun, Decision, DecisionState, GtidLease, Health, Incidents, Nodes, Ready, Registered,
+    Resources, Transaction, TransactionList, Waits,
 };
 use bytes::Bytes;
 use http_body_util::Full;
@@ -181,6 +181,15 @@ pub async fn finished(c: Arc<Coordinator>, r: Call) -> Routed {
     ok(c.finished(&r.p[0], &r.p[1], b.outcome.into()).await?)
 }
 
+#[utoipa::path(post, path = "/v1/gtid-leases", summary = "lease a range of gtids for the one-request commit (commit with branches)",
+    request_body(content = Option<GtidLeaseRequest>),
+    responses((status = 201, body = GtidLease), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
+pub async fn lease_gtids(c: Arc<Coordinator>, r: Call) -> Routed {
+    let _: NoQuery = query(r.q.as_deref())?;
+    let b: GtidLeaseRequest = parse(&r.body)?;
+    created(c.lease_gtids(b.count, b.ttl_ms)?)
+}
+
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/commit",
     summary = "decide commit (durable before the answer); or one-phase commit of a single branch; or hand the decision to a participant (decide_in)",
     params(("gtid" = Id, Path)), request_body(content = Option<CommitRequest>),
@@ -190,6 +199,30 @@ pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let b: CommitRequest = parse(&r.body)?;
     let read_only = b.read_only.unwrap_or_default();
+    if b.finished.as_ref().is_some_and(|acks| acks.len() > 1000) {
+        return refuse(RefusalCode::InvalidField, "finished lists at most 1000 acknowledgements");
+    }
+    for a in b.finished.iter().flatten() {
+        // An acknowledgement only: what no longer applies here changes nothing.
+        let _ = c.finished_many(&a.gtid, &a.branches, a.outcome.into()).await;
+    }
+    if let Some(all) = b.branches {
+        if b.one_phase_branch.is_some() || b.prepared.is_some() || b.decide_in.is_some() {
+            return refuse(RefusalCode::InvalidField, "branches excludes one_phase_branch, prepared and decide_in");
+        }
+        if all.is_empty() || all.len() > 1000 || read_only.len() > 1000 {
+            return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches (read_only at most 1000)");
+        }
+        if all.iter().any(|b| b.server_started.is_some()) {
+            return refuse(
+                RefusalCode::InvalidField,
+                "server_started is client mode's, which the one-request commit does not serve",
+            );
+        }
+        let ids: Vec<(String, String, Option<i64>)> =
+            all.into_iter().map(|b| (b.resource, b.branch_id, b.session)).collect();
+        return ok(c.commit_leased(&r.p[0], &ids, &read_only).await?);
+    }
     if read_only.len() > 1000 {
         return refuse(RefusalCode::InvalidField, "read_only lists at most 1000 branch ids");
     }

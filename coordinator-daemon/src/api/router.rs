@@ -65,6 +65,7 @@ pub const ROUTES: &[Route] = &[
     route!(Public, self::openapi, __path_openapi),
     route!(Metrics, h::metrics, __path_metrics),
     route!(Client, h::begin, __path_begin),
+    route!(Client, h::lease_gtids, __path_lease_gtids),
     route!(Operator, h::list, __path_list),
     route!(Read, h::get, __path_get),
     route!(Client, h::register, __path_register),

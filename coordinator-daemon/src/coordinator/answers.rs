@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::decisions;
+use super::leases::Leases;
 use super::parts::Parts;
 use super::registry::{Entry, Lookup, Registry};
 
@@ -40,11 +41,26 @@ pub struct Answering<'a> {
     pub owner: &'a Ownership,
     pub registry: &'a Registry,
     pub resources: &'a Clients,
+    pub leases: &'a Leases,
 }
 
 impl<'a> From<&'a Parts> for Answering<'a> {
     fn from(p: &'a Parts) -> Self {
-        Answering { cfg: &p.cfg, store: &p.store, owner: &p.owner, registry: &p.registry, resources: &p.resources }
+        Answering {
+            cfg: &p.cfg,
+            store: &p.store,
+            owner: &p.owner,
+            registry: &p.registry,
+            resources: &p.resources,
+            leases: &p.leases,
+        }
+    }
+}
+
+impl Answering<'_> {
+    /// Where a gtid stands among the ranges this process leased (cotx_protocol::leased).
+    fn range_of(self, gtid: &str) -> cotx_protocol::leased::Range {
+        self.leases.range_of(gtid, &self.cfg.node_id, self.owner.nonce)
     }
 }
 
@@ -68,7 +84,11 @@ pub(super) fn rule(c: Answering, gtid: &str, memory: Option<Option<Outcome>>, st
 /// not of our naming was issued by no daemon: nobody else could answer it.
 fn ours(c: Answering, gtid: &str) -> bool {
     match naming::gtid_epoch(gtid) {
-        Some((node, _)) => node == c.cfg.node_id && c.owner.grant(node).is_some(),
+        // Not for a gtid of a range we leased: its commit may still come.
+        Some((node, _)) => cotx_protocol::leased::presumes_abort(
+            node == c.cfg.node_id && c.owner.grant(node).is_some(),
+            c.range_of(gtid),
+        ),
         None => true,
     }
 }
@@ -122,6 +142,12 @@ async fn refusal(c: Answering<'_>, gtid: &str, a: Answer) -> Refusal {
 /// Another node's transaction, undecided in the store: who answers it.
 pub(super) async fn ask_owner(c: Answering<'_>, gtid: &str) -> Refusal {
     let node = naming::gtid_node(gtid).unwrap_or_default();
+    if c.range_of(gtid) != cotx_protocol::leased::Range::NotLeased {
+        return Refusal::new(
+            RefusalCode::OwnerUnavailable,
+            format!("{gtid} is of a range of gtids leased to a client and has no recorded outcome yet: its commit may still come (or recovery records its abort once the lease ran out); ask again"),
+        );
+    }
     if c.owner.acts_for(node) {
         return Refusal::new(
             RefusalCode::OwnerUnavailable,

@@ -32,6 +32,8 @@ pub mod decisions;
 pub mod expiry;
 pub mod holds;
 pub mod housekeeping;
+pub mod leases;
+pub mod one_request;
 pub mod operator;
 pub mod parts;
 pub mod read_only;
@@ -111,6 +113,21 @@ impl Coordinator {
     pub fn begin(&self, timeout_ms: Option<u64>) -> Res<wire::Begun> {
         let gtid = naming::new_gtid(&self.parts.cfg.node_id, self.parts.owner.nonce, self.seq.fetch_add(1, Relaxed));
         begin::begin(&self.parts, gtid, timeout_ms)
+    }
+
+    /// A range of gtids for the one-request commit (one_request.rs).
+    pub fn lease_gtids(&self, count: Option<u64>, ttl_ms: Option<u64>) -> Res<wire::GtidLease> {
+        one_request::lease(&self.parts, &self.seq, count, ttl_ms)
+    }
+
+    /// The one-request commit of a leased gtid with all its branches (one_request.rs).
+    pub async fn commit_leased(
+        &self,
+        gtid: &str,
+        branches: &[one_request::Branch],
+        read_only: &[String],
+    ) -> Res<wire::Decision> {
+        one_request::commit(&self.parts, gtid, branches, read_only).await
     }
 
     /// Begin and register the first branch, all or nothing: a refused registration

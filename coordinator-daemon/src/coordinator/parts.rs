@@ -20,7 +20,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use super::leases::Leases;
 use super::registry::{Incident, Registry};
+use cotx_protocol::leased::Range;
 
 pub struct Parts {
     pub cfg: Config,
@@ -39,6 +41,8 @@ pub struct Parts {
     pub store_stalled: AtomicBool,
     /// The deadlock detector's last look at the lock waits (deadlocks.rs; /v1/waits).
     pub waits: Mutex<Waits>,
+    /// The ranges of gtids this process leased for the one-request commit (leases.rs).
+    pub leases: Leases,
 }
 
 impl Parts {
@@ -59,6 +63,7 @@ impl Parts {
             registry: Registry::default(),
             store_stalled: AtomicBool::new(false),
             waits: Mutex::new(Waits::default()),
+            leases: Leases::default(),
         })
     }
 
@@ -72,6 +77,11 @@ impl Parts {
             resources: &self.resources,
             memory: &self.registry,
         }
+    }
+
+    /// Where a gtid stands among the ranges this process leased (cotx_protocol::leased).
+    pub fn range_of(&self, gtid: &str) -> Range {
+        self.leases.range_of(gtid, &self.cfg.node_id, self.owner.nonce)
     }
 
     pub fn kind_of(&self, resource: &str) -> Option<ResourceKind> {

@@ -36,6 +36,7 @@ use std::time::Duration;
 use super::completion;
 use super::decisions;
 use super::holds::{self, Holds};
+use super::leases::Leases;
 use super::parts::Parts;
 use super::registry::{Entry, Registry};
 
@@ -91,6 +92,7 @@ struct Looking<'a> {
     registry: &'a Registry,
     resources: &'a Clients,
     resource_up: &'a Mutex<HashMap<String, bool>>,
+    leases: &'a Leases,
 }
 
 impl<'a> From<&'a Parts> for Looking<'a> {
@@ -101,6 +103,7 @@ impl<'a> From<&'a Parts> for Looking<'a> {
             registry: &p.registry,
             resources: &p.resources,
             resource_up: &p.resource_up,
+            leases: &p.leases,
         }
     }
 }
@@ -112,8 +115,12 @@ impl Looking<'_> {
 
     /// The protocol's action for one gtid from what the pass saw (`current`: of our
     /// current epoch).
+    /// A gtid of a range we leased is never presumed aborted with nothing recorded: left
+    /// while its lease runs, its abort recorded first after (cotx_protocol::leased).
     fn action_of(self, g: &str, current: bool, seen: &Seen) -> Action {
-        decide(self.decision_of(g), seen.active.contains(g), seen.recorded.get(g) == Some(&Outcome::Commit), current)
+        let recorded_commit = seen.recorded.get(g) == Some(&Outcome::Commit);
+        let range = self.leases.range_of(g, &self.cfg.node_id, self.owner.nonce);
+        cotx_protocol::leased::recovery(self.decision_of(g), seen.active.contains(g), recorded_commit, current, range)
     }
 
     fn mark(self, resource: &str, up: bool) {

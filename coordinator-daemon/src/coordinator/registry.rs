@@ -102,6 +102,8 @@ pub struct Registry {
     pub(super) waits_due: Mutex<BinaryHeap<Reverse<(Instant, String)>>>,
     /// When the detector last read lock waits, and whether a pass is running now.
     pub(super) waits_checked: Mutex<(Option<Instant>, bool)>,
+    /// (one_request.rs) One insert-if-new at a time.
+    entering: Mutex<()>,
 }
 
 /// Our transactions' sessions at the resources, as the deadlock detector maps lock waits:
@@ -369,6 +371,16 @@ impl Registry {
         self.deadlines.lock().unwrap().push(Reverse((e.tx.deadline, gtid.to_string())));
         txs.insert(gtid.to_string(), e);
         Ok(())
+    }
+
+    /// `insert_capped` unless the gtid is in memory already (Ok(false): nothing changed).
+    pub fn insert_new_capped(&self, gtid: &str, e: Entry, cap: usize) -> Result<bool, usize> {
+        // Look and insert one caller at a time: two requests for one gtid enter it once.
+        let _one_at_a_time = self.entering.lock().unwrap();
+        if self.txs.lock().unwrap().contains_key(gtid) {
+            return Ok(false);
+        }
+        self.insert_capped(gtid, e, cap).map(|()| true)
     }
 
     /// Decision known in memory, and whether its owners' grace period is still running.

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub decided_in_participant: AtomicU64,
     /// Commits of all-read-only transactions decided in memory, with no store sync.
     pub read_only_commits: AtomicU64,
+    /// Ranges of gtids leased for the one-request commit.
+    pub gtid_leases: AtomicU64,
     pub timeouts: AtomicU64,
     pub refused_requests: AtomicU64,
     /// Every API request answered (the requests per transaction of a workload).
@@ -122,6 +124,7 @@ impl Metrics {
             counter("cotx_transactions_begun", "Global transactions begun.", v(&self.begun)),
             counter("cotx_decided_in_participant", "Commits handed to a decision branch (co.decide).", v(&self.decided_in_participant)),
             counter("cotx_read_only_commits", "Commits of all-read-only transactions decided in memory (no store sync).", v(&self.read_only_commits)),
+            counter("cotx_gtid_leases", "Ranges of gtids leased for the one-request commit.", v(&self.gtid_leases)),
             counter("cotx_timeouts", "Transactions aborted by timeout.", v(&self.timeouts)),
             counter("cotx_refused_requests", "API requests refused with a 4xx.", v(&self.refused_requests)),
             counter("cotx_requests", "API requests answered.", v(&self.requests)),

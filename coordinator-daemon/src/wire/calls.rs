@@ -19,6 +19,23 @@ pub struct Begun {
     pub branches: Option<Vec<Registered>>,
 }
 
+/// A range of gtids leased for the one-request commit: the gtids are
+/// `prefix` + the lowercase hexadecimal of `first` .. `first + count - 1`. Each must be
+/// committed (`POST /v1/transactions/{gtid}/commit` with its `branches`) before
+/// `expires_in_ms` from the answer; after it, recovery records abort for any of them
+/// found prepared and rolls it back.
+#[derive(Serialize, ToSchema, Clone, Debug)]
+pub struct GtidLease {
+    pub prefix: String,
+    pub first: u64,
+    pub count: u64,
+    pub expires_in_ms: u64,
+    /// PostgreSQL branches are prepared as `<gid_prefix>:<gtid>:<branch_id>`.
+    pub gid_prefix: String,
+    /// MariaDB branches as XID (gtrid = gtid, bqual = branch_id, this format id).
+    pub xa_format_id: i64,
+}
+
 #[derive(Serialize, ToSchema, Clone, Debug)]
 pub struct Registered {
     pub gtid: String,

@@ -18,7 +18,7 @@ pub mod tx;
 #[cfg(test)]
 mod tests;
 
-pub use self::calls::{Ack, Begun, Decided, Decision, EnforcementMode, Registered, Shim, Xid};
+pub use self::calls::{Ack, Begun, Decided, Decision, EnforcementMode, GtidLease, Registered, Shim, Xid};
 pub use self::common::{to_json, BranchState, FinishedBy, Id, Kind, OutcomeArg};
 pub use self::ops::{
     Audit, AuditEntry, BrokenCycle, Health, Incident, Incidents, LockWait, NodeLease, Nodes, Ready,

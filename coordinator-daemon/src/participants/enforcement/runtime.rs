@@ -175,16 +175,7 @@ impl Enforcement {
         server_started: Option<i64>,
     ) -> Result<Admission, Refusal> {
         let name = &rc.name;
-        let (mut eff, probed_at) = match self.states.lock().unwrap().get(name) {
-            Some(s) => (s.effective.clone(), s.probed_at),
-            None => (Effective::Unknown("not in the config".into()), None),
-        };
-        let stale_refusal =
-            matches!(eff, Effective::Refused(_)) && probed_at.map(|t| t.elapsed() >= REPROBE_REFUSED).unwrap_or(true);
-        if matches!(eff, Effective::Unknown(_)) || stale_refusal {
-            eff = self.refresh(rc).await;
-        }
-        match eff {
+        match self.effective_now(rc).await {
             Effective::Unknown(why) => refuse(
                 RefusalCode::ResourceUnavailable,
                 format!("resource {name}: cannot tell how commitment ordering is enforced there ({why}); retry later"),
@@ -195,6 +186,41 @@ impl Enforcement {
             Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None }),
             Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep, server_started).await,
         }
+    }
+
+    /// The admission of a branch of the one-request commit (already prepared, reported
+    /// with the commit): engine mode and plain 2PC only — client mode's helper and slot
+    /// come with a registration made before the branch works.
+    pub async fn admit_prepared(&self, rc: &ResourceClient) -> Result<Mode, Refusal> {
+        let name = &rc.name;
+        match self.effective_now(rc).await {
+            Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(m),
+            Effective::Mode(Mode::Client) => refuse(
+                RefusalCode::ResourceRefused,
+                format!("resource {name} runs client mode: its branches register before they work (begin with branches), not with the commit"),
+            ),
+            Effective::Unknown(why) => refuse(
+                RefusalCode::ResourceUnavailable,
+                format!("resource {name}: cannot tell how commitment ordering is enforced there ({why}); retry later"),
+            ),
+            Effective::Refused(why) => {
+                refuse(RefusalCode::ResourceRefused, format!("resource {name} cannot be used: {why}"))
+            }
+        }
+    }
+
+    /// The resource's mode as last probed, probed again when unknown or a stale refusal.
+    async fn effective_now(&self, rc: &ResourceClient) -> Effective {
+        let (eff, probed_at) = match self.states.lock().unwrap().get(&rc.name) {
+            Some(s) => (s.effective.clone(), s.probed_at),
+            None => (Effective::Unknown("not in the config".into()), None),
+        };
+        let stale_refusal =
+            matches!(eff, Effective::Refused(_)) && probed_at.map(|t| t.elapsed() >= REPROBE_REFUSED).unwrap_or(true);
+        if matches!(eff, Effective::Unknown(_)) || stale_refusal {
+            return self.refresh(rc).await;
+        }
+        eff
     }
 
     async fn admit_client(

@@ -1,0 +1,135 @@
+//! The one-request commit: a range of gtids leased to a client (leases.rs), and the
+//! commit request that carries a leased gtid's branches — the transaction's only request.
+//! The rule is cotx_protocol::leased (checked by the model's "leased" mode): only this
+//! process, which leased the range, records a commit for it, with the conditional insert
+//! every commit uses (recovery's abort, if it came first, is the answer); recovery and
+//! the answers treat a leased gtid as one this daemon's memory does not know completely.
+//!
+//! Every check comes before any effect: a refused request leaves nothing in memory, so
+//! no in-memory abort (which has no record) can be forgotten while a branch is prepared
+//! and then meet a retried commit.
+
+use crate::naming;
+use crate::refusal::RefusalCode;
+use crate::state::{refuse, Tx, TxState};
+use crate::wire::{Decision, GtidLease};
+use cotx_protocol::leased::{self, Commit};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::answers::{self, Res};
+use super::begin;
+use super::begin::refuse_new_work;
+use super::commit;
+use super::parts::Parts;
+use super::registry::Entry;
+
+/// Gtids in a range when the client does not say.
+pub const DEFAULT_COUNT: u64 = 1000;
+pub const MAX_COUNT: u64 = 100_000;
+
+/// A branch of the request: resource, branch id, its database session (optional).
+pub type Branch = (String, String, Option<i64>);
+
+pub fn lease(c: &Parts, seq: &AtomicU64, count: Option<u64>, ttl_ms: Option<u64>) -> Res<GtidLease> {
+    refuse_new_work(c)?;
+    let n = count.unwrap_or(DEFAULT_COUNT);
+    if !(1..=MAX_COUNT).contains(&n) {
+        return refuse(RefusalCode::InvalidField, format!("count must be between 1 and {MAX_COUNT}"));
+    }
+    let max = c.cfg.limits.max_transaction_ms;
+    let ttl = ttl_ms.unwrap_or(c.cfg.timeouts.transaction_ms.min(max));
+    if !(10..=max).contains(&ttl) {
+        return refuse(
+            RefusalCode::InvalidField,
+            format!("ttl_ms must be between 10 and {max} (limits.max_transaction_ms)"),
+        );
+    }
+    let first = c.leases.lease(seq, n, Duration::from_millis(ttl));
+    c.metrics.gtid_leases.fetch_add(1, Relaxed);
+    Ok(GtidLease {
+        prefix: naming::gtid_prefix(&c.cfg.node_id, c.owner.nonce),
+        first,
+        count: n,
+        expires_in_ms: ttl,
+        gid_prefix: c.cfg.gid_prefix.clone(),
+        xa_format_id: naming::XA_FORMAT_ID,
+    })
+}
+
+/// Commit of `gtid` with all its branches, each prepared. A gtid already in memory (the
+/// request sent again) goes on as any commit; one this process did not lease is answered
+/// from the store, nothing written.
+pub async fn commit(c: &Arc<Parts>, gtid: &str, branches: &[Branch], read_only: &[String]) -> Res<Decision> {
+    if let Err(e) = naming::check_id("gtid", gtid) {
+        return refuse(e.code, e.message);
+    }
+    let bids: Vec<String> = branches.iter().map(|b| b.1.clone()).collect();
+    let entered = !c.registry.contains(gtid)
+        && leased::commit(c.range_of(gtid)) == Commit::Record
+        && enter(c, gtid, branches).await?;
+    let r = commit::commit_listing(c, gtid, "client", &bids, read_only).await;
+    // Refused before the commit began (e.g. the node's lease unconfirmed): out of memory
+    // again, as if never sent. Left there Active, a timeout would abort it in memory with
+    // no record, and a commit sent again after it was forgotten would find nothing.
+    if r.is_err() && entered && answers::peek(c, gtid, |e| e.tx.state() == TxState::Active) == Some(true) {
+        begin::unbegin(c, gtid);
+    }
+    r
+}
+
+/// Puts the gtid in memory with its branches registered, after checking every one;
+/// false: the same request, sent again, got in first.
+async fn enter(c: &Arc<Parts>, gtid: &str, branches: &[Branch]) -> Res<bool> {
+    refuse_new_work(c)?;
+    let mut seen = HashSet::new();
+    let mut kinds = Vec::with_capacity(branches.len());
+    for (resource, bid, _) in branches {
+        if let Err(e) = naming::check_id("branch_id", bid) {
+            return refuse(e.code, e.message);
+        }
+        if !seen.insert(bid.as_str()) {
+            return refuse(RefusalCode::InvalidField, format!("branch {bid:?} is listed twice"));
+        }
+        let Some(kind) = c.kind_of(resource) else {
+            return refuse(
+                RefusalCode::UnknownResource,
+                format!("no resource named {resource:?} in the coordinator's config"),
+            );
+        };
+        begin::branch_ids(kind, &c.cfg.gid_prefix, gtid, bid)?;
+        if let Err(e) = c.enforcement.admit_prepared(&c.resources[resource]).await {
+            c.metrics.branch_refused(resource, e.code.as_str());
+            return Err(e);
+        }
+        kinds.push(kind);
+    }
+    let timeout = Duration::from_millis(c.cfg.timeouts.transaction_ms);
+    let mut tx = Tx::new(gtid.to_string(), timeout);
+    for ((resource, bid, _), kind) in branches.iter().zip(kinds) {
+        tx.register(bid, resource, kind)?;
+    }
+    let grant = c.owner.generation_of(&c.cfg.node_id);
+    let max = c.cfg.limits.max_active;
+    match c.registry.insert_new_capped(gtid, Entry::new(tx, false, grant), max) {
+        Ok(true) => {}
+        Ok(false) => return Ok(false),
+        Err(active) => {
+            c.metrics.overloaded.fetch_add(1, Relaxed);
+            return refuse(
+                RefusalCode::TooManyTransactions,
+                format!("{active} transactions are undecided (limits.max_active = {max}); retry later"),
+            );
+        }
+    }
+    c.metrics.begun.fetch_add(1, Relaxed);
+    let after = Duration::from_millis(c.cfg.timeouts.deadlock_check_ms);
+    for (_, bid, session) in branches {
+        if let Some(s) = session {
+            let _ = c.registry.note_session(gtid, bid, *s, after);
+        }
+    }
+    Ok(true)
+}
