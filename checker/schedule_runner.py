@@ -143,7 +143,7 @@ def mode_servers(mode: str) -> tuple:
 
 # How client mode's PostgreSQL helpers are run (Runner's docstring): the daemon's, the
 # older daemon's, and two broken ones that the tests show failing.
-HELPER_POLICIES = ("shared", "per-branch", "shared-readonly", "released-at-prepare")
+HELPER_POLICIES = ("shared", "per-branch", "shared-readonly", "released-at-prepare", "one-phase-untouched")
 
 # Client mode's slots (sql/client_mode/): rows 1..SHIM_SLOTS of cotx.shim / cotx_shim; a
 # branch takes the lowest slot no live branch on its database holds.
@@ -177,7 +177,11 @@ class Runner:
     must find anomalies): "shared-readonly" (the helper declared READ ONLY: PostgreSQL's
     SSI does not count it as the dangerous structure's first transaction) and
     "released-at-prepare" (the helper rolled back once its branch prepared, before that
-    branch commits). MariaDB: the branch session is SERIALIZABLE,
+    branch commits), and "one-phase-untouched" (a one-phase branch, kind one, commits
+    without its slot write: it is then a local transaction). A one-phase branch (kind one)
+    takes its key as a global branch does and writes its slot just before its COMMIT
+    (PostgreSQL) or XA END (MariaDB; then XA COMMIT ... ONE PHASE); its helper is kept
+    until that COMMIT has ended. MariaDB: the branch session is SERIALIZABLE,
     set and read back (cotx.dialect.MariaDB.set_serializable_verified), and the branch
     writes its slot (MariaDB.shim_touch) before XA END. Local transactions get nothing
     (SERIALIZABLE, BEGIN ... COMMIT; an autocommit reader is InnoDB's snapshot read):
@@ -389,14 +393,14 @@ class Runner:
                             lock = "OFF" if p.kind == "auto_unlocked" or self.mode == "co-unlocked" else "ON"
                             out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
                         out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-                    elif client["my"] and p.kind in ("global", "dip"):
+                    elif client["my"] and p.kind in ("global", "dip", "one"):
                         take_slot(s.txn, "my")
                         out.append(MyDialect.set_serializable_verified)
                         out.append(f"XA START {gid(s.txn, s.db)}")
                     else:
                         lvl = "REPEATABLE READ" if self.db_mode["my"] == "plain" else "SERIALIZABLE"
                         out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
-                        out.append(f"XA START {gid(s.txn, s.db)}" if p.kind in ("global", "dip") else "BEGIN")
+                        out.append(f"XA START {gid(s.txn, s.db)}" if p.kind in ("global", "dip", "one") else "BEGIN")
                 if s.f == "r":
                     ks = ", ".join(f"'{k}'" for k in s.key.split("+"))
                     out.append(f"SELECT k, v FROM sch WHERE k IN ({ks}) ORDER BY k")
@@ -411,7 +415,16 @@ class Runner:
                 out += ([f"PREPARE TRANSACTION '{gid(s.txn, 'pg')}'"] if s.db == "pg"
                         else [f"XA END {gid(s.txn, 'my')}", f"XA PREPARE {gid(s.txn, 'my')}"])
             else:
-                if p.kind in ("local", "local_ro"):
+                if p.kind == "one":
+                    # One phase: the slot write, then the commit, in one step (the client
+                    # commits right after the daemon's answer).
+                    if client[s.db] and self.pg_helpers != "one-phase-untouched":
+                        k = shim_key[(s.txn, s.db)]
+                        touch = PgDialect.shim_touch if s.db == "pg" else MyDialect.shim_touch
+                        out.append(lambda conn, touch=touch, k=k: touch(conn, k))
+                    out += (["COMMIT"] if s.db == "pg"
+                            else [f"XA END {gid(s.txn, 'my')}", f"XA COMMIT {gid(s.txn, 'my')} ONE PHASE"])
+                elif p.kind in ("local", "local_ro"):
                     out.append("COMMIT")
                 elif p.kind in ("auto", "auto_unlocked"):
                     pass                      # committed by itself
@@ -424,7 +437,7 @@ class Runner:
         def start(s: Step):
             sess = slot_of[s.txn][s.db]
             if (client["pg"] and s.db == "pg" and state[(s.txn, "pg")] == "none" and s.txn not in helpers
-                    and progs[s.txn].kind == "global"):
+                    and progs[s.txn].kind in ("global", "one")):
                 try:
                     helper_begin(s.txn)
                 except Exception as e:  # noqa: BLE001 - the transaction cannot run in client mode
@@ -446,7 +459,7 @@ class Runner:
                         sess.quiet([f"ROLLBACK PREPARED '{gid(t, 'pg')}'"])
                     sess.quiet(["ROLLBACK"])
                 else:
-                    if p.kind in ("global", "dip"):
+                    if p.kind in ("global", "dip", "one"):
                         if st != "prepared":
                             sess.quiet([f"XA END {gid(t, 'my')}"])
                         sess.quiet([f"XA ROLLBACK {gid(t, 'my')}"])
@@ -507,7 +520,7 @@ class Runner:
                 time.sleep(0.0005)
 
         deadline = time.monotonic() + time_limit
-        if client["pg"] and policy != "per-branch" and any(p.kind == "global" and "pg" in p.dbs for p in programs):
+        if client["pg"] and policy != "per-branch" and any(p.kind in ("global", "one") and "pg" in p.dbs for p in programs):
             shared_prepare()               # ahead of need: older than every branch
         try:
             for s in steps:
@@ -587,7 +600,7 @@ class Tally:
             self.reasons[why.split(": ", 1)[1]] += 1
         bad = bool(r.anomalies) or not r.oracle_serializable
         self.anomalies += bad
-        self.global_anomalies += bad and all(t.kind in ("global", "dip") for t in r.history)
+        self.global_anomalies += bad and all(t.kind in ("global", "dip", "one") for t in r.history)
         if bool(r.anomalies) == r.oracle_serializable:
             self.oracle_disagrees += 1
         if bad and len(self.failures) < 5:
