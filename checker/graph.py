@@ -295,7 +295,7 @@ def _cycles(edges, txns):
         if kind == "G2" and n_rw == 1:
             kind = "G-single"
         chain = " ".join(f"{a} -{t}->" for a, t, _, _ in steps) + f" {cyc[0]}"
-        kinds = {t.kind for t in (txns[x] for x in cyc)}
+        kinds = {t.kind in ("global", "dip", "one") for t in (txns[x] for x in cyc)}   # global or not
         who = ", ".join(f"{x} ({txns[x].kind}{': ' + txns[x].note if txns[x].note else ''})" for x in cyc)
         lines = [f"{kind} cycle over {len(cyc)} committed transactions: {chain}", f"  transactions: {who}"]
         lines += [f"  {a} -{t}-> {b}: {why}" for a, t, b, why in steps]

@@ -24,6 +24,11 @@ def G(name, *ops):
     return Program(name, "global", tuple(_op(o) for o in ops))
 
 
+def G1(name, *ops):
+    """A global transaction with a single branch, committed in one phase (kind one)."""
+    return Program(name, "one", tuple(_op(o) for o in ops))
+
+
 def L(name, *ops, kind="local"):
     """A local transaction; kind local_ro = PostgreSQL READ ONLY, auto = one autocommit
     statement at SERIALIZABLE on MariaDB (its only op may read several keys: 'r my:x+y'),
@@ -56,6 +61,18 @@ LOCAL_SHAPES = [
 ]
 
 
+# Single-branch global transactions committed in one phase (the daemon's
+# `one_phase_branch`): one database, reads and writes.
+ONE_PHASE_SHAPES = [
+    ("r pg:x", "w pg:y"),
+    ("r pg:y", "w pg:x"),
+    ("r pg:x", "r pg:y"),
+    ("r my:x", "w my:y"),
+    ("r my:y", "w my:x"),
+    ("r my:x", "r my:y"),
+]
+
+
 def catalogue():
     """(label, programs) of every combination in the full set."""
     out = []
@@ -74,6 +91,45 @@ def catalogue():
     # Rule C with the PostgreSQL reader declared READ ONLY (PostgreSQL drops its edges when
     # Y commits: pg_co's rule C for READ ONLY readers covers it).
     out.append(("ruleC_ro", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), L("L", "r pg:x", "r pg:y", kind="local_ro")]))
+    return out
+
+
+def one_phase_catalogue():
+    """(label, programs) of the combinations with a single-branch global transaction
+    committed in one phase (kind one), kept apart from catalogue() so that the full set's
+    families and counts (docs/guarantees.md) stay as they are. Labels: gI =
+    GLOBAL_SHAPES[I], lJ = LOCAL_SHAPES[J], oK = ONE_PHASE_SHAPES[K]; ruleC_one(_my): rule
+    C's programs with the reader a one-phase global transaction."""
+    out = []
+    gl = [lambda n, s=s: G(n, *s) for s in GLOBAL_SHAPES]
+    lo = [lambda n, s=s: L(n, *s) for s in LOCAL_SHAPES]
+    op = [lambda n, s=s: G1(n, *s) for s in ONE_PHASE_SHAPES]
+    for i in range(len(gl)):
+        for j in range(len(op)):
+            out.append((f"g{i}+o{j}", [gl[i]("T1"), op[j]("T2")]))
+    for i, j in itertools.combinations_with_replacement(range(len(op)), 2):
+        out.append((f"o{i}+o{j}", [op[i]("T1"), op[j]("T2")]))
+    for i in range(len(op)):
+        for j in range(len(lo)):
+            out.append((f"o{i}+l{j}", [op[i]("T1"), lo[j]("L2")]))
+    # Rule C with the reader a one-phase global transaction (PostgreSQL, MariaDB): what a
+    # local reader lets through (the hole), a one-phase reader in client mode must not.
+    out.append(("ruleC_one", [G("Y", "w pg:y", "w my:x"), G("G", "w pg:x", "r my:x"), G1("L", "r pg:x", "r pg:y")]))
+    out.append(("ruleC_one_my", [G("Y", "w my:y", "w pg:x"), G("G", "w my:x", "r pg:x"), G1("L", "r my:x", "r my:y")]))
+    return out
+
+
+def one_phase_named():
+    """Rule C's named schedule (named_schedules()) with the reader a one-phase global
+    transaction: in client mode its slot write makes it the pivot of a dangerous
+    structure with its prepared helper, and it is refused; without that write it is a
+    local reader, and rule C's cycle commits."""
+    out = []
+    ro = [G("Y", "w pg:y", "w my:z"), G("G", "w pg:x", "r my:z"), G1("L", "r pg:x", "r pg:y")]
+    out.append(("one phase, rule C: a one-phase reader sees G but not Y, G saw Y", ro, schedule_from_db_orders(ro, {
+        "pg": ["Y.w(pg:y)", "Y.prep(pg)", "G.w(pg:x)", "G.prep(pg)", "G.commit(pg)",
+               "L.r(pg:x)", "L.r(pg:y)", "L.commit(pg)", "Y.commit(pg)"],
+        "my": ["Y.w(my:z)", "Y.prep(my)", "Y.commit(my)", "G.r(my:z)", "G.prep(my)", "G.commit(my)"]})))
     return out
 
 
@@ -131,10 +187,10 @@ def label_matches(label: str, only: str | None) -> bool:
     return not only or any(fnmatch.fnmatchcase(label, o.strip()) for o in only.split(",") if o.strip())
 
 
-def full_set(only: str | None = None, dip: bool = False):
+def full_set(only: str | None = None, dip: bool = False, one_phase: bool = False):
     """dip: the global transactions decide in their PostgreSQL branch (as_dip); only: the
-    combinations label_matches() picks."""
-    for label, progs in catalogue():
+    combinations label_matches() picks; one_phase: one_phase_catalogue()'s instead."""
+    for label, progs in (one_phase_catalogue() if one_phase else catalogue()):
         if not label_matches(label, only):
             continue
         if dip:

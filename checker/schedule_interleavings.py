@@ -7,6 +7,9 @@ A *program* is one transaction: a list of operations (database, r|w, key) plus i
   dip     the same with the decision in the PostgreSQL branch: the other branch prepares,
           then the PostgreSQL branch commits in one phase with `SELECT co.decide(..)`
           (that COMMIT is the decision), then the other branch commits (`as_dip`);
+  one     a global transaction with a single branch, committed in one phase (no prepare:
+          the daemon's `one_phase_branch`; PostgreSQL COMMIT, MariaDB XA COMMIT ... ONE
+          PHASE), in client mode after the branch's slot write;
   local   one database, BEGIN ... COMMIT.
 Every write is a list-append of the writer's id (so the checker can order versions), every
 read returns the whole list.
@@ -35,7 +38,7 @@ DBS = ("pg", "my")
 @dataclass(frozen=True)
 class Program:
     name: str
-    kind: str            # global | local
+    kind: str            # global | dip | one | local (and local's variants)
     ops: tuple           # ((db, 'r'|'w', key), ...)
 
     @property

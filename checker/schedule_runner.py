@@ -143,7 +143,7 @@ def mode_servers(mode: str) -> tuple:
 
 # How client mode's PostgreSQL helpers are run (Runner's docstring): the daemon's, the
 # older daemon's, and two broken ones that the tests show failing.
-HELPER_POLICIES = ("shared", "per-branch", "shared-readonly", "released-at-prepare")
+HELPER_POLICIES = ("shared", "per-branch", "shared-readonly", "released-at-prepare", "one-phase-untouched")
 
 # Client mode's slots (sql/client_mode/): rows 1..SHIM_SLOTS of cotx.shim / cotx_shim; a
 # branch takes the lowest slot no live branch on its database holds.
@@ -177,7 +177,11 @@ class Runner:
     must find anomalies): "shared-readonly" (the helper declared READ ONLY: PostgreSQL's
     SSI does not count it as the dangerous structure's first transaction) and
     "released-at-prepare" (the helper rolled back once its branch prepared, before that
-    branch commits). MariaDB: the branch session is SERIALIZABLE,
+    branch commits), and "one-phase-untouched" (a one-phase branch, kind one, commits
+    without its slot write: it is then a local transaction). A one-phase branch (kind one)
+    takes its key as a global branch does and writes its slot just before its COMMIT
+    (PostgreSQL) or XA END (MariaDB; then XA COMMIT ... ONE PHASE); its helper is kept
+    until that COMMIT has ended. MariaDB: the branch session is SERIALIZABLE,
     set and read back (cotx.dialect.MariaDB.set_serializable_verified), and the branch
     writes its slot (MariaDB.shim_touch) before XA END. Local transactions get nothing
     (SERIALIZABLE, BEGIN ... COMMIT; an autocommit reader is InnoDB's snapshot read):
@@ -422,14 +426,14 @@ class _Schedule:
                 lock = "OFF" if p.kind == "auto_unlocked" or r.mode == "co-unlocked" else "ON"
                 out.append(f"SET SESSION mysql_co_lock_autocommit_reads = {lock}")
             out.append("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-        elif self.client["my"] and p.kind in ("global", "dip"):
+        elif self.client["my"] and p.kind in ("global", "dip", "one"):
             self.take_slot(s.txn, "my")
             out.append(MyDialect.set_serializable_verified)
             out.append(f"XA START {self.gid(s.txn, s.db)}")
         else:
             lvl = "REPEATABLE READ" if r.db_mode["my"] == "plain" else "SERIALIZABLE"
             out.append(f"SET TRANSACTION ISOLATION LEVEL {lvl}")
-            out.append(f"XA START {self.gid(s.txn, s.db)}" if p.kind in ("global", "dip") else "BEGIN")
+            out.append(f"XA START {self.gid(s.txn, s.db)}" if p.kind in ("global", "dip", "one") else "BEGIN")
         return out
 
     def _preparing(self, s: Step, p) -> list:
@@ -444,6 +448,16 @@ class _Schedule:
         return out
 
     def _committing(self, s: Step, p) -> list:
+        if p.kind == "one":
+            # One phase: the slot write, then the commit, in one step (the client commits
+            # right after the daemon's answer).
+            out = []
+            if self.client[s.db] and self.policy != "one-phase-untouched":
+                k = self.shim_key[(s.txn, s.db)]
+                touch = PgDialect.shim_touch if s.db == "pg" else MyDialect.shim_touch
+                out.append(lambda conn, touch=touch, k=k: touch(conn, k))
+            return out + (["COMMIT"] if s.db == "pg"
+                          else [f"XA END {self.gid(s.txn, 'my')}", f"XA COMMIT {self.gid(s.txn, 'my')} ONE PHASE"])
         if p.kind in ("local", "local_ro"):
             return ["COMMIT"]
         if p.kind in ("auto", "auto_unlocked"):
@@ -457,7 +471,7 @@ class _Schedule:
     def start(self, s: Step):
         sess = self.slot_of[s.txn][s.db]
         if (self.client["pg"] and s.db == "pg" and self.state[(s.txn, "pg")] == "none" and s.txn not in self.helpers
-                and self.progs[s.txn].kind == "global"):
+                and self.progs[s.txn].kind in ("global", "one")):
             try:
                 self.helper_begin(s.txn)
             except Exception as e:  # noqa: BLE001 - the transaction cannot run in client mode
@@ -479,7 +493,7 @@ class _Schedule:
                     sess.quiet([f"ROLLBACK PREPARED '{self.gid(t, 'pg')}'"])
                 sess.quiet(["ROLLBACK"])
             else:
-                if p.kind in ("global", "dip"):
+                if p.kind in ("global", "dip", "one"):
                     if st != "prepared":
                         sess.quiet([f"XA END {self.gid(t, 'my')}"])
                     sess.quiet([f"XA ROLLBACK {self.gid(t, 'my')}"])
@@ -545,7 +559,7 @@ class _Schedule:
     def execute(self, time_limit: float) -> Result:
         deadline = time.monotonic() + time_limit
         if (self.client["pg"] and self.policy != "per-branch"
-                and any(p.kind == "global" and "pg" in p.dbs for p in self.programs)):
+                and any(p.kind in ("global", "one") and "pg" in p.dbs for p in self.programs)):
             self.shared_prepare()               # ahead of need: older than every branch
         try:
             self._drive(deadline)
@@ -642,7 +656,7 @@ class Tally:
             self.reasons[why.split(": ", 1)[1]] += 1
         bad = bool(r.anomalies) or not r.oracle_serializable
         self.anomalies += bad
-        self.global_anomalies += bad and all(t.kind in ("global", "dip") for t in r.history)
+        self.global_anomalies += bad and all(t.kind in ("global", "dip", "one") for t in r.history)
         if bool(r.anomalies) == r.oracle_serializable:
             self.oracle_disagrees += 1
         if bad and len(self.failures) < 5:

@@ -22,7 +22,7 @@ import sys
 
 
 # The names callers import from checker.schedules (the parts' public names).
-from .schedule_catalogue import G, L, GLOBAL_SHAPES, LOCAL_SHAPES, catalogue, named_schedules, limit_schedules, label_matches, full_set, THREE_GLOBAL_SHAPES, THREE_LOCAL_SHAPES, three_programs, random_schedule, three_sample, sample  # noqa: F401
+from .schedule_catalogue import G, G1, L, GLOBAL_SHAPES, ONE_PHASE_SHAPES, one_phase_catalogue, one_phase_named, LOCAL_SHAPES, catalogue, named_schedules, limit_schedules, label_matches, full_set, THREE_GLOBAL_SHAPES, THREE_LOCAL_SHAPES, three_programs, random_schedule, three_sample, sample  # noqa: F401
 from .schedule_interleavings import DBS, Program, Step, chains, txn_edges, as_dip, enumerate_schedules, schedule_from_db_orders  # noqa: F401
 from .schedule_runner import Result, reason_of, MODES, mode_servers, SHIM_SLOTS, Runner, Tally, run_many  # noqa: F401
 

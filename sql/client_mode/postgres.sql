@@ -36,13 +36,25 @@ CREATE OR REPLACE FUNCTION cotx.shim_slots() RETURNS bigint
     SET search_path = pg_catalog, pg_temp
     AS $$ SELECT count(*) FROM cotx.shim $$;
 
+-- How many of a helper's block of slots (first .. first+n-1) are write-locked now: by a
+-- branch that wrote its slot and whose transaction has not ended (open, or prepared).
+-- A helper whose block has one may still be needed (a branch committing in one phase on
+-- its client's session after the daemon's answer): the daemon keeps it prepared. Called
+-- in a READ COMMITTED transaction rolled back at once; SKIP LOCKED never waits.
+CREATE OR REPLACE FUNCTION cotx.shim_locked(first integer, n integer) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp SET enable_seqscan = off SET enable_bitmapscan = off
+    AS $$ SELECT n - count(*)::integer FROM (SELECT 1 FROM cotx.shim WHERE k >= first AND k < first + n
+                                            FOR SHARE SKIP LOCKED) AS free $$;
+
 -- The slots (the daemon's SHIM_SLOTS rows), filled here so that a daemon whose role may not
 -- insert finds them; ANALYZE so that the planner knows the table is not empty.
 INSERT INTO cotx.shim (k) SELECT generate_series(1, 4096) ON CONFLICT DO NOTHING;
 ANALYZE cotx.shim;
 
 -- Applications' roles call cotx.shim_touch inside their branches, the daemon's role
--- cotx.shim_hold and cotx.shim_slots: they need the schema, not the table (the functions
+-- cotx.shim_hold, cotx.shim_slots and cotx.shim_locked: they need the schema, not the table (the functions
 -- run as their owner).
 GRANT USAGE ON SCHEMA cotx TO PUBLIC;
-GRANT EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer), cotx.shim_slots() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer), cotx.shim_slots(),
+    cotx.shim_locked(integer, integer) TO PUBLIC;

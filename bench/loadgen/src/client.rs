@@ -177,6 +177,9 @@ struct Branch {
     /// found (`prepare_one`): such branches are listed with the commit (`read_only`).
     read_only: bool,
     wrote_nothing: bool,
+    /// Client mode: the daemon lets this branch commit in one phase when it is its
+    /// transaction's only one (after its slot write; docs/client-mode.md, "One phase").
+    one_phase: bool,
 }
 
 impl Branch {
@@ -466,6 +469,7 @@ impl Client {
                 shim,
                 read_only: sub.read_only,
                 wrote_nothing: false,
+                one_phase: shim.is_some() && r["shim"]["one_phase"].as_bool().unwrap_or(false),
             };
             // Begin and the statements; client mode's slot is written at prepare (prepare_one).
             let my_iso = self.cfg.my_isolation;
@@ -498,9 +502,9 @@ impl Client {
             br.push(b);
         }
         let g = gtid.unwrap();
-        // Client mode keeps two phases: its protection is the helper and the slot written
-        // before PREPARE (as cotx.transaction.Transaction.commit).
-        if br.len() == 1 && br[0].shim.is_none() {
+        // Client mode commits one branch in one phase where the daemon says it may, the slot
+        // written before the request (as cotx.transaction.Transaction.commit).
+        if br.len() == 1 && (br[0].shim.is_none() || br[0].one_phase) {
             return self.one_phase(&g, &mut br).await;
         }
         // The decision inside a participant needs pg_co there (co.decide).
@@ -551,6 +555,14 @@ impl Client {
 
     async fn one_phase(&mut self, g: &str, br: &mut [Branch]) -> Result<(), Failure> {
         let bid = br[0].bid.clone();
+        if br[0].shim.is_some() {
+            // Client mode: the slot write it would make before PREPARE, before the request.
+            let sess = self.sess.get_mut(&br[0].session).unwrap();
+            if let Err(e) = write_slot(sess, &br[0]).await {
+                self.abort(g, br, &e.to_string()).await;
+                return Err(e.into());
+            }
+        }
         let http = self.http.as_mut().unwrap();
         if let Err(e) =
             http.request("POST", &format!("/v1/transactions/{g}/commit"), &json!({"one_phase_branch": bid})).await
@@ -759,22 +771,28 @@ async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<bool, DbError> {
         Db::Pg => sess.first_value("SELECT pg_current_xact_id_if_assigned() IS NULL").await?.as_deref() == Some("t"),
         Db::My => b.engine_read_only(),
     };
+    write_slot(sess, b).await?;
     match b.db {
-        Db::Pg => {
-            if let Some(k) = b.shim {
-                sess.simple(&format!("SELECT cotx.shim_touch({k})")).await?;
-            }
-            sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await?;
-        }
+        Db::Pg => sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await?,
         Db::My => {
-            if let (Some(k), Sess::My(m)) = (b.shim, &mut *sess) {
-                m.shim_touch(k).await?;
-            }
             sess.simple(&format!("XA END {}", b.xid)).await?;
             sess.simple(&format!("XA PREPARE {}", b.xid)).await?;
         }
     }
     Ok(nothing)
+}
+
+/// Client mode's slot write (nothing in the other modes), before PREPARE or before a
+/// one-phase commit is asked for.
+async fn write_slot(sess: &mut Sess, b: &Branch) -> Result<(), DbError> {
+    match (b.db, b.shim) {
+        (Db::Pg, Some(k)) => sess.simple(&format!("SELECT cotx.shim_touch({k})")).await,
+        (Db::My, Some(k)) => match sess {
+            Sess::My(m) => m.shim_touch(k).await,
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
 }
 
 async fn finish_one(sess: &mut Sess, b: &Branch, commit: bool) -> Result<(), DbError> {

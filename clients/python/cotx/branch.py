@@ -44,6 +44,7 @@ class Branch:
         # "none" (plain 2PC, configured so); and client mode's slot.
         self.enforcement = None
         self.shim_key = None
+        self.shim_one_phase = False
         # Declared read-only by the application; `wrote_nothing` is what PREPARE found
         # (the commit lists such branches: the daemon skips its sync when all are).
         self.read_only = bool(read_only)
@@ -105,6 +106,8 @@ class Branch:
                     raise CotxError(f"resource {self.resource!r} runs in client mode (no pg_co / mysql_co there): "
                                     f"its branches must be SERIALIZABLE, not {self.isolation}")
                 self.shim_key = int(r["shim"]["key"])
+                # Older daemons do not say: their client-mode branches are always prepared.
+                self.shim_one_phase = bool(r["shim"].get("one_phase", False))
                 if self.kind == "mariadb" and not self._sql.is_checked(self.conn):
                     self._sql.set_serializable_verified(self.conn)
             self._sql.begin(self.conn, self._engine_id, self.isolation, self._engine_read_only)
@@ -169,6 +172,21 @@ class Branch:
                 raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
             raise TransactionAborted(self.tx.gtid, f"{self.resource}: prepare failed: {e}") from e
         self.state = "prepared"
+
+    def write_slot_for_one_phase(self) -> None:
+        """Client mode, the transaction's only branch, before its one-phase commit is asked
+        for: the slot write it would make before PREPARE (docs/client-mode.md, "One
+        phase"). A refusal rolls back and raises, as at prepare()."""
+        try:
+            self._sql.shim_touch(self.conn, self.shim_key)
+        except Exception as e:
+            self._rollback_unprepared()
+            self.state = "failed"
+            retry = _retryable(e) or isinstance(e, SessionNotChecked)
+            self._report_failed(f"slot write refused: {e}", retry)
+            if retry:
+                raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
+            raise TransactionAborted(self.tx.gtid, f"{self.resource}: slot write failed: {e}") from e
 
     def commit_one_phase(self) -> None:
         self._sql.commit_one_phase(self.conn, self._engine_id)

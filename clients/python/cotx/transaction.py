@@ -107,9 +107,11 @@ class Transaction:
             self.outcome = "commit"  # never begun, nothing ran: nothing to decide
             return
         ready = [b for b in self._branches if b.state == "ready"]
-        # Client mode keeps two phases: its protection is the helper and the slot written
-        # before PREPARE (docs/client-mode.md).
-        if len(ready) == 1 and len(self._branches) == 1 and ready[0].enforcement != "client" and self._one_phase(ready[0]):
+        # Client mode commits one branch in one phase where the daemon says it may: the
+        # slot is written before the request, as before PREPARE (docs/client-mode.md, "One
+        # phase").
+        if (len(ready) == 1 and len(self._branches) == 1
+                and (ready[0].enforcement != "client" or ready[0].shim_one_phase) and self._one_phase(ready[0])):
             return
         # The decision inside a participant needs pg_co there (co.decide).
         decider = next((b for b in reversed(ready) if b.kind == "postgres" and b.enforcement != "client"), None) \
@@ -194,6 +196,12 @@ class Transaction:
         return "commit"
 
     def _one_phase(self, b: Branch) -> bool:
+        if b.enforcement == "client":
+            try:
+                b.write_slot_for_one_phase()
+            except CotxError:
+                self._rollback_local()
+                raise
         try:
             self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", {"one_phase_branch": b.branch_id})
         except CoordinatorError as e:

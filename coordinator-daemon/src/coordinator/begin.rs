@@ -129,7 +129,7 @@ pub async fn register(
         gid,
         xid,
         enforcement: enforcement_mode(adm.mode),
-        shim: adm.key.map(|key| Shim { key }),
+        shim: adm.key.map(|key| Shim { key, one_phase: adm.one_phase }),
     })
 }
 

@@ -157,9 +157,19 @@ pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], b
     Ok(Decision { branch_id: Some(bid.to_string()), ..Decision::new(gtid, wire::Decided::InParticipant) })
 }
 
+/// One-phase commit of a single branch. In client mode too (docs/client-mode.md, "One
+/// phase"): the branch wrote its slot before asking, which makes it the pivot of a
+/// dangerous structure with its prepared helper (PostgreSQL's SSI refuses it at COMMIT as
+/// at PREPARE), and a SERIALIZABLE one-phase commit keeps its locks to its end (MariaDB).
+/// Its helper then stays prepared until that COMMIT on the client's session has ended
+/// (its slot no longer write-locked), whatever becomes of this daemon run.
 pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res<Decision> {
-    if c.enforcement.holds(gtid, bid) {
-        return refuse(RefusalCode::WrongState, format!("branch {bid:?} is in client mode: it must be prepared (its protection is the slot it writes before PREPARE), never committed in one phase"));
+    let client = c.enforcement.holds(gtid, bid);
+    if client {
+        // Checked first: the transaction may still be refused below, and then the mark
+        // only makes its helper look at the slots' locks before it goes.
+        answers::on(c, gtid, |e| e.tx.check_one_phase(bid)).await?;
+        c.enforcement.begin_one_phase(gtid, bid).map_err(|why| Refusal::new(RefusalCode::WrongState, why))?;
     }
     answers::on(c, gtid, |e| e.tx.begin_one_phase(bid)).await?;
     c.metrics.one_phase.fetch_add(1, Relaxed);

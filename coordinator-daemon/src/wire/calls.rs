@@ -71,6 +71,10 @@ pub enum EnforcementMode {
 #[derive(Serialize, ToSchema, Clone, Debug, PartialEq, Eq)]
 pub struct Shim {
     pub key: i32,
+    /// The branch may commit in one phase (`one_phase_branch`) when it is its
+    /// transaction's only branch: after its slot write, as before a PREPARE
+    /// (docs/client-mode.md, "One phase"). False where the resource's objects are too old.
+    pub one_phase: bool,
 }
 
 #[derive(Serialize, ToSchema, Clone, Debug, PartialEq, Eq)]

@@ -495,7 +495,8 @@ def test_the_postgresql_shim_refuses_what_breaks_commitment_ordering_on_every_ma
 def test_a_change_of_mode_is_seen_and_logged(pg, bare_my):
     """auto on a PostgreSQL with pg_co: engine. pg_co switched off at run time: the next
     recovery pass moves the resource to client mode and logs the change; switched back on:
-    engine again. A client-mode branch cannot be committed in one phase."""
+    engine again. A client-mode branch commits in one phase after its slot write
+    (docs/client-mode.md, "One phase"; before, the daemon refused it)."""
     def set_pg_co(on):
         pg.sql(f"ALTER SYSTEM SET pg_co.enabled = {'on' if on else 'off'}")
         pg.sql("SELECT pg_reload_conf()")
@@ -511,9 +512,12 @@ def test_a_change_of_mode_is_seen_and_logged(pg, bare_my):
             with tx.branch(pg.connect(), "pg") as b:
                 pass
             assert b.enforcement == "client"
-            with pytest.raises(CoordinatorError, match="client mode"):
-                tx._request("POST", f"/v1/transactions/{tx.gtid}/commit", {"one_phase_branch": b.branch_id})
-            tx.abort("test")
+            assert b.shim_one_phase
+            b.write_slot_for_one_phase()
+            r = tx._request("POST", f"/v1/transactions/{tx.gtid}/commit", {"one_phase_branch": b.branch_id})
+            assert r["decision"] == "one_phase", r
+            b.commit_one_phase()
+            tx._ack(b, "commit")
         finally:
             set_pg_co(True)
         wait_until(lambda: resources(d)["pg"]["enforcement"]["mode"] == "engine", 15, "engine mode again")

@@ -89,7 +89,8 @@ def statements_per_branch(d, my, n):
 def test_a_branch_costs_no_daemon_statement_and_no_isolation_round_trip(bare_pg):
     """The saving, counted by the server: per branch on a connection already checked, the
     client runs SET TRANSACTION, XA START, the application's SQL (2), the slot write, XA END,
-    XA PREPARE, XA COMMIT (8) and the daemon nothing; before, the client also ran SET
+    XA COMMIT ONE PHASE (7: a single branch commits in one phase, docs/client-mode.md "One
+    phase"; 8 with XA PREPARE and XA COMMIT before it) and the daemon nothing; before, the client also ran SET
     SESSION + SELECT @@tx_isolation and the daemon a GLOBAL_STATUS query per branch (and
     reset its pooled connection). An old client (no `server_started`) still gets the look."""
     with MariaServer(plugin=False) as my:
@@ -102,7 +103,8 @@ def test_a_branch_costs_no_daemon_statement_and_no_isolation_round_trip(bare_pg)
             client, daemon, mine, others = statements_per_branch(d, my, n)
             print(f"per branch, checked connection: client {client:.1f} statements, daemon {daemon:.1f}")
             assert not any("SET SESSION" in a or "@@session" in a or "GLOBAL_STATUS" in a for a in mine), mine[:12]
-            assert client == 8, mine[:12]
+            assert client == 7, mine[:12]
+            assert any("ONE PHASE" in a for a in mine) and not any("XA PREPARE" in a for a in mine), mine[:12]
             assert daemon == 0, others[:12]
 
             # An old client: the same branches without the start, and with the check

@@ -15,6 +15,11 @@ What is shown, each with a baseline on the same servers (so each test can fail):
     global transactions, a few schedules of three): client mode, 0 non-serializable
     histories (the graph checker and the brute-force oracle agree); plain 2PC, and the
     same branches SERIALIZABLE without the shims, have anomalies;
+  * single-branch global transactions committed in one phase (the slot write, then COMMIT
+    / XA COMMIT ONE PHASE, the helper kept until that COMMIT ended), against global,
+    one-phase and local transactions on both databases, and as rule C's reader: 0; the
+    same without the shims has anomalies, and a one-phase branch without its slot write
+    lets rule C's cycle commit;
   * one database each way (pg_co + MariaDB in client mode, PostgreSQL in client mode +
     mysql_co): 0; plain 2PC on those servers > 0;
   * local transactions, docs/guarantees.md's table "Client mode: what it guarantees":
@@ -28,8 +33,8 @@ import re
 from pathlib import Path
 
 import pytest
-from checker.schedules import (Runner, Tally, full_set, named_schedules, run_many, sample,
-                               three_sample)
+from checker.schedules import (Runner, Tally, full_set, named_schedules, one_phase_named, run_many,
+                               sample, three_sample)
 from cotest.marks import requires_mysql_co, requires_pg_co
 from cotest import MariaServer, PgServer
 
@@ -37,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[3]
 GLOBAL_SAMPLE = int(os.environ.get("COTX_CLIENT_SAMPLE", 300))
 MIXED_SAMPLE = int(os.environ.get("COTX_CLIENT_MIXED_SAMPLE", 120))
 THREE = int(os.environ.get("COTX_CLIENT_THREE", 40))
+ONE_PHASE_SAMPLE = int(os.environ.get("COTX_CLIENT_ONE_PHASE_SAMPLE", 160))
 
 OVERDRAFTS = [x for x in named_schedules() if x[0].startswith("overdraft")]
 RULE_C_NAMED = [x for x in named_schedules() if x[0].startswith("rule C")]
@@ -186,6 +192,44 @@ def test_three_globals_client_mode(client):
     items = three_sample(THREE, seed=1, only="g*+g*+g*")
     assert_serializable(verdict(client, "client", items), len(items))
     assert_anomalies_found(verdict(client, "plain-serializable", items))
+
+
+# --- single-branch global transactions committed in one phase ----------------------------
+
+ONE_PHASE_NAMED = one_phase_named()
+
+
+@pytest.fixture(scope="module")
+def one_phase_items():
+    """A seeded sample of the one-phase combinations (`g*+o*`, `o*+o*`, `o*+l*`, rule C
+    with a one-phase reader at PostgreSQL and at MariaDB), and the named one."""
+    return ONE_PHASE_NAMED + sample(full_set(one_phase=True), ONE_PHASE_SAMPLE, seed=6)
+
+
+def test_one_phase_client_mode_is_serializable(client, one_phase_items):
+    """A single-branch global transaction commits in one phase in client mode: its slot
+    write, just before COMMIT (PostgreSQL) or XA END (MariaDB), makes it the pivot of a
+    dangerous structure with its helper, which PostgreSQL's SSI refuses at COMMIT as at
+    PREPARE; MariaDB keeps its SERIALIZABLE locks to the end of a one-phase commit. The
+    baseline without the shims has anomalies on the same schedules."""
+    assert_serializable(verdict(client, "client", one_phase_items), len(one_phase_items))
+    assert_anomalies_found(verdict(client, "plain-serializable", one_phase_items))
+
+
+def test_one_phase_rule_c_reader_refused(client, pg_bare, my_bare):
+    """Rule C's named schedule with the reader a one-phase global transaction: client mode
+    refuses the reader at its COMMIT; a broken one phase without the slot write makes it a
+    local reader, and rule C's cycle commits (the schedules above can fail)."""
+    (label, progs, steps), = ONE_PHASE_NAMED
+    client.set_mode("client")
+    r = client.run(label, progs, steps)
+    assert "L" in r.aborted and not r.anomalies and r.oracle_serializable, r.executed
+    broken = Runner(pg_bare, my_bare, mode="client", pg_helpers="one-phase-untouched")
+    try:
+        b = broken.run(label, progs, steps)
+    finally:
+        broken.close()
+    assert b.committed == ["Y", "G", "L"] and b.anomalies and not b.oracle_serializable, b.executed
 
 
 # --- one database in engine mode, the other in client mode -----------------------------

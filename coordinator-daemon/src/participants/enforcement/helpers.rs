@@ -11,7 +11,10 @@
 //! or its transaction aborted). It goes as soon as that is true of an exhausted helper
 //! (every key handed out), and after `IDLE` without a new taker for a helper that has keys
 //! left (light load: no helper lives on for nothing). A helper with a live branch never
-//! goes, whatever its age.
+//! goes, whatever its age. A helper one of whose branches committed in one phase goes
+//! only once no slot of its block is write-locked (the caller looks, `lock_check`): that
+//! branch commits on its client's session after the daemon's answer, and the daemon
+//! counts it settled when its owner says so, or when its transaction is forgotten.
 //!
 //! Blocks are whole: block b (1-based) holds keys (b-1)·n+1 ..= b·n, so a helper's gid
 //! names its block by its first key and `n` (naming::pg_shared_helper_gid), and a restarted
@@ -51,6 +54,9 @@ struct Helper {
     last_use: Instant,
     /// Retiring and its rollback handed to a caller (no two callers roll it back at once).
     claimed: bool,
+    /// A branch of it committed in one phase: before the rollback the caller checks that
+    /// no slot of the block is write-locked (its transaction may not have ended yet).
+    lock_check: bool,
 }
 
 /// A key for a branch, and the helper whose block holds it.
@@ -128,7 +134,15 @@ impl Pool {
     /// be prepared by the caller; its first key. None when every block is taken.
     pub fn start(&mut self, id: u64, now: Instant) -> Option<i32> {
         let block = self.blocks.take()?;
-        let h = Helper { block, stage: Stage::Preparing, handed: 0, live: 0, last_use: now, claimed: false };
+        let h = Helper {
+            block,
+            stage: Stage::Preparing,
+            handed: 0,
+            live: 0,
+            last_use: now,
+            claimed: false,
+            lock_check: false,
+        };
         self.helpers.insert(id, h);
         Some(self.first_key(block))
     }
@@ -178,13 +192,15 @@ impl Pool {
         Some(Taken { helper: id, key })
     }
 
-    /// A branch holding a key of helper `id` no longer needs protection. Some(id) when the
-    /// helper may go now (every key handed out, no live branch): it is marked retiring
-    /// and the caller rolls it back.
-    pub fn done(&mut self, id: u64, now: Instant) -> Option<u64> {
+    /// A branch holding a key of helper `id` no longer needs protection (`one_phase`: it
+    /// committed in one phase, so the helper's rollback waits for its slot's lock). Some(id)
+    /// when the helper may go now (every key handed out, no live branch): it is marked
+    /// retiring and the caller rolls it back.
+    pub fn done(&mut self, id: u64, now: Instant, one_phase: bool) -> Option<u64> {
         let n = self.n;
         let h = self.helpers.get_mut(&id)?;
         h.live = (h.live - 1).max(0);
+        h.lock_check |= one_phase;
         h.last_use = now;
         if h.stage == Stage::Ready && h.live == 0 && h.handed >= n {
             h.stage = Stage::Retiring;
@@ -239,6 +255,11 @@ impl Pool {
         }
     }
 
+    /// Must the caller see no write-locked slot in its block before rolling it back?
+    pub fn lock_check(&self, id: u64) -> bool {
+        self.helpers.get(&id).is_some_and(|h| h.lock_check)
+    }
+
     /// Its first key, while it is ours.
     pub fn first_of(&self, id: u64) -> Option<i32> {
         self.helpers.get(&id).map(|h| self.first_key(h.block))
@@ -282,15 +303,29 @@ mod tests {
         assert_eq!(keys, (1..=10).collect::<Vec<_>>());
         assert_eq!(p.take(t), None, "exhausted");
         for _ in 0..9 {
-            assert_eq!(p.done(h, t), None, "a branch of it may still commit");
+            assert_eq!(p.done(h, t, false), None, "a branch of it may still commit");
         }
         assert_eq!(p.idle(t + IDLE * 10, IDLE), Vec::<u64>::new(), "never idle with a live branch");
-        assert_eq!(p.done(h, t), Some(h), "last branch settled: it goes");
+        assert!(!p.lock_check(h));
+        assert_eq!(p.done(h, t, false), Some(h), "last branch settled: it goes");
         assert!(p.claim_retiring().is_empty(), "claimed by the caller that got it");
         p.unclaim(h);
         assert_eq!(p.claim_retiring(), vec![h], "a failed rollback is tried again");
         p.gone(h);
         assert_eq!(p.helper_count(), 0);
+    }
+
+    #[test]
+    fn a_helper_with_a_one_phase_branch_asks_for_the_lock_check() {
+        let t = Instant::now();
+        let mut p = Pool::new(10, 2, 1);
+        let (h, _) = ready(&mut p, t);
+        p.take(t).unwrap();
+        p.take(t).unwrap();
+        assert_eq!(p.done(h, t, true), None);
+        assert!(p.lock_check(h), "one branch committed in one phase");
+        assert_eq!(p.done(h, t, false), Some(h));
+        assert!(p.lock_check(h), "kept until the helper goes");
     }
 
     #[test]
@@ -337,7 +372,7 @@ mod tests {
         let mut p = Pool::new(20, 10, 1);
         let (h, _) = ready(&mut p, t);
         p.take(t).unwrap();
-        assert_eq!(p.done(h, t), None, "keys left: kept for the next branches");
+        assert_eq!(p.done(h, t, false), None, "keys left: kept for the next branches");
         assert!(p.idle(t + IDLE / 2, IDLE).is_empty());
         assert_eq!(p.idle(t + IDLE, IDLE), vec![h]);
         assert_eq!(p.take(t + IDLE), None, "a retiring helper hands out nothing");

@@ -22,6 +22,10 @@ pub struct Found {
     pub probe: Probe,
     /// Rows in the shim table (0 when client mode is not possible or not needed).
     pub slots: i32,
+    /// Client mode may commit a single branch in one phase here: MariaDB always;
+    /// PostgreSQL when cotx.shim_locked exists (the daemon must be able to tell whether a
+    /// helper's block still has a branch whose transaction has not ended).
+    pub one_phase: bool,
 }
 
 fn rows(m: &[SimpleQueryMessage]) -> Vec<&tokio_postgres::SimpleQueryRow> {
@@ -51,18 +55,18 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
             let r = r.first().ok_or_else(|| format!("{}: no row", rc.name))?;
             let (enabled, observe, spl, mpt) = (r.get(0), r.get(1), r.get(2), r.get(3).unwrap_or("0"));
             let e = if !engine { off() } else { pg_engine(enabled, observe, spl) };
-            let (c, slots) = if !client {
-                (off(), 0)
+            let (c, slots, one_phase) = if !client {
+                (off(), 0, false)
             } else if mpt.trim() == "0" {
-                (Err("max_prepared_transactions = 0: the server cannot prepare transactions".to_string()), 0)
+                (Err("max_prepared_transactions = 0: the server cannot prepare transactions".to_string()), 0, false)
             } else {
                 match pg_shim(rc).await {
-                    Ok(n) => (Ok(()), n),
+                    Ok((n, locked)) => (Ok(()), n, locked),
                     Err(e) if transient(&e) => return Err(format!("{}: {e}", rc.name)),
-                    Err(e) => (Err(e), 0),
+                    Err(e) => (Err(e), 0, false),
                 }
             };
-            Ok(Found { probe: Probe { engine: e, client: c }, slots })
+            Ok(Found { probe: Probe { engine: e, client: c }, slots, one_phase })
         }
         ResourceKind::Mariadb => {
             let mut conn = rc.maria_conn().await?;
@@ -77,7 +81,7 @@ pub async fn probe(rc: &ResourceClient, cfg: Configured) -> Result<Found, String
                     Err(e) => (Err(e), 0),
                 }
             };
-            Ok(Found { probe: Probe { engine: e, client: c }, slots })
+            Ok(Found { probe: Probe { engine: e, client: c }, slots, one_phase: true })
         }
     }
 }
@@ -109,23 +113,29 @@ fn pg_engine(enabled: Option<&str>, observe: Option<&str>, spl: Option<&str>) ->
 /// The shim objects, created when missing (sql/client_mode/postgres.sql), and their rows.
 /// Created by the database's owner (the script run as it), they ask nothing of the
 /// daemon's role: it counts the slots with cotx.shim_slots() and holds them with
-/// cotx.shim_hold(), both SECURITY DEFINER and executable by PUBLIC.
-async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
+/// cotx.shim_hold(), both SECURITY DEFINER and executable by PUBLIC. Returns the rows and
+/// whether cotx.shim_locked() is there (one phase in client mode needs it).
+async fn pg_shim(rc: &ResourceClient) -> Result<(i32, bool), String> {
     let have =
         "SELECT to_regclass('cotx.shim') IS NOT NULL AND to_regprocedure('cotx.shim_hold(integer)') IS NOT NULL \
                 AND to_regprocedure('cotx.shim_touch(integer)') IS NOT NULL, \
-                to_regprocedure('cotx.shim_slots()') IS NOT NULL";
+                to_regprocedure('cotx.shim_slots()') IS NOT NULL, \
+                to_regprocedure('cotx.shim_locked(integer, integer)') IS NOT NULL";
     let flags = |m: &[SimpleQueryMessage]| {
-        rows(m).first().map(|r| (r.get(0) == Some("t"), r.get(1) == Some("t"))).unwrap_or((false, false))
+        rows(m)
+            .first()
+            .map(|r| (r.get(0) == Some("t"), r.get(1) == Some("t"), r.get(2) == Some("t")))
+            .unwrap_or((false, false, false))
     };
-    let (objects, mut counter) = flags(&rc.pg_batch(have).await?);
-    if !(objects && counter) {
+    let (objects, mut counter, mut locked) = flags(&rc.pg_batch(have).await?);
+    if !(objects && counter && locked) {
         // One creator at a time (several daemons may probe together).
         let script = format!("BEGIN; SELECT pg_advisory_xact_lock({}, 1); {PG_SCRIPT}\nCOMMIT;", naming::XA_FORMAT_ID);
         match rc.pg_batch(&script).await {
-            Ok(_) => counter = true,
-            // Objects of an older script (without cotx.shim_slots) that this role may not
-            // replace: used as they are, counted directly if this role may read the table.
+            Ok(_) => (counter, locked) = (true, true),
+            // Objects of an older script (without cotx.shim_slots or cotx.shim_locked) that
+            // this role may not replace: used as they are, counted directly if this role
+            // may read the table, and no one phase in client mode.
             Err(_) if objects => {}
             Err(e) => {
                 return Err(format!(
@@ -138,20 +148,20 @@ async fn pg_shim(rc: &ResourceClient) -> Result<i32, String> {
     let n =
         count(&rc.pg_batch(if counter { "SELECT cotx.shim_slots()" } else { "SELECT count(*) FROM cotx.shim" }).await?);
     if n >= SHIM_SLOTS {
-        return Ok(n);
+        return Ok((n, locked));
     }
     let fill = format!(
         "INSERT INTO cotx.shim (k) SELECT generate_series(1, {SHIM_SLOTS}) ON CONFLICT DO NOTHING; ANALYZE cotx.shim"
     );
     match rc.pg_batch(&fill).await {
-        Ok(_) => Ok(SHIM_SLOTS),
+        Ok(_) => Ok((SHIM_SLOTS, locked)),
         Err(e) if n > 0 => {
             crate::telemetry::log::log(
                 "warn",
                 "client mode: cannot add rows to cotx.shim; using those there",
                 serde_json::json!({"resource": rc.name, "rows": n, "error": e}),
             );
-            Ok(n)
+            Ok((n, locked))
         }
         Err(e) => Err(format!("cotx.shim has no rows and none can be added: {e}; run sql/client_mode/postgres.sql as the database's owner")),
     }
@@ -316,6 +326,20 @@ pub async fn pg_rollback_helper(rc: &ResourceClient, gid: &str) -> Result<bool, 
     }
 }
 
+/// How many slots of the block `first .. first+n-1` are write-locked now: by a branch
+/// that wrote its slot and whose transaction has not ended (open on its client's session,
+/// or prepared). A READ COMMITTED transaction rolled back at once (not SERIALIZABLE: it
+/// adds no edge to anyone); SKIP LOCKED never waits. Ok(0) where cotx.shim_locked is
+/// missing (objects of an older script: no branch there committed in one phase).
+pub async fn pg_block_locked(rc: &ResourceClient, first: i32, n: i32) -> Result<i32, String> {
+    let sql = format!("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT cotx.shim_locked({first}, {n}); ROLLBACK");
+    match rc.pg_batch(&sql).await {
+        Ok(m) => Ok(simple_first(&m).and_then(|v| v.parse::<i32>().ok()).unwrap_or(0)),
+        Err(e) if e.contains("SQLSTATE 42883") => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
 /// A helper found prepared at a resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listed {
@@ -390,7 +414,7 @@ mod tests {
         assert!(PG_SCRIPT.contains(&format!("generate_series(1, {SHIM_SLOTS})")));
         assert!(PG_SCRIPT.contains("FUNCTION cotx.shim_slots() RETURNS bigint"));
         assert!(PG_SCRIPT.contains(
-            "EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer), cotx.shim_slots() TO PUBLIC"
+            "EXECUTE ON FUNCTION cotx.shim_hold(integer), cotx.shim_touch(integer), cotx.shim_slots(),\n    cotx.shim_locked(integer, integer) TO PUBLIC"
         ));
     }
 }

@@ -30,6 +30,8 @@ struct State {
     slots: Slots,
     gate: Gate,
     probed_at: Option<Instant>,
+    /// Client mode may commit a single branch in one phase here (probe::Found).
+    one_phase: bool,
 }
 
 /// A refused resource is asked again by a registration at most this often (an operator
@@ -43,6 +45,8 @@ pub struct Held {
     pub key: i32,
     /// PostgreSQL: the shared helper whose block holds `key` (its id in the pool).
     pub helper: Option<u64>,
+    /// The daemon answered its one-phase commit: it commits on its client's session.
+    pub one_phase: bool,
 }
 
 /// What a branch registration gets.
@@ -51,6 +55,8 @@ pub struct Admission {
     pub mode: Mode,
     /// Client mode: the slot the branch writes before it prepares.
     pub key: Option<i32>,
+    /// Client mode: the branch may commit in one phase when it is its transaction's only one.
+    pub one_phase: bool,
 }
 
 pub struct Enforcement {
@@ -91,7 +97,7 @@ impl Enforcement {
                     }
                     _ => Effective::Unknown("not probed yet".into()),
                 };
-                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), probed_at: None })
+                (r.name.clone(), State { configured: r.enforcement, effective, slots: Slots::default(), gate: Gate::default(), probed_at: None, one_phase: false })
             })
             .collect();
         let probing = resources.iter().map(|r| (r.name.clone(), tokio::sync::Mutex::new(()))).collect();
@@ -116,13 +122,16 @@ impl Enforcement {
             Some(m) => m.lock().await,
             None => return Effective::Refused("not in the config".into()),
         };
-        let (now, slots) = match probe::probe(rc, configured).await {
-            Ok(f) => (decide(configured, &f.probe), f.slots),
-            Err(e) => (Effective::Unknown(e), 0),
+        let (now, slots, one_phase) = match probe::probe(rc, configured).await {
+            Ok(f) => (decide(configured, &f.probe), f.slots, Some(f.one_phase)),
+            Err(e) => (Effective::Unknown(e), 0, None),
         };
         let mut st = self.states.lock().unwrap();
         let s = st.get_mut(&rc.name).expect("resource state");
         s.probed_at = Some(Instant::now());
+        if let Some(p) = one_phase {
+            s.one_phase = p;
+        }
         // Unreachable keeps the last known mode: a database that is down refuses branches
         // by itself, and its mode is probed again when it is back.
         if matches!(now, Effective::Unknown(_)) && matches!(s.effective, Effective::Mode(_)) {
@@ -183,7 +192,7 @@ impl Enforcement {
             Effective::Refused(why) => {
                 refuse(RefusalCode::ResourceRefused, format!("resource {name} cannot be used: {why}"))
             }
-            Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None }),
+            Effective::Mode(m @ (Mode::Engine | Mode::None)) => Ok(Admission { mode: m, key: None, one_phase: false }),
             Effective::Mode(Mode::Client) => self.admit_client(rc, gtid, bid, keep, server_started).await,
         }
     }
@@ -286,10 +295,16 @@ impl Enforcement {
             );
         };
         let id = (gtid.to_string(), bid.to_string());
-        if self.held.lock().unwrap().insert(id, Held { resource: name.clone(), key, helper: None }).is_some() {
+        if self
+            .held
+            .lock()
+            .unwrap()
+            .insert(id, Held { resource: name.clone(), key, helper: None, one_phase: false })
+            .is_some()
+        {
             return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
         }
-        Ok(Admission { mode: Mode::Client, key: Some(key) })
+        Ok(Admission { mode: Mode::Client, key: Some(key), one_phase: self.one_phase_at(name) })
     }
 
     fn give(&self, resource: &str, key: i32) {
@@ -305,12 +320,33 @@ impl Enforcement {
             return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
         }
         let taken = self.shared.take(rc).await?;
-        let held = Held { resource: rc.name.clone(), key: taken.key, helper: Some(taken.helper) };
+        let held = Held { resource: rc.name.clone(), key: taken.key, helper: Some(taken.helper), one_phase: false };
         if self.held.lock().unwrap().insert(id, held).is_some() {
-            self.shared.settle(rc, taken.helper).await;
+            self.shared.settle(rc, taken.helper, false).await;
             return refuse(RefusalCode::DuplicateBranch, format!("branch {bid} of {gtid} is registered already"));
         }
-        Ok(Admission { mode: Mode::Client, key: Some(taken.key) })
+        Ok(Admission { mode: Mode::Client, key: Some(taken.key), one_phase: self.one_phase_at(&rc.name) })
+    }
+
+    fn one_phase_at(&self, resource: &str) -> bool {
+        self.states.lock().unwrap().get(resource).is_some_and(|s| s.one_phase)
+    }
+
+    /// The daemon is about to answer this client-mode branch's one-phase commit: from now
+    /// on it commits on its client's session, and its helper (PostgreSQL) goes only once
+    /// no slot of the helper's block is write-locked. Err: the branch holds nothing any
+    /// more (settled meanwhile), or its resource cannot tell when that transaction ended.
+    pub fn begin_one_phase(&self, gtid: &str, bid: &str) -> Result<(), String> {
+        let id = (gtid.to_string(), bid.to_string());
+        let gone = || format!("branch {bid:?} holds no client-mode slot any more");
+        // Not both locks at once: refresh() takes `states`, then `held`.
+        let resource = self.held.lock().unwrap().get(&id).map(|h| h.resource.clone()).ok_or_else(gone)?;
+        if !self.one_phase_at(&resource) {
+            return Err(format!(
+                "resource {resource} lacks cotx.shim_locked (objects of an older sql/client_mode/postgres.sql that the daemon's role may not replace): client-mode branches there must be prepared"
+            ));
+        }
+        self.held.lock().unwrap().get_mut(&id).map(|h| h.one_phase = true).ok_or_else(gone)
     }
 
     /// Should the pool of ready helpers at `resource` be topped up now (the caller spawns
@@ -339,7 +375,7 @@ impl Enforcement {
         };
         for h in gone {
             match (h.helper, resources.get(&h.resource)) {
-                (Some(helper), Some(rc)) => self.shared.settle(rc, helper).await,
+                (Some(helper), Some(rc)) => self.shared.settle(rc, helper, h.one_phase).await,
                 _ => self.give(&h.resource, h.key),
             }
         }

@@ -178,21 +178,44 @@ impl SharedHelpers {
         self.with(&rc.name, |a| a.refilling = false);
     }
 
-    /// A branch holding a key of `helper` is settled; rolls the helper back if that was
-    /// the last thing keeping it.
-    pub async fn settle(&self, rc: &ResourceClient, helper: u64) {
-        if let Some(Some(id)) = self.with(&rc.name, |a| a.pool.done(helper, Instant::now())) {
+    /// A branch holding a key of `helper` is settled (`one_phase`: it committed in one
+    /// phase); rolls the helper back if that was the last thing keeping it.
+    pub async fn settle(&self, rc: &ResourceClient, helper: u64, one_phase: bool) {
+        if let Some(Some(id)) = self.with(&rc.name, |a| a.pool.done(helper, Instant::now(), one_phase)) {
             self.roll_back(rc, id).await;
         }
     }
 
     /// Rolls back a retiring helper claimed by the caller; on failure it stays retiring
-    /// and the next tick tries again.
+    /// and the next tick tries again. A helper one of whose branches committed in one
+    /// phase stays while a slot of its block is write-locked: that branch's COMMIT, on
+    /// its client's session after the daemon's answer, may not have ended yet (the ack
+    /// may be lost, or its transaction forgotten by retention while the session hangs).
     async fn roll_back(&self, rc: &ResourceClient, id: u64) {
-        let Some(Some((first, n))) = self.with(&rc.name, |a| a.pool.first_of(id).map(|f| (f, a.pool.block_size())))
+        let Some(Some((first, n, check))) =
+            self.with(&rc.name, |a| a.pool.first_of(id).map(|f| (f, a.pool.block_size(), a.pool.lock_check(id))))
         else {
             return;
         };
+        if check {
+            match probe::pg_block_locked(rc, first, n).await {
+                Ok(0) => {}
+                Ok(_) => {
+                    // A branch's transaction is still open: the next tick looks again.
+                    self.with(&rc.name, |a| a.pool.unclaim(id));
+                    return;
+                }
+                Err(e) => {
+                    log(
+                        "warn",
+                        "client mode: cannot tell whether a helper's slots are still in use; will retry",
+                        json!({"resource": rc.name, "error": e}),
+                    );
+                    self.with(&rc.name, |a| a.pool.unclaim(id));
+                    return;
+                }
+            }
+        }
         match probe::pg_rollback_helper(rc, &self.gid(rc, id, first, n)).await {
             Ok(_) => {
                 self.rolled_back.fetch_add(1, Relaxed);
@@ -250,8 +273,10 @@ impl SharedHelpers {
     ///   PREPARE that timed out): rolled back;
     /// - shared, of another run (the gid names it): its keys were given only to branches
     ///   of that run (gtids carry the same node and nonce). Kept while its node is not
-    ///   ours to act for, or any branch of that run prepared here may still commit; a
-    ///   branch of a dead run not prepared now never commits (presumed abort).
+    ///   ours to act for, or any branch of that run prepared here may still commit, or a
+    ///   slot of its block is write-locked (a branch that run answered to commit in one
+    ///   phase, whose client's COMMIT has not ended: this run does not know it); a branch
+    ///   of a dead run neither prepared nor answered never commits (presumed abort).
     pub async fn sweep(&self, rc: &ResourceClient, keep: KeepHelper<'_>) -> Result<usize, String> {
         let helpers = probe::pg_list_helpers(rc).await?;
         // Listed after the helpers: a branch prepared meanwhile counts as prepared (kept).
@@ -275,6 +300,7 @@ impl SharedHelpers {
                         }
                     } else if keep(token, "", false)
                         || prepared.iter().any(|(g, b)| naming::gtid_epoch(g) == epoch && keep(g, b, true))
+                        || probe::pg_block_locked(rc, *first, *n).await? > 0
                     {
                         self.with(&rc.name, |a| a.pool.reserve_keys(*first, *n));
                         continue;
