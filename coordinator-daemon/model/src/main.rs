@@ -20,8 +20,9 @@ struct Args {
     faults: u8,
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Daemons and faults for the one-request ("leased") modes, whose space grows fastest
-    /// (by default as --daemons and --faults; the test command explores 2 and 2 whole).
+    /// Daemons and faults for the one-request ("leased") modes and their broken variants,
+    /// whose space grows fastest (by default as --daemons and --faults; the test command
+    /// explores 2 and 2 whole).
     #[arg(long)]
     leased_daemons: Option<usize>,
     #[arg(long)]
@@ -71,7 +72,11 @@ fn main() {
         }
     }
     for bug in Bug::BROKEN {
-        let o = check(Proto::new(a.daemons, a.faults, bug), a.variant_depth, a.threads);
+        let (daemons, faults) = match bug.leased() {
+            true => (a.leased_daemons.unwrap_or(a.daemons), a.leased_faults.unwrap_or(a.faults)),
+            false => (a.daemons, a.faults),
+        };
+        let o = check(Proto::new(daemons, faults, bug), a.variant_depth, a.threads);
         match o.violations.first() {
             Some((name, trace)) => println!(
                 "variant {bug:?}: caught ({name}) after {} states, {:.1} s\n  {trace}",
