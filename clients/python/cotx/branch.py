@@ -164,13 +164,7 @@ class Branch:
                 self._sql.shim_touch(self.conn, self.shim_key)
             self._sql.prepare(self.conn, self._engine_id)
         except Exception as e:
-            self._rollback_unprepared()
-            self.state = "failed"
-            retry = _retryable(e) or isinstance(e, SessionNotChecked)
-            self._report_failed(f"prepare refused: {e}", retry)
-            if retry:
-                raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
-            raise TransactionAborted(self.tx.gtid, f"{self.resource}: prepare failed: {e}") from e
+            self._refused(e, "prepare")
         self.state = "prepared"
 
     def write_slot_for_one_phase(self) -> None:
@@ -180,13 +174,18 @@ class Branch:
         try:
             self._sql.shim_touch(self.conn, self.shim_key)
         except Exception as e:
-            self._rollback_unprepared()
-            self.state = "failed"
-            retry = _retryable(e) or isinstance(e, SessionNotChecked)
-            self._report_failed(f"slot write refused: {e}", retry)
-            if retry:
-                raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
-            raise TransactionAborted(self.tx.gtid, f"{self.resource}: slot write failed: {e}") from e
+            self._refused(e, "slot write")
+
+    def _refused(self, e: Exception, step: str) -> None:
+        """A refusal before the branch is prepared (its PREPARE, or the slot write before a
+        one-phase commit): rolled back, reported to the daemon, raised as retryable or not."""
+        self._rollback_unprepared()
+        self.state = "failed"
+        retry = _retryable(e) or isinstance(e, SessionNotChecked)
+        self._report_failed(f"{step} refused: {e}", retry)
+        if retry:
+            raise PrepareRefused(self.tx.gtid, f"{self.resource}: {e}") from e
+        raise TransactionAborted(self.tx.gtid, f"{self.resource}: {step} failed: {e}") from e
 
     def commit_one_phase(self) -> None:
         self._sql.commit_one_phase(self.conn, self._engine_id)
