@@ -3,10 +3,12 @@
 //! enforcement's admission (client mode's hold), and "prepared".
 
 use crate::config::ResourceKind;
+use crate::ha::ownership::Ownership;
 use crate::naming;
 use crate::participants::enforcement::Mode;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Refusal, Tx, TxState};
+use crate::telemetry::metrics::Metrics;
 use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -15,14 +17,14 @@ use std::time::Duration;
 use super::answers::{self, Res};
 use super::holds;
 use super::parts::Parts;
-use super::registry::Entry;
+use super::registry::{Entry, Registry};
 
-/// No new work while our lease is unconfirmed.
-pub fn refuse_new_work(c: &Parts) -> Result<(), Refusal> {
-    if c.owner.lease.expired() {
+/// No new work while our lease (of node `node_id`) is unconfirmed.
+pub fn refuse_new_work(owner: &Ownership, node_id: &str) -> Result<(), Refusal> {
+    if owner.lease.expired() {
         return refuse(
             RefusalCode::LeaseUnconfirmed,
-            format!("node {}'s lease could not be renewed in time: no new work until it is", c.cfg.node_id),
+            format!("node {node_id}'s lease could not be renewed in time: no new work until it is"),
         );
     }
     Ok(())
@@ -42,7 +44,7 @@ pub fn timeout_ms(asked: Option<u64>, default_ms: u64, max_ms: u64) -> Result<u6
 
 /// Begins `gtid` (issued by the caller: the coordinator owns the sequence).
 pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begun> {
-    refuse_new_work(c)?;
+    refuse_new_work(&c.owner, &c.cfg.node_id)?;
     let t = timeout_ms(asked_timeout_ms, c.cfg.timeouts.transaction_ms, c.cfg.limits.max_transaction_ms)?;
     let max = c.cfg.limits.max_active;
     let grant = c.owner.generation_of(&c.cfg.node_id);
@@ -60,9 +62,9 @@ pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begu
 }
 
 /// Undoes a begin whose first branch was refused: nothing is left behind.
-pub fn unbegin(c: &Parts, gtid: &str) {
-    c.registry.remove(gtid);
-    c.metrics.begun.fetch_sub(1, Relaxed);
+pub fn unbegin(registry: &Registry, metrics: &Metrics, gtid: &str) {
+    registry.remove(gtid);
+    metrics.begun.fetch_sub(1, Relaxed);
 }
 
 /// The ids a branch gets at a resource of `kind`: a PostgreSQL gid or a MariaDB XID.

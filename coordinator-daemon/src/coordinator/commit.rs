@@ -24,7 +24,7 @@ use super::registry::Lookup;
 /// Commit; `prepared` lists branches whose "prepared" report rides along with the
 /// commit request (saves the root one round trip per branch). All or nothing.
 pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[String]) -> Res<Decision> {
-    refuse_new_work(c)?;
+    refuse_new_work(&c.owner, &c.cfg.node_id)?;
     let t0 = Instant::now();
     let entered = answers::with_tx(c, gtid, |e| {
         e.tx.begin_commit(prepared)?;
@@ -96,7 +96,7 @@ pub async fn commit_listing(
     if read_only.is_empty() {
         return commit_with(c, gtid, source, prepared).await;
     }
-    refuse_new_work(c)?;
+    refuse_new_work(&c.owner, &c.cfg.node_id)?;
     match read_only::enter(c, gtid, prepared, read_only)? {
         Some(CommitPath::InMemory) => read_only::decide(c, gtid).await,
         // A writing branch, or not in memory (the store's record answers it there).
@@ -133,7 +133,7 @@ fn apply_decided(c: &Arc<Parts>, gtid: &str, d: Decided) -> Result<(), Refusal> 
 /// `prepared` are reported here), `bid` is on a decision resource. Nothing is written:
 /// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
 pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], bid: &str) -> Res<Decision> {
-    refuse_new_work(c)?;
+    refuse_new_work(&c.owner, &c.cfg.node_id)?;
     let allowed = decisions::decision_resources(&c.cfg);
     if c.enforcement.holds(gtid, bid) {
         return refuse(

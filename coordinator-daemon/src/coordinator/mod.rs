@@ -117,7 +117,8 @@ impl Coordinator {
 
     /// A range of gtids for the one-request commit (one_request.rs).
     pub fn lease_gtids(&self, count: Option<u64>, ttl_ms: Option<u64>) -> Res<wire::GtidLease> {
-        one_request::lease(&self.parts, &self.seq, count, ttl_ms)
+        let p = &self.parts;
+        one_request::lease(&p.cfg, &p.owner, &p.leases, &p.metrics, &self.seq, count, ttl_ms)
     }
 
     /// The one-request commit of a leased gtid with all its branches (one_request.rs).
@@ -143,7 +144,7 @@ impl Coordinator {
         match begin::register(&self.parts, &begun.gtid, resource, bid, server_started).await {
             Ok(reg) => Ok(wire::Begun { branch: Some(reg), ..begun }),
             Err(e) => {
-                begin::unbegin(&self.parts, &begun.gtid);
+                begin::unbegin(&self.parts.registry, &self.parts.metrics, &begun.gtid);
                 Err(e)
             }
         }
@@ -163,7 +164,7 @@ impl Coordinator {
             match begin::register(&self.parts, &begun.gtid, resource, bid, *started).await {
                 Ok(reg) => regs.push(reg),
                 Err(e) if i == 0 => {
-                    begin::unbegin(&self.parts, &begun.gtid);
+                    begin::unbegin(&self.parts.registry, &self.parts.metrics, &begun.gtid);
                     return Err(e);
                 }
                 Err(e) => {

@@ -9,9 +9,12 @@
 //! no in-memory abort (which has no record) can be forgotten while a branch is prepared
 //! and then meet a retried commit.
 
+use crate::config::Config;
+use crate::ha::ownership::Ownership;
 use crate::naming;
 use crate::refusal::RefusalCode;
 use crate::state::{refuse, Tx, TxState};
+use crate::telemetry::metrics::Metrics;
 use crate::wire::{Decision, GtidLease};
 use cotx_protocol::leased::{self, Commit};
 use std::collections::HashSet;
@@ -23,6 +26,7 @@ use super::answers::{self, Res};
 use super::begin;
 use super::begin::refuse_new_work;
 use super::commit;
+use super::leases::Leases;
 use super::parts::Parts;
 use super::registry::Entry;
 
@@ -33,28 +37,39 @@ pub const MAX_COUNT: u64 = 100_000;
 /// A branch of the request: resource, branch id, its database session (optional).
 pub type Branch = (String, String, Option<i64>);
 
-pub fn lease(c: &Parts, seq: &AtomicU64, count: Option<u64>, ttl_ms: Option<u64>) -> Res<GtidLease> {
-    refuse_new_work(c)?;
+/// Leases a range of `count` gtids for `ttl_ms` (the config's defaults when not said):
+/// what it reads is the config, our ownership (the lease and this run's nonce, which the
+/// gtids carry), the ranges and the counter of leases.
+pub fn lease(
+    cfg: &Config,
+    owner: &Ownership,
+    leases: &Leases,
+    metrics: &Metrics,
+    seq: &AtomicU64,
+    count: Option<u64>,
+    ttl_ms: Option<u64>,
+) -> Res<GtidLease> {
+    refuse_new_work(owner, &cfg.node_id)?;
     let n = count.unwrap_or(DEFAULT_COUNT);
     if !(1..=MAX_COUNT).contains(&n) {
         return refuse(RefusalCode::InvalidField, format!("count must be between 1 and {MAX_COUNT}"));
     }
-    let max = c.cfg.limits.max_transaction_ms;
-    let ttl = ttl_ms.unwrap_or(c.cfg.timeouts.transaction_ms.min(max));
+    let max = cfg.limits.max_transaction_ms;
+    let ttl = ttl_ms.unwrap_or(cfg.timeouts.transaction_ms.min(max));
     if !(10..=max).contains(&ttl) {
         return refuse(
             RefusalCode::InvalidField,
             format!("ttl_ms must be between 10 and {max} (limits.max_transaction_ms)"),
         );
     }
-    let first = c.leases.lease(seq, n, Duration::from_millis(ttl));
-    c.metrics.gtid_leases.fetch_add(1, Relaxed);
+    let first = leases.lease(seq, n, Duration::from_millis(ttl));
+    metrics.gtid_leases.fetch_add(1, Relaxed);
     Ok(GtidLease {
-        prefix: naming::gtid_prefix(&c.cfg.node_id, c.owner.nonce),
+        prefix: naming::gtid_prefix(&cfg.node_id, owner.nonce),
         first,
         count: n,
         expires_in_ms: ttl,
-        gid_prefix: c.cfg.gid_prefix.clone(),
+        gid_prefix: cfg.gid_prefix.clone(),
         xa_format_id: naming::XA_FORMAT_ID,
     })
 }
@@ -75,7 +90,7 @@ pub async fn commit(c: &Arc<Parts>, gtid: &str, branches: &[Branch], read_only: 
     // again, as if never sent. Left there Active, a timeout would abort it in memory with
     // no record, and a commit sent again after it was forgotten would find nothing.
     if r.is_err() && entered && answers::peek(c, gtid, |e| e.tx.state() == TxState::Active) == Some(true) {
-        begin::unbegin(c, gtid);
+        begin::unbegin(&c.registry, &c.metrics, gtid);
     }
     r
 }
@@ -83,7 +98,7 @@ pub async fn commit(c: &Arc<Parts>, gtid: &str, branches: &[Branch], read_only: 
 /// Puts the gtid in memory with its branches registered, after checking every one;
 /// false: the same request, sent again, got in first.
 async fn enter(c: &Arc<Parts>, gtid: &str, branches: &[Branch]) -> Res<bool> {
-    refuse_new_work(c)?;
+    refuse_new_work(&c.owner, &c.cfg.node_id)?;
     let mut seen = HashSet::new();
     let mut kinds = Vec::with_capacity(branches.len());
     for (resource, bid, _) in branches {
