@@ -21,8 +21,8 @@ import (
 // times: plain 2PC (enforcement = "none") overdraws; client mode never does (PostgreSQL's
 // SSI refuses against the daemon's prepared helper, InnoDB keeps the read locks of a branch
 // that wrote its slot), the refused withdrawal is retried and declined. Then what a branch
-// does differently in client mode: its slot written before it prepares, two phases even
-// alone, a branch that is not SERIALIZABLE refused before it runs.
+// does differently in client mode: its slot written before it prepares (alone, before its
+// one-phase commit), a branch that is not SERIALIZABLE refused before it runs.
 
 var bare struct {
 	pg, my         *sql.DB
@@ -155,7 +155,7 @@ func TestClientModeBranches(t *testing.T) {
 	dbs := map[cotx.Kind]*sql.DB{cotx.Postgres: bare.pg, cotx.MariaDB: bare.my}
 	names := map[cotx.Kind]string{cotx.Postgres: "savings", cotx.MariaDB: "checking"}
 
-	t.Run("alone it is prepared, its slot written", func(t *testing.T) {
+	t.Run("alone it commits in one phase, its slot written first", func(t *testing.T) {
 		for _, kind := range []cotx.Kind{cotx.Postgres, cotx.MariaDB} {
 			b, tx := openBranch(t, coord, dbs[kind], kind, names[kind])
 			if b.Enforcement != cotx.EnforcementClient || b.ShimKey < 1 {
@@ -185,8 +185,8 @@ func TestClientModeBranches(t *testing.T) {
 			if err := dbs[kind].QueryRow(slot[kind], b.ShimKey).Scan(&after); err != nil {
 				t.Fatal(err)
 			}
-			if info["decision"] != "commit" || after != before+1 {
-				t.Errorf("%s: decision %v (want commit: two phases, not one), slot %d -> %d (want written once)", kind, info["decision"], before, after)
+			if info["decision"] != "one_phase" || after != before+1 {
+				t.Errorf("%s: decision %v (want one_phase), slot %d -> %d (want written once)", kind, info["decision"], before, after)
 			}
 		}
 		var sb, cb int

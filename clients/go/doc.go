@@ -37,8 +37,9 @@
 // (anything else is refused before it runs: ErrClientModeIsolation); on MariaDB the
 // session is set SERIALIZABLE and read back before XA START; just before its prepare the
 // branch writes its slot (PostgreSQL: SELECT cotx.shim_touch(key), MariaDB: UPDATE
-// cotx_shim SET v = v + 1 WHERE k = key), and it is always prepared, never committed in
-// one phase. Refusals then come from PostgreSQL's SSI (40001) or InnoDB's locks
+// cotx_shim SET v = v + 1 WHERE k = key). A transaction's only branch commits in one
+// phase after that write where the daemon allows it (docs/client-mode.md, "One phase");
+// otherwise branches are prepared. Refusals then come from PostgreSQL's SSI (40001) or InnoDB's locks
 // (deadlock, lock wait) and are retryable like the engines' own.
 //
 // A branch opened WithReadOnly writes nothing: checked before it prepares (PostgreSQL: no

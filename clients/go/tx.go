@@ -52,8 +52,8 @@ const (
 	// EnforcementClient: neither is installed there (a managed database): Sonata's shims.
 	// On PostgreSQL the daemon has prepared a helper transaction that read the branch's
 	// slot; on MariaDB the session is SERIALIZABLE, set and read back. The branch writes
-	// its slot just before it prepares, always prepares (no one-phase commit), and must be
-	// SERIALIZABLE.
+	// its slot just before it prepares (alone in its transaction: before its one-phase
+	// commit, where the daemon allows it), and must be SERIALIZABLE.
 	EnforcementClient = "client"
 	// EnforcementNone: plain 2PC, configured so (comparisons).
 	EnforcementNone = "none"
@@ -77,8 +77,10 @@ type Branch struct {
 	// Enforcement is EnforcementEngine, EnforcementClient or EnforcementNone, as the
 	// coordinator answered the registration ("engine" from a daemon that does not say).
 	Enforcement string
-	// ShimKey is client mode's slot (1 and up; 0 in the other modes).
-	ShimKey int
+	// ShimKey is client mode's slot (1 and up; 0 in the other modes); shimOnePhase: the
+	// daemon lets it commit in one phase when it is the transaction's only branch.
+	ShimKey      int
+	shimOnePhase bool
 	// ReadOnly: declared by the application (WithReadOnly); wroteNothing: what the check
 	// before PREPARE found (readonly.go). The commit lists the branches that wrote nothing.
 	ReadOnly     bool
@@ -129,6 +131,9 @@ type registered struct {
 	Enforcement string `json:"enforcement"`
 	Shim        *struct {
 		Key int `json:"key"`
+		// The daemon lets a transaction's only branch commit in one phase here (after
+		// its slot write: docs/client-mode.md, "One phase").
+		OnePhase bool `json:"one_phase"`
 	} `json:"shim"`
 }
 
@@ -330,6 +335,7 @@ func (b *Branch) enforcementOf(ctx context.Context, r registered) error {
 		return errors.New("the coordinator answered client mode without a shim slot")
 	}
 	b.ShimKey = r.Shim.Key
+	b.shimOnePhase = r.Shim.OnePhase
 	if _, checked := checkedStart(b.Conn); b.Kind == MariaDB && !checked {
 		return setSerializableVerified(ctx, b.Conn)
 	}
@@ -463,18 +469,24 @@ func (b *Branch) rollbackUnprepared() {
 // InnoDB's deadlocks and lock timeouts).
 func (b *Branch) prepare() error {
 	if err := b.prepareStatements(); err != nil {
-		b.rollbackUnprepared()
-		b.state = stFailed
-		retry := IsRetryableDBError(err) || errors.Is(err, ErrSessionNotChecked)
-		b.reportFailed(b.tx.traced(context.Background()), "prepare refused: "+describeDBError(err), retry)
-		reason := b.Resource + ": prepare failed: " + describeDBError(err)
-		if retry {
-			reason = b.Resource + ": prepare refused: " + describeDBError(err)
-		}
-		return &AbortedError{GTID: b.tx.gtid, Reason: reason, Retryable: retry, Refused: retry, Err: err}
+		return b.refused(err, "prepare")
 	}
 	b.state = stPrepared
 	return nil
+}
+
+// refused: a refusal before the branch is prepared (its PREPARE, or client mode's slot
+// write before a one-phase commit): rolled back, reported, returned as retryable or not.
+func (b *Branch) refused(err error, step string) error {
+	b.rollbackUnprepared()
+	b.state = stFailed
+	retry := IsRetryableDBError(err) || errors.Is(err, ErrSessionNotChecked)
+	b.reportFailed(b.tx.traced(context.Background()), step+" refused: "+describeDBError(err), retry)
+	reason := b.Resource + ": " + step + " failed: " + describeDBError(err)
+	if retry {
+		reason = b.Resource + ": " + step + " refused: " + describeDBError(err)
+	}
+	return &AbortedError{GTID: b.tx.gtid, Reason: reason, Retryable: retry, Refused: retry, Err: err}
 }
 
 func (b *Branch) prepareStatements() error {
@@ -569,7 +581,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		t.Outcome = "commit"
 		return nil
 	}
-	if len(t.branches) == 1 && t.branches[0].state == stActive && t.branches[0].Enforcement != EnforcementClient {
+	if only := t.branches; len(only) == 1 && only[0].state == stActive && (only[0].Enforcement != EnforcementClient || only[0].shimOnePhase) {
 		done, err := t.onePhase(ctx, t.branches[0])
 		if done {
 			return err
@@ -659,6 +671,16 @@ func (t *Tx) Commit(ctx context.Context) error {
 
 // onePhase: done=false means other services joined and two-phase commit is needed.
 func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
+	if b.Enforcement == EnforcementClient {
+		// Client mode: the slot write it would make before PREPARE, before the request
+		// (docs/client-mode.md, "One phase"); refused, the transaction is aborted.
+		if err := b.shimTouch(); err != nil {
+			perr := b.refused(err, "slot write")
+			_ = t.coord.Abort(ctx, t.gtid, perr.Error())
+			t.Outcome = "abort"
+			return true, perr
+		}
+	}
 	cerr := t.coord.do(ctx, "POST", "/v1/transactions/"+q(t.gtid)+"/commit", map[string]string{"one_phase_branch": b.ID}, nil, 0)
 	var ce *CoordinatorError
 	if errors.As(cerr, &ce) && ce.Code == "not_single_branch" {

@@ -13,8 +13,9 @@ public final class Branch {
         /** pg_co / mysql_co refuse what would break commitment ordering. */
         ENGINE,
         /** Neither is installed there (a managed database): the daemon's helper and the
-         * branch's slot write (docs/client-mode.md). The branch must be SERIALIZABLE and
-         * always prepares. */
+         * branch's slot write (docs/client-mode.md). The branch must be SERIALIZABLE; it
+         * prepares, or, alone in its transaction, commits in one phase after its slot write
+         * where the daemon allows it ("One phase"). */
         CLIENT,
         /** Plain 2PC, configured so (comparisons). */
         NONE
@@ -31,6 +32,9 @@ public final class Branch {
     private String engineId; // PostgreSQL: the gid literal; MariaDB: 'gtrid','bqual',formatID
     private Enforcement enforcement = Enforcement.ENGINE;
     private int shimKey;
+    // Client mode: the daemon lets it commit in one phase when it is its transaction's only
+    // branch (the registration's shim.one_phase).
+    private boolean shimOnePhase;
     // Declared read-only by the application; wroteNothing: what the check before PREPARE
     // found (the commit lists such branches: the daemon skips its sync when all are).
     private final boolean readOnly;
@@ -121,6 +125,7 @@ public final class Branch {
                             + "its branches must be SERIALIZABLE, not " + isolation.sql);
                 }
                 shimKey = r.path("shim").path("key").asInt(0);
+                shimOnePhase = r.path("shim").path("one_phase").asBoolean(false);
                 if (shimKey < 1) {
                     throw new CotxException("the coordinator answered client mode without a shim slot");
                 }
@@ -205,13 +210,36 @@ public final class Branch {
             dialect.prepare(conn, engineId);
             state = State.PREPARED;
         } catch (SQLException e) {
-            rollbackUnprepared();
-            state = State.FAILED;
-            boolean retry = Refusals.retryable(e) || e instanceof ClientModeChecks.SessionNotCheckedException;
-            reportFailed("prepare refused: " + e.getMessage(), retry);
-            throw new TransactionAbortedException(tx.gtidOrNull(),
-                    resource + (retry ? ": prepare refused: " : ": prepare failed: ") + e.getMessage(), retry, retry, e);
+            throw refused(e, "prepare");
         }
+    }
+
+    /** Whether this branch, alone in its transaction, may commit in one phase. */
+    boolean onePhaseAllowed() {
+        return enforcement != Enforcement.CLIENT || shimOnePhase;
+    }
+
+    /** Client mode, before a one-phase commit is asked for: the slot write it would make
+     * before PREPARE (docs/client-mode.md, "One phase"). Nothing in the other modes. */
+    void writeSlotForOnePhase() {
+        if (enforcement != Enforcement.CLIENT) {
+            return;
+        }
+        try {
+            dialect.shimTouch(conn, shimKey);
+        } catch (SQLException e) {
+            throw refused(e, "slot write");
+        }
+    }
+
+    /** A refusal before the branch is prepared: rolled back, reported, returned to throw. */
+    private TransactionAbortedException refused(SQLException e, String step) {
+        rollbackUnprepared();
+        state = State.FAILED;
+        boolean retry = Refusals.retryable(e) || e instanceof ClientModeChecks.SessionNotCheckedException;
+        reportFailed(step + " refused: " + e.getMessage(), retry);
+        return new TransactionAbortedException(tx.gtidOrNull(),
+                resource + ": " + step + (retry ? " refused: " : " failed: ") + e.getMessage(), retry, retry, e);
     }
 
     void commitOnePhase() throws SQLException {

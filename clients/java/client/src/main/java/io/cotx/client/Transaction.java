@@ -178,7 +178,7 @@ public final class Transaction {
             return;
         }
         if (branches.size() == 1 && branches.get(0).state == Branch.State.ACTIVE
-                && branches.get(0).enforcement() != Branch.Enforcement.CLIENT && onePhase(branches.get(0))) {
+                && branches.get(0).onePhaseAllowed() && onePhase(branches.get(0))) {
             return;
         }
         ArrayNode mine = Coordinator.JSON.createArrayNode();
@@ -252,6 +252,12 @@ public final class Transaction {
     /** true: done (committed, or an exception thrown); false: other services joined, so two
      * phases are needed. */
     private boolean onePhase(Branch b) {
+        try {
+            b.writeSlotForOnePhase();
+        } catch (TransactionAbortedException e) {
+            abortQuietly(e.getMessage());
+            throw aborted(e);
+        }
         try {
             call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit",
                     Coordinator.JSON.createObjectNode().put("one_phase_branch", b.id()));

@@ -15,7 +15,8 @@ import org.junit.jupiter.api.Test;
  * session level the application sets later does not reach a branch (each branch still sets
  * SERIALIZABLE for its own transaction), and a branch in a session the check was not made in
  * (its @cotx_started not the check's, as after a reset or a reconnect) cannot prepare,
- * retryably; the next branch checks the connection again. */
+ * retryably (its slot write before the one-phase commit refused); the next branch checks the
+ * connection again. A lone branch commits in one phase after its slot write. */
 class ClientModeConnectionTest {
     /** One branch on {@code c}: a write, then its transaction's level as InnoDB has it. */
     static String branch(Coordinator coord, Connection c) throws SQLException {
@@ -45,7 +46,10 @@ class ClientModeConnectionTest {
         try (LocalDaemon d = servers.daemon("j-cm", "client").start(); Connection c = servers.my()) {
             d.awaitModes("client", Duration.ofSeconds(15));
             Coordinator coord = d.client().decisionTimeout(Duration.ofSeconds(60)).build();
+            String onePhase = "cotx_transactions_total{outcome=\"one_phase\"}";
+            double before = ReadOnlyCommitTest.metric(d, onePhase);
             assertEquals("SERIALIZABLE", branch(coord, c));
+            assertEquals(before + 1, ReadOnlyCommitTest.metric(d, onePhase), "a lone client-mode branch commits in one phase");
             assertTrue(ClientModeChecks.isChecked(c) && ClientModeChecks.started(c) != null);
             try (Statement st = c.createStatement()) {
                 st.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
