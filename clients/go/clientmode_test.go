@@ -50,6 +50,13 @@ func setUpBare() {
 // branch, no helper).
 func bareDaemon(t *testing.T, enforcement string) *cotx.Coordinator {
 	t.Helper()
+	c, _ := bareDaemonProcess(t, enforcement)
+	return c
+}
+
+// bareDaemonProcess: bareDaemon, and the daemon itself (its metrics).
+func bareDaemonProcess(t *testing.T, enforcement string) (*cotx.Coordinator, *daemon) {
+	t.Helper()
 	if bare.err != nil {
 		t.Fatal(bare.err)
 	}
@@ -61,7 +68,7 @@ func bareDaemon(t *testing.T, enforcement string) *cotx.Coordinator {
 		waitSettled(t)
 		d.stop()
 	})
-	return readyClient(t, d, enforcement)
+	return readyClient(t, d, enforcement), d
 }
 
 // readyClient waits until both resources are in mode enforcement (the daemon probes them,
@@ -145,7 +152,7 @@ func openBranch(t *testing.T, coord *cotx.Coordinator, db *sql.DB, kind cotx.Kin
 }
 
 func TestClientModeBranches(t *testing.T) {
-	coord := bareDaemon(t, cotx.EnforcementClient)
+	coord, d := bareDaemonProcess(t, cotx.EnforcementClient)
 	ctx := context.Background()
 	mustExec(t, bare.pg, "INSERT INTO savings VALUES ('go-cm', 10, '')")
 	mustExec(t, bare.my, "INSERT INTO checking VALUES ('go-cm', 10, '')")
@@ -174,19 +181,16 @@ func TestClientModeBranches(t *testing.T) {
 			if _, err := b.Conn.ExecContext(ctx, update[kind]); err != nil {
 				t.Fatal(err)
 			}
+			onePhase := `cotx_transactions_total{outcome="one_phase"}`
+			counted := metricOf(t, d, onePhase)
 			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			gtid, _ := tx.GTID(ctx)
-			info, err := coord.Get(ctx, gtid)
-			if err != nil {
 				t.Fatal(err)
 			}
 			if err := dbs[kind].QueryRow(slot[kind], b.ShimKey).Scan(&after); err != nil {
 				t.Fatal(err)
 			}
-			if info["decision"] != "one_phase" || after != before+1 {
-				t.Errorf("%s: decision %v (want one_phase), slot %d -> %d (want written once)", kind, info["decision"], before, after)
+			if now := metricOf(t, d, onePhase); now != counted+1 || after != before+1 {
+				t.Errorf("%s: one-phase commits %v -> %v (want one more), slot %d -> %d (want written once)", kind, counted, now, before, after)
 			}
 		}
 		var sb, cb int
