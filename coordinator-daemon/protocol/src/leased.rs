@@ -46,7 +46,7 @@ pub enum Range {
 /// never counted as one whose memory is complete. `current_epoch`: the gtid is of this
 /// process's epoch and node grant.
 pub fn recovery(
-    decision: Option<(crate::Outcome, bool)>,
+    decision: Option<(crate::outcome::Outcome, bool)>,
     active: bool,
     recorded_commit: bool,
     current_epoch: bool,
@@ -88,7 +88,7 @@ pub fn presumes_abort(node_ours: bool, range: Range) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Outcome;
+    use crate::outcome::Outcome;
 
     #[test]
     fn a_leased_gtid_is_left_while_its_lease_runs_then_its_abort_is_recorded_first() {
