@@ -79,6 +79,10 @@ def test_asynchronous_standby_does_not_hold_commits():
     COMMIT returns with the standby down, so a failover then could lose it."""
     with PgReplicaPair(conf={"synchronous_standby_names": "''"}) as p:
         p.sql("CREATE TABLE t(k int PRIMARY KEY)")
+        # Asynchronous: the table itself may not have reached the standby yet. Wait for
+        # it, so only the INSERT below is the write the failover can lose.
+        wait_until(lambda: p.standby.sql("SELECT to_regclass('t') IS NOT NULL") == [(True,)],
+                   what="the standby to replay CREATE TABLE")
         p.standby.stop()
         p.sql("INSERT INTO t VALUES (1)")      # returns: nobody waits for the standby
         p.kill9_primary()
