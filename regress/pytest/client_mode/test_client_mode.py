@@ -32,19 +32,15 @@ from cotx.errors import CoordinatorError, CotxError
 
 
 @pytest.fixture(scope="module")
-def bare_pg():
-    """PostgreSQL without pg_co (what a managed service gives you)."""
-    with PgServer(preload=False) as s:
-        s.sql("CREATE TABLE crash(k text PRIMARY KEY, v int NOT NULL)")
-        yield s
+def bare_pg(bare_pg):
+    bare_pg.sql("CREATE TABLE crash(k text PRIMARY KEY, v int NOT NULL)")
+    return bare_pg
 
 
 @pytest.fixture(scope="module")
-def bare_my():
-    """MariaDB without mysql_co."""
-    with MariaServer(plugin=False) as s:
-        s.sql("CREATE TABLE crash(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
-        yield s
+def bare_my(bare_my):
+    bare_my.sql("CREATE TABLE crash(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
+    return bare_my
 
 
 def resources(d):

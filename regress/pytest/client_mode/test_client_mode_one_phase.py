@@ -13,7 +13,6 @@ import time
 
 import psycopg
 import pytest
-from cotest import MariaServer, PgServer
 from cotest.coord import metric, my_prepared, pg_prepared, wait_until
 from cotest.daemon import Daemon
 from cotx import Coordinator
@@ -21,17 +20,15 @@ from cotx._http import _q
 
 
 @pytest.fixture(scope="module")
-def bare_pg():
-    with PgServer(preload=False) as s:
-        s.sql("CREATE TABLE one(k text PRIMARY KEY, v int NOT NULL)")
-        yield s
+def bare_pg(bare_pg):
+    bare_pg.sql("CREATE TABLE one(k text PRIMARY KEY, v int NOT NULL)")
+    return bare_pg
 
 
 @pytest.fixture(scope="module")
-def bare_my():
-    with MariaServer(plugin=False) as s:
-        s.sql("CREATE TABLE one(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
-        yield s
+def bare_my(bare_my):
+    bare_my.sql("CREATE TABLE one(k varchar(64) PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
+    return bare_my
 
 
 def daemon(pg, my=None, **kw) -> Daemon:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from cotest import MariaServer, PgServer
+from cotest import MariaServer
 from cotest.coord import make_daemon, my_prepared, wait_until
 from cotx import Coordinator
 from cotx.dialect import MariaDB
@@ -24,12 +24,6 @@ from cotx.errors import CoordinatorError, PrepareRefused
 # The gate takes a client's start only once it has seen the run up this long
 # (enforcement/gate.rs, VOUCH_AFTER_UPTIME_S), plus a margin.
 SETTLED_UPTIME_S = 12
-
-
-@pytest.fixture(scope="module")
-def bare_pg():
-    with PgServer(preload=False) as s:
-        yield s
 
 
 def uptime(my) -> int:
