@@ -23,7 +23,7 @@ import psycopg
 import pymysql
 import pytest
 from cotest import MariaServer, PgServer
-from cotest.coord import my_prepared, pg_prepared, wait_until
+from cotest.coord import metric, my_prepared, pg_prepared, wait_until
 from cotx import Coordinator
 from cotest.daemon import Daemon
 
@@ -132,3 +132,38 @@ def test_what_a_daemon_role_of_its_own_may_cancel_and_finish(servers):
             member.execute("COMMIT PREPARED 'cotx:member-test:b0'")
     app.execute("ROLLBACK PREPARED 'cotx:member-test:b0'")
     app.close()
+
+
+def test_objects_of_an_older_script_keep_two_phases(servers):
+    """A database whose owner ran an older sql/client_mode/postgres.sql (no
+    cotx.shim_locked, which one phase needs to tell when a branch's session has ended) and
+    a daemon role that may not replace its objects: the resource still works in client
+    mode, used as it is, but offers no one phase (`shim.one_phase` false), so a
+    single-branch transaction is prepared and committed in two phases, its helper let go."""
+    pg, _ = servers
+    pg.sql("CREATE DATABASE shop_old OWNER shop_owner")
+    with psycopg.connect(pg_dsn(pg, "shop_owner", "shop_old"), autocommit=True) as c:
+        c.execute("CREATE TABLE acct(id int PRIMARY KEY, bal int NOT NULL)")
+        c.execute("INSERT INTO acct VALUES (1, 1000)")
+        c.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON acct TO shop_app")
+    subprocess.run([str(pg.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", pg_dsn(pg, "shop_owner", "shop_old"),
+                    "-f", str(ROOT / "sql/client_mode/postgres.sql")], check=True, capture_output=True)
+    with psycopg.connect(pg_dsn(pg, "shop_owner", "shop_old"), autocommit=True) as c:
+        c.execute("DROP FUNCTION cotx.shim_locked(integer, integer)")
+    with Daemon([{"name": "pg", "kind": "postgres", "dsn": pg_dsn(pg, "cotx_daemon", "shop_old"),
+                  "enforcement": "client"}]) as d:
+        pc = psycopg.connect(pg_dsn(pg, "shop_app", "shop_old"), autocommit=True)
+        try:
+            with Coordinator(d.url, d.token).transaction() as tx:
+                with tx.branch(pc, "pg") as b:
+                    pc.execute("UPDATE acct SET bal = bal - 10 WHERE id = 1")
+            assert tx.outcome == "commit"
+            assert b.enforcement == "client" and not b.shim_one_phase
+        finally:
+            pc.close()
+        assert metric(d, 'cotx_transactions_total{outcome="one_phase"}') == 0
+        assert metric(d, 'cotx_transactions_total{outcome="commit"}') == 1
+        wait_until(lambda: not pg_prepared(pg), 15, "the helper rolled back, nothing prepared")
+    assert pg.sql("SELECT bal FROM acct WHERE id = 1", dbname="shop_old") == [(990,)]
+    # The daemon replaced nothing: still the older objects.
+    assert pg.sql("SELECT to_regprocedure('cotx.shim_locked(integer, integer)')", dbname="shop_old") == [(None,)]
