@@ -27,12 +27,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench.harness import loadgen  # noqa: E402
-from bench.harness.core import Env, log  # noqa: E402
-from bench.micro import micro  # noqa: E402
+from bench.harness import loadgen
+from bench.harness.core import Env, log
+from bench.micro import micro
 
 _ERR = re.compile(r"ERROR:\s+(.*)$")
 _DETAIL = re.compile(r"DETAIL:\s+(.*)$")
