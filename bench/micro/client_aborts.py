@@ -13,7 +13,8 @@ relation), sampled.
   /var/cache/cotx/venv/bin/python bench/micro/client_aborts.py [--modes 2pc,client]
       [--rounds 5] [--seconds 5] [--warmup 1] [--rows 100000] [--out /tmp/client-aborts]
   A mode may carry variants after ':' — client:block=N (the daemon's
-  client_helper_block) — so that levers run interleaved with the default.
+  client_helper_block), MODE:par (the driver's --parallel-prepare: the branches prepared
+  at once, not PostgreSQL's first) — so that levers run interleaved with the default.
 
 Ratios only: throughput from a shared machine means nothing, and none is printed.
 """
@@ -142,9 +143,13 @@ def enter(env, mode: str) -> str:
     base, _, variant = mode.partition(":")
     env.set_mode(base)
     if base == "client":
-        block = int(variant.split("=", 1)[1]) if variant.startswith("block=") else None
+        block = next((int(v.split("=", 1)[1]) for v in variant.split(":") if v.startswith("block=")), None)
         use_block(env, block)
     return base
+
+
+def driver_extra(mode: str) -> list[str]:
+    return ["--parallel-prepare"] if "par" in mode.split(":")[1:] else []
 
 
 def main(argv=None) -> int:
@@ -197,7 +202,7 @@ def main(argv=None) -> int:
                 sampler = LockSampler(env)
                 sampler.start()
                 r = loadgen.run_slice(env, base, wargs, clients=a.clients, warmup=a.warmup, seconds=a.seconds,
-                                      seed=rnd * 7919 + pos + 1, attempt_log=att)
+                                      seed=rnd * 7919 + pos + 1, attempt_log=att, extra=driver_extra(m))
                 sampler.stop.set()
                 sampler.join()
                 left = env.leftovers()
