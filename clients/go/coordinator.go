@@ -53,7 +53,7 @@ type Coordinator struct {
 
 	leases     leaser
 	modes      sync.Map // resource -> resourceMode, from the registrations' answers
-	beginAfter sync.Map // resource -> true: a transaction starting there needed the begin
+	beginAfter sync.Map // resource -> propagated (bool): a transaction starting there needed the begin
 }
 
 // MaxHeldAcks bounds the acknowledgements held for the next begin (CarryAcks).

@@ -167,13 +167,17 @@ func (t *Tx) startLeased(ctx context.Context) error {
 	return nil
 }
 
-// fallBack: a leased transaction met what needs the begin (why). Its branches are rolled
-// back (nothing was sent for it: the daemon knows nothing of it), the transactions that
-// start with its first branch's resource take the begin from now on, and the error is
-// retryable.
-func (t *Tx) fallBack(why string) error {
+// fallBack: a leased transaction met what needs the begin (why; propagated: its gtid was
+// asked for). Its branches are rolled back (nothing was sent for it: the daemon knows
+// nothing of it), the transactions that start with its first branch's resource take the
+// begin from now on, and the error is retryable.
+func (t *Tx) fallBack(why string, propagated bool) error {
 	if len(t.branches) > 0 {
-		t.coord.beginAfter.Store(t.branches[0].Resource, true)
+		// A transaction that propagates its gtid does so each time: it keeps the begin. One
+		// that met an unknown resource gets the leased path back once that is learnt.
+		if old, ok := t.coord.beginAfter.Load(t.branches[0].Resource); !ok || !old.(bool) {
+			t.coord.beginAfter.Store(t.branches[0].Resource, propagated)
+		}
 	}
 	t.rollbackLocal()
 	t.Outcome = "abort"
@@ -281,5 +285,7 @@ func (t *Tx) relearned() {
 			return
 		}
 	}
-	t.coord.beginAfter.Delete(t.branches[0].Resource)
+	if sticky, ok := t.coord.beginAfter.Load(t.branches[0].Resource); ok && !sticky.(bool) {
+		t.coord.beginAfter.Delete(t.branches[0].Resource)
+	}
 }

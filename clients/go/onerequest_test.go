@@ -262,3 +262,61 @@ func TestOneRequestClientModeTakesTheBegin(t *testing.T) {
 		t.Fatalf("MariaDB has %d of 3 rows (%v)", n, err)
 	}
 }
+
+// A transaction that hands its gtid to another service cannot be leased (participants
+// register with the daemon, which knows a leased gtid only at its commit): rolled back and
+// run again on the begin, and the transactions starting on the same resource stay there.
+func TestOneRequestPropagationTakesTheBegin(t *testing.T) {
+	d, coord := oneRequestDaemon(t, "g-one-p", 500)
+	clearKeys(t, "go-one-p-")
+	ctx := context.Background()
+	pc, mc := bothConns(t, ctx)
+	if err := transferOne(ctx, coord, pc, mc, "go-one-p-first"); err != nil {
+		t.Fatal(err)
+	}
+	propagating := func(key string) (retries int, err error) {
+		err = coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
+			b, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", "")
+			if err != nil {
+				return err
+			}
+			if _, err := pc.ExecContext(ctx, "INSERT INTO savings VALUES ($1, 1, '')", key); err != nil {
+				return b.Fail(err)
+			}
+			if _, err := tx.GTID(ctx); err != nil { // as tx.Context before a call to a peer
+				return err
+			}
+			b, err = tx.Branch(ctx, mc, cotx.MariaDB, "checking", "")
+			if err != nil {
+				return err
+			}
+			if _, err := mc.ExecContext(ctx, "INSERT INTO checking VALUES (?, 1, '')", key); err != nil {
+				return b.Fail(err)
+			}
+			return nil
+		}, cotx.OnRetry(func(_ int, err error, _ time.Duration) {
+			if !errors.Is(err, cotx.ErrLeasedFallback) {
+				t.Errorf("retried for %v", err)
+			}
+			retries++
+		}))
+		return retries, err
+	}
+	if n, err := propagating("go-one-p-1"); err != nil || n != 1 {
+		t.Fatalf("first propagating transaction: %d retries, %v (want 1, nil)", n, err)
+	}
+	begun := metricOf(t, d, "cotx_transactions_begun_total")
+	for i := 2; i <= 3; i++ {
+		if n, err := propagating(fmt.Sprintf("go-one-p-%d", i)); err != nil || n != 0 {
+			t.Fatalf("propagating transaction %d: %d retries, %v (want 0, nil)", i, n, err)
+		}
+	}
+	if got := metricOf(t, d, "cotx_transactions_begun_total") - begun; got != 2 {
+		t.Fatalf("%v transactions begun, want 2", got)
+	}
+	for i := 1; i <= 3; i++ {
+		if pg, my := present(t, fmt.Sprintf("go-one-p-%d", i)); !pg || !my {
+			t.Fatalf("go-one-p-%d: PostgreSQL %v, MariaDB %v", i, pg, my)
+		}
+	}
+}

@@ -117,7 +117,7 @@ func (t *Tx) GTID(ctx context.Context) (string, error) {
 	if t.leased {
 		// Other services' branches register with the daemon, which does not know a
 		// leased gtid before its commit.
-		return "", t.fallBack("the gtid of a one-request transaction was asked for (to propagate it)")
+		return "", t.fallBack("the gtid of a one-request transaction was asked for (to propagate it)", true)
 	}
 	if t.gtid == "" {
 		g, err := t.coord.Begin(ctx, t.timeoutMs)
@@ -163,7 +163,7 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 	}
 	spec := BranchSpec{Resource: resource, Kind: kind}
 	if t.leased && !t.coord.leasable(resource, kind) {
-		return nil, t.fallBack(resource + ": not known to be in engine mode or plain 2PC, in a one-request transaction")
+		return nil, t.fallBack(resource+": not known to be in engine mode or plain 2PC, in a one-request transaction", false)
 	}
 	if t.wantsLease(spec) {
 		if err := t.startLeased(ctx); err != nil {
