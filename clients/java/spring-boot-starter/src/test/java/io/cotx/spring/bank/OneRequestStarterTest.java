@@ -141,4 +141,38 @@ class OneRequestStarterTest {
             }
         }
     }
+
+    /** A method that hands its gtid on (the headers for a call to another service): its first
+     * leased attempt is rolled back and run again on the begin, and its later calls take the
+     * begin at once (one begin each, no retry). */
+    @Test
+    void propagationTakesTheBegin() throws Exception {
+        TestServers s = TestServers.engine();
+        clear(s, "boot-one-p-");
+        try (LocalDaemon d = s.daemon("j-boot-one-p", "engine")) {
+            d.awaitModes("engine", Duration.ofSeconds(15));
+            try (ConfigurableApplicationContext ctx = app(s, d)) {
+                AtomicInteger retries = new AtomicInteger();
+                ctx.getBean(Coordinator.class).addListener(new TransactionListener() {
+                    @Override
+                    public void retrying(int attempt, TransactionAbortedException e, Duration delay) {
+                        retries.incrementAndGet();
+                    }
+                });
+                TransferApplication.Transfers t = ctx.getBean(TransferApplication.Transfers.class);
+                t.open("boot-one-p-first");
+                assertTrue(t.openAndPropagate("boot-one-p-1").containsKey("Cotx-Gtid"));
+                assertEquals(1, retries.get(), "the first propagating call's leased attempt run again");
+                double begun = metric(d, "cotx_transactions_begun_total");
+                for (int i = 2; i <= 3; i++) {
+                    t.openAndPropagate("boot-one-p-" + i);
+                }
+                assertEquals(1, retries.get(), "later propagating calls retried");
+                assertEquals(2, metric(d, "cotx_transactions_begun_total") - begun);
+                for (int i = 1; i <= 3; i++) {
+                    assertTrue(present(s, true, "boot-one-p-" + i) && present(s, false, "boot-one-p-" + i), "boot-one-p-" + i);
+                }
+            }
+        }
+    }
 }
