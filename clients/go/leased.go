@@ -252,11 +252,11 @@ func (t *Tx) leasedCommit(ctx context.Context) (decision string, err error) {
 		case ce != nil && daemonAction("commit", ce.Status, ce.Code) == ActionOutcomeUnknown:
 			return "", &OutcomeUnknownError{GTID: t.gtid, Err: err}
 		case ce != nil && daemonAction("commit", ce.Status, ce.Code) == ActionAborted:
-			// Refused for the request itself (a bad branch id, an unknown resource): the
-			// daemon wrote nothing; our branches are rolled back.
+			// Aborted (a deadlock victim: the daemon's decision says whether to run it
+			// again), or refused for the request itself (a bad branch id, an unknown
+			// resource: the daemon wrote nothing, not retried). Our branches are rolled back.
 			t.rollbackLocal()
-			t.Outcome = "abort"
-			return "", &AbortedError{GTID: t.gtid, Reason: "one-request commit refused: " + ce.Error(), Err: err}
+			return "", t.abortError(ctx, "one-request commit refused: "+ce.Error())
 		default:
 			// Decided or being decided (committed, a 503 past the deadline, no answer):
 			// the decision is asked for.

@@ -530,9 +530,11 @@ public final class Transaction {
                 switch (ce.action()) {
                     case RetryRules.OUTCOME_UNKNOWN -> throw new OutcomeUnknownException(gtid, true, ce);
                     case RetryRules.ABORTED -> {
-                        // Refused for the request itself: the daemon wrote nothing.
+                        // Aborted (a deadlock victim: the daemon's decision says whether to
+                        // run it again), or refused for the request itself (the daemon wrote
+                        // nothing: not retried).
                         rollbackLocal();
-                        throw aborted(new TransactionAbortedException(gtid, "one-request commit refused: " + ce.getMessage(), false, false, ce));
+                        throw aborted(abortError("one-request commit refused: " + ce.getMessage(), ce));
                     }
                     default -> {
                         return waitDecision(); // decided or being decided
