@@ -34,9 +34,26 @@ type Coordinator struct {
 	// to confirm those branches itself after its owner grace period (the outcome is
 	// durable and the branches completed: nothing is lost, the daemon does more work).
 	CarryAcks bool
+	// OneRequest (default off; set before use): a root transaction whose branches are all
+	// on resources known to be in engine mode or plain 2PC draws its gtid from a range
+	// leased from the daemon (POST /v1/gtid-leases, LeaseCount at a time), prepares its
+	// branches under the names the lease gives and sends them with its commit: one request
+	// per transaction (leased.go; docs/coordinator.md, "One request per transaction").
+	// Acknowledgements are then carried by the next commit or begin, as with CarryAcks.
+	// Off by default: the daemon's cross-database deadlock detector sees only begun
+	// transactions, so a deadlock between two leased ones is broken by the databases' lock
+	// timeouts only. A resource is known from its first registration (a transaction on
+	// the begin), and a client-mode one always takes the begin.
+	OneRequest bool
+	// LeaseCount: gtids per lease (0: DefaultLeaseCount).
+	LeaseCount int
 
 	acksMu sync.Mutex
 	acks   []finishedAck
+
+	leases     leaser
+	modes      sync.Map // resource -> resourceMode, from the registrations' answers
+	beginAfter sync.Map // resource -> propagated (bool): a transaction starting there needed the begin
 }
 
 // MaxHeldAcks bounds the acknowledgements held for the next begin (CarryAcks).
@@ -54,7 +71,7 @@ type finishedAck struct {
 // off, the caller sends the acknowledgement itself). The MaxHeldAcks-th is sent at once
 // with the others held, on their own requests.
 func (c *Coordinator) holdAck(ctx context.Context, gtid, outcome string, branches []string) bool {
-	if !c.CarryAcks {
+	if !c.CarryAcks && !c.OneRequest {
 		return false
 	}
 	if len(branches) == 0 {

@@ -18,8 +18,8 @@ import (
 // daemon is a real cotx-coordinator process for the tests, configured the way
 // harness/cotest/daemon.py does it: a TOML file, a free loopback port, a random token.
 type daemon struct {
-	dir, url, token string
-	cmd             *exec.Cmd
+	dir, url, token, conf string
+	cmd                   *exec.Cmd
 }
 
 func daemonBinary() (string, error) {
@@ -102,15 +102,24 @@ func startDaemonRecovering(resources []resource, node string, ownerGraceMs, reco
 	if err := os.WriteFile(conf, []byte(cfg.String()), 0o600); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "coordinator.log"))
-	if err != nil {
+	d.conf = conf
+	if err := d.launch(bin); err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(bin, "serve", "--config", conf)
+	return d, nil
+}
+
+// launch starts the daemon's process on its config and waits until it answers.
+func (d *daemon) launch(bin string) error {
+	logf, err := os.OpenFile(filepath.Join(d.dir, "coordinator.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	d.cmd = exec.Command(bin, "serve", "--config", d.conf)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := d.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- d.cmd.Wait() }()
@@ -118,20 +127,34 @@ func startDaemonRecovering(resources []resource, node string, ownerGraceMs, reco
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("coordinator exited (%v): see %s/coordinator.log", err, dir)
+			return fmt.Errorf("coordinator exited (%v): see %s/coordinator.log", err, d.dir)
 		default:
 		}
 		if resp, err := http.Get(d.url + "/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				go func() { <-exited }()
-				return d, nil
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	d.stop()
-	return nil, fmt.Errorf("coordinator did not answer on %s", d.url)
+	return fmt.Errorf("coordinator did not answer on %s", d.url)
+}
+
+// restart kills the daemon (-9: no shutdown of its own) and starts it again on the same
+// config, store and port: a new epoch, which knows none of the old one's leased ranges.
+func (d *daemon) restart() error {
+	bin, err := daemonBinary()
+	if err != nil {
+		return err
+	}
+	_ = d.cmd.Process.Kill()
+	for i := 0; i < 100 && d.cmd.Process.Signal(syscall.Signal(0)) == nil; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return d.launch(bin)
 }
 
 // modes: each resource's enforcement mode as the daemon reports it (GET /v1/resources):

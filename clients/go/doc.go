@@ -53,7 +53,9 @@
 //
 // Fewer requests (opt-in): with Coordinator.CarryAcks a committed transaction's
 // acknowledgement rides with the next begin instead of a request of its own (FlushAcks
-// sends what is held); Tx.Branches registers every branch with the begin in one request.
+// sends what is held); Tx.Branches registers every branch with the begin in one request;
+// with Coordinator.OneRequest a transaction on known engine-mode or plain-2PC resources
+// draws its gtid from a leased range and its commit is its only request (leased.go).
 //
 // Every request of a transaction carries a W3C traceparent: the context's
 // (WithTraceparent, Middleware) or one trace id per transaction (Tx.TraceID). A `421

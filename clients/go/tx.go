@@ -102,6 +102,10 @@ type Tx struct {
 	timeoutMs int
 	branches  []*Branch
 	traceID   string // TraceID: drawn once, so one transaction is one trace
+	// leased: the gtid was drawn from a leased range (leased.go): the daemon hears of the
+	// transaction only with its commit.
+	leased bool
+	lease  drawn
 	// Outcome after Commit/Finish/Rollback: "commit" or "abort".
 	Outcome string
 }
@@ -110,6 +114,11 @@ type Tx struct {
 // coordinator if no branch did yet.
 func (t *Tx) GTID(ctx context.Context) (string, error) {
 	ctx = t.traced(ctx)
+	if t.leased {
+		// Other services' branches register with the daemon, which does not know a
+		// leased gtid before its commit.
+		return "", t.fallBack("the gtid of a one-request transaction was asked for (to propagate it)", true)
+	}
 	if t.gtid == "" {
 		g, err := t.coord.Begin(ctx, t.timeoutMs)
 		if err != nil {
@@ -151,6 +160,21 @@ func (t *Tx) Branch(ctx context.Context, conn *sql.Conn, kind Kind, resource, br
 	b, err := t.newBranch(BranchSpec{Conn: conn, Kind: kind, Resource: resource, ID: branchID, Options: opts})
 	if err != nil {
 		return nil, err
+	}
+	spec := BranchSpec{Resource: resource, Kind: kind}
+	if t.leased && !t.coord.leasable(resource, kind) {
+		return nil, t.fallBack(resource+": not known to be in engine mode or plain 2PC, in a one-request transaction", false)
+	}
+	if t.wantsLease(spec) {
+		if err := t.startLeased(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if t.leased {
+		if err := b.opened(ctx, t.leasedRegistration(b)); err != nil {
+			return nil, err
+		}
+		return b, nil
 	}
 	reg := b.registration(ctx)
 	var r registered
@@ -203,6 +227,11 @@ type BranchSpec struct {
 // global transaction is aborted.
 func (t *Tx) Branches(ctx context.Context, specs ...BranchSpec) ([]*Branch, error) {
 	ctx = t.traced(ctx)
+	if t.wantsLease(specs...) {
+		if err := t.startLeased(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if t.gtid != "" || len(specs) == 0 {
 		var out []*Branch
 		for _, s := range specs {
@@ -274,6 +303,9 @@ func (b *Branch) opened(ctx context.Context, r registered) error {
 	if Kind(r.Kind) != b.Kind {
 		b.reportFailed(ctx, "resource kind mismatch", false)
 		return fmt.Errorf("cotx: resource %q is %s at the coordinator but the branch is %s", b.Resource, r.Kind, b.Kind)
+	}
+	if !b.tx.leased {
+		b.tx.coord.learnMode(b.Resource, b.Kind, r.Enforcement)
 	}
 	if err := b.open(ctx, r); err != nil {
 		b.reportFailed(ctx, "begin failed: "+err.Error(), false)
@@ -447,6 +479,9 @@ func (b *Branch) path(suffix string) string {
 // retryable. Best effort: if the report is lost, the coordinator aborts on timeout
 // (presumed abort).
 func (b *Branch) reportFailed(ctx context.Context, reason string, retryable bool) bool {
+	if b.tx.leased {
+		return false // the daemon has not heard of the transaction: nothing to tell it
+	}
 	var ack struct {
 		Retryable bool `json:"retryable"`
 	}
@@ -553,7 +588,7 @@ func (b *Branch) finish(outcome string) error {
 func (b *Branch) rollback() {
 	switch b.state {
 	case stPrepared:
-		if b.finish("abort") == nil {
+		if b.finish("abort") == nil && !b.tx.leased {
 			b.ack("abort")
 		} // else the coordinator's recovery rolls it back
 	case stActive:
@@ -581,7 +616,8 @@ func (t *Tx) Commit(ctx context.Context) error {
 		t.Outcome = "commit"
 		return nil
 	}
-	if only := t.branches; len(only) == 1 && only[0].state == stActive && (only[0].Enforcement != EnforcementClient || only[0].shimOnePhase) {
+	t.relearned()
+	if only := t.branches; !t.leased && len(only) == 1 && only[0].state == stActive && (only[0].Enforcement != EnforcementClient || only[0].shimOnePhase) {
 		done, err := t.onePhase(ctx, t.branches[0])
 		if done {
 			return err
@@ -594,11 +630,20 @@ func (t *Tx) Commit(ctx context.Context) error {
 		}
 		if err := b.prepare(); err != nil {
 			t.rollbackLocal()
-			_ = t.coord.Abort(ctx, t.gtid, err.Error())
+			if !t.leased {
+				_ = t.coord.Abort(ctx, t.gtid, err.Error())
+			}
 			t.Outcome = "abort"
 			return err
 		}
 		mine = append(mine, b.ID)
+	}
+	if t.leased {
+		decision, err := t.leasedCommit(ctx)
+		if err != nil {
+			return err
+		}
+		return t.finishAll(ctx, decision)
 	}
 	if mine == nil {
 		mine = []string{}
@@ -765,7 +810,9 @@ func (t *Tx) Rollback(ctx context.Context, reason string) {
 }
 
 func (t *Tx) abortLocal(ctx context.Context, reason string) {
-	_ = t.coord.Abort(ctx, t.gtid, reason)
+	if !t.leased { // a leased gtid the daemon has not heard of: nothing to tell it
+		_ = t.coord.Abort(ctx, t.gtid, reason)
+	}
 	t.rollbackLocal()
 	t.Outcome = "abort"
 }

@@ -178,6 +178,9 @@ public final class Branch {
 
     /** The daemon's answer (empty when there is none). */
     JsonNode reportFailed(String reason, boolean retryable) {
+        if (tx.leased()) {
+            return Coordinator.JSON.createObjectNode(); // the daemon has not heard of the transaction
+        }
         // Best effort: if it is lost, the coordinator aborts on timeout (presumed abort).
         try {
             return tx.call("POST", path("/failed"),
@@ -281,6 +284,9 @@ public final class Branch {
     }
 
     void ack(String outcome) {
+        if (tx.leased()) {
+            return; // an abort of a leased gtid: recovery finds nothing (or aborts it on record)
+        }
         // Nobody waits on an acknowledgement: if it is lost, recovery confirms the branch.
         try {
             tx.call("POST", path("/finished"), Coordinator.JSON.createObjectNode().put("outcome", outcome));

@@ -47,8 +47,10 @@ public final class Coordinator {
     private final Duration requestTimeout;
     private final Duration decisionTimeout;
     private final List<TransactionListener> listeners = new CopyOnWriteArrayList<>();
+    private final LeasedGtids leased; // null: the one-request commit is off
 
     private Coordinator(Builder b) {
+        this.leased = b.oneRequest ? new LeasedGtids(this, b.leaseCount) : null;
         this.base = stripSlash(b.url);
         this.token = b.token;
         this.requestTimeout = b.requestTimeout;
@@ -73,6 +75,8 @@ public final class Coordinator {
         private SSLContext sslContext;
         private Duration requestTimeout = Duration.ofSeconds(10);
         private Duration decisionTimeout = Duration.ofSeconds(120);
+        private boolean oneRequest;
+        private int leaseCount = LeasedGtids.DEFAULT_COUNT;
 
         private Builder(String url) {
             URI u = URI.create(Objects.requireNonNull(url, "url"));
@@ -134,6 +138,28 @@ public final class Coordinator {
             return this;
         }
 
+        /** The one-request commit (default off): a root transaction whose branches are all on
+         * resources this handle has seen in engine mode or plain 2PC draws its gtid from a
+         * range leased from the daemon ({@code POST /v1/gtid-leases}), prepares its branches
+         * under the names the lease gives and sends them with its commit — its only request
+         * (docs/coordinator.md, "One request per transaction: leased gtids"). Acknowledgements
+         * ride with the next commit ({@link #flushAcks()} before the process stops). Off by
+         * default: the daemon's cross-database deadlock detector sees only begun
+         * transactions. */
+        public Builder oneRequest(boolean on) {
+            this.oneRequest = on;
+            return this;
+        }
+
+        /** Gtids per lease with {@link #oneRequest(boolean)} (default 1000, at most 100000). */
+        public Builder leaseCount(int n) {
+            if (n < 1 || n > 100_000) {
+                throw new IllegalArgumentException("leaseCount must be between 1 and 100000, got " + n);
+            }
+            this.leaseCount = n;
+            return this;
+        }
+
         public Coordinator build() {
             return new Coordinator(this);
         }
@@ -151,6 +177,25 @@ public final class Coordinator {
 
     Duration decisionTimeout() {
         return decisionTimeout;
+    }
+
+    /** The one-request commit's state; null when it is off. */
+    LeasedGtids leased() {
+        return leased;
+    }
+
+    /** Whether the one-request commit is on ({@link Builder#oneRequest(boolean)}). */
+    public boolean oneRequest() {
+        return leased != null;
+    }
+
+    /** Sends the acknowledgements held for the next commit (the one-request commit) on their
+     * own requests; call it before the process stops. One never sent is confirmed by the
+     * daemon after its owner grace period (the outcome is durable: nothing is lost). */
+    public void flushAcks() {
+        if (leased != null) {
+            leased.flush();
+        }
     }
 
     public String url() {

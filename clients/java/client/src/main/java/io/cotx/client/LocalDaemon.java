@@ -26,7 +26,7 @@ public final class LocalDaemon implements AutoCloseable {
     private final Path dir;
     private final String url;
     private final String token;
-    private final Process process;
+    private Process process;
 
     private LocalDaemon(Path dir, String url, String token, Process process) {
         this.dir = dir;
@@ -94,27 +94,41 @@ public final class LocalDaemon implements AutoCloseable {
                     cfg.append("enforcement = ").append(toml(r.enforcement())).append('\n');
                 }
             }
-            Path conf = dir.resolve("coordinator.toml");
-            Files.writeString(conf, cfg);
-            Process p = new ProcessBuilder(bin.toString(), "serve", "--config", conf.toString())
-                    .redirectErrorStream(true).redirectOutput(dir.resolve("coordinator.log").toFile()).start();
-            LocalDaemon d = new LocalDaemon(dir, "http://127.0.0.1:" + port, token, p);
-            Coordinator probe = Coordinator.builder(d.url).requestTimeout(Duration.ofSeconds(1)).build();
-            Instant deadline = Instant.now().plusSeconds(30);
-            while (Instant.now().isBefore(deadline)) {
-                if (!p.isAlive()) {
-                    throw new IOException("coordinator exited (" + p.exitValue() + "): see " + dir.resolve("coordinator.log"));
-                }
-                try {
-                    probe.health();
-                    return d;
-                } catch (CotxException e) {
-                    Thread.sleep(50);
-                }
-            }
-            d.close();
-            throw new IOException("coordinator did not answer on " + d.url);
+            Files.writeString(dir.resolve("coordinator.toml"), cfg);
+            LocalDaemon d = new LocalDaemon(dir, "http://127.0.0.1:" + port, token, null);
+            d.launch();
+            return d;
         }
+    }
+
+    /** Starts the process on the directory's config and waits until it answers. */
+    private void launch() throws IOException, InterruptedException {
+        Process p = new ProcessBuilder(binary().toString(), "serve", "--config", dir.resolve("coordinator.toml").toString())
+                .redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("coordinator.log").toFile())).start();
+        process = p;
+        Coordinator probe = Coordinator.builder(url).requestTimeout(Duration.ofSeconds(1)).build();
+        Instant deadline = Instant.now().plusSeconds(30);
+        while (Instant.now().isBefore(deadline)) {
+            if (!p.isAlive()) {
+                throw new IOException("coordinator exited (" + p.exitValue() + "): see " + dir.resolve("coordinator.log"));
+            }
+            try {
+                probe.health();
+                return;
+            } catch (CotxException e) {
+                Thread.sleep(50);
+            }
+        }
+        close();
+        throw new IOException("coordinator did not answer on " + url);
+    }
+
+    /** kill -9, then the daemon started again on the same config, store and port: a new
+     * epoch, which knows none of the old process's leased gtid ranges. */
+    public void restart() throws IOException, InterruptedException {
+        kill();
+        launch();
     }
 
     /** The binary: $COTX_COORDINATOR_BIN, else what scripts/build.sh installs under $COTX_CACHE. */

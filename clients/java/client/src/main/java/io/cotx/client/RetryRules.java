@@ -53,6 +53,9 @@ public final class RetryRules {
      * for a commit whether it is a one-phase one. */
     public static String phaseOf(String method, String path, boolean onePhase) {
         String[] parts = path.split("\\?", 2)[0].replaceAll("^/+|/+$", "").split("/");
+        if (method.equals("POST") && path.equals("/v1/gtid-leases")) {
+            return "begin"; // a lease of gtids (LeasedGtids): as a begin, nothing exists yet
+        }
         if (parts.length < 2 || !parts[0].equals("v1") || !parts[1].equals("transactions")) {
             return "other";
         }

@@ -25,6 +25,9 @@ public final class Transaction {
     private String gtid;
     private String traceId;
     private String outcome;
+    // Drawn from a leased range (the one-request commit, LeasedGtids): the daemon hears of the
+    // transaction only with its commit.
+    private LeasedGtids.Drawn drawn;
 
     Transaction(Coordinator coord, String gtid, boolean root, int timeoutMs, String traceparent) {
         this.coord = coord;
@@ -37,6 +40,11 @@ public final class Transaction {
     /** The global id to hand to other services, beginning the transaction at the coordinator
      * if no branch did yet. */
     public String gtid() {
+        if (drawn != null) {
+            // Other services' branches register with the daemon, which does not know a leased
+            // gtid before its commit.
+            throw fallBack("the gtid of a one-request transaction was asked for (to propagate it)", true);
+        }
         if (gtid == null) {
             ObjectNode body = Coordinator.JSON.createObjectNode();
             if (timeoutMs > 0) {
@@ -49,6 +57,11 @@ public final class Transaction {
 
     String gtidOrNull() {
         return gtid;
+    }
+
+    /** Whether the gtid was drawn from a leased range (the one-request commit). */
+    public boolean leased() {
+        return drawn != null;
     }
 
     public boolean isRoot() {
@@ -130,6 +143,22 @@ public final class Transaction {
         String id = branchId != null ? branchId
                 : (resource.length() > 24 ? resource.substring(0, 24) : resource) + "-" + Traceparent.randomHex(8);
         Branch b = new Branch(this, conn, resource, id, isolation, readOnly);
+        LeasedGtids lg = coord.leased();
+        if (lg != null && root) {
+            String kind = kindOf(conn);
+            if (drawn != null && !lg.leasable(resource, kind)) {
+                throw fallBack(resource + ": not known to be in engine mode or plain 2PC, in a one-request transaction", false);
+            }
+            if (drawn == null && gtid == null && branches.isEmpty() && !lg.beginsAt(resource) && lg.leasable(resource, kind)) {
+                drawn = lg.draw(traceparent());
+                gtid = drawn.gtid();
+            }
+            if (drawn != null) {
+                b.open(leasedRegistration(kind, lg.mode(resource), id));
+                branches.add(b);
+                return b;
+            }
+        }
         ObjectNode reg = Coordinator.JSON.createObjectNode().put("resource", resource).put("branch_id", id);
         Long session = Dialect.session(conn);
         if (session != null) {
@@ -158,7 +187,42 @@ public final class Transaction {
         }
         b.open(r);
         branches.add(b);
+        if (lg != null) {
+            lg.learn(resource, b.kind(), b.enforcement());
+        }
         return b;
+    }
+
+    private static String kindOf(Connection conn) {
+        try {
+            return Dialect.of(conn).wire;
+        } catch (SQLException e) {
+            throw new CotxException("cannot tell the connection's database: " + e.getMessage(), e);
+        }
+    }
+
+    /** What a registration would have answered, from the lease: PostgreSQL gid
+     * {@code <gid_prefix>:<gtid>:<branch_id>}, MariaDB XID (gtid, branch id, the lease's format). */
+    private JsonNode leasedRegistration(String kind, Branch.Enforcement mode, String id) {
+        ObjectNode r = Coordinator.JSON.createObjectNode().put("kind", kind).put("enforcement", mode.name().toLowerCase());
+        if (kind.equals(Dialect.POSTGRES.wire)) {
+            r.put("gid", drawn.gidPrefix() + ":" + gtid + ":" + id);
+        } else {
+            r.putObject("xid").put("gtrid", gtid).put("bqual", id).put("format_id", drawn.formatId());
+        }
+        return r;
+    }
+
+    /** A leased transaction met what needs the begin ({@code why}; {@code propagated}: its gtid
+     * was asked for): its branches are rolled back (the daemon knows nothing of it),
+     * transactions starting on its first branch's resource take the begin from now on, and the
+     * exception is retryable ({@link Retry}). */
+    private TransactionAbortedException fallBack(String why, boolean propagated) {
+        if (!branches.isEmpty()) {
+            coord.leased().needsBegin(branches.get(0).resource(), propagated);
+        }
+        rollbackLocal();
+        return aborted(new TransactionAbortedException(gtid, why + " (the begin is needed: run it again)", true, false, null));
     }
 
     // ---- the commit protocol ---------------------------------------------------------------
@@ -177,7 +241,8 @@ public final class Transaction {
             outcome = "commit";
             return;
         }
-        if (branches.size() == 1 && branches.get(0).state == Branch.State.ACTIVE
+        relearned();
+        if (drawn == null && branches.size() == 1 && branches.get(0).state == Branch.State.ACTIVE
                 && branches.get(0).onePhaseAllowed() && onePhase(branches.get(0))) {
             return;
         }
@@ -197,6 +262,10 @@ public final class Transaction {
         }
         for (TransactionListener l : coord.listeners()) {
             l.prepared(this);
+        }
+        if (drawn != null) {
+            finishAll(leasedCommit());
+            return;
         }
         // Branches that wrote nothing (checked at their PREPARE): listed, so that the daemon
         // skips its store sync when that is every branch. Absent when none is.
@@ -350,6 +419,9 @@ public final class Transaction {
     }
 
     private void abortQuietly(String reason) {
+        if (drawn != null) {
+            return; // a leased gtid the daemon has not heard of: nothing to tell it
+        }
         try {
             coord.abort(gtid, reason, traceparent());
         } catch (CotxException ignored) {
@@ -378,6 +450,106 @@ public final class Transaction {
             l.aborted(this, e);
         }
         return e;
+    }
+
+    /** A transaction on the begin whose branches all turned out leasable lets transactions
+     * starting on its first resource take the leased path again. */
+    private void relearned() {
+        LeasedGtids lg = coord.leased();
+        if (lg == null || drawn != null || branches.isEmpty()) {
+            return;
+        }
+        for (Branch b : branches) {
+            if (!lg.leasable(b.resource(), b.kind())) {
+                return;
+            }
+        }
+        lg.leasableAgain(branches.get(0).resource());
+    }
+
+    /** The prepared branches sent with the commit, the transaction's only request; the
+     * decision. A refusal meaning the daemon did not act (429, 503) or no answer sends it
+     * again (a commit is answered the same when sent twice) for up to 5 s, then the decision
+     * is asked for. A gtid the daemon does not know or has aborted (restarted, a takeover,
+     * the lease ran out) or a resource it refuses (its mode changed): the branches are rolled
+     * back, the range dropped, and a retryable {@link TransactionAbortedException} runs it
+     * again on a fresh lease. */
+    private String leasedCommit() {
+        LeasedGtids lg = coord.leased();
+        ArrayNode listed = Coordinator.JSON.createArrayNode();
+        ArrayNode readOnly = Coordinator.JSON.createArrayNode();
+        for (Branch b : branches) {
+            if (b.state != Branch.State.PREPARED) {
+                continue;
+            }
+            ObjectNode x = listed.addObject().put("resource", b.resource()).put("branch_id", b.id());
+            Long session = Dialect.session(b.connection());
+            if (session != null) {
+                x.put("session", session);
+            }
+            if (b.wroteNothing()) {
+                readOnly.add(b.id());
+            }
+        }
+        ArrayNode acks = lg.take(); // the same ones each time the request is sent again
+        Instant deadline = Instant.now().plusSeconds(5);
+        while (true) {
+            ObjectNode body = Coordinator.JSON.createObjectNode();
+            body.set("branches", listed);
+            if (!readOnly.isEmpty()) {
+                body.set("read_only", readOnly);
+            }
+            if (acks != null) {
+                body.set("finished", acks);
+            }
+            try {
+                return call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit", body).path("decision").asText();
+            } catch (CoordinatorException ce) {
+                if (!readOnly.isEmpty() && ce.code().equals("invalid_field") && String.valueOf(ce.getMessage()).contains("read_only")) {
+                    readOnly = Coordinator.JSON.createArrayNode();
+                    continue;
+                }
+                switch (ce.code()) {
+                    case "unknown_transaction", "transaction_aborted", "resource_refused" -> {
+                        // Nothing recorded for it but an abort, and no commit can be recorded
+                        // any more (only the process that leased the range records one).
+                        lg.drop(gtid);
+                        if (ce.code().equals("resource_refused")) {
+                            lg.forgetModes();
+                        }
+                        rollbackLocal();
+                        throw aborted(new TransactionAbortedException(gtid, "one-request commit: " + ce.getMessage(), true, false, ce));
+                    }
+                    default -> {
+                    }
+                }
+                if ((ce.status() == 429 || ce.status() == 503) && Instant.now().isBefore(deadline)) {
+                    sleep(ce.retryAfter() != null ? Math.min(ce.retryAfter().toMillis(), 1000) : 50);
+                    continue;
+                }
+                switch (ce.action()) {
+                    case RetryRules.OUTCOME_UNKNOWN -> throw new OutcomeUnknownException(gtid, true, ce);
+                    case RetryRules.ABORTED -> {
+                        // Aborted (a deadlock victim: the daemon's decision says whether to
+                        // run it again), or refused for the request itself (the daemon wrote
+                        // nothing: not retried).
+                        rollbackLocal();
+                        throw aborted(abortError("one-request commit refused: " + ce.getMessage(), ce));
+                    }
+                    default -> {
+                        return waitDecision(); // decided or being decided
+                    }
+                }
+            } catch (CoordinatorUnavailableException e) {
+                // Perhaps restarted: the next transactions lease anew.
+                lg.drop(gtid);
+                if (Instant.now().isBefore(deadline)) {
+                    sleep(50);
+                    continue;
+                }
+                return waitDecision();
+            }
+        }
     }
 
     private String waitDecision() {
@@ -434,7 +606,9 @@ public final class Transaction {
                     // Decided and durable: the coordinator commits it after the owner grace.
                 }
             }
-            if (!done.isEmpty()) {
+            if (!done.isEmpty() && drawn != null) {
+                coord.leased().hold(gtid, done); // rides with the next commit
+            } else if (!done.isEmpty()) {
                 ObjectNode body = Coordinator.JSON.createObjectNode().put("outcome", "commit");
                 body.set("branches", done);
                 try {

@@ -28,11 +28,13 @@ import org.springframework.web.servlet.config.annotation.WebMvcConfigurer;
 @EnableConfigurationProperties(CotxProperties.class)
 @Import(ResourceDataSources.class)
 public class CotxAutoConfiguration {
-    @Bean
+    /** With {@code cotx.one-request}, acknowledgements held for the next commit are sent when
+     * the context closes (flushAcks; one never sent is confirmed by the daemon later). */
+    @Bean(destroyMethod = "flushAcks")
     @ConditionalOnMissingBean
     public Coordinator cotxCoordinator(CotxProperties p) {
         Coordinator.Builder b = Coordinator.builder(p.getUrl()).token(p.getToken()).requestTimeout(p.getRequestTimeout())
-                .decisionTimeout(p.getDecisionTimeout());
+                .decisionTimeout(p.getDecisionTimeout()).oneRequest(p.isOneRequest()).leaseCount(p.getLeaseCount());
         if (p.getTokenFile() != null) {
             b.tokenFile(p.getTokenFile());
         }

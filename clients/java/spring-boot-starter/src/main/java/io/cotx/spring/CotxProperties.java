@@ -13,6 +13,7 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  * cotx.token-file=/etc/cotx/client-token        # or cotx.token=…
  * cotx.ca-file=/etc/cotx/ca.pem                 # an https:// daemon with a private CA
  * cotx.retries=5
+ * cotx.one-request=true                         # leased gtids: the commit the only request (off by default)
  * cotx.resources.savings.url=jdbc:postgresql://db1:5432/bank   # a HikariCP pool, bean "savingsDataSource"
  * cotx.resources.savings.username=bank
  * cotx.resources.checking.data-source=checkingPool            # or an existing DataSource bean
@@ -33,6 +34,13 @@ public class CotxProperties {
     private Duration decisionTimeout = Duration.ofSeconds(120);
     /** Default of {@code @GlobalTransactional(retries)}: more attempts after a retryable abort. */
     private int retries = 5;
+    /** The one-request commit (Coordinator.Builder#oneRequest): a transaction on resources
+     * seen in engine mode or plain 2PC draws its gtid from a leased range and its commit is
+     * its only request to the daemon. Off by default: the daemon's cross-database deadlock
+     * detector sees only begun transactions. */
+    private boolean oneRequest = false;
+    /** Gtids per lease with {@code one-request} (1..100000). */
+    private int leaseCount = 1000;
     private Map<String, Resource> resources = new LinkedHashMap<>();
 
     /** One resource: a HikariCP pool of its own ({@code url}, …) or an existing DataSource bean. */
@@ -151,6 +159,22 @@ public class CotxProperties {
 
     public void setRetries(int retries) {
         this.retries = retries;
+    }
+
+    public boolean isOneRequest() {
+        return oneRequest;
+    }
+
+    public void setOneRequest(boolean oneRequest) {
+        this.oneRequest = oneRequest;
+    }
+
+    public int getLeaseCount() {
+        return leaseCount;
+    }
+
+    public void setLeaseCount(int leaseCount) {
+        this.leaseCount = leaseCount;
     }
 
     public Map<String, Resource> getResources() {

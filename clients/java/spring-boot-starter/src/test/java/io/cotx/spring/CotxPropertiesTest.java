@@ -79,4 +79,33 @@ class CotxPropertiesTest {
         runner.withPropertyValues("cotx.resources.savings.username=bank")
                 .run(ctx -> assertThat(ctx).getFailure().hasMessageContaining("cotx.resources.savings needs url"));
     }
+
+    @Test
+    void oneRequestIsOptIn() {
+        // A resource of its own: without one Boot's own DataSource wants a URL.
+        String pool = "cotx.resources.savings.url=jdbc:postgresql://127.0.0.1:1/bank";
+        runner.withPropertyValues(pool).run(ctx -> assertThat(ctx.getBean(Coordinator.class).oneRequest()).isFalse());
+        runner.withPropertyValues(pool, "cotx.one-request=true", "cotx.lease-count=50")
+                .run(ctx -> assertThat(ctx.getBean(Coordinator.class).oneRequest()).isTrue());
+        runner.withPropertyValues(pool, "cotx.one-request=true", "cotx.lease-count=0")
+                .run(ctx -> assertThat(ctx).getFailure().hasMessageContaining("leaseCount must be between 1 and 100000"));
+    }
+
+    /** The configuration metadata (IDEs' completion and docs) names every property of
+     * CotxProperties, in its kebab-case spelling. */
+    @Test
+    void metadataNamesEveryProperty() throws Exception {
+        com.fasterxml.jackson.databind.JsonNode meta;
+        try (java.io.InputStream in = getClass().getResourceAsStream("/META-INF/spring-configuration-metadata.json")) {
+            meta = new com.fasterxml.jackson.databind.ObjectMapper().readTree(in);
+        }
+        java.util.Set<String> listed = new java.util.HashSet<>();
+        meta.path("properties").forEach(p -> listed.add(p.path("name").asText()));
+        for (java.lang.reflect.Method m : CotxProperties.class.getDeclaredMethods()) {
+            if (m.getName().startsWith("set") && m.getParameterCount() == 1) {
+                String kebab = m.getName().substring(3).replaceAll("([a-z])([A-Z])", "$1-$2").toLowerCase();
+                assertThat(listed).contains("cotx." + kebab);
+            }
+        }
+    }
 }
