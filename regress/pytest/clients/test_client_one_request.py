@@ -6,6 +6,7 @@ on MariaDB) through coord.run:
 
 - every withdrawal commits and costs the daemon one request (its requests counter), with
   the acknowledgements carried by the next commit;
+- branches that wrote nothing are listed read-only with the commit (decided in memory);
 - a range that is used up, or past the part of its lease the client draws from, is
   replaced by a new lease;
 - a transaction that reaches a client-mode resource takes the begin path (never sent and
@@ -57,6 +58,32 @@ def test_each_withdrawal_is_one_request(pg, mariadb, tables):
         wait_until(lambda: nothing_prepared(pg, mariadb), what="every branch finished")
     assert ledger(mariadb) == {"w-first"} | {f"w{i}" for i in range(n)}
     assert pg.sql("SELECT SUM(bal) FROM wd_acct") == [(2000 - 1 - 5 * n,)]
+
+
+def test_an_all_read_only_transaction_is_listed_read_only(pg, mariadb, tables):
+    """Branches declared read_only that wrote nothing are listed with the commit: the
+    daemon decides it in memory (its read-only commits counter), still one request."""
+    reset_accounts(pg, mariadb, 1, 1000)
+    with make_daemon(pg, mariadb, enforcement=PLAIN) as d:
+        coord = Coordinator(d.url, d.token, one_request=True)
+        pc, mc = pg.connect(), mariadb.connect()
+
+        def balance(tx):
+            with tx.branch(pc, "pg", read_only=True):
+                bal = pc.execute("SELECT bal FROM wd_acct WHERE u = 0").fetchone()[0]
+            with tx.branch(mc, "my", read_only=True):
+                cur = mc.cursor()
+                cur.execute("SELECT COUNT(*) FROM wd_log")
+                cur.fetchall()
+            return bal
+        assert coord.run(balance) == 1000
+        ro = metric(d, "cotx_read_only_commits_total", 0)
+        before = metric(d, "cotx_requests_total")
+        assert coord.run(balance) == 1000
+        # The metrics read before is counted when it is answered: the commit and it.
+        assert metric(d, "cotx_requests_total") - before == 2
+        assert metric(d, "cotx_read_only_commits_total", 0) - ro == 1
+        wait_until(lambda: nothing_prepared(pg, mariadb), what="every branch finished")
 
 
 def test_a_used_up_or_expired_range_is_leased_again(pg, mariadb, tables):
