@@ -11,6 +11,9 @@ on MariaDB) through coord.run:
   replaced by a new lease;
 - a transaction that reaches a client-mode resource takes the begin path (never sent and
   refused), at its first branch or, after a leased one, by a rerun before anything was sent;
+- the daemon restarted between a leased transaction's branches and its commit: the commit
+  is answered as an abort (another epoch's gtid), the transaction runs again under a fresh
+  lease;
 - kill -9 of the daemon, three times, under withdrawals in a thread per request: every
   withdrawal ends done or declined through the retry loop (a leased gtid the restarted
   daemon does not know is aborted on record by its recovery and run again under a new
@@ -24,7 +27,7 @@ import threading
 import time
 
 import pytest
-from cotest.coord import make_daemon, metric, nothing_prepared, wait_until
+from cotest.coord import api, make_daemon, metric, nothing_prepared, wait_until
 from cotest.transfers import create_withdrawal_tables, reset_accounts, run_withdrawal, withdrawal
 from cotx import Coordinator
 
@@ -131,6 +134,41 @@ def test_a_client_mode_resource_takes_the_begin_path(pg, mariadb, tables):
         assert metric(d, "cotx_branch_refusals_total", 0) == 0
         wait_until(lambda: nothing_prepared(pg, mariadb), what="every branch finished")
     assert ledger(mariadb) == {"m0", "m1"}
+
+
+def test_a_restart_before_the_commit_leads_to_a_fresh_lease_and_a_rerun(pg, mariadb, tables):
+    """The daemon killed (-9) and restarted while a leased transaction works: the commit
+    reaches a new epoch that never leased its gtid. Its recovery records abort for the
+    branches it finds prepared under it and rolls them back, the commit is answered as an
+    abort (never committed), and coord.run runs the withdrawal again under a
+    gtid of a fresh range: committed once, nothing prepared."""
+    reset_accounts(pg, mariadb, 1, 1000)
+    d = make_daemon(pg, mariadb, enforcement=PLAIN, timeouts={"recovery_interval_ms": 300})
+    d.start()
+    try:
+        coord, retried, gtids = Coordinator(d.url, d.token, one_request=True), [], []
+        pc, mc = pg.connect(), mariadb.connect()
+        inner = withdrawal(pc, mc, "r1", 0, 10)
+
+        def fn(tx):
+            out = inner(tx)
+            gtids.append(tx.gtid)
+            if len(gtids) == 1:
+                d.kill9()
+                d.start()
+            return out
+        assert coord.run(fn, on_retry=lambda n, e, s: retried.append(type(e).__name__)) == "done"
+        assert retried == ["RetryableError"] and coord.leases.leased == 2, (retried, coord.leases.leased)
+        # The first gtid is another epoch's for the restarted daemon: abort on record, or
+        # presumed abort (only the dead process could have recorded its commit).
+        assert gtids[0].split("-")[0] != gtids[1].split("-")[0], gtids
+        st, body = api(d, "GET", f"/v1/transactions/{gtids[0]}/decision")
+        assert body.get("decision") == "abort" or body["error"]["code"] == "unknown_transaction", (st, body)
+        wait_until(lambda: nothing_prepared(pg, mariadb), what="nothing left prepared")
+    finally:
+        d.destroy()
+    assert ledger(mariadb) == {"r1"}
+    assert pg.sql("SELECT bal FROM wd_acct") == [(990,)]
 
 
 def test_kill9_under_load_with_one_request(pg, mariadb, tables):
