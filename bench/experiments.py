@@ -22,7 +22,9 @@ Experiments (--experiments, comma-separated):
             request per branch and per acknowledgement), and 2pc:inproc, co:inproc,
             dip:inproc (the coordinator in the driver's process, its CPU booked as the
             coordinator's), 2pc:inproc-delay, co:inproc-delay (the same with the
-            store's commit_delay_us = 1000); with --other-daemon also 2pc:other,
+            store's commit_delay_us = 1000), 2pc:1req, co:1req (the one-request path,
+            the driver's --one-request: leased gtids, the commit the only request); with
+            --other-daemon also 2pc:other,
             co:other (that build, driven per step); not in the default set
   narayana  the micro default point through Narayana's in-process JTA transaction manager
             (the Java driver clients/java/example io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
@@ -79,12 +81,15 @@ RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
-                     "2pc:inproc-delay", "co:inproc-delay"]
+                     "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
 # store.commit_delay_us of the :inproc-delay modes (bench/RESULTS.md, "The decision store's
 # commit delay": 1 ms gathered about three decisions per sync at the micro default point).
 INPROC_COMMIT_DELAY_US = 1000
 # The driver's calls as before batching: a request per branch and per acknowledgement.
 PER_STEP = ["--calls", "per-step"]
+# The one-request path (variants :1req): gtids leased by each client, the commit the
+# transaction's only request (docs/coordinator.md, "One request per transaction").
+ONE_REQUEST = ["--one-request"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
 NARAYANA_MODES = ["2pc", "co", "2pc:jta", "co:jta"]
 SETTLED = slices_report.SETTLED
@@ -320,6 +325,7 @@ class _Measuring:
         switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0) for m in inproc})
         extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
+        extra.update({m: ONE_REQUEST for m in modes if m.endswith(":1req")})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
               extra=extra)
         env.use_binary(None)

@@ -80,6 +80,41 @@ pub struct Cfg {
     pub batched: bool,
     /// `--coord inproc:CONFIG`: the coordinator in this process, shared by every client.
     pub in_process: Option<coordinator_daemon::in_process::InProcess>,
+    /// `--one-request` (modes 2pc and co): each client leases a range of gtids and a
+    /// transaction is one request, its commit listing every branch (the Python client's
+    /// `one_request=True`; docs/coordinator.md, "One request per transaction").
+    pub one_request: bool,
+}
+
+/// Gtids a client leases at a time on the one-request path.
+const LEASE_COUNT: u64 = 1000;
+
+/// A client's leased range of gtids (`POST /v1/gtid-leases`), drawn from during the first
+/// half of its lease only (a transaction must be committed before the lease runs out).
+struct Lease {
+    prefix: String,
+    next: u64,
+    end: u64,
+    stop_at: std::time::Instant,
+    gid_prefix: String,
+    xa_format_id: i64,
+}
+
+impl Lease {
+    fn usable(&self) -> bool {
+        self.next < self.end && std::time::Instant::now() < self.stop_at
+    }
+
+    /// A branch's names as a registration would answer them: gid `<gid_prefix>:<gtid>:<bid>`,
+    /// XID (gtid, bid, format).
+    fn names(&self, g: &str, bid: &str, db: Db, enforcement: &str) -> Value {
+        match db {
+            Db::Pg => json!({"gid": format!("{}:{g}:{bid}", self.gid_prefix), "enforcement": enforcement}),
+            Db::My => {
+                json!({"xid": {"gtrid": g, "bqual": bid, "format_id": self.xa_format_id}, "enforcement": enforcement})
+            }
+        }
+    }
 }
 
 /// Acknowledgements held for the next begin at most (then sent on their own).
@@ -217,6 +252,14 @@ pub struct Client {
     pub last_decider_xid: Option<(usize, u32)>,
     /// Finished branches not yet acknowledged (batched calls): gtid, outcome, branch ids.
     acks: Vec<Value>,
+    /// --one-request: the current range (None: lease one at the next transaction).
+    lease: Option<Lease>,
+    /// --one-request: the resources' enforcement as GET /v1/resources said, checked once
+    /// (no registration answers it on this path).
+    modes_checked: bool,
+    /// The attempt under way is on the one-request path: the daemon knows nothing of it
+    /// before its commit, so nothing is reported or aborted there.
+    leased_tx: bool,
 }
 
 impl Client {
@@ -250,6 +293,9 @@ impl Client {
             last_ids: vec![],
             last_decider_xid: None,
             acks: vec![],
+            lease: None,
+            modes_checked: false,
+            leased_tx: false,
         })
     }
 
@@ -303,7 +349,7 @@ impl Client {
         if bids.is_empty() {
             return;
         }
-        if self.cfg.batched {
+        if self.cfg.batched || self.cfg.one_request {
             self.acks.push(json!({"gtid": g, "outcome": outcome, "branches": bids}));
             if self.acks.len() >= MAX_HELD_ACKS {
                 self.flush_acks().await;
@@ -347,6 +393,47 @@ impl Client {
         self.global(subs).await
     }
 
+    /// --one-request: a gtid of the client's range, leasing a new range first when the
+    /// current one is used up or past half its lease; the resources' enforcement checked
+    /// against the mode's once.
+    async fn draw(&mut self) -> Result<String, Failure> {
+        let http = self.http.as_mut().unwrap();
+        if !self.modes_checked {
+            let expected = self.cfg.mode.enforcement().unwrap_or("none");
+            let v = http.request("GET", "/v1/resources", &Value::Null).await?;
+            for r in v["resources"].as_array().into_iter().flatten() {
+                let mode = r["enforcement"]["mode"].as_str().unwrap_or("unknown");
+                if mode != expected {
+                    let why = format!(
+                        "other: mode {} needs enforcement {expected} but the coordinator says {mode} for resource {}",
+                        self.cfg.mode.name(),
+                        r["name"]
+                    );
+                    return Err(Failure { kind: why, err: None });
+                }
+            }
+            self.modes_checked = true;
+        }
+        if !self.lease.as_ref().is_some_and(Lease::usable) {
+            let t0 = std::time::Instant::now();
+            let v = http.request("POST", "/v1/gtid-leases", &json!({"count": LEASE_COUNT})).await?;
+            let first = v["first"].as_u64().unwrap_or(0);
+            let ttl_ms = v["expires_in_ms"].as_u64().unwrap_or(0);
+            self.lease = Some(Lease {
+                prefix: v["prefix"].as_str().unwrap_or_default().to_string(),
+                next: first,
+                end: first + v["count"].as_u64().unwrap_or(0),
+                stop_at: t0 + std::time::Duration::from_millis(ttl_ms / 2),
+                gid_prefix: v["gid_prefix"].as_str().unwrap_or_default().to_string(),
+                xa_format_id: v["xa_format_id"].as_i64().unwrap_or(0),
+            });
+        }
+        let l = self.lease.as_mut().unwrap();
+        let g = format!("{}{:x}", l.prefix, l.next);
+        l.next += 1;
+        Ok(g)
+    }
+
     async fn global(&mut self, subs: &[Sub]) -> Result<(), Failure> {
         let mode = self.cfg.mode;
         let mut gtid: Option<String> = None;
@@ -354,6 +441,10 @@ impl Client {
         self.last_gtid = None;
         self.last_ids.clear();
         self.last_decider_xid = None;
+        self.leased_tx = self.cfg.one_request;
+        if self.leased_tx {
+            gtid = Some(self.draw().await?);
+        }
         // Batched calls: every branch registered by the begin, the held acknowledgements
         // along (a refused registration leaves nothing behind, or an aborted transaction).
         let mut batch: Vec<Value> = vec![];
@@ -376,7 +467,7 @@ impl Client {
             }
             r
         };
-        if self.cfg.batched {
+        if self.cfg.batched && !self.leased_tx {
             let regs: Vec<Value> = subs
                 .iter()
                 .enumerate()
@@ -404,7 +495,9 @@ impl Client {
             let bid = format!("b{i}");
             let reg = registration(sub, bid.clone(), self.sess[&sub.session].id());
             let http = self.http.as_mut().unwrap();
+            let expected = mode.enforcement().unwrap_or("none");
             let r = match &gtid {
+                Some(g) if self.leased_tx => Ok(self.lease.as_ref().unwrap().names(g, &bid, sub.db, expected)),
                 _ if self.cfg.batched => Ok(batch[i].clone()),
                 None => http.request("POST", "/v1/transactions", &json!({"branch": reg})).await.map(|v| {
                     gtid = v["gtid"].as_str().map(str::to_string);
@@ -450,7 +543,6 @@ impl Client {
             let enforcement = r["enforcement"].as_str().unwrap_or("engine").to_string();
             *self.enforcement.entry(format!("{}:{enforcement}", sub.db.name())).or_default() += 1;
             let shim = if enforcement == "client" { r["shim"]["key"].as_i64() } else { None };
-            let expected = mode.enforcement().unwrap_or("none");
             if enforcement != expected || (enforcement == "client" && shim.is_none()) {
                 // Not a conflict: the daemon is configured for another mode (the client
                 // loop stops on a kind with "other" in it and reports the message).
@@ -493,15 +585,20 @@ impl Client {
                 rollback_unprepared(sess, &b).await;
                 b.state = BState::Done;
                 let http = self.http.as_mut().unwrap();
-                let _ = http
-                    .request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &json!({"reason": e.to_string().chars().take(900).collect::<String>(), "retryable": e.retryable()}))
-                    .await;
+                if !self.leased_tx {
+                    let _ = http
+                        .request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &json!({"reason": e.to_string().chars().take(900).collect::<String>(), "retryable": e.retryable()}))
+                        .await;
+                }
                 self.abort(&g, &mut br, &e.to_string()).await;
                 return Err(e.into());
             }
             br.push(b);
         }
         let g = gtid.unwrap();
+        if self.leased_tx {
+            return self.commit_leased(&g, &mut br, subs).await;
+        }
         // Client mode commits one branch in one phase where the daemon says it may, the slot
         // written before the request (as cotx.transaction.Transaction.commit).
         if br.len() == 1 && (br[0].shim.is_none() || br[0].one_phase) {
@@ -550,6 +647,46 @@ impl Client {
         let all: Vec<usize> = (0..br.len()).collect();
         let done = self.finish_commit(&g, &mut br, &all).await;
         self.ack(&g, "commit", done).await;
+        Ok(())
+    }
+
+    /// --one-request: every branch prepared, then the commit listing them, with the held
+    /// acknowledgements: the transaction's only request. A refused or lost commit drops
+    /// the range (the daemon may no longer know it) and rolls the branches back.
+    async fn commit_leased(&mut self, g: &str, br: &mut [Branch], subs: &[Sub]) -> Result<(), Failure> {
+        let all: Vec<usize> = (0..br.len()).collect();
+        if let Err(f) = self.prepare(g, br, &all).await {
+            self.rollback_all(g, br).await;
+            return Err(f);
+        }
+        let branches: Vec<Value> = br
+            .iter()
+            .zip(subs)
+            .map(|(b, sub)| json!({"resource": b.db.name(), "branch_id": b.bid, "session": self.sess[&sub.session].id()}))
+            .collect();
+        let mut body = json!({"branches": branches});
+        let ro: Vec<&str> = br.iter().filter(|b| b.wrote_nothing).map(|b| b.bid.as_str()).collect();
+        if !ro.is_empty() {
+            body["read_only"] = json!(ro);
+        }
+        if !self.acks.is_empty() {
+            body["finished"] = Value::Array(std::mem::take(&mut self.acks));
+        }
+        let http = self.http.as_mut().unwrap();
+        let decision = match http.request("POST", &format!("/v1/transactions/{g}/commit"), &body).await {
+            Ok(v) => v["decision"].as_str().unwrap_or("").to_string(),
+            Err(e) => {
+                self.lease = None;
+                self.rollback_all(g, br).await;
+                return Err(e.into());
+            }
+        };
+        if decision != "commit" {
+            self.rollback_all(g, br).await;
+            return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
+        }
+        let done = self.finish_commit(g, br, &all).await;
+        self.ack(g, "commit", done).await;
         Ok(())
     }
 
@@ -639,6 +776,8 @@ impl Client {
         }
         if let Some(e) = first_err {
             let http = self.http.as_mut().unwrap();
+            // On the one-request path the daemon knows nothing of the attempt yet.
+            let failed = if self.leased_tx { vec![] } else { failed };
             for i in failed {
                 let _ = http
                     .request("POST", &format!("/v1/transactions/{g}/branches/{}/failed", br[i].bid), &json!({"reason": format!("prepare refused: {}", e.to_string().chars().take(880).collect::<String>()), "retryable": e.retryable()}))
@@ -728,6 +867,11 @@ impl Client {
 
     /// The attempt failed: tell the coordinator, roll back every local branch, acknowledge.
     async fn abort(&mut self, g: &str, br: &mut [Branch], reason: &str) {
+        if self.leased_tx {
+            // The daemon hears of a one-request attempt only at its commit.
+            self.rollback_all(g, br).await;
+            return;
+        }
         let http = self.http.as_mut().unwrap();
         let _ = http
             .request(

@@ -38,6 +38,9 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
    carries the finished acknowledgements on the next begin; per-step is the earlier protocol
    (the first branch with the begin, a request per further branch, one acknowledgement per
    transaction), which any daemon version understands]
+  [--one-request: modes 2pc and co: each client leases a range of gtids (POST /v1/gtid-leases)
+   and a transaction is one request, its commit listing every branch (checked once against
+   GET /v1/resources: the resources' enforcement must be the mode's)]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0 --ro-share 0]
    --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
@@ -78,7 +81,7 @@ impl Args {
         let mut it = std::env::args().skip(1).peekable();
         while let Some(a) = it.next() {
             let k = a.strip_prefix("--").ok_or_else(|| format!("unexpected argument {a}"))?.to_string();
-            if matches!(k.as_str(), "parallel-prepare" | "parallel-finish" | "sync-stdin" | "help") {
+            if matches!(k.as_str(), "parallel-prepare" | "parallel-finish" | "sync-stdin" | "one-request" | "help") {
                 m.insert(k, "1".into());
             } else {
                 m.insert(k.clone(), it.next().ok_or_else(|| format!("--{k} needs a value"))?);
@@ -361,6 +364,11 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     };
+    let one_request = a.flag("one-request");
+    if one_request && !matches!(mode, Mode::TwoPc | Mode::Co) {
+        eprintln!("--one-request goes with modes 2pc and co only (not {mode_name}): client mode's slots and dip's decision need a begun transaction\n{HELP}");
+        return 2;
+    }
     let coord_url = a.s("coord", "http://127.0.0.1:7420");
     let in_process = match coord_url.strip_prefix("inproc:") {
         Some(_) if mode == Mode::Local => None,
@@ -385,6 +393,7 @@ async fn run(a: Args) -> i32 {
         my_isolation,
         batched,
         in_process,
+        one_request,
     });
     let clients = a.f("clients", 8.0) as usize;
     let warmup = a.f("warmup", 1.0);
@@ -397,7 +406,7 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     }
-    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "clients": clients, "warmup_s": warmup, "seconds": seconds,
+    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "clients": clients, "warmup_s": warmup, "seconds": seconds,
                       "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
                       "my_isolation": cfg.my_isolation, "calls": if cfg.batched { "batched" } else { "per-step" }});
 

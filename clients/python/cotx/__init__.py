@@ -15,11 +15,11 @@ single branch and no other participant commit in one phase.
 from .branch import Branch
 from .coordinator import Coordinator
 from .transaction import Transaction
-from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
+from .errors import (BeginPathNeeded, CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      PrepareRefused, RetryableError, TransactionAborted)
 from .propagation import HEADER as GTID_HEADER
 from .propagation import gtid_from_headers, set_gtid
 
 __all__ = ["Coordinator", "Transaction", "Branch", "CotxError", "CoordinatorError",
            "CoordinatorUnavailable", "TransactionAborted", "RetryableError", "PrepareRefused",
-           "OutcomeUnknown", "GTID_HEADER", "set_gtid", "gtid_from_headers"]
+           "BeginPathNeeded", "OutcomeUnknown", "GTID_HEADER", "set_gtid", "gtid_from_headers"]

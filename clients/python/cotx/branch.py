@@ -49,6 +49,8 @@ class Branch:
         # (the commit lists such branches: the daemon skips its sync when all are).
         self.read_only = bool(read_only)
         self.wrote_nothing = False
+        # Its database session as registered (the one-request commit lists it).
+        self.session = None
 
     @property
     def _engine_read_only(self) -> bool:
@@ -68,29 +70,11 @@ class Branch:
         session = self._sql.session(self.conn)
         if session is not None:
             reg["session"] = session
-        if self.kind == "mariadb":
-            # Client mode: the server's start as this connection's check read it, so the
-            # daemon need not look at the server for this registration (dialect.MariaDB).
-            started = self._sql.checked_start(self.conn)
-            if started is not None:
-                reg["server_started"] = started
-        if self.tx._gtid is None:
-            body = {"branch": reg}
-            if self.tx._timeout_ms is not None:
-                body["timeout_ms"] = self.tx._timeout_ms
-            begun = self.tx._request("POST", "/v1/transactions", self.tx.coord.carried_acks(body))
-            self.tx._gtid = begun["gtid"]
-            r = begun["branch"]
-        else:
-            try:
-                r = self.tx._request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
-            except CoordinatorError as e:
-                if daemon_action("register", e.status, e.code) == ABORTED:
-                    # Aborted meanwhile, or presumed aborted (the daemon restarted): the
-                    # abort's own reason says whether running it again may work.
-                    self.tx._rollback_local()
-                    self.tx._raise_abort(f"{self.resource}: registration refused: {e}")
-                raise
+        self.session = session
+        # The one-request path: the names come from the leased gtid, nothing is sent.
+        r = self.tx._leased_names(self.resource, self.kind, self.branch_id)
+        if r is None:
+            r = self._register(reg)
         if r["kind"] != self.kind:
             raise CotxError(f"resource {self.resource!r} is {r['kind']} at the coordinator but the connection is {self.kind}")
         try:
@@ -118,6 +102,37 @@ class Branch:
         self.tx._branches.append(self)
         return self
 
+    def _register(self, reg: dict) -> dict:
+        """The branch's registration (with the begin when the transaction has no gtid
+        yet): the daemon's answer, its names and enforcement."""
+        if self.kind == "mariadb":
+            # Client mode: the server's start as this connection's check read it, so the
+            # daemon need not look at the server for this registration (dialect.MariaDB).
+            started = self._sql.checked_start(self.conn)
+            if started is not None:
+                reg["server_started"] = started
+        if self.tx._gtid is None:
+            body = {"branch": reg}
+            if self.tx._timeout_ms is not None:
+                body["timeout_ms"] = self.tx._timeout_ms
+            begun = self.tx._request("POST", "/v1/transactions", self.tx.coord.carried_acks(body))
+            self.tx._gtid = begun["gtid"]
+            r = begun["branch"]
+        else:
+            try:
+                r = self.tx._request("POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches", reg)
+            except CoordinatorError as e:
+                if daemon_action("register", e.status, e.code) == ABORTED:
+                    # Aborted meanwhile, or presumed aborted (the daemon restarted): the
+                    # abort's own reason says whether running it again may work.
+                    self.tx._rollback_local()
+                    self.tx._raise_abort(f"{self.resource}: registration refused: {e}")
+                raise
+        if getattr(self.tx.coord, "one_request", False):
+            # What the one-request path needs to know of the resource.
+            self.tx.coord.learn_mode(self.resource, r.get("enforcement", "engine"))
+        return r
+
     def __exit__(self, et, ev, tb):
         if et is None:
             self.state = "ready"
@@ -137,7 +152,10 @@ class Branch:
         return False
 
     def _report_failed(self, reason: str, retryable: bool) -> dict:
-        """The daemon's answer ({} when it could not be told)."""
+        """The daemon's answer ({} when it could not be told, or the transaction is on the
+        one-request path: the daemon hears of it only at its commit)."""
+        if self.tx._drawn is not None:
+            return {}
         try:
             return self.tx._request(
                 "POST", f"/v1/transactions/{_q(self.tx.gtid)}/branches/{_q(self.branch_id)}/failed",

@@ -55,3 +55,10 @@ class PrepareRefused(RetryableError):
 class OutcomeUnknown(CotxError):
     """The decision could not be learned in time (coordinator unreachable). The branches
     stay prepared; the coordinator completes them when it is back."""
+
+
+class BeginPathNeeded(RetryableError):
+    """A one-request transaction (Coordinator(one_request=True)) reached a branch the
+    one-request commit does not serve (a client-mode resource, or one whose enforcement
+    the daemon has not told yet) after its first branch: nothing was sent, its branches
+    are rolled back. Run it again: `coord.run` does, on the begin path."""

@@ -33,7 +33,7 @@ import random
 import time
 from typing import Callable, TypeVar
 
-from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown, RetryableError,
+from .errors import (BeginPathNeeded, CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown, RetryableError,
                      TransactionAborted)
 from .retry_rules import FAIL, OUTCOME_UNKNOWN, RETRY_REQUEST, RETRY_TRANSACTION, daemon_action, transport_action
 
@@ -85,15 +85,19 @@ def run(coord, fn: Callable[..., T], retries: int = 5, *, timeout_ms: int | None
     if retries < 0:
         raise ValueError("retries must be >= 0")
     attempt, waits, waited = 0, 0, 0.0
+    one_request = None  # the Coordinator's choice, until a branch needs the begin path
     while True:
         try:
             with coord.transaction(timeout_ms=timeout_ms, decide_in_participant=decide_in_participant,
-                                   traceparent=traceparent) as tx:
+                                   traceparent=traceparent, one_request=one_request) as tx:
                 result = fn(tx)
             return result
         except CotxError as e:
             act = action_of(e)
-            if act == RETRY_REQUEST:
+            if isinstance(e, BeginPathNeeded) and one_request is None:
+                # Nothing was sent: at once, on the begin path, not counted as a retry.
+                one_request, delay = False, 0.0
+            elif act == RETRY_REQUEST:
                 delay = request_delay(e, waits, base_delay, max_delay, rand)
                 if waited + delay > max_wait:
                     raise

@@ -30,6 +30,8 @@ FAIL = "fail"
 def phase_of(method: str, path: str, body: dict | None = None) -> str:
     """Which phase of the table a request is (its method, its path after the base URL)."""
     parts = path.split("?", 1)[0].strip("/").split("/")
+    if method == "POST" and parts == ["v1", "gtid-leases"]:
+        return "begin"  # the one-request path's begin: nothing of a transaction exists yet
     if parts[:2] != ["v1", "transactions"]:
         return "other"
     rest = parts[2:]

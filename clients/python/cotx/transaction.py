@@ -6,7 +6,9 @@
 - one phase (`_one_phase`): a single branch and no other participant, no prepare, no record;
 - decision in a participant (`_decide_in`, decide_in_participant=True): the last
   PostgreSQL branch commits in one phase with the decision written inside it (pg_co);
-- a participant (join): prepare and report at exit, then wait for the root's decision.
+- a participant (join): prepare and report at exit, then wait for the root's decision;
+- one request (`_commit_leased`, Coordinator(one_request=True)): the gtid drawn from a
+  leased range (cotx.leases), nothing sent before the commit, which lists every branch.
 
 Branches are cotx.branch's; the HTTP goes through the Coordinator handle it is given
 (`coord.http`, `coord.decision`), which this module does not import: cotx.coordinator
@@ -21,7 +23,7 @@ import uuid
 from ._http import _q
 from .branch import Branch
 from .dialect import Postgres, _retryable
-from .errors import (CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
+from .errors import (BeginPathNeeded, CoordinatorError, CoordinatorUnavailable, CotxError, OutcomeUnknown,
                      RetryableError, TransactionAborted)
 from .propagation import HEADER as GTID_HEADER
 from .retry_rules import (ABORTED, OUTCOME_UNKNOWN, POLL_DECISION, RETRY_REQUEST, RETRY_TRANSACTION, abort_action,
@@ -38,12 +40,16 @@ class Transaction:
 
     def __init__(self, coord, gtid: str | None, root: bool, wait: bool = True,
                  timeout_ms: int | None = None, decide_in_participant: bool = False,
-                 trace: TraceContext | None = None):
+                 trace: TraceContext | None = None, one_request: bool = False):
         self.coord, self._gtid, self.root, self.wait_at_exit = coord, gtid, root, wait
         # One trace per global transaction: every request below sends trace.header().
         self.trace = trace or TraceContext.resolve()
         self.decide_in_participant = decide_in_participant
         self._timeout_ms = timeout_ms
+        # The one-request path: chosen at the first branch, when its resource allows it;
+        # `_drawn` is the leased gtid (cotx.leases.Drawn) once chosen.
+        self.one_request = one_request and root
+        self._drawn = None
         self._branches: list[Branch] = []
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
@@ -62,7 +68,13 @@ class Transaction:
     def headers(self) -> dict:
         """Headers for a call to another service inside this transaction: the gtid
         (`Cotx-Gtid`) and the trace context (`traceparent`); the other side joins with
-        coord.join_from(its request's headers). Begins the transaction if needed."""
+        coord.join_from(its request's headers). Begins the transaction if needed.
+        Refused on the one-request path once a branch is in it: the daemon does not know
+        the gtid before the commit, so nobody can join it (read tx.gtid or call headers()
+        before the first branch to take the begin path)."""
+        if self._drawn is not None:
+            raise CotxError(f"{self._gtid} is a one-request transaction (leased gtid): other services cannot join "
+                            "it; call headers() before its first branch, or use one_request=False")
         return {GTID_HEADER: self.gtid, "traceparent": self.trace.header()}
 
     def _request(self, method: str, path: str, body: dict | None = None) -> dict:
@@ -101,10 +113,39 @@ class Transaction:
                 self._thread.start()
         return False
 
+    def _leased_names(self, resource: str, kind: str, branch_id: str) -> dict | None:
+        """A branch's names on the one-request path (what a registration would answer), or
+        None for the begin path. The path is chosen at the first branch; a later branch
+        the one-request commit does not serve sends the transaction back to the begin
+        path by a rerun (BeginPathNeeded), before anything was sent."""
+        if self._drawn is None:
+            if (not self.one_request or self._gtid is not None or self.decide_in_participant
+                    or not self.coord.leasable(resource)):
+                return None
+            self._drawn = self.coord.leases.draw(self.trace.header())
+            self._gtid = self._drawn.gtid
+        elif not self.coord.leasable(resource):
+            self._rollback_local()
+            self.outcome = "abort"
+            raise BeginPathNeeded(self._gtid, f"resource {resource!r} is not served by the one-request commit "
+                                              "(client mode, or its enforcement not known yet): run again on the begin path")
+        known = self.coord.kind_of(resource)
+        if known is not None and known != kind:
+            raise CotxError(f"resource {resource!r} is {known} at the coordinator but the connection is {kind}")
+        return {**self._drawn.names(kind, branch_id), "enforcement": self.coord.mode_of(resource)}
+
+    def _drop_lease(self) -> None:
+        """The daemon may not know our range any more (restart, takeover, a refusal): the
+        next transaction leases a new one."""
+        self.coord.leases.drop(self._drawn.prefix)
+
     # --- root -------------------------------------------------------------------------
     def commit(self) -> None:
         if self._gtid is None and not self._branches:
             self.outcome = "commit"  # never begun, nothing ran: nothing to decide
+            return
+        if self._drawn is not None:
+            self._commit_leased()
             return
         ready = [b for b in self._branches if b.state == "ready"]
         # Client mode commits one branch in one phase where the daemon says it may: the
@@ -159,6 +200,68 @@ class Transaction:
                 return "abort"
             except CoordinatorUnavailable:
                 return self._wait_decision()
+
+    def _commit_leased(self) -> None:
+        """The one-request commit: every branch prepared, then listed in the commit (the
+        transaction's only request), with the held acknowledgements."""
+        if any(b.state == "failed" for b in self._branches):
+            # A branch failed and the application went on: the daemon never heard of it.
+            self._rollback_local()
+            self.outcome = "abort"
+            raise TransactionAborted(self.gtid, "a branch failed before the commit")
+        try:
+            self.prepare_all(report=False)
+        except BaseException:
+            # Nobody else would roll the prepared ones back before the range's lease lapses.
+            self._rollback_local()
+            self.outcome = "abort"
+            raise
+        prepared = [b for b in self._branches if b.state == "prepared"]
+        branches = [{"resource": b.resource, "branch_id": b.branch_id,
+                     **({"session": b.session} if b.session is not None else {})} for b in prepared]
+        read_only = [b.branch_id for b in prepared if b.wrote_nothing]
+        body = {"branches": branches, **({"read_only": read_only} if read_only else {})}
+        self._finish(self._leased_commit_call(self.coord.carried_acks(body)))
+
+    def _leased_commit_call(self, body: dict) -> str:
+        """POST …/commit with the branches, as the retry rules' "commit" rows say; a 429 or
+        503 and a lost connection ask the same commit again (that is how the outcome is
+        asked for here: the daemon answers a gtid it holds as any commit asked again, and
+        records nothing for a range it did not lease), for up to the decision timeout."""
+        path = f"/v1/transactions/{_q(self.gtid)}/commit"
+        deadline = time.monotonic() + self.coord.decision_timeout
+        while True:
+            try:
+                return self._request("POST", path, body)["decision"]
+            except CoordinatorError as e:
+                # The acknowledgements went with the first attempt (a lost one is confirmed
+                # by the daemon's recovery).
+                body.pop("finished", None)
+                self._drop_lease()
+                act = daemon_action("commit", e.status, e.code)
+                if e.status in (429, 503) and time.monotonic() < deadline:
+                    time.sleep(min(e.retry_after or 0.2, 1.0))
+                    continue
+                if act == POLL_DECISION:
+                    return self._wait_decision()
+                if act == OUTCOME_UNKNOWN:
+                    raise OutcomeUnknown(f"{self.gtid}: {e}") from e
+                if act == ABORTED:
+                    return "abort"  # _finish rolls back and raises the abort the daemon recorded
+                self._rollback_local()
+                self.outcome = "abort"
+                if e.code == "resource_refused":
+                    # A resource's enforcement changed to one the commit does not serve.
+                    self.coord.learn_mode(None, None)
+                    raise BeginPathNeeded(self.gtid, f"commit refused: {e}") from e
+                raise TransactionAborted(self.gtid, f"commit refused: {e}") from e
+            except CoordinatorUnavailable as e:
+                body.pop("finished", None)
+                self._drop_lease()
+                if time.monotonic() >= deadline:
+                    raise OutcomeUnknown(f"no answer for {self.gtid} within {self.coord.decision_timeout}s; "
+                                         "its branches stay prepared until the coordinator finishes them") from e
+                time.sleep(0.2)  # restarting: its recovery keeps our branches safe
 
     def _abort_at_daemon(self, reason: str) -> None:
         try:
@@ -267,7 +370,8 @@ class Transaction:
             b.rollback()
 
     def abort(self, reason: str = "aborted by client") -> None:
-        if self._gtid is None:
+        if self._gtid is None or self._drawn is not None:
+            # Never begun, or one-request (the daemon hears of it only at its commit).
             self._rollback_local()
             self.outcome = "abort"
             return
