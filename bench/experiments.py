@@ -184,10 +184,12 @@ def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
 
 def only(modes, wanted: str) -> list[str]:
     """A point's modes narrowed to those in `wanted` (--modes, comma-separated; empty: all),
-    by name or by base (2pc keeps 2pc's variants too), in the point's order; shim is
-    spelled client."""
+    by name or by base (2pc keeps 2pc's variants too, unless some of them are named: then
+    only those), in the point's order; shim is spelled client."""
     keep = {canonical(m) for m in wanted.split(",") if m}
-    return [m for m in map(canonical, modes) if not keep or m in keep or m.partition(":")[0] in keep]
+    named_variants = {m.partition(":")[0] for m in keep if ":" in m}
+    return [m for m in map(canonical, modes)
+            if not keep or m in keep or (m.partition(":")[0] in keep - named_variants)]
 
 
 def estimate(a, exps) -> float:
@@ -437,7 +439,8 @@ def _arguments(argv):
                          "(alone; needs strace and perf) and narayana "
                          "(Narayana's JTA TM beside the daemon; build: bash scripts/build-jta-load.sh)")
     ap.add_argument("--modes", default="", help="only these modes (comma-separated, e.g. 2pc,co,client; a base such as co "
-                    "also runs its variants, co:par, and a variant may be named alone); default every mode of each point")
+                    "also runs its variants, co:par, unless some are named: then only those; a variant may be named alone); "
+                    "default every mode of each point")
     ap.add_argument("--slices", type=int, default=10, help="rounds per point (one slice per mode each)")
     ap.add_argument("--seconds", type=float, default=4.0, help="measured seconds per slice")
     ap.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per slice")

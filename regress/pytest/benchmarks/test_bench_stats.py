@@ -75,6 +75,10 @@ def test_modes_narrowed_and_shim_spelled_client():
     assert experiments.only(["2pc", "co:acr=ON"], "client") == []
     # A variant named alone runs alone (before, it matched nothing and the run measured nothing).
     assert experiments.only(experiments.COORDINATOR_MODES, "local,2pc:inproc") == ["local", "2pc:inproc"]
+    # A base with some of its variants named runs only those beside it (before, every
+    # variant of the base ran: a two-variant comparison measured ten modes).
+    assert experiments.only(experiments.COORDINATOR_MODES, "local,2pc,co,2pc:1req,co:1req") == \
+        ["local", "2pc", "co", "2pc:1req", "co:1req"]
 
 
 def test_profile_experiment_table_and_refusals(tmp_path):
