@@ -20,17 +20,17 @@ use crate::wire::Decision;
 use cotx_protocol::read_only::{self as protocol, CommitPath, Verdict};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 use super::answers::{self, Res};
 use super::completion;
-use super::parts::Parts;
+use super::effects::Effects;
+use super::operating::Operating;
 use super::registry::Lookup;
 
 /// The path for this commit, and when in memory the transaction entered `Committing`
 /// (with `prepared` marked) under the same lock that saw its branches. `None`: the
 /// transaction is not in memory (commit.rs answers it from the store).
-pub fn enter(c: &Parts, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<Option<CommitPath>> {
+pub fn enter(c: Operating<'_>, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<Option<CommitPath>> {
     let listed: HashSet<&str> = read_only.iter().map(String::as_str).collect();
     // Branches in client mode (holding a slot), looked up before the registry's lock.
     let in_client_mode: HashSet<&str> = listed.iter().copied().filter(|b| c.enforcement.holds(gtid, b)).collect();
@@ -74,13 +74,13 @@ pub fn enter(c: &Parts, gtid: &str, prepared: &[String], read_only: &[String]) -
 }
 
 /// Decides a transaction `enter` put in `Committing` on the in-memory path.
-pub async fn decide(c: &Arc<Parts>, gtid: &str) -> Res<Decision> {
+pub async fn decide(c: Operating<'_>, fx: &mut Effects, gtid: &str) -> Res<Decision> {
     let stored = match answers::read_store(c, gtid).await {
         Ok(s) => s,
         Err(why) => {
             // Nothing written and nothing answered: abort in memory (a read-only
             // transaction loses nothing), so it does not wait for a write nobody makes.
-            abort_in_memory(c, gtid, "the decision store could not be read for an all-read-only commit");
+            abort_in_memory(c, fx, gtid, "the decision store could not be read for an all-read-only commit");
             return Err(why);
         }
     };
@@ -92,30 +92,30 @@ pub async fn decide(c: &Arc<Parts>, gtid: &str) -> Res<Decision> {
             });
             if settled.is_some() {
                 c.metrics.read_only_commits.fetch_add(1, Relaxed);
-                c.count_decision(Outcome::Commit);
-                completion::spawn_completion(c, gtid);
+                completion::count_decision(c.metrics, Outcome::Commit);
+                fx.complete(gtid);
             }
             Ok(Decision::new(gtid, Outcome::Commit.into()))
         }
         Verdict::Decided(o) => {
-            completion::apply_decision(c, gtid, o);
+            completion::apply_decision(c.registry, c.metrics, fx, gtid, o);
             Ok(Decision::new(gtid, o.into()))
         }
         Verdict::Refuse => {
-            abort_in_memory(c, gtid, "its record is unreadable or below its epoch's purge watermark");
+            abort_in_memory(c, fx, gtid, "its record is unreadable or below its epoch's purge watermark");
             refuse(RefusalCode::OutcomeForgotten, format!("{gtid}: the store cannot say that nobody decided it (unreadable, or below its epoch's purge watermark); aborted"))
         }
     }
 }
 
-fn abort_in_memory(c: &Arc<Parts>, gtid: &str, reason: &str) {
+fn abort_in_memory(c: Operating<'_>, fx: &mut Effects, gtid: &str, reason: &str) {
     let newly = answers::peek(c, gtid, |e| {
         e.tx.abort(reason.to_string(), false);
         e.publish();
     });
     if newly.is_some() {
         c.metrics.aborted.fetch_add(1, Relaxed);
-        completion::spawn_completion(c, gtid);
+        fx.complete(gtid);
     }
 }
 
