@@ -22,9 +22,7 @@ use super::read_only;
 use super::registry::Lookup;
 
 /// Commit; `prepared` lists branches whose "prepared" report rides along with the
-/// commit request (saves the root one round trip per branch). All or nothing. A straight
-/// line: the transaction enters Committing in memory (the gtid checked there, once), its
-/// decision is written, and the outcome the store holds is applied and answered.
+/// commit request (saves the root one round trip per branch). All or nothing.
 pub async fn commit_with(
     c: Operating<'_>,
     fx: &mut Effects,
@@ -32,19 +30,43 @@ pub async fn commit_with(
     source: &str,
     prepared: &[String],
 ) -> Res<Decision> {
+    commit_listing(c, fx, gtid, source, prepared, &[]).await
+}
+
+/// A client's two-phase commit, with the branches it says wrote nothing (`read_only`;
+/// empty from older clients). A straight line: the transaction enters Committing in
+/// memory once (the gtid checked there, the path chosen under the same lock: every
+/// branch listed is decided in memory with no store sync, read_only.rs), then its
+/// decision is written, and the outcome the store holds is applied and answered.
+pub async fn commit_listing(
+    c: Operating<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    source: &str,
+    prepared: &[String],
+    read_only: &[String],
+) -> Res<Decision> {
     refuse_new_work(c.owner, &c.cfg.node_id)?;
     let t0 = Instant::now();
+    let listed = read_only::Listed::new(c, gtid, read_only);
     let entered = answers::with_tx(c, gtid, |e| {
+        let path = listed.path(e, gtid)?;
         e.tx.begin_commit(prepared)?;
-        Ok((e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant))
+        Ok((path == CommitPath::Durable).then(|| {
+            (e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant)
+        }))
     })?;
-    let Lookup::Here((branches, grant)) = entered else {
+    let (branches, grant) = match entered {
+        Lookup::Here(Some(durable)) => durable,
+        Lookup::Here(None) => return read_only::decide(c, fx, gtid).await,
         // A commit asked again after the daemon forgot the transaction from memory
         // (restart, retention, lost lease): the store's record answers it.
-        return match answers::from_store(c, gtid).await {
-            Ok(rec) => Ok(Decision { from_store: Some(true), ..Decision::new(gtid, rec.outcome.into()) }),
-            Err((_, why)) => Err(why),
-        };
+        Lookup::NotHere => {
+            return match answers::from_store(c, gtid).await {
+                Ok(rec) => Ok(Decision { from_store: Some(true), ..Decision::new(gtid, rec.outcome.into()) }),
+                Err((_, why)) => Err(why),
+            };
+        }
     };
     let fence = Some(Token { holder: c.owner.holder.clone(), generation: grant });
     let rec = DecisionRecord {
@@ -74,28 +96,6 @@ pub async fn commit_with(
                 format!("decision store failed ({err}); the decision is pending, poll /decision"),
             )
         }
-    }
-}
-
-/// A client's two-phase commit with the branches it says wrote nothing: every branch of
-/// the transaction listed, decided in memory with no store sync (read_only.rs); else, and
-/// with an empty list (older clients), `commit_with`.
-pub async fn commit_listing(
-    c: Operating<'_>,
-    fx: &mut Effects,
-    gtid: &str,
-    source: &str,
-    prepared: &[String],
-    read_only: &[String],
-) -> Res<Decision> {
-    if read_only.is_empty() {
-        return commit_with(c, fx, gtid, source, prepared).await;
-    }
-    refuse_new_work(c.owner, &c.cfg.node_id)?;
-    match read_only::enter(c, gtid, prepared, read_only)? {
-        Some(CommitPath::InMemory) => read_only::decide(c, fx, gtid).await,
-        // A writing branch, or not in memory (the store's record answers it there).
-        Some(CommitPath::Durable) | None => commit_with(c, fx, gtid, source, prepared).await,
     }
 }
 

@@ -25,16 +25,30 @@ use super::answers::{self, Res};
 use super::completion;
 use super::effects::Effects;
 use super::operating::Operating;
-use super::registry::Lookup;
+use super::registry::Entry;
 
-/// The path for this commit, and when in memory the transaction entered `Committing`
-/// (with `prepared` marked) under the same lock that saw its branches. `None`: the
-/// transaction is not in memory (commit.rs answers it from the store).
-pub fn enter(c: Operating<'_>, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<Option<CommitPath>> {
-    let listed: HashSet<&str> = read_only.iter().map(String::as_str).collect();
-    // Branches in client mode (holding a slot), looked up before the registry's lock.
-    let in_client_mode: HashSet<&str> = listed.iter().copied().filter(|b| c.enforcement.holds(gtid, b)).collect();
-    let entered = answers::with_tx(c, gtid, |e| {
+/// The branches a client listed read-only with its commit, and which of them hold a
+/// client-mode slot (looked up before the registry's lock). An empty list (older
+/// clients): the durable path.
+pub struct Listed<'r> {
+    listed: HashSet<&'r str>,
+    in_client_mode: HashSet<&'r str>,
+}
+
+impl<'r> Listed<'r> {
+    pub fn new(c: Operating<'_>, gtid: &str, read_only: &'r [String]) -> Self {
+        let listed: HashSet<&str> = read_only.iter().map(String::as_str).collect();
+        let in_client_mode = listed.iter().copied().filter(|b| c.enforcement.holds(gtid, b)).collect();
+        Listed { listed, in_client_mode }
+    }
+
+    /// The path for this commit, checked against the transaction's branches under the
+    /// lock that sees them (commit.rs enters the commit under the same lock).
+    pub fn path(&self, e: &Entry, gtid: &str) -> Res<CommitPath> {
+        let (listed, in_client_mode) = (&self.listed, &self.in_client_mode);
+        if listed.is_empty() {
+            return Ok(CommitPath::Durable);
+        }
         if let Some(b) = listed.iter().find(|b| !e.tx.branches.iter().any(|x| x.branch_id == **b)) {
             return refuse(
                 RefusalCode::UnknownBranch,
@@ -61,19 +75,12 @@ pub fn enter(c: Operating<'_>, gtid: &str, prepared: &[String], read_only: &[Str
                 ),
             );
         }
-        let path = protocol::commit_path(e.tx.branches.iter().map(|b| listed.contains(b.branch_id.as_str())));
-        if path == CommitPath::InMemory {
-            e.tx.begin_commit(prepared)?;
-        }
-        Ok(path)
-    })?;
-    Ok(match entered {
-        Lookup::Here(p) => Some(p),
-        Lookup::NotHere => None,
-    })
+        Ok(protocol::commit_path(e.tx.branches.iter().map(|b| listed.contains(b.branch_id.as_str()))))
+    }
 }
 
-/// Decides a transaction `enter` put in `Committing` on the in-memory path.
+/// An all-read-only transaction, entered Committing by commit.rs: decided after one read
+/// of the store (the protocol's `in_memory_commit`), nothing written.
 pub async fn decide(c: Operating<'_>, fx: &mut Effects, gtid: &str) -> Res<Decision> {
     let stored = match answers::read_store(c, gtid).await {
         Ok(s) => s,
