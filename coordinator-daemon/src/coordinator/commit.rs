@@ -238,3 +238,26 @@ pub async fn finished_many(
         retryable: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::effects::Effect;
+
+    /// An operation borrows its parts and starts nothing that outlives it: the abort's
+    /// completion is left to its caller, which starts it (completion::start).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_abort_leaves_its_completion_to_the_caller() {
+        let c = crate::coordinator::tests::coord("commit-effects").await;
+        let p = c.parts();
+        let g = c.begin(None).unwrap().gtid;
+        let mut fx = Effects::default();
+        let d = abort(p.into(), &mut fx, &g, "test").await.unwrap();
+        assert_eq!(d.decision, wire::Decided::Abort);
+        assert_eq!(fx.as_slice(), [Effect::Complete(g.clone())]);
+        let completing = || p.registry.with_entry(&g, |e| e.completing).here().unwrap();
+        assert!(!completing(), "nothing started by the operation itself");
+        completion::start(p, fx);
+        assert!(completing(), "started by its caller");
+    }
+}
