@@ -11,12 +11,12 @@ use crate::state::{refuse, Refusal, Tx, TxState};
 use crate::telemetry::metrics::Metrics;
 use crate::wire::{Ack, Begun, BranchState, EnforcementMode, Registered, Shim, Xid};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::{self, Res};
+use super::effects::Effects;
 use super::holds;
-use super::parts::Parts;
+use super::operating::Operating;
 use super::registry::{Entry, Registry};
 
 /// No new work while our lease (of node `node_id`) is unconfirmed.
@@ -43,8 +43,8 @@ pub fn timeout_ms(asked: Option<u64>, default_ms: u64, max_ms: u64) -> Result<u6
 }
 
 /// Begins `gtid` (issued by the caller: the coordinator owns the sequence).
-pub fn begin(c: &Parts, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begun> {
-    refuse_new_work(&c.owner, &c.cfg.node_id)?;
+pub fn begin(c: Operating<'_>, gtid: String, asked_timeout_ms: Option<u64>) -> Res<Begun> {
+    refuse_new_work(c.owner, &c.cfg.node_id)?;
     let t = timeout_ms(asked_timeout_ms, c.cfg.timeouts.transaction_ms, c.cfg.limits.max_transaction_ms)?;
     let max = c.cfg.limits.max_active;
     let grant = c.owner.generation_of(&c.cfg.node_id);
@@ -89,7 +89,8 @@ pub fn branch_ids(
 /// connection (client mode's restart gate uses it instead of a look of its own when it
 /// shows the run the gate knows; enforcement/gate.rs).
 pub async fn register(
-    c: &Arc<Parts>,
+    c: Operating<'_>,
+    fx: &mut Effects,
     gtid: &str,
     resource: &str,
     bid: &str,
@@ -98,7 +99,7 @@ pub async fn register(
     if let Err(e) = naming::check_id("branch_id", bid) {
         return refuse(e.code, e.message);
     }
-    let Some(kind) = c.kind_of(resource) else {
+    let Some(kind) = c.cfg.kind_of(resource) else {
         return refuse(
             RefusalCode::UnknownResource,
             format!("no resource named {resource:?} in the coordinator's config"),
@@ -121,7 +122,7 @@ pub async fn register(
         return Err(e);
     }
     if adm.mode == Mode::Client && kind == ResourceKind::Postgres {
-        holds::spawn_refill(c, resource);
+        fx.refill(resource);
     }
     Ok(Registered {
         gtid: gtid.to_string(),
@@ -144,7 +145,7 @@ fn enforcement_mode(m: Mode) -> EnforcementMode {
     }
 }
 
-pub async fn prepared(c: &Parts, gtid: &str, bid: &str) -> Res<Ack> {
+pub async fn prepared(c: Operating<'_>, gtid: &str, bid: &str) -> Res<Ack> {
     answers::on(c, gtid, |e| e.tx.prepared(bid)).await?;
     Ok(Ack::branch(gtid, bid, BranchState::Prepared))
 }

@@ -4,34 +4,61 @@
 
 use crate::refusal::RefusalCode;
 use crate::state::{self, refuse, FinishedBy, Outcome, Refusal, TxState};
-use crate::store::{CorruptRecord, Decided, DecisionRecord, Token};
+use crate::store::{DecisionRecord, Token};
 use crate::telemetry::log::log;
 use crate::wire::{self, Ack, BranchState, Decision};
 use cotx_protocol::read_only::CommitPath;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::answers::{self, Res};
 use super::begin::refuse_new_work;
 use super::completion;
 use super::decisions;
-use super::parts::Parts;
+use super::effects::Effects;
+use super::operating::Operating;
 use super::read_only;
 use super::registry::Lookup;
 
 /// Commit; `prepared` lists branches whose "prepared" report rides along with the
 /// commit request (saves the root one round trip per branch). All or nothing.
-pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[String]) -> Res<Decision> {
-    refuse_new_work(&c.owner, &c.cfg.node_id)?;
+pub async fn commit_with(
+    c: Operating<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    source: &str,
+    prepared: &[String],
+) -> Res<Decision> {
+    commit_listing(c, fx, gtid, source, prepared, &[]).await
+}
+
+/// A client's two-phase commit, with the branches it says wrote nothing (`read_only`;
+/// empty from older clients). A straight line: the transaction enters Committing in
+/// memory once (the gtid checked there, the path chosen under the same lock: every
+/// branch listed is decided in memory with no store sync, read_only.rs), then its
+/// decision is written, and the outcome the store holds is applied and answered.
+pub async fn commit_listing(
+    c: Operating<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    source: &str,
+    prepared: &[String],
+    read_only: &[String],
+) -> Res<Decision> {
+    refuse_new_work(c.owner, &c.cfg.node_id)?;
     let t0 = Instant::now();
+    let listed = read_only::Listed::new(c, gtid, read_only);
     let entered = answers::with_tx(c, gtid, |e| {
+        let path = listed.path(e, gtid)?;
         e.tx.begin_commit(prepared)?;
-        Ok((e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant))
+        Ok((path == CommitPath::Durable).then(|| {
+            (e.tx.branches.iter().map(|b| (b.resource.clone(), b.branch_id.clone())).collect::<Vec<_>>(), e.grant)
+        }))
     })?;
     let (branches, grant) = match entered {
-        Lookup::Here(x) => x,
+        Lookup::Here(Some(durable)) => durable,
+        Lookup::Here(None) => return read_only::decide(c, fx, gtid).await,
         // A commit asked again after the daemon forgot the transaction from memory
         // (restart, retention, lost lease): the store's record answers it.
         Lookup::NotHere => {
@@ -53,28 +80,17 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
     match c.store.decide(rec.clone(), fence.clone()).await {
         Ok(d) => {
             c.metrics.observe_decision(t0.elapsed().as_secs_f64());
-            apply_decided(c, gtid, d)?;
-            let o = answers::peek(c, gtid, |e| e.tx.decision()).flatten().unwrap_or(Outcome::Abort);
+            // The outcome in force is the store's (a commit, or an abort recorded first
+            // by a daemon that took the node over): answered as applied.
+            let o = completion::apply_decided(c.registry, c.metrics, fx, gtid, d)?;
             Ok(Decision::new(gtid, o.into()))
         }
         Err(err) => {
             // Unknown whether it is durable (e.g. a lost answer from a PostgreSQL store):
-            // keep the transaction Committing (never rolled back) and retry the
-            // idempotent conditional insert until the store answers.
+            // the transaction stays Committing (never rolled back) and the write is
+            // retried in the background until the store answers.
             log("error", "decision store write failed; retrying", json!({"gtid": gtid, "error": err}));
-            let me = c.clone();
-            let g = gtid.to_string();
-            tokio::spawn(async move {
-                let mut delay = me.cfg.timeouts.retry_initial_ms;
-                loop {
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                    if let Ok(d) = me.store.decide(rec.clone(), fence.clone()).await {
-                        let _ = apply_decided(&me, &g, d);
-                        return;
-                    }
-                    delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
-                }
-            });
+            fx.retry_decision(rec, fence);
             refuse(
                 RefusalCode::StoreUnavailable,
                 format!("decision store failed ({err}); the decision is pending, poll /decision"),
@@ -83,58 +99,12 @@ pub async fn commit_with(c: &Arc<Parts>, gtid: &str, source: &str, prepared: &[S
     }
 }
 
-/// A client's two-phase commit with the branches it says wrote nothing: every branch of
-/// the transaction listed, decided in memory with no store sync (read_only.rs); else, and
-/// with an empty list (older clients), `commit_with`.
-pub async fn commit_listing(
-    c: &Arc<Parts>,
-    gtid: &str,
-    source: &str,
-    prepared: &[String],
-    read_only: &[String],
-) -> Res<Decision> {
-    if read_only.is_empty() {
-        return commit_with(c, gtid, source, prepared).await;
-    }
-    refuse_new_work(&c.owner, &c.cfg.node_id)?;
-    match read_only::enter(c, gtid, prepared, read_only)? {
-        Some(CommitPath::InMemory) => read_only::decide(c, gtid).await,
-        // A writing branch, or not in memory (the store's record answers it there).
-        Some(CommitPath::Durable) | None => commit_with(c, gtid, source, prepared).await,
-    }
-}
-
-/// Applies what the store answered to a decision write.
-fn apply_decided(c: &Arc<Parts>, gtid: &str, d: Decided) -> Result<(), Refusal> {
-    match d {
-        Decided::Outcome(o) => {
-            completion::apply_decision(c, gtid, o);
-            Ok(())
-        }
-        Decided::Corrupt(problem) => {
-            // The transaction stays Committing (never rolled back) until an operator decides.
-            c.registry.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
-            refuse(RefusalCode::Quarantined, format!("{gtid}: an unreadable decision record exists; an operator must decide"))
-        }
-        // Written under a grant that is gone: nothing was written. Memory is not
-        // touched: the daemon that lost its grant reconciles it with the store
-        // (lease.rs), and the outcome is whatever the store then says.
-        Decided::Forgotten => refuse(RefusalCode::OutcomeForgotten, format!("{gtid}: below its epoch's purge watermark, or of an epoch sealed by a store restore; no decision is written for it any more")),
-        // The grant is gone: a value for the client (ask again), never a reaction here —
-        // the renewal loop finds the loss and regains the node (ha/lease.rs).
-        Decided::Fenced(why) => {
-            log("warn", "decision not written: this daemon's lease grant for the transaction's node is gone", json!({"gtid": gtid, "why": why}));
-            refuse(RefusalCode::LeaseLost, format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))
-        }
-    }
-}
-
 /// Commit with the decision in branch `bid`: the other branches are prepared (those in
 /// `prepared` are reported here), `bid` is on a decision resource. Nothing is written:
 /// the owner now runs co.decide and COMMIT on `bid` and reports the outcome.
-pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], bid: &str) -> Res<Decision> {
-    refuse_new_work(&c.owner, &c.cfg.node_id)?;
-    let allowed = decisions::decision_resources(&c.cfg);
+pub async fn commit_decide_in(c: Operating<'_>, gtid: &str, prepared: &[String], bid: &str) -> Res<Decision> {
+    refuse_new_work(c.owner, &c.cfg.node_id)?;
+    let allowed = decisions::decision_resources(c.cfg);
     if c.enforcement.holds(gtid, bid) {
         return refuse(
             RefusalCode::NotADecisionResource,
@@ -163,7 +133,7 @@ pub async fn commit_decide_in(c: &Arc<Parts>, gtid: &str, prepared: &[String], b
 /// at PREPARE), and a SERIALIZABLE one-phase commit keeps its locks to its end (MariaDB).
 /// Its helper then stays prepared until that COMMIT on the client's session has ended
 /// (its slot no longer write-locked), whatever becomes of this daemon run.
-pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res<Decision> {
+pub async fn one_phase(c: Operating<'_>, gtid: &str, bid: &str) -> Res<Decision> {
     let client = c.enforcement.holds(gtid, bid);
     if client {
         // Checked first: the transaction may still be refused below, and then the mark
@@ -176,7 +146,7 @@ pub async fn one_phase(c: &Parts, gtid: &str, bid: &str) -> Res<Decision> {
     Ok(Decision { branch_id: Some(bid.to_string()), ..Decision::new(gtid, wire::Decided::OnePhase) })
 }
 
-pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
+pub async fn abort(c: Operating<'_>, fx: &mut Effects, gtid: &str, reason: &str) -> Res<Decision> {
     let newly = answers::on(c, gtid, |e| {
         e.tx.check_abort()?;
         if e.tx.state() == TxState::Aborted {
@@ -188,12 +158,19 @@ pub async fn abort(c: &Arc<Parts>, gtid: &str, reason: &str) -> Res<Decision> {
     .await?;
     if newly {
         c.metrics.aborted.fetch_add(1, Relaxed);
-        completion::spawn_completion(c, gtid);
+        fx.complete(gtid);
     }
     Ok(Decision::new(gtid, wire::Decided::Abort))
 }
 
-pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<Ack> {
+pub async fn failed(
+    c: Operating<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    bid: &str,
+    reason: &str,
+    retryable: bool,
+) -> Res<Ack> {
     let (newly, victim, earlier, resource) = answers::on(c, gtid, |e| {
         let was = e.tx.state();
         e.tx.failed(bid, reason, retryable)?;
@@ -207,7 +184,7 @@ pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryab
     }
     if newly {
         c.metrics.aborted.fetch_add(1, Relaxed);
-        completion::spawn_completion(c, gtid);
+        fx.complete(gtid);
     }
     let aborted_as = victim.then(|| crate::refusal::RefusalCode::DeadlockVictim.as_str().to_string());
     Ok(Ack {
@@ -219,7 +196,13 @@ pub async fn failed(c: &Arc<Parts>, gtid: &str, bid: &str, reason: &str, retryab
 }
 
 /// Several branches finished by their owner(s) in one call. All or nothing.
-pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome: Outcome) -> Res<Ack> {
+pub async fn finished_many(
+    c: Operating<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    bids: &[String],
+    outcome: Outcome,
+) -> Res<Ack> {
     if bids.is_empty() || bids.len() > 1000 {
         return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branch ids");
     }
@@ -233,17 +216,17 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
             next.finish(bid, outcome, FinishedBy::Owner)?;
         }
         e.tx = next;
-        Ok(was == TxState::Deciding && e.tx.state() != TxState::Deciding)
+        let decided = was == TxState::Deciding && e.tx.state() != TxState::Deciding;
+        Ok(decided.then(|| e.tx.decision().unwrap_or(Outcome::Abort)))
     })
     .await?;
-    if decided_here {
+    if let Some(o) = decided_here {
         // The decision branch reported its commit (or rollback): the other branches
         // get that outcome, from their owners or after the grace period from us.
-        let o = answers::peek(c, gtid, |e| e.tx.decision()).flatten().unwrap_or(Outcome::Abort);
-        c.count_decision(o);
-        completion::spawn_completion(c, gtid);
+        completion::count_decision(c.metrics, o);
+        fx.complete(gtid);
     }
-    c.registry.maybe_forget(gtid, &c.store);
+    c.registry.maybe_forget(gtid, c.store);
     Ok(Ack {
         gtid: gtid.to_string(),
         branch_id: None,
@@ -254,4 +237,27 @@ pub async fn finished_many(c: &Arc<Parts>, gtid: &str, bids: &[String], outcome:
         aborted_as: None,
         retryable: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::effects::Effect;
+
+    /// An operation borrows its parts and starts nothing that outlives it: the abort's
+    /// completion is left to its caller, which starts it (completion::start).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_abort_leaves_its_completion_to_the_caller() {
+        let c = crate::coordinator::tests::coord("commit-effects").await;
+        let p = c.parts();
+        let g = c.begin(None).unwrap().gtid;
+        let mut fx = Effects::default();
+        let d = abort(p.into(), &mut fx, &g, "test").await.unwrap();
+        assert_eq!(d.decision, wire::Decided::Abort);
+        assert_eq!(fx.as_slice(), [Effect::Complete(g.clone())]);
+        let completing = || p.registry.with_entry(&g, |e| e.completing).here().unwrap();
+        assert!(!completing(), "nothing started by the operation itself");
+        completion::start(p, fx);
+        assert!(completing(), "started by its caller");
+    }
 }

@@ -1,32 +1,150 @@
 //! Finishing the prepared branches of decided transactions from the daemon's own
 //! connections: after the owners' grace period (owners finish their own branches), with
 //! exponential backoff, or at once for an operator. Each attempt's result is booked here:
-//! done, gone, incident, or retry. Also where a decision the store holds reaches memory
-//! (`apply_decision`, `adopt_records`): both start completion.
+//! done, gone, incident, or retry. Also where a decision reaches memory (`apply_decided`,
+//! what the store answered to a write; `apply_decision`; `adopt_records`): each leaves
+//! completion to start (effects.rs), and `start` starts what the operations leave.
 
+use crate::config::Config;
+use crate::ha::ownership::Ownership;
 use crate::naming;
-use crate::participants::resources::Completion;
-use crate::state::{self, BranchState, FinishedBy, Outcome};
-use crate::store::DecisionRecord;
+use crate::participants::resources::{Clients, Completion};
+use crate::refusal::RefusalCode;
+use crate::state::{self, refuse, BranchState, FinishedBy, Outcome, Refusal};
+use crate::store::{CorruptRecord, Decided, DecisionRecord, Store, Token};
 use crate::telemetry::log::log;
+use crate::telemetry::metrics::Metrics;
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::effects::{Effect, Effects};
+use super::holds;
 use super::parts::Parts;
-use super::registry::Incident;
+use super::registry::{Incident, Registry};
+
+/// What finishing a branch uses: the resources' connections and what was last seen of
+/// them, whose nodes we act for, memory, the incidents booked, the metrics, the config
+/// (our node, the timeouts) and the store (a finished transaction's record let go of).
+#[derive(Clone, Copy)]
+pub struct Finishing<'a> {
+    pub cfg: &'a Config,
+    pub store: &'a Store,
+    pub metrics: &'a Metrics,
+    pub resources: &'a Clients,
+    pub resource_up: &'a Mutex<HashMap<String, bool>>,
+    pub incidents: &'a Mutex<Vec<Incident>>,
+    pub registry: &'a Registry,
+    pub owner: &'a Ownership,
+}
+
+impl<'a> From<&'a Parts> for Finishing<'a> {
+    fn from(p: &'a Parts) -> Self {
+        Finishing {
+            cfg: &p.cfg,
+            store: &p.store,
+            metrics: &p.metrics,
+            resources: &p.resources,
+            resource_up: &p.resource_up,
+            incidents: &p.incidents,
+            registry: &p.registry,
+            owner: &p.owner,
+        }
+    }
+}
+
+impl<'a> From<&'a Arc<Parts>> for Finishing<'a> {
+    fn from(p: &'a Arc<Parts>) -> Self {
+        Finishing::from(&**p)
+    }
+}
+
+/// Starts, in order, what operations left to follow them: the only place (with the
+/// background loops) that needs the parts shared, as the tasks outlive the call.
+pub fn start(c: &Arc<Parts>, fx: Effects) {
+    for e in fx.into_vec() {
+        match e {
+            Effect::Complete(g) => spawn_completion(c, &g),
+            Effect::ReleaseOf(g) => holds::spawn_release_of(c, &g),
+            Effect::Refill(r) => holds::spawn_refill(c, &r),
+            Effect::RetryDecision(rec, fence) => spawn_decision_retry(c, rec, fence),
+        }
+    }
+}
+
+/// A decision write whose answer was lost (e.g. a PostgreSQL store's): unknown whether it
+/// is durable, so the transaction stays Committing (never rolled back) and the idempotent
+/// conditional insert is retried with backoff until the store answers.
+fn spawn_decision_retry(c: &Arc<Parts>, rec: DecisionRecord, fence: Option<Token>) {
+    let me = c.clone();
+    tokio::spawn(async move {
+        let mut delay = me.cfg.timeouts.retry_initial_ms;
+        loop {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            if let Ok(d) = me.store.decide(rec.clone(), fence.clone()).await {
+                let mut fx = Effects::default();
+                let _ = apply_decided(&me.registry, &me.metrics, &mut fx, &rec.gtid, d);
+                start(&me, fx);
+                return;
+            }
+            delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
+        }
+    });
+}
+
+/// Applies what the store answered to a decision write: the outcome in force reaches
+/// memory (and is returned), or the refusal the client hears.
+pub fn apply_decided(
+    registry: &Registry,
+    metrics: &Metrics,
+    fx: &mut Effects,
+    gtid: &str,
+    d: Decided,
+) -> Result<Outcome, Refusal> {
+    match d {
+        Decided::Outcome(o) => {
+            apply_decision(registry, metrics, fx, gtid, o);
+            Ok(o)
+        }
+        Decided::Corrupt(problem) => {
+            // The transaction stays Committing (never rolled back) until an operator decides.
+            registry.quarantine(&CorruptRecord { gtid: gtid.to_string(), problem });
+            refuse(RefusalCode::Quarantined, format!("{gtid}: an unreadable decision record exists; an operator must decide"))
+        }
+        // Written under a grant that is gone: nothing was written. Memory is not
+        // touched: the daemon that lost its grant reconciles it with the store
+        // (lease.rs), and the outcome is whatever the store then says.
+        Decided::Forgotten => refuse(RefusalCode::OutcomeForgotten, format!("{gtid}: below its epoch's purge watermark, or of an epoch sealed by a store restore; no decision is written for it any more")),
+        // The grant is gone: a value for the client (ask again), never a reaction here —
+        // the renewal loop finds the loss and regains the node (ha/lease.rs).
+        Decided::Fenced(why) => {
+            log("warn", "decision not written: this daemon's lease grant for the transaction's node is gone", json!({"gtid": gtid, "why": why}));
+            refuse(RefusalCode::LeaseLost, format!("{gtid}: this daemon lost its lease of the transaction's node before the decision was written; ask again for the outcome"))
+        }
+    }
+}
+
+/// A decision counted as committed or aborted.
+pub fn count_decision(metrics: &Metrics, o: Outcome) {
+    match o {
+        Outcome::Commit => metrics.committed.fetch_add(1, Relaxed),
+        Outcome::Abort => metrics.aborted.fetch_add(1, Relaxed),
+    };
+}
 
 /// Gives one branch its decided outcome from our connection, holding the node's lock
 /// at that resource first (a daemon that lost it must not act).
-pub async fn complete_branch(
-    c: &Parts,
+pub async fn complete_branch<'a>(
+    c: impl Into<Finishing<'a>>,
     gtid: &str,
     res: &str,
     bid: &str,
     o: Outcome,
     decided_ms_ago: u64,
 ) -> Completion {
+    let c = c.into();
     let Some(rc) = c.resources.get(res) else {
         c.registry.warn_once(
             format!("unconfigured:{gtid}:{res}"),
@@ -50,7 +168,8 @@ pub async fn complete_branch(
 
 /// One attempt for every prepared branch of a decided transaction. Returns how many
 /// branches are still unfinished.
-pub async fn complete_pending(c: &Parts, gtid: &str, by: FinishedBy) -> usize {
+pub async fn complete_pending<'a>(c: impl Into<Finishing<'a>>, gtid: &str, by: FinishedBy) -> usize {
+    let c = c.into();
     let (todo, ago) = {
         let txs = c.registry.txs.lock().unwrap();
         let Some(e) = txs.get(gtid) else { return 0 };
@@ -71,7 +190,7 @@ pub async fn complete_pending(c: &Parts, gtid: &str, by: FinishedBy) -> usize {
             left += 1;
         }
     }
-    c.registry.maybe_forget(gtid, &c.store);
+    c.registry.maybe_forget(gtid, c.store);
     left
 }
 
@@ -112,7 +231,16 @@ pub fn spawn_completion(c: &Arc<Parts>, gtid: &str) {
 }
 
 /// Applies the result of one completion attempt; true when the branch is settled.
-pub fn note_completion(c: &Parts, gtid: &str, res: &str, bid: &str, o: Outcome, r: Completion, by: FinishedBy) -> bool {
+pub fn note_completion<'a>(
+    c: impl Into<Finishing<'a>>,
+    gtid: &str,
+    res: &str,
+    bid: &str,
+    o: Outcome,
+    r: Completion,
+    by: FinishedBy,
+) -> bool {
+    let c = c.into();
     c.resource_up.lock().unwrap().insert(res.to_string(), !matches!(r, Completion::Retry(_)));
     // True when this attempt is the one that settles the branch (completion and
     // recovery may both be at it).
@@ -184,13 +312,13 @@ pub fn note_completion(c: &Parts, gtid: &str, res: &str, bid: &str, o: Outcome, 
     }
 }
 
-/// A decision the store holds reaches memory: counted, published, its branches finished.
-pub fn apply_decision(c: &Arc<Parts>, gtid: &str, o: Outcome) {
-    if !c.registry.apply_decision(gtid, o) {
+/// A decision the store holds reaches memory: counted, published, its branches to finish.
+pub fn apply_decision(registry: &Registry, metrics: &Metrics, fx: &mut Effects, gtid: &str, o: Outcome) {
+    if !registry.apply_decision(gtid, o) {
         return; // applied already (a retry and a recovery pass may both bring it)
     }
-    c.count_decision(o);
-    spawn_completion(c, gtid);
+    count_decision(metrics, o);
+    fx.complete(gtid);
 }
 
 /// Durable decisions of nodes we act for, not yet in memory: their branches are unknown
@@ -198,9 +326,10 @@ pub fn apply_decision(c: &Arc<Parts>, gtid: &str, o: Outcome) {
 /// A record of a transaction that memory still shows committing (its write's answer
 /// was lost, e.g. the store paused, and the retry has not come round yet) decides it
 /// now: clients waiting on it hear the outcome, completion starts.
-pub fn adopt_records(c: &Arc<Parts>, recs: &[DecisionRecord]) -> usize {
+pub fn adopt_records<'a>(c: impl Into<Finishing<'a>>, fx: &mut Effects, recs: &[DecisionRecord]) -> usize {
+    let c = c.into();
     let generation = |node: &str| c.owner.acts_for(node).then(|| c.owner.generation_of(node));
-    let kind_of = |res: &str| c.kind_of(res);
+    let kind_of = |res: &str| c.cfg.kind_of(res);
     let (n, settled) = c.registry.adopt_records(recs, c.cfg.timeouts.transaction_ms, &generation, &kind_of);
     for (g, o) in settled {
         log(
@@ -208,7 +337,7 @@ pub fn adopt_records(c: &Arc<Parts>, recs: &[DecisionRecord]) -> usize {
             "the store holds the decision of a transaction still committing in memory: applied",
             json!({"gtid": g, "outcome": o.as_str()}),
         );
-        apply_decision(c, &g, o);
+        apply_decision(c.registry, c.metrics, fx, &g, o);
     }
     n
 }
@@ -322,8 +451,11 @@ mod tests {
         let c = crate::coordinator::tests::coord("completion-apply").await;
         let p = c.parts();
         let g = c.begin(None).unwrap().gtid;
-        apply_decision(p, &g, Outcome::Abort);
-        apply_decision(p, &g, Outcome::Abort);
+        let mut fx = Effects::default();
+        apply_decision(&p.registry, &p.metrics, &mut fx, &g, Outcome::Abort);
+        apply_decision(&p.registry, &p.metrics, &mut fx, &g, Outcome::Abort);
+        assert_eq!(fx.as_slice(), [Effect::Complete(g.clone())], "completion left to start once");
+        start(p, fx);
         assert_eq!(p.metrics.aborted.load(Relaxed), 1);
         let (state, recorded, completing) =
             p.registry.with_entry(&g, |e| (e.tx.state(), e.recorded, e.completing)).here().unwrap();

@@ -25,10 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::completion;
+use super::effects::Effects;
 use super::parts::Parts;
 use super::registry::{Registry, Sessions};
 use super::wait_graph::{self, Cycle, Edge, Node};
-use crate::participants::resources::ResourceClient;
+use crate::config::Config;
+use crate::participants::resources::{Clients, ResourceClient};
 use crate::store::{SharedSession, Store};
 use crate::telemetry::metrics::Metrics;
 use crate::wire::{BrokenCycle, LockWait, Waits};
@@ -41,15 +43,43 @@ pub fn tick(c: &Arc<Parts>, now: Instant) {
     }
     let c = c.clone();
     tokio::spawn(async move {
-        pass(&c).await;
+        let mut fx = Effects::default();
+        pass(Detecting::from(&*c), &mut fx).await;
+        completion::start(&c, fx);
         c.registry.wait_check_done();
     });
 }
 
-async fn pass(c: &Arc<Parts>) {
+/// What a pass borrows: the lock waits of the resources, the sessions of memory and of
+/// the store (other daemons'), the view it leaves for `/v1/waits`, the metrics; a victim's
+/// branches are left to completion (effects.rs).
+#[derive(Clone, Copy)]
+struct Detecting<'a> {
+    cfg: &'a Config,
+    store: &'a Store,
+    registry: &'a Registry,
+    resources: &'a Clients,
+    metrics: &'a Metrics,
+    waits: &'a Mutex<Waits>,
+}
+
+impl<'a> From<&'a Parts> for Detecting<'a> {
+    fn from(p: &'a Parts) -> Self {
+        Detecting {
+            cfg: &p.cfg,
+            store: &p.store,
+            registry: &p.registry,
+            resources: &p.resources,
+            metrics: &p.metrics,
+            waits: &p.waits,
+        }
+    }
+}
+
+async fn pass(c: Detecting<'_>, fx: &mut Effects) {
     let ours = c.registry.live_sessions();
     let sessions =
-        with_other_daemons(&c.store, &c.cfg.node_id, c.cfg.timeouts.deadlock_check_ms, &c.registry, &ours).await;
+        with_other_daemons(c.store, &c.cfg.node_id, c.cfg.timeouts.deadlock_check_ms, c.registry, &ours).await;
     let resources: BTreeSet<&String> = ours.of.keys().map(|(r, _)| r).collect();
     let mut edges = Vec::new();
     for name in resources {
@@ -70,7 +100,7 @@ async fn pass(c: &Arc<Parts>) {
         }
     }
     c.metrics.deadlock_checks.fetch_add(1, Relaxed);
-    seen(&c.waits, &edges, &sessions, &ours);
+    seen(c.waits, &edges, &sessions, &ours);
     for cycle in wait_graph::cycles(&edges, &sessions.of, &sessions.begun) {
         if !ours.begun.contains_key(&cycle.victim) {
             continue; // another daemon's: it sees this cycle too, and breaks it
@@ -93,9 +123,9 @@ async fn pass(c: &Arc<Parts>) {
             "deadlock across databases: aborted the youngest transaction of the cycle (retryable)",
             json!({"gtid": cycle.victim, "cycle": members, "waits": &waits, "victim_age_ms": age_ms}),
         );
-        remember_broken(&c.waits, &cycle.victim, waits);
-        completion::spawn_completion(c, &cycle.victim);
-        cancel_waiting(&c.resources, &c.metrics, &cycle.victim, c.registry.sessions_of(&cycle.victim)).await;
+        remember_broken(c.waits, &cycle.victim, waits);
+        fx.complete(&cycle.victim);
+        cancel_waiting(c.resources, c.metrics, &cycle.victim, c.registry.sessions_of(&cycle.victim)).await;
     }
 }
 

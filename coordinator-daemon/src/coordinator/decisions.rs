@@ -14,10 +14,12 @@
 //! The commit request itself (`commit_decide_in`) is a commit path: commit.rs.
 
 use crate::config::{Config, Resource, ResourceKind};
+use crate::ha::ownership::Ownership;
 use crate::naming;
 use crate::participants::resources::{pg_err, Clients, ResourceClient, ResourceError};
-use crate::state::{FinishedBy, Outcome, TxState};
+use crate::state::{self, FinishedBy, Outcome, TxState};
 use crate::telemetry::log::log;
+use crate::telemetry::metrics::Metrics;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use std::time::Duration;
 
 use super::completion;
 use super::parts::Parts;
-use super::registry::Registry;
+use super::registry::{Entry, Registry};
 
 /// How long co.resolve waits for an open co.decide of the same gtid before this attempt
 /// gives up (the next attempt asks again).
@@ -143,7 +145,9 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
                             "decision read from the decision branch's resource (owner silent)",
                             json!({"gtid": gtid, "resource": rc.name, "outcome": o.as_str()}),
                         );
-                        apply_participant_decision(&me, &gtid, o, FinishedBy::Daemon);
+                        if apply_participant_decision(&me.registry, &me.metrics, &gtid, o, FinishedBy::Daemon) {
+                            completion::spawn_completion(&me, &gtid);
+                        }
                         return;
                     }
                     Ok(_) => {}
@@ -160,10 +164,17 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
     });
 }
 
-/// The decision branch's outcome is known: publish it and finish the other branches.
-pub fn apply_participant_decision(c: &Arc<Parts>, gtid: &str, o: Outcome, by: FinishedBy) {
+/// The decision branch's outcome is known: published and counted. True when this call
+/// decided it: the caller then has the other branches finished (completion).
+pub fn apply_participant_decision(
+    registry: &Registry,
+    metrics: &Metrics,
+    gtid: &str,
+    o: Outcome,
+    by: FinishedBy,
+) -> bool {
     let changed = {
-        let mut txs = c.registry.txs.lock().unwrap();
+        let mut txs = registry.txs.lock().unwrap();
         match txs.get_mut(gtid) {
             Some(e) if e.tx.state() == TxState::Deciding => {
                 e.tx.decided_in_participant(o, by);
@@ -174,9 +185,37 @@ pub fn apply_participant_decision(c: &Arc<Parts>, gtid: &str, o: Outcome, by: Fi
         }
     };
     if changed {
-        c.count_decision(o);
-        completion::spawn_completion(c, gtid);
+        completion::count_decision(metrics, o);
     }
+    changed
+}
+
+/// A transaction recovery found committed in a participant: in memory as committed
+/// (its branches seen this pass), so completion and the decision endpoint know it.
+/// `complete`: every resource was listed, so these are all its branches and its
+/// decision row may go once they are finished; otherwise the row stays.
+pub fn adopt_participant_commit(
+    cfg: &Config,
+    owner: &Ownership,
+    registry: &Registry,
+    gtid: &str,
+    branches: &[(String, String)],
+    complete: bool,
+) {
+    if registry.contains(gtid) {
+        return;
+    }
+    let mut tx = state::Tx::new(gtid.to_string(), Duration::from_millis(cfg.timeouts.transaction_ms));
+    tx.recovered = true;
+    for (res, bid) in branches {
+        let _ = tx.register(bid, res, cfg.kind_of(res).unwrap_or(ResourceKind::Postgres));
+        let _ = tx.prepared(bid);
+    }
+    tx.committed_in_participant();
+    let mut e = Entry::new(tx, false, owner.generation_of(naming::gtid_node(gtid).unwrap_or_default()));
+    e.dip_forgotten = !complete;
+    registry.insert(gtid, e);
+    log("info", "recovery: decision found committed in a participant", json!({"gtid": gtid, "branches": branches}));
 }
 
 /// Merges the answers of the decision resources: a gtid is answered only when every one

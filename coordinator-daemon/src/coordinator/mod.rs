@@ -7,14 +7,17 @@
 //! file below this one imports it):
 //!
 //! ```text
-//!   mod.rs   Coordinator: the API's operations (delegating); serve.rs starts the loops
-//!     ├─► operator ─► commit ─► begin ─► holds   (commit ─► read_only ─► answers)
+//!   mod.rs   Coordinator: the API's operations (delegating), each on `Operating`, the
+//!            parts it borrows, then `completion::start` of the effects it left (tasks
+//!            that outlive the call); serve.rs starts the loops
+//!     ├─► operator ─► commit ─► begin ─► operating ─► holds   (commit ─► read_only ─► answers)
 //!     │      │          │         │
-//!     │      │          │         └─► answers ─► decisions ─► completion
+//!     │      │          │         └─► answers ─► decisions ─► completion ─► holds
 //!     │      └──────────┴─────────────────────────────────────────┘
 //!     ├─► recovery ─► ha::takeover, decisions, holds, completion
 //!     ├─► housekeeping ─► holds, decisions, completion, deadlocks ─► wait_graph
 //!     ▼
+//!   effects  what an operation leaves to follow it (data only, imported by all above)
 //!   parts    Parts: cfg, store, metrics, resources, incidents, and:
 //!     ├─► registry       live transactions, quarantine, Lookup (memory only)
 //!     ├─► ha::ownership  node and holder ids, lease clock, grants, nodes taken over
@@ -29,11 +32,13 @@ pub mod commit;
 pub mod completion;
 pub mod deadlocks;
 pub mod decisions;
+pub mod effects;
 pub mod expiry;
 pub mod holds;
 pub mod housekeeping;
 pub mod leases;
 pub mod one_request;
+pub mod operating;
 pub mod operator;
 pub mod parts;
 pub mod read_only;
@@ -51,6 +56,9 @@ use crate::telemetry::gauges::Gauges;
 use crate::wire;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+
+use self::effects::Effects;
+use self::operating::Operating;
 
 pub use self::answers::Res;
 pub use self::parts::Parts;
@@ -106,13 +114,27 @@ impl Coordinator {
         self.parts.registry.quarantine(q);
     }
 
+    /// What an operation on a transaction borrows of the parts (operating.rs).
+    fn ops(&self) -> Operating<'_> {
+        (&self.parts).into()
+    }
+
+    /// Starts what an operation left to follow it (effects.rs): the tasks outlive the
+    /// call, so they take the parts shared; the operations themselves only borrow.
+    fn start(&self, fx: Effects) {
+        completion::start(&self.parts, fx)
+    }
+
     pub fn adopt_records(&self, recs: &[DecisionRecord]) -> usize {
-        completion::adopt_records(&self.parts, recs)
+        let mut fx = Effects::default();
+        let n = completion::adopt_records(&self.parts, &mut fx, recs);
+        self.start(fx);
+        n
     }
 
     pub fn begin(&self, timeout_ms: Option<u64>) -> Res<wire::Begun> {
         let gtid = naming::new_gtid(&self.parts.cfg.node_id, self.parts.owner.nonce, self.seq.fetch_add(1, Relaxed));
-        begin::begin(&self.parts, gtid, timeout_ms)
+        begin::begin(self.ops(), gtid, timeout_ms)
     }
 
     /// A range of gtids for the one-request commit (one_request.rs).
@@ -128,7 +150,10 @@ impl Coordinator {
         branches: &[one_request::Branch],
         read_only: &[String],
     ) -> Res<wire::Decision> {
-        one_request::commit(&self.parts, gtid, branches, read_only).await
+        let mut fx = Effects::default();
+        let r = one_request::commit(self.ops(), &mut fx, gtid, branches, read_only).await;
+        self.start(fx);
+        r
     }
 
     /// Begin and register the first branch, all or nothing: a refused registration
@@ -141,7 +166,10 @@ impl Coordinator {
         server_started: Option<i64>,
     ) -> Res<wire::Begun> {
         let begun = self.begin(timeout_ms)?;
-        match begin::register(&self.parts, &begun.gtid, resource, bid, server_started).await {
+        let mut fx = Effects::default();
+        let r = begin::register(self.ops(), &mut fx, &begun.gtid, resource, bid, server_started).await;
+        self.start(fx);
+        match r {
             Ok(reg) => Ok(wire::Begun { branch: Some(reg), ..begun }),
             Err(e) => {
                 begin::unbegin(&self.parts.registry, &self.parts.metrics, &begun.gtid);
@@ -158,10 +186,22 @@ impl Coordinator {
         timeout_ms: Option<u64>,
         branches: &[(String, String, Option<i64>)],
     ) -> Res<wire::Begun> {
+        let mut fx = Effects::default();
+        let r = self.begin_branches(&mut fx, timeout_ms, branches).await;
+        self.start(fx);
+        r
+    }
+
+    async fn begin_branches(
+        &self,
+        fx: &mut Effects,
+        timeout_ms: Option<u64>,
+        branches: &[(String, String, Option<i64>)],
+    ) -> Res<wire::Begun> {
         let begun = self.begin(timeout_ms)?;
         let mut regs = Vec::with_capacity(branches.len());
         for (i, (resource, bid, started)) in branches.iter().enumerate() {
-            match begin::register(&self.parts, &begun.gtid, resource, bid, *started).await {
+            match begin::register(self.ops(), fx, &begun.gtid, resource, bid, *started).await {
                 Ok(reg) => regs.push(reg),
                 Err(e) if i == 0 => {
                     begin::unbegin(&self.parts.registry, &self.parts.metrics, &begun.gtid);
@@ -169,7 +209,8 @@ impl Coordinator {
                 }
                 Err(e) => {
                     let _ = commit::abort(
-                        &self.parts,
+                        self.ops(),
+                        fx,
                         &begun.gtid,
                         &format!("registration of branch {bid:?} refused: {}", e.message),
                     )
@@ -182,7 +223,7 @@ impl Coordinator {
     }
 
     pub async fn register(&self, gtid: &str, resource: &str, bid: &str) -> Res<wire::Registered> {
-        begin::register(&self.parts, gtid, resource, bid, None).await
+        self.register_seen(gtid, resource, bid, None).await
     }
 
     /// register, with a MariaDB client's reading of the server's start (begin::register).
@@ -193,7 +234,10 @@ impl Coordinator {
         bid: &str,
         server_started: Option<i64>,
     ) -> Res<wire::Registered> {
-        begin::register(&self.parts, gtid, resource, bid, server_started).await
+        let mut fx = Effects::default();
+        let r = begin::register(self.ops(), &mut fx, gtid, resource, bid, server_started).await;
+        self.start(fx);
+        r
     }
 
     /// A branch's database session, as its client reported it at registration (the
@@ -206,52 +250,63 @@ impl Coordinator {
     }
 
     pub async fn prepared(&self, gtid: &str, bid: &str) -> Res<wire::Ack> {
-        begin::prepared(&self.parts, gtid, bid).await
+        begin::prepared(self.ops(), gtid, bid).await
     }
 
     pub async fn failed(&self, gtid: &str, bid: &str, reason: &str, retryable: bool) -> Res<wire::Ack> {
-        let r = commit::failed(&self.parts, gtid, bid, reason, retryable).await;
-        holds::spawn_release_of(&self.parts, gtid);
+        let mut fx = Effects::default();
+        let r = commit::failed(self.ops(), &mut fx, gtid, bid, reason, retryable).await;
+        fx.release_of(gtid);
+        self.start(fx);
         r
     }
 
     pub async fn commit(&self, gtid: &str, source: &str) -> Res<wire::Decision> {
-        commit::commit_with(&self.parts, gtid, source, &[]).await
+        self.commit_with(gtid, source, &[]).await
     }
 
     pub async fn commit_with(&self, gtid: &str, source: &str, prepared: &[String]) -> Res<wire::Decision> {
-        commit::commit_with(&self.parts, gtid, source, prepared).await
+        let mut fx = Effects::default();
+        let r = commit::commit_with(self.ops(), &mut fx, gtid, source, prepared).await;
+        self.start(fx);
+        r
     }
 
     /// A client's two-phase commit: `read_only` lists the branches that wrote nothing
     /// (every branch listed: decided in memory, read_only.rs).
     pub async fn commit_read_only(&self, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<wire::Decision> {
-        commit::commit_listing(&self.parts, gtid, "coordinator", prepared, read_only).await
+        let mut fx = Effects::default();
+        let r = commit::commit_listing(self.ops(), &mut fx, gtid, "coordinator", prepared, read_only).await;
+        self.start(fx);
+        r
     }
 
     pub async fn commit_decide_in(&self, gtid: &str, prepared: &[String], bid: &str) -> Res<wire::Decision> {
-        commit::commit_decide_in(&self.parts, gtid, prepared, bid).await
+        commit::commit_decide_in(self.ops(), gtid, prepared, bid).await
     }
 
     pub async fn one_phase(&self, gtid: &str, bid: &str) -> Res<wire::Decision> {
-        commit::one_phase(&self.parts, gtid, bid).await
+        commit::one_phase(self.ops(), gtid, bid).await
     }
 
     pub async fn abort(&self, gtid: &str, reason: &str) -> Res<wire::Decision> {
-        let r = commit::abort(&self.parts, gtid, reason).await;
-        holds::spawn_release_of(&self.parts, gtid);
+        let mut fx = Effects::default();
+        let r = commit::abort(self.ops(), &mut fx, gtid, reason).await;
+        fx.release_of(gtid);
+        self.start(fx);
         r
     }
 
     pub async fn finished(&self, gtid: &str, bid: &str, outcome: Outcome) -> Res<wire::Ack> {
-        commit::finished_many(&self.parts, gtid, &[bid.to_string()], outcome).await?;
-        holds::spawn_release_of(&self.parts, gtid);
+        self.finished_many(gtid, &[bid.to_string()], outcome).await?;
         Ok(wire::Ack { outcome: Some(outcome.into()), ..wire::Ack::branch(gtid, bid, wire::BranchState::Finished) })
     }
 
     pub async fn finished_many(&self, gtid: &str, bids: &[String], outcome: Outcome) -> Res<wire::Ack> {
-        let r = commit::finished_many(&self.parts, gtid, bids, outcome).await;
-        holds::spawn_release_of(&self.parts, gtid);
+        let mut fx = Effects::default();
+        let r = commit::finished_many(self.ops(), &mut fx, gtid, bids, outcome).await;
+        fx.release_of(gtid);
+        self.start(fx);
         r
     }
 
@@ -268,7 +323,10 @@ impl Coordinator {
     }
 
     pub async fn force(&self, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res<wire::Decision> {
-        operator::force(&self.parts, gtid, outcome, operator, reason).await
+        let mut fx = Effects::default();
+        let r = operator::force(self.ops(), (&self.parts).into(), &mut fx, gtid, outcome, operator, reason).await;
+        self.start(fx);
+        r
     }
 
     pub async fn in_doubt_report(&self) -> Res<wire::TransactionList> {

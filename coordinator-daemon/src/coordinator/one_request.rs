@@ -19,15 +19,15 @@ use crate::wire::{Decision, GtidLease};
 use cotx_protocol::leased::{self, Commit};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::{self, Res};
 use super::begin;
 use super::begin::refuse_new_work;
 use super::commit;
+use super::effects::Effects;
 use super::leases::Leases;
-use super::parts::Parts;
+use super::operating::Operating;
 use super::registry::Entry;
 
 /// Gtids in a range when the client does not say.
@@ -77,7 +77,13 @@ pub fn lease(
 /// Commit of `gtid` with all its branches, each prepared. A gtid already in memory (the
 /// request sent again) goes on as any commit; one this process did not lease is answered
 /// from the store, nothing written.
-pub async fn commit(c: &Arc<Parts>, gtid: &str, branches: &[Branch], read_only: &[String]) -> Res<Decision> {
+pub async fn commit(
+    c: Operating<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    branches: &[Branch],
+    read_only: &[String],
+) -> Res<Decision> {
     if let Err(e) = naming::check_id("gtid", gtid) {
         return refuse(e.code, e.message);
     }
@@ -85,20 +91,20 @@ pub async fn commit(c: &Arc<Parts>, gtid: &str, branches: &[Branch], read_only: 
     let entered = !c.registry.contains(gtid)
         && leased::commit(c.range_of(gtid)) == Commit::Record
         && enter(c, gtid, branches).await?;
-    let r = commit::commit_listing(c, gtid, "client", &bids, read_only).await;
+    let r = commit::commit_listing(c, fx, gtid, "client", &bids, read_only).await;
     // Refused before the commit began (e.g. the node's lease unconfirmed): out of memory
     // again, as if never sent. Left there Active, a timeout would abort it in memory with
     // no record, and a commit sent again after it was forgotten would find nothing.
     if r.is_err() && entered && answers::peek(c, gtid, |e| e.tx.state() == TxState::Active) == Some(true) {
-        begin::unbegin(&c.registry, &c.metrics, gtid);
+        begin::unbegin(c.registry, c.metrics, gtid);
     }
     r
 }
 
 /// Puts the gtid in memory with its branches registered, after checking every one;
 /// false: the same request, sent again, got in first.
-async fn enter(c: &Arc<Parts>, gtid: &str, branches: &[Branch]) -> Res<bool> {
-    refuse_new_work(&c.owner, &c.cfg.node_id)?;
+async fn enter(c: Operating<'_>, gtid: &str, branches: &[Branch]) -> Res<bool> {
+    refuse_new_work(c.owner, &c.cfg.node_id)?;
     let mut seen = HashSet::new();
     let mut kinds = Vec::with_capacity(branches.len());
     for (resource, bid, _) in branches {
@@ -108,7 +114,7 @@ async fn enter(c: &Arc<Parts>, gtid: &str, branches: &[Branch]) -> Res<bool> {
         if !seen.insert(bid.as_str()) {
             return refuse(RefusalCode::InvalidField, format!("branch {bid:?} is listed twice"));
         }
-        let Some(kind) = c.kind_of(resource) else {
+        let Some(kind) = c.cfg.kind_of(resource) else {
             return refuse(
                 RefusalCode::UnknownResource,
                 format!("no resource named {resource:?} in the coordinator's config"),

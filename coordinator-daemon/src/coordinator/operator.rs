@@ -13,12 +13,13 @@ use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Re
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use super::answers::{self, Answering, Res};
 use super::commit;
-use super::completion;
-use super::parts::Parts;
+use super::completion::{self, Finishing};
+use super::effects::Effects;
+use super::operating::Operating;
 use super::registry::Registry;
 
 /// What a forced outcome does to a transaction memory holds in `state` (its commit
@@ -72,8 +73,16 @@ async fn audit(
 
 /// Operator: force an outcome. Refuses to contradict a recorded decision. The audit
 /// record of the attempt is durable before anything is done (no audit, no action);
-/// its result is recorded after.
-pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str, reason: &str) -> Res<Decision> {
+/// its result is recorded after. `done`: what finishing its branches at once uses.
+pub async fn force(
+    c: Operating<'_>,
+    done: Finishing<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    outcome: Outcome,
+    operator: &str,
+    reason: &str,
+) -> Res<Decision> {
     if let Err(e) = naming::check_id("gtid", gtid) {
         return refuse(e.code, e.message);
     }
@@ -95,14 +104,14 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
             Err((_, why)) => why,
         });
     }
-    if let Err(e) = audit(&c.store, gtid, outcome, operator, reason, "attempt".into()).await {
+    if let Err(e) = audit(c.store, gtid, outcome, operator, reason, "attempt".into()).await {
         return refuse(
             RefusalCode::StoreUnavailable,
             format!("could not write the audit record, nothing was done: {e}"),
         );
     }
     let result: Res<Decision> = if quarantined {
-        resolve_quarantined(c, gtid, &node, outcome, operator).await
+        resolve_quarantined(c, done, fx, gtid, &node, outcome, operator).await
     } else {
         match current {
             None if outcome == Outcome::Abort => Ok(Decision {
@@ -121,7 +130,7 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
                 Forced::Complete => {
                     // The operator wants it finished now: one attempt per branch without
                     // waiting for the owners' grace period; what fails stays for the retries.
-                    let left = completion::complete_pending(c, gtid, FinishedBy::Daemon).await;
+                    let left = completion::complete_pending(done, gtid, FinishedBy::Daemon).await;
                     Ok(Decision {
                         note: Some("already decided; completion attempted".into()),
                         unfinished_branches: Some(left as u64),
@@ -131,8 +140,8 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
                 Forced::BeingWritten => {
                     Ok(Decision { note: Some("decision being written".into()), ..Decision::new(gtid, Decided::Commit) })
                 }
-                Forced::Abort => commit::abort(c, gtid, &format!("forced by {operator}: {reason}")).await,
-                Forced::Commit => commit::commit_with(c, gtid, "operator", &[]).await,
+                Forced::Abort => commit::abort(c, fx, gtid, &format!("forced by {operator}: {reason}")).await,
+                Forced::Commit => commit::commit_with(c, fx, gtid, "operator", &[]).await,
             },
         }
     };
@@ -140,7 +149,7 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
         Ok(v) => format!("ok: {}", wire::to_json(v)),
         Err(r) => format!("refused: {} {}", r.code, r.message),
     };
-    if let Err(e) = audit(&c.store, gtid, outcome, operator, reason, res_text).await {
+    if let Err(e) = audit(c.store, gtid, outcome, operator, reason, res_text).await {
         log(
             "error",
             "could not write the audit record of a forced outcome's result",
@@ -161,7 +170,9 @@ pub async fn force(c: &Arc<Parts>, gtid: &str, outcome: Outcome, operator: &str,
 /// A quarantined gtid gets the operator's outcome: its unreadable record is replaced,
 /// and recovery finishes the branches it finds prepared.
 async fn resolve_quarantined(
-    c: &Arc<Parts>,
+    c: Operating<'_>,
+    done: Finishing<'_>,
+    fx: &mut Effects,
     gtid: &str,
     node: &str,
     outcome: Outcome,
@@ -171,7 +182,7 @@ async fn resolve_quarantined(
     let rec = DecisionRecord {
         gtid: gtid.to_string(),
         outcome,
-        branches: branches_seen(&c.resources, gtid).await,
+        branches: branches_seen(c.resources, gtid).await,
         decided_unix_ms: state::unix_ms(),
         node: node.to_string(),
         source: "operator".into(),
@@ -188,8 +199,8 @@ async fn resolve_quarantined(
         .map_err(|e| Refusal::new(RefusalCode::StoreUnavailable, format!("could not replace the record: {e}")))?;
     c.registry.unquarantine(gtid);
     c.registry.remove(gtid);
-    completion::adopt_records(c, std::slice::from_ref(&rec));
-    completion::spawn_completion(c, gtid);
+    completion::adopt_records(done, fx, std::slice::from_ref(&rec));
+    fx.complete(gtid);
     Ok(Decision {
         note: Some(format!("quarantined record replaced by {operator}'s decision; recovery finishes its branches")),
         branches: Some(rec.branches.len() as u64),
@@ -278,11 +289,11 @@ mod tests {
         let c = crate::coordinator::tests::coord("force").await;
         let p = c.parts();
         let g = c.begin(None).unwrap().gtid;
-        let v = force(p, &g, Outcome::Abort, "ops", "stuck").await.unwrap();
+        let v = c.force(&g, Outcome::Abort, "ops", "stuck").await.unwrap();
         assert_eq!(v.decision, Decided::Abort);
         assert_eq!(c.get(&g).await.unwrap().state, TxState::Aborted);
         assert_eq!(
-            force(p, &g, Outcome::Commit, "ops", "oops").await.unwrap_err().code,
+            c.force(&g, Outcome::Commit, "ops", "oops").await.unwrap_err().code,
             RefusalCode::ContradictsDecision
         );
         let audit = p.store.audit_log().await.unwrap();
@@ -290,18 +301,15 @@ mod tests {
         assert_eq!(p.metrics.forced.load(Relaxed), 1);
         // No record, ours: presumed abort; a commit is a contradiction.
         let gone = naming::new_gtid("u1", p.owner.nonce, 999);
-        assert_eq!(force(p, &gone, Outcome::Abort, "ops", "x").await.unwrap().decision, Decided::Abort);
+        assert_eq!(c.force(&gone, Outcome::Abort, "ops", "x").await.unwrap().decision, Decided::Abort);
         assert_eq!(
-            force(p, &gone, Outcome::Commit, "ops", "x").await.unwrap_err().code,
+            c.force(&gone, Outcome::Commit, "ops", "x").await.unwrap_err().code,
             RefusalCode::ContradictsDecision
         );
         // Another node's, unknown here: its owner's, nothing audited.
         let n = p.store.audit_log().await.unwrap().len();
         let theirs = naming::new_gtid("u2", 1, 1);
-        assert_eq!(
-            force(p, &theirs, Outcome::Abort, "ops", "x").await.unwrap_err().code,
-            RefusalCode::OwnerUnavailable
-        );
+        assert_eq!(c.force(&theirs, Outcome::Abort, "ops", "x").await.unwrap_err().code, RefusalCode::OwnerUnavailable);
         assert_eq!(p.store.audit_log().await.unwrap().len(), n);
     }
 

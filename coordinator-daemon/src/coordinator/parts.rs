@@ -2,22 +2,23 @@
 //! decision store, the metrics, the resources' connections and what was last seen of
 //! them, the live transactions (registry.rs), what this daemon owns (ha/ownership.rs) and
 //! the enforcement runtime. An operation borrows only the parts it uses, or a small view
-//! of them built from this bundle (`answers::Answering`, `holds::Holds`, `Parts::holding`);
-//! what spawns tasks that outlive a request takes the whole `Arc<Parts>` (a ceiling on
-//! how many functions take it: regress/pytest/repository/test_structure.py). The logic
-//! lives in the parts and in those modules, never here.
+//! of them built from this bundle (`operating::Operating`, `answers::Answering`,
+//! `completion::Finishing`, `holds::Holds`, `Parts::holding`), and leaves the work that
+//! outlives it as effects (effects.rs); only what starts that work (`completion::start`
+//! and its spawns) and the background loops' entries take the whole `Arc<Parts>` (a
+//! ceiling on how many functions take it: regress/pytest/repository/test_structure.py).
+//! The logic lives in the parts and in those modules, never here.
 
 use crate::config::{Config, ResourceKind};
 use crate::ha::holding::Holding;
 use crate::ha::ownership::Ownership;
 use crate::participants::enforcement::runtime::Enforcement;
 use crate::participants::resources::ResourceClient;
-use crate::state::Outcome;
 use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
 use crate::wire::Waits;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::leases::Leases;
@@ -86,12 +87,5 @@ impl Parts {
 
     pub fn kind_of(&self, resource: &str) -> Option<ResourceKind> {
         self.cfg.kind_of(resource)
-    }
-
-    pub fn count_decision(&self, o: Outcome) {
-        match o {
-            Outcome::Commit => self.metrics.committed.fetch_add(1, Relaxed),
-            Outcome::Abort => self.metrics.aborted.fetch_add(1, Relaxed),
-        };
     }
 }

@@ -20,21 +20,35 @@ use crate::wire::Decision;
 use cotx_protocol::read_only::{self as protocol, CommitPath, Verdict};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
 use super::answers::{self, Res};
 use super::completion;
-use super::parts::Parts;
-use super::registry::Lookup;
+use super::effects::Effects;
+use super::operating::Operating;
+use super::registry::Entry;
 
-/// The path for this commit, and when in memory the transaction entered `Committing`
-/// (with `prepared` marked) under the same lock that saw its branches. `None`: the
-/// transaction is not in memory (commit.rs answers it from the store).
-pub fn enter(c: &Parts, gtid: &str, prepared: &[String], read_only: &[String]) -> Res<Option<CommitPath>> {
-    let listed: HashSet<&str> = read_only.iter().map(String::as_str).collect();
-    // Branches in client mode (holding a slot), looked up before the registry's lock.
-    let in_client_mode: HashSet<&str> = listed.iter().copied().filter(|b| c.enforcement.holds(gtid, b)).collect();
-    let entered = answers::with_tx(c, gtid, |e| {
+/// The branches a client listed read-only with its commit, and which of them hold a
+/// client-mode slot (looked up before the registry's lock). An empty list (older
+/// clients): the durable path.
+pub struct Listed<'r> {
+    listed: HashSet<&'r str>,
+    in_client_mode: HashSet<&'r str>,
+}
+
+impl<'r> Listed<'r> {
+    pub fn new(c: Operating<'_>, gtid: &str, read_only: &'r [String]) -> Self {
+        let listed: HashSet<&str> = read_only.iter().map(String::as_str).collect();
+        let in_client_mode = listed.iter().copied().filter(|b| c.enforcement.holds(gtid, b)).collect();
+        Listed { listed, in_client_mode }
+    }
+
+    /// The path for this commit, checked against the transaction's branches under the
+    /// lock that sees them (commit.rs enters the commit under the same lock).
+    pub fn path(&self, e: &Entry, gtid: &str) -> Res<CommitPath> {
+        let (listed, in_client_mode) = (&self.listed, &self.in_client_mode);
+        if listed.is_empty() {
+            return Ok(CommitPath::Durable);
+        }
         if let Some(b) = listed.iter().find(|b| !e.tx.branches.iter().any(|x| x.branch_id == **b)) {
             return refuse(
                 RefusalCode::UnknownBranch,
@@ -61,26 +75,19 @@ pub fn enter(c: &Parts, gtid: &str, prepared: &[String], read_only: &[String]) -
                 ),
             );
         }
-        let path = protocol::commit_path(e.tx.branches.iter().map(|b| listed.contains(b.branch_id.as_str())));
-        if path == CommitPath::InMemory {
-            e.tx.begin_commit(prepared)?;
-        }
-        Ok(path)
-    })?;
-    Ok(match entered {
-        Lookup::Here(p) => Some(p),
-        Lookup::NotHere => None,
-    })
+        Ok(protocol::commit_path(e.tx.branches.iter().map(|b| listed.contains(b.branch_id.as_str()))))
+    }
 }
 
-/// Decides a transaction `enter` put in `Committing` on the in-memory path.
-pub async fn decide(c: &Arc<Parts>, gtid: &str) -> Res<Decision> {
+/// An all-read-only transaction, entered Committing by commit.rs: decided after one read
+/// of the store (the protocol's `in_memory_commit`), nothing written.
+pub async fn decide(c: Operating<'_>, fx: &mut Effects, gtid: &str) -> Res<Decision> {
     let stored = match answers::read_store(c, gtid).await {
         Ok(s) => s,
         Err(why) => {
             // Nothing written and nothing answered: abort in memory (a read-only
             // transaction loses nothing), so it does not wait for a write nobody makes.
-            abort_in_memory(c, gtid, "the decision store could not be read for an all-read-only commit");
+            abort_in_memory(c, fx, gtid, "the decision store could not be read for an all-read-only commit");
             return Err(why);
         }
     };
@@ -92,30 +99,30 @@ pub async fn decide(c: &Arc<Parts>, gtid: &str) -> Res<Decision> {
             });
             if settled.is_some() {
                 c.metrics.read_only_commits.fetch_add(1, Relaxed);
-                c.count_decision(Outcome::Commit);
-                completion::spawn_completion(c, gtid);
+                completion::count_decision(c.metrics, Outcome::Commit);
+                fx.complete(gtid);
             }
             Ok(Decision::new(gtid, Outcome::Commit.into()))
         }
         Verdict::Decided(o) => {
-            completion::apply_decision(c, gtid, o);
+            completion::apply_decision(c.registry, c.metrics, fx, gtid, o);
             Ok(Decision::new(gtid, o.into()))
         }
         Verdict::Refuse => {
-            abort_in_memory(c, gtid, "its record is unreadable or below its epoch's purge watermark");
+            abort_in_memory(c, fx, gtid, "its record is unreadable or below its epoch's purge watermark");
             refuse(RefusalCode::OutcomeForgotten, format!("{gtid}: the store cannot say that nobody decided it (unreadable, or below its epoch's purge watermark); aborted"))
         }
     }
 }
 
-fn abort_in_memory(c: &Arc<Parts>, gtid: &str, reason: &str) {
+fn abort_in_memory(c: Operating<'_>, fx: &mut Effects, gtid: &str, reason: &str) {
     let newly = answers::peek(c, gtid, |e| {
         e.tx.abort(reason.to_string(), false);
         e.publish();
     });
     if newly.is_some() {
         c.metrics.aborted.fetch_add(1, Relaxed);
-        completion::spawn_completion(c, gtid);
+        fx.complete(gtid);
     }
 }
 

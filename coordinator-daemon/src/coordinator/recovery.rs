@@ -33,12 +33,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::completion;
+use super::completion::{self, Finishing};
 use super::decisions;
+use super::effects::Effects;
 use super::holds::{self, Holds};
 use super::leases::Leases;
 use super::parts::Parts;
-use super::registry::{Entry, Registry};
+use super::registry::Registry;
 
 /// What one branch found prepared gets: the protocol's pure rule (shared with the model).
 pub use cotx_protocol::recovery::{decide, Action};
@@ -83,8 +84,8 @@ pub fn whose(o: &Ownership, gtid: &str, epochs: &HashSet<(String, u64)>) -> Resu
 /// What a pass reads to list the prepared branches and choose what each gets: the config
 /// (our node, the owners' grace, the decision resources), whose nodes we act for, memory,
 /// the resources' connections and their health (which the listing updates). Acting on a
-/// branch (completion, the store's abort records) takes the whole `Parts`: it spawns work
-/// that outlives the pass.
+/// branch borrows what finishing it uses (`completion::Finishing`) and leaves the work
+/// that outlives the pass to it (effects.rs), which `run_pass` starts.
 #[derive(Clone, Copy)]
 struct Looking<'a> {
     cfg: &'a Config,
@@ -149,6 +150,7 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
         return rep; // our lease is unconfirmed: act on nothing
     }
     let look = Looking::from(&**c);
+    let done = Finishing::from(c);
     holds::enforcement_pass(Holds::from(c)).await;
     let names: Vec<String> = c.resources.keys().cloned().collect();
     // 1. P1, at resources where we hold the locks of the nodes we act for.
@@ -156,7 +158,10 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
     // 2. active set
     let active = c.registry.active_set();
     // 3. decisions: the store is the truth (it may be shared with other coordinators).
-    let Some((recorded, epochs)) = read_decisions(c, &mut rep).await else { return rep };
+    let mut fx = Effects::default();
+    let decisions = read_decisions(done, &mut fx, &mut rep).await;
+    completion::start(c, std::mem::take(&mut fx));
+    let Some((recorded, epochs)) = decisions else { return rep };
     // 4. P2; collect P1 ∩ P2 by gtid.
     let (both, p2) = list_second(look, &names, &p1, &mut rep).await;
     let mut seen = Seen { active, recorded, epochs, unknown: HashSet::new(), in_participant: None };
@@ -169,7 +174,8 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
                 if let Some(node) = naming::gtid_node(g) {
                     nodes_with_branches.insert(node.to_string());
                 }
-                act_on(c, g, branches, current, &seen, &mut rep).await;
+                act_on(look, done, &mut fx, g, branches, current, &seen, &mut rep).await;
+                completion::start(c, std::mem::take(&mut fx));
             }
             Err(NotOurs::AnotherNode) => {
                 if let Some((node, nonce)) = naming::gtid_epoch(g) {
@@ -186,7 +192,7 @@ pub async fn run_pass(c: &Arc<Parts>) -> Report {
             Err(NotOurs::NotAGtid) => {}
         }
     }
-    confirm_vanished(c, &names, &p1, &p2, &mut rep).await;
+    confirm_vanished(look, done, &names, &p1, &p2, &mut rep).await;
     finish_pass(c.holding(), &c.registry, &mut rep, nodes_with_branches, other_nodes).await;
     rep
 }
@@ -231,7 +237,8 @@ async fn list_first(c: Looking<'_>, names: &[String], rep: &mut Report) -> Liste
 /// Step 3: the store's decisions (applied to memory) and registered epochs. None: the
 /// store did not answer, and without the decisions nothing may be rolled back.
 async fn read_decisions(
-    c: &Arc<Parts>,
+    c: Finishing<'_>,
+    fx: &mut Effects,
     rep: &mut Report,
 ) -> Option<(HashMap<String, Outcome>, HashSet<(String, u64)>)> {
     match c.store.load().await {
@@ -239,7 +246,7 @@ async fn read_decisions(
             for q in &l.corrupt {
                 c.registry.quarantine(q);
             }
-            completion::adopt_records(c, &l.records);
+            completion::adopt_records(c, fx, &l.records);
             let recorded = l.records.into_iter().map(|r| (r.gtid, r.outcome)).collect();
             let e: HashSet<(String, u64)> = l.epochs.into_iter().collect();
             *c.owner.epochs.lock().unwrap() = e.clone();
@@ -302,20 +309,36 @@ async fn ask_participants(c: Looking<'_>, both: &BTreeMap<String, Vec<(String, S
 }
 
 /// One gtid of ours found prepared in both lists: its action, then its branches finished.
-async fn act_on(c: &Arc<Parts>, g: &str, branches: &[(String, String)], current: bool, seen: &Seen, rep: &mut Report) {
+#[allow(clippy::too_many_arguments)] // the pass's state, passed down as it is
+async fn act_on(
+    look: Looking<'_>,
+    c: Finishing<'_>,
+    fx: &mut Effects,
+    g: &str,
+    branches: &[(String, String)],
+    current: bool,
+    seen: &Seen,
+    rep: &mut Report,
+) {
     if c.registry.is_quarantined(g) {
         return; // an operator decides (cotx-coordinator force)
     }
     // Decided again rather than kept from the participants' filter: the participant
     // lookup awaited, and a decision may have been recorded for g meanwhile.
-    let look = Looking::from(&**c);
     let mut action = look.action_of(g, current, seen);
     if let (Some(found), true) = (&seen.in_participant, seen.unknown.contains(g)) {
         action = match found.get(g) {
             // Unanswered by some decision resource: it may hold a commit; wait.
             None => Action::Leave,
             Some(Outcome::Commit) => {
-                adopt_participant_commit(look, g, branches, rep.unreachable.is_empty());
+                decisions::adopt_participant_commit(
+                    look.cfg,
+                    look.owner,
+                    look.registry,
+                    g,
+                    branches,
+                    rep.unreachable.is_empty(),
+                );
                 Action::Commit
             }
             // co.resolve recorded abort there: no decision can commit any more.
@@ -326,7 +349,7 @@ async fn act_on(c: &Arc<Parts>, g: &str, branches: &[(String, String)], current:
         Action::Leave => return,
         Action::Commit => Outcome::Commit,
         Action::Rollback => Outcome::Abort,
-        Action::RecordAbort => match record_abort(c, g, branches).await {
+        Action::RecordAbort => match record_abort(c, fx, g, branches).await {
             Some(o) => o,
             None => return,
         },
@@ -342,18 +365,25 @@ async fn act_on(c: &Arc<Parts>, g: &str, branches: &[(String, String)], current:
             }
         }
     }
-    c.registry.maybe_forget(g, &c.store);
+    c.registry.maybe_forget(g, c.store);
 }
 
 /// Branches of decided transactions that are prepared in neither list are finished.
-async fn confirm_vanished(c: &Arc<Parts>, names: &[String], p1: &Listed, p2: &Listed, rep: &mut Report) {
+async fn confirm_vanished(
+    look: Looking<'_>,
+    c: Finishing<'_>,
+    names: &[String],
+    p1: &Listed,
+    p2: &Listed,
+    rep: &mut Report,
+) {
     for n in names {
         let (Some(first), Some(second)) = (p1.get(n), p2.get(n)) else { continue };
         for (g, b) in c.registry.decided_prepared_on(n) {
-            if let Some((o, false)) = Looking::from(&**c).decision_of(&g) {
+            if let Some((o, false)) = look.decision_of(&g) {
                 let key = (g.clone(), b.clone());
                 if !first.contains(&key) && !second.contains(&key) {
-                    let res = match (c.kind_of(n), o) {
+                    let res = match (c.cfg.kind_of(n), o) {
                         // A MariaDB branch of a commit that vanished unreported may have been
                         // lost (read-only, session or server gone): the resource checks.
                         (Some(ResourceKind::Mariadb), Outcome::Commit) => {
@@ -407,7 +437,12 @@ async fn finish_pass(
 /// abort is recorded before anything is rolled back, so its old owner, should it wake up,
 /// finds the decision taken. Returns the outcome in force, None when the store did not
 /// answer (nothing is done this pass).
-async fn record_abort(c: &Arc<Parts>, gtid: &str, branches: &[(String, String)]) -> Option<Outcome> {
+async fn record_abort(
+    c: Finishing<'_>,
+    fx: &mut Effects,
+    gtid: &str,
+    branches: &[(String, String)],
+) -> Option<Outcome> {
     let rec = DecisionRecord {
         gtid: gtid.to_string(),
         outcome: Outcome::Abort,
@@ -422,7 +457,7 @@ async fn record_abort(c: &Arc<Parts>, gtid: &str, branches: &[(String, String)])
         Ok(Decided::Outcome(o)) => {
             let mut r = rec;
             r.outcome = o;
-            completion::adopt_records(c, std::slice::from_ref(&r));
+            completion::adopt_records(c, fx, std::slice::from_ref(&r));
             Some(o)
         }
         Ok(Decided::Corrupt(problem)) => {
@@ -453,44 +488,5 @@ async fn record_abort(c: &Arc<Parts>, gtid: &str, branches: &[(String, String)])
     }
 }
 
-/// A transaction recovery found committed in a participant: in memory as committed
-/// (its branches seen this pass), so completion and the decision endpoint know it.
-/// `complete`: every resource was listed, so these are all its branches and its
-/// decision row may go once they are finished; otherwise the row stays.
-fn adopt_participant_commit(c: Looking<'_>, gtid: &str, branches: &[(String, String)], complete: bool) {
-    if c.registry.contains(gtid) {
-        return;
-    }
-    let mut tx = state::Tx::new(gtid.to_string(), Duration::from_millis(c.cfg.timeouts.transaction_ms));
-    tx.recovered = true;
-    for (res, bid) in branches {
-        let _ = tx.register(bid, res, c.cfg.kind_of(res).unwrap_or(ResourceKind::Postgres));
-        let _ = tx.prepared(bid);
-    }
-    tx.committed_in_participant();
-    let mut e = Entry::new(tx, false, c.owner.generation_of(naming::gtid_node(gtid).unwrap_or_default()));
-    e.dip_forgotten = !complete;
-    c.registry.insert(gtid, e);
-    log("info", "recovery: decision found committed in a participant", json!({"gtid": gtid, "branches": branches}));
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_branches_of_nodes_and_epochs_we_act_for_are_ours() {
-        let o = Ownership::new("n1", 7);
-        o.granted("n2", 1);
-        o.adopt("n2");
-        let epochs: HashSet<(String, u64)> =
-            [("n1".to_string(), 7), ("n1".to_string(), 3), ("n2".to_string(), 5)].into_iter().collect();
-        assert_eq!(whose(&o, &naming::new_gtid("n1", 7, 1), &epochs), Ok(true), "our current epoch");
-        assert_eq!(whose(&o, &naming::new_gtid("n1", 3, 1), &epochs), Ok(false), "a previous run of ours");
-        assert_eq!(whose(&o, &naming::new_gtid("n2", 5, 1), &epochs), Ok(false), "a node taken over");
-        assert_eq!(whose(&o, &naming::new_gtid("n1", 9, 1), &epochs), Err(NotOurs::ForeignEpoch));
-        assert_eq!(whose(&o, &naming::new_gtid("n3", 5, 1), &epochs), Err(NotOurs::AnotherNode));
-        assert_eq!(whose(&o, "garbage", &epochs), Err(NotOurs::NotAGtid));
-        assert_eq!(NotOurs::ForeignEpoch.to_string(), "foreign epoch", "the words the logs had");
-    }
-}
+mod tests;
