@@ -182,6 +182,11 @@ def refusal_breakdowns(env, path: Path, modes: list[str]) -> dict[str, str]:
         return {mode: f"(refusal_breakdown failed: {e!r:.300})" for mode in modes}
 
 
+def other_calls(a) -> list[str]:
+    """The driver's arguments for the variants :other (--other-calls)."""
+    return PER_STEP if a.other_calls == "per-step" else []
+
+
 def only(modes, wanted: str) -> list[str]:
     """A point's modes narrowed to those in `wanted` (--modes, comma-separated; empty: all),
     by name or by base (2pc keeps 2pc's variants too, unless some of them are named: then
@@ -296,11 +301,14 @@ class _Measuring:
         # variants :other restart the daemon from the other binary (same config,
         # store and port), the plain modes from the installed one.
         set_fillfactor(env, 80)
-        # The other build is driven with the per-step calls every version understands.
+        # The other build is driven with the per-step calls every version understands,
+        # or with this build's calls (--other-calls batched: like for like, for a build
+        # that has them).
         mine, other = (lambda env: env.use_binary(None)), (lambda env: env.use_binary(a.other_daemon))
+        calls = other_calls(a)
         point("daemon", "default", dflt, loadgen.micro_args(dflt), ["2pc", "2pc:other", "co", "co:other"],
               a.clients, switch={"2pc": mine, "co": mine, "2pc:other": other, "co:other": other},
-              extra={"2pc:other": PER_STEP, "co:other": PER_STEP})
+              extra={"2pc:other": calls, "co:other": calls})
         env.use_binary(None)
 
     def coordinator(self):
@@ -325,7 +333,8 @@ class _Measuring:
             return switch_to
         inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay"))]
         switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0) for m in inproc})
-        extra = {m: PER_STEP for m in modes if m.endswith((":per-step", ":other"))}
+        extra = {m: PER_STEP for m in modes if m.endswith(":per-step")}
+        extra.update({m: other_calls(a) for m in modes if m.endswith(":other")})
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
         extra.update({m: ONE_REQUEST for m in modes if m.endswith(":1req")})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
@@ -462,6 +471,9 @@ def _arguments(argv):
     ap.add_argument("--plots-dir", type=Path, default=None,
                     help="where experiment scaling's PNGs go (default bench/plots; with --smoke, --out)")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--other-calls", choices=["per-step", "batched"], default="per-step",
+                    help="how the variants :other are driven: the per-step calls any version understands "
+                         "(default), or this build's batched calls, like for like, for a build that has them")
     ap.add_argument("--other-daemon", metavar="BINARY",
                     help="experiments `daemon` and `coordinator`: the micro default point with 2pc and co also run "
                          "by this build of the daemon (modes 2pc:other, co:other, driven with the per-step calls "
