@@ -25,7 +25,9 @@ Experiments (--experiments, comma-separated):
             store's commit_delay_us = 1000), 2pc:1req, co:1req (the one-request path,
             the driver's --one-request: leased gtids, the commit the only request); with
             --other-daemon also 2pc:other,
-            co:other (that build, driven per step); not in the default set
+            co:other (that build, driven per step, or --other-calls batched); then the
+            same point with every global transaction read-only (RO=100%: local, 2pc,
+            co, 2pc:1req, co:1req); not in the default set
   narayana  the micro default point through Narayana's in-process JTA transaction manager
             (the Java driver clients/java/example io.cotx.tm.Load: modes 2pc:jta plain XA, co:jta with
             pg_co / mysql_co on) beside the daemon (2pc, co), interleaved; not in the
@@ -82,6 +84,8 @@ TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
                      "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
+# The coordinator experiment's all-read-only point.
+COORDINATOR_RO_MODES = ["local", "2pc", "co", "2pc:1req", "co:1req"]
 # store.commit_delay_us of the :inproc-delay modes (bench/RESULTS.md, "The decision store's
 # commit delay": 1 ms gathered about three decisions per sync at the micro default point).
 INPROC_COMMIT_DELAY_US = 1000
@@ -215,7 +219,8 @@ def estimate(a, exps) -> float:
     if "daemon" in exps:
         n += count(["2pc", "2pc:other", "co", "co:other"]) * (a.slices + 0.5)
     if "coordinator" in exps:
-        n += (count(COORDINATOR_MODES) + (count(["2pc", "co"]) if a.other_daemon else 0)) * (a.slices + 0.5)
+        n += (count(COORDINATOR_MODES) + count(COORDINATOR_RO_MODES) + (count(["2pc", "co"]) if a.other_daemon else 0)) \
+            * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
     if "narayana" in exps:
@@ -339,6 +344,11 @@ class _Measuring:
         extra.update({m: ONE_REQUEST for m in modes if m.endswith(":1req")})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
               extra=extra)
+        # Every global transaction read-only (the driver's --ro-share 1): nothing for the
+        # coordinator to force, the begin path and the one-request path against local.
+        ro = dict(dflt, RO=1.0)
+        point("coordinator", "RO=100%", ro, loadgen.micro_args(dflt) + ["--ro-share", "1"], COORDINATOR_RO_MODES,
+              a.clients, switch=switch, extra=extra)
         env.use_binary(None)
 
     def narayana(self):
