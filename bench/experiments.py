@@ -4,7 +4,7 @@ default of bench/run_all.py; run it through that script).
 Experiments (--experiments, comma-separated):
   micro     microbenchmark default point: 2pc, 2pc:ser (MariaDB SERIALIZABLE), co, dip (when
             the installed pg_co and daemon support it), client, local; then the same point
-            settled (after its load and a plain VACUUM): 2pc, co, dip
+            settled (after its load and a plain VACUUM): 2pc, co, dip, client
   levers    the default point with one lever at a time, in 2pc and co alike:
             pg_co.conflict_action = wait (max_wait 0: wait until lock_timeout); pg_co.max_wait = 0
             (refuse at once, the old default; if the GUC exists); max_pred_locks_per_page = 64;
@@ -81,7 +81,7 @@ ALL = "micro,levers,ro,tpcc,autocommit"
 MICRO_MODES = ["2pc", "2pc:ser", "co", "dip", "client", "local"]
 RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
-SETTLED_MODES = ["2pc", "co", "dip"]
+SETTLED_MODES = ["2pc", "co", "dip", "client"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
                      "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
 # The coordinator experiment's all-read-only point.
