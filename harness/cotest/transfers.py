@@ -4,8 +4,12 @@ process parked at a chosen step), and a withdrawal (savings on PostgreSQL, the l
 MariaDB). Like cotest.coord it imports cotx; `import cotest` does not load it."""
 from __future__ import annotations
 
+import itertools
+import random
 import subprocess
 import sys
+import threading
+import time
 
 from cotx import Coordinator
 
@@ -149,3 +153,37 @@ def run_withdrawal(coord, pg, mariadb, wid: str, u: int, amt: int, wrap=None, **
     finally:
         pc.close()
         mc.close()
+
+
+def withdrawals_under_kills(d, coord, pg, mariadb, users: int, *, clients: int = 4, kills: int = 3):
+    """Withdrawals through coord.run in a thread per request (as a threaded web service runs
+    them, the thread ending right after its commit), `clients` at a time, while daemon d is
+    killed with kill -9 and restarted `kills` times: (each withdrawal's result by its id,
+    as run_withdrawal returns it; the names of the errors run() ran a withdrawal again after)."""
+    results, stop, seq, retried = {}, threading.Event(), itertools.count(), []
+
+    def request(wid, u, amt):
+        results[wid] = run_withdrawal(coord, pg, mariadb, wid, u, amt, retries=30, max_wait=60,
+                                      on_retry=lambda n, e, s: retried.append(type(e).__name__))
+
+    def client(rng):
+        while not stop.is_set():
+            t = threading.Thread(target=request, args=(f"w{next(seq)}", rng.randrange(users), rng.randrange(5, 40)))
+            t.start()
+            t.join()
+
+    threads = [threading.Thread(target=client, args=(random.Random(i),)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(kills):
+            time.sleep(1.5)
+            d.kill9()
+            time.sleep(0.3)
+            d.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    return results, retried

@@ -22,13 +22,11 @@ on MariaDB) through coord.run:
 from __future__ import annotations
 
 import collections
-import random
-import threading
 import time
 
 import pytest
 from cotest.coord import api, make_daemon, metric, nothing_prepared, wait_until
-from cotest.transfers import create_withdrawal_tables, reset_accounts, run_withdrawal, withdrawal
+from cotest.transfers import create_withdrawal_tables, reset_accounts, withdrawal, withdrawals_under_kills
 from cotx import Coordinator
 
 PLAIN = "none"  # plain 2PC on both: engine-mode-like branches, no mysql_co needed
@@ -178,32 +176,7 @@ def test_kill9_under_load_with_one_request(pg, mariadb, tables):
     d.start()
     try:
         coord = Coordinator(d.url, d.token, decision_timeout=60, one_request=True, lease_count=50)
-        results, stop, seq, retried = {}, threading.Event(), iter(range(10**6)), []
-
-        def request(wid, u, amt):
-            results[wid] = run_withdrawal(coord, pg, mariadb, wid, u, amt, retries=30, max_wait=60,
-                                          on_retry=lambda n, e, s: retried.append(type(e).__name__))
-
-        def client(rng):
-            while not stop.is_set():
-                t = threading.Thread(target=request, args=(f"w{next(seq)}", rng.randrange(users), rng.randrange(5, 40)))
-                t.start()
-                t.join()
-
-        clients = [threading.Thread(target=client, args=(random.Random(i),)) for i in range(4)]
-        for t in clients:
-            t.start()
-        try:
-            for _ in range(3):
-                time.sleep(1.5)
-                d.kill9()
-                time.sleep(0.3)
-                d.start()
-            time.sleep(1.5)
-        finally:
-            stop.set()
-            for t in clients:
-                t.join(120)
+        results, retried = withdrawals_under_kills(d, coord, pg, mariadb, users)
         failed = {w: r for w, r in results.items() if r not in ("done", "declined")}
         print(f"{len(results)} withdrawals: {sum(r == 'done' for r in results.values())} done, "
               f"{sum(r == 'declined' for r in results.values())} declined, {len(failed)} failed; "

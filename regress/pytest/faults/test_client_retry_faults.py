@@ -14,15 +14,13 @@ The table's rows themselves: test_client_retry_rules.py."""
 from __future__ import annotations
 import collections
 import os
-import random
 import signal
-import threading
 import time
 
 import pytest
 from cotest import PgServer
 from cotest.coord import make_daemon, nothing_prepared, pg_prepared, wait_until
-from cotest.transfers import reset_accounts, run_withdrawal, withdrawal
+from cotest.transfers import reset_accounts, withdrawal, withdrawals_under_kills
 from cotx import Coordinator
 from cotest.daemon import Daemon
 from cotx.errors import CoordinatorError
@@ -164,33 +162,7 @@ def test_kill9_of_the_daemon_under_load_every_withdrawal_is_done_or_declined(pg,
     reset_accounts(pg, mariadb, users, balance)
     d = load_daemon
     coord = Coordinator(d.url, d.token, decision_timeout=60)
-    results, stop, seq, retried = {}, threading.Event(), iter(range(10**6)), []
-
-    def request(wid, u, amt):
-        results[wid] = run_withdrawal(coord, pg, mariadb, wid, u, amt, retries=30, max_wait=60,
-                                      on_retry=lambda n, e, s: retried.append(type(e).__name__))
-
-    def client(rng):
-        while not stop.is_set():
-            wid = f"w{next(seq)}"
-            t = threading.Thread(target=request, args=(wid, rng.randrange(users), rng.randrange(5, 40)))
-            t.start()
-            t.join()
-
-    clients = [threading.Thread(target=client, args=(random.Random(i),)) for i in range(4)]
-    for t in clients:
-        t.start()
-    try:
-        for _ in range(3):
-            time.sleep(1.5)
-            d.kill9()
-            time.sleep(0.3)
-            d.start()
-        time.sleep(1.5)
-    finally:
-        stop.set()
-        for t in clients:
-            t.join(120)
+    results, retried = withdrawals_under_kills(d, coord, pg, mariadb, users)
     failed = {w: r for w, r in results.items() if r not in ("done", "declined")}
     print(f"{len(results)} withdrawals: {sum(r == 'done' for r in results.values())} done, "
           f"{sum(r == 'declined' for r in results.values())} declined, {len(failed)} failed; "
