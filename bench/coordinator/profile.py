@@ -10,8 +10,12 @@ a call-graph profile in a last slice (read it with `perf report -i FILE`).
 Needs strace and perf (Debian's linux-perf): profiling tools that no test or benchmark
 command needs, so the project's scripts do not install them.
 
-usage: profile.py [--mode 2pc] [--calls batched|per-step] [--daemon BINARY] [--seconds 6]
-                  [--clients 8] [--rows 100000] [--perf-record FILE]
+usage: profile.py [--mode 2pc] [--calls batched|per-step] [--one-request] [--ro-share F]
+                  [--daemon BINARY] [--seconds 6] [--clients 8] [--rows 100000] [--perf-record FILE]
+
+--one-request: the driver's one-request path (leased gtids, the commit the only request; the
+coordinator experiment's :1req variants). --ro-share F: that share of the global
+transactions read-only (1: the experiment's RO=100% point).
 Prints one JSON line.
 """
 from __future__ import annotations
@@ -83,6 +87,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", default="2pc")
     ap.add_argument("--calls", default="batched", choices=["batched", "per-step"])
+    ap.add_argument("--one-request", action="store_true", help="the driver's one-request path (modes 2pc and co)")
+    ap.add_argument("--ro-share", type=float, help="share of read-only global transactions (the driver's --ro-share)")
     ap.add_argument("--daemon", help="another build of the daemon (default: the installed one)")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--clients", type=int, default=8)
@@ -91,14 +97,15 @@ def main() -> None:
     a = ap.parse_args()
     subprocess.run(["perf", "probe", "-q", "-x", LIBC, "malloc"], capture_output=True)  # exists already: fine
     point = micro.parse_point("default", dict(micro.DEFAULTS, N=a.rows))
-    wargs = loadgen.micro_args(point) + ["--calls", a.calls]
+    wargs = loadgen.micro_args(point) + ["--calls", a.calls] + (["--one-request"] if a.one_request else []) \
+        + (["--ro-share", str(a.ro_share)] if a.ro_share is not None else [])
     with Env(fsync=True) as env:
         micro.load(env, a.rows)
         env.set_mode(a.mode)
         if a.daemon:
             env.use_binary(a.daemon)
         warm = 1.0
-        out = {"mode": a.mode, "calls": a.calls, "daemon": a.daemon or "installed", "clients": a.clients}
+        out = {"mode": a.mode, "calls": a.calls, "one_request": a.one_request, "ro_share": a.ro_share, "daemon": a.daemon or "installed", "clients": a.clients}
 
         def slice_with(cmd):
             w = windowed(env, warm + 0.5, a.seconds, cmd if cmd[0] == "sleep" else cmd + ["-p", str(env.daemon.proc.pid)])
