@@ -13,8 +13,9 @@ import (
 //   - PostgreSQL: no transaction id assigned just before PREPARE TRANSACTION
 //     (pg_current_xact_id_if_assigned() IS NULL: the transaction changed no row); a
 //     branch that did write is simply not listed, and the decision syncs.
-//   - MariaDB in engine mode: the branch runs as a READ ONLY transaction, so InnoDB
-//     refuses its writes (error 1792); its SERIALIZABLE reads still lock until XA COMMIT.
+//   - MariaDB in engine mode and plain 2PC: the branch runs as a READ ONLY transaction,
+//     so InnoDB refuses its writes (error 1792); in engine mode its SERIALIZABLE reads
+//     still lock until XA COMMIT.
 //   - MariaDB in client mode: never listed. The branch's slot write makes it a read-write
 //     transaction, and nothing the session can read says for certain that the
 //     application's statements changed no row; the daemon refuses such a listing
