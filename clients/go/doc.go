@@ -43,9 +43,10 @@
 // (deadlock, lock wait) and are retryable like the engines' own.
 //
 // A branch opened WithReadOnly writes nothing: checked before it prepares (PostgreSQL: no
-// transaction id assigned; MariaDB in engine mode: a READ ONLY transaction; MariaDB in
-// client mode: never claimed), and when every branch wrote nothing the daemon commits
-// without a store sync (readonly.go).
+// transaction id assigned; MariaDB in engine mode and plain 2PC: a READ ONLY transaction;
+// MariaDB in client mode: never claimed), and when every branch wrote nothing the daemon
+// commits without a store sync (readonly.go). In plain 2PC such a branch of the root's
+// two-phase commit is not prepared: it commits in one phase at its vote (readonly.go).
 //
 // Errors worth retrying the whole global transaction for (a prepare refused by pg_co or
 // mysql_co, a serialization failure, deadlock or lock timeout, a retryable abort such as

@@ -13,16 +13,32 @@ import (
 //   - PostgreSQL: no transaction id assigned just before PREPARE TRANSACTION
 //     (pg_current_xact_id_if_assigned() IS NULL: the transaction changed no row); a
 //     branch that did write is simply not listed, and the decision syncs.
-//   - MariaDB in engine mode: the branch runs as a READ ONLY transaction, so InnoDB
-//     refuses its writes (error 1792); its SERIALIZABLE reads still lock until XA COMMIT.
+//   - MariaDB in engine mode and plain 2PC: the branch runs as a READ ONLY transaction,
+//     so InnoDB refuses its writes (error 1792); in engine mode its SERIALIZABLE reads
+//     still lock until XA COMMIT.
 //   - MariaDB in client mode: never listed. The branch's slot write makes it a read-write
 //     transaction, and nothing the session can read says for certain that the
 //     application's statements changed no row; the daemon refuses such a listing
 //     (docs/client-mode.md, "Read-only branches"). The branch runs as any other.
 
+// The read-only vote (XA's read-only optimisation, plain 2PC only): a branch that
+// votesReadOnly is committed in one phase on its session at its vote (PostgreSQL COMMIT,
+// MariaDB XA END + XA COMMIT ONE PHASE) instead of prepared, and is still listed with the
+// commit (prepared, read_only); after the decision nothing runs for it but its
+// acknowledgement. Plain 2PC promises atomicity only, and a branch that wrote nothing has
+// nothing to commit or roll back: ending it early changes no data whatever the decision and
+// lets its locks go sooner; it saves PostgreSQL's PREPARE (a WAL flush even with nothing
+// written) and the COMMIT PREPARED round trip. Not in engine mode (pg_co's rule C needs a
+// reader prepared until the decision; mysql_co likewise) nor in client mode (the helper's
+// edge and the slot write): ending a branch before the last PREPARE is what the in-memory
+// commit's serializability argument forbids where commitment ordering is claimed. Only on
+// the root's two-phase commit through the daemon: a lone branch commits in one phase anyway,
+// and a participant's branch is reported prepared by its own request.
+
 // WithReadOnly declares that the branch writes nothing (see readonly.go's checks): when
 // every branch of the transaction is read-only, the daemon commits it without a synced
-// store write. Branches still prepare (commitment ordering needs their PREPARE).
+// store write. Branches still prepare where commitment ordering is enforced (it needs
+// their PREPARE); in plain 2PC such a branch ends at its vote instead.
 func WithReadOnly() BranchOption { return func(b *Branch) { b.ReadOnly = true } }
 
 // engineReadOnly: MariaDB in engine mode runs a read-only branch as a READ ONLY
@@ -56,6 +72,14 @@ func (b *Branch) checkWroteNothing() (bool, error) {
 	default:
 		return false, nil // MariaDB in client mode: cannot be checked, never claimed
 	}
+}
+
+// votesReadOnly (after checkWroteNothing): the branch may end at its vote instead of
+// preparing: declared read-only, wrote nothing (MariaDB: a READ ONLY transaction), and its
+// resource in plain 2PC (the registration's answer, or on the one-request path the mode
+// learnt from earlier registrations).
+func (b *Branch) votesReadOnly() bool {
+	return b.wroteNothing && b.Enforcement == EnforcementNone
 }
 
 // wroteNothing: the ids of the transaction's prepared branches that wrote nothing.

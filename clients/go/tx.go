@@ -85,6 +85,10 @@ type Branch struct {
 	// before PREPARE found (readonly.go). The commit lists the branches that wrote nothing.
 	ReadOnly     bool
 	wroteNothing bool
+	// endedAtVote: committed in one phase at its vote instead of prepared (the read-only
+	// vote of plain 2PC, readonly.go); it keeps stPrepared as its vote, and no statement
+	// is run for it after the decision.
+	endedAtVote bool
 }
 
 // BranchOption changes a branch (WithIsolation).
@@ -502,8 +506,11 @@ func (b *Branch) rollbackUnprepared() {
 // write. A refusal rolls back and returns an *AbortedError (Refused and Retryable for the
 // engines' CO refusals, and in client mode for PostgreSQL's serialization failures and
 // InnoDB's deadlocks and lock timeouts).
-func (b *Branch) prepare() error {
-	if err := b.prepareStatements(); err != nil {
+//
+// mayEnd: the root's two-phase commit through the daemon, where a read-only branch of
+// plain 2PC ends at its vote instead (readonly.go, votesReadOnly).
+func (b *Branch) prepare(mayEnd bool) error {
+	if err := b.prepareStatements(mayEnd); err != nil {
 		return b.refused(err, "prepare")
 	}
 	b.state = stPrepared
@@ -524,7 +531,7 @@ func (b *Branch) refused(err error, step string) error {
 	return &AbortedError{GTID: b.tx.gtid, Reason: reason, Retryable: retry, Refused: retry, Err: err}
 }
 
-func (b *Branch) prepareStatements() error {
+func (b *Branch) prepareStatements(mayEnd bool) error {
 	if b.ReadOnly {
 		// Before client mode's slot write, which is not the application's data.
 		nothing, err := b.checkWroteNothing()
@@ -537,6 +544,13 @@ func (b *Branch) prepareStatements() error {
 		if err := b.shimTouch(); err != nil {
 			return err
 		}
+	}
+	if mayEnd && b.votesReadOnly() {
+		if err := b.commitOnePhase(); err != nil {
+			return err
+		}
+		b.endedAtVote = true
+		return nil
 	}
 	if b.Kind == Postgres {
 		return b.exec("PREPARE TRANSACTION " + b.GID)
@@ -558,16 +572,20 @@ func (b *Branch) commitOnePhase() error {
 }
 
 // finish gives a prepared branch the decided outcome on the owner's session. A branch the
-// coordinator already finished (its owner grace ran out) is fine.
+// coordinator already finished (its owner grace ran out) is fine. A branch that ended at
+// its vote runs nothing: it wrote nothing, so commit and rollback are the same data (its
+// acknowledgement still follows, so that the daemon does not try to finish it).
 func (b *Branch) finish(outcome string) error {
 	var err error
-	if b.Kind == Postgres {
+	switch {
+	case b.endedAtVote:
+	case b.Kind == Postgres:
 		verb := "ROLLBACK PREPARED "
 		if outcome == "commit" {
 			verb = "COMMIT PREPARED "
 		}
 		err = b.exec(verb + b.GID)
-	} else {
+	default:
 		verb := "XA ROLLBACK "
 		if outcome == "commit" {
 			verb = "XA COMMIT "
@@ -628,7 +646,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 		if b.state != stActive {
 			continue
 		}
-		if err := b.prepare(); err != nil {
+		if err := b.prepare(true); err != nil {
 			t.rollbackLocal()
 			if !t.leased {
 				_ = t.coord.Abort(ctx, t.gtid, err.Error())
@@ -768,7 +786,7 @@ func (t *Tx) Prepare(ctx context.Context) error {
 		if b.state != stActive {
 			continue
 		}
-		if err := b.prepare(); err != nil {
+		if err := b.prepare(false); err != nil {
 			t.rollbackLocal()
 			t.Outcome = "abort"
 			return err

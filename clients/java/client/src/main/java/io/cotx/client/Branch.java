@@ -39,6 +39,10 @@ public final class Branch {
     // found (the commit lists such branches: the daemon skips its sync when all are).
     private final boolean readOnly;
     private boolean wroteNothing;
+    // Committed in one phase at its vote instead of prepared (the read-only vote of plain
+    // 2PC, votesReadOnly): it keeps PREPARED as its vote, and after the decision nothing is
+    // run for it but its acknowledgement.
+    private boolean endedAtVote;
     State state = State.ACTIVE;
 
     Branch(Transaction tx, Connection conn, String resource, String id, Isolation isolation, boolean readOnly) {
@@ -59,6 +63,22 @@ public final class Branch {
      * such with the commit. */
     public boolean wroteNothing() {
         return wroteNothing;
+    }
+
+    /** The read-only vote (XA's read-only optimisation, plain 2PC only): after the check,
+     * the branch may end at its vote — committed in one phase on its session (PostgreSQL
+     * COMMIT, MariaDB XA END + XA COMMIT ONE PHASE) instead of prepared, still listed with the
+     * commit (prepared, read_only). Plain 2PC promises atomicity only, and a branch that wrote
+     * nothing has nothing to commit or roll back: ending it early changes no data whatever the
+     * decision and lets its locks go sooner; it saves PostgreSQL's PREPARE (a WAL flush even
+     * with nothing written) and the COMMIT PREPARED round trip. Not in engine mode (pg_co's
+     * rule C needs a reader prepared until the decision; mysql_co likewise) nor in client mode
+     * (the helper's edge, the slot write): ending a branch before the last PREPARE is what the
+     * in-memory commit's serializability argument forbids where commitment ordering is
+     * claimed. The enforcement is the registration's answer, or on the one-request path the
+     * mode learnt from earlier registrations. */
+    private boolean votesReadOnly() {
+        return wroteNothing && enforcement == Enforcement.NONE;
     }
 
     /** MariaDB in engine mode runs a read-only branch as a READ ONLY transaction (a write is
@@ -200,8 +220,11 @@ public final class Branch {
 
     /** PREPARE TRANSACTION / XA END + XA PREPARE, in client mode after the slot's write. A
      * failure rolls back and reports; the exception is a TransactionAbortedException, refused
-     * and retryable for the engines' refusals. */
-    void prepare() {
+     * and retryable for the engines' refusals. {@code mayEnd}: the root's two-phase commit
+     * through the daemon, where a read-only branch of plain 2PC ends at its vote instead
+     * ({@link #votesReadOnly}; a lone branch commits in one phase anyway, and a participant's
+     * branch is reported prepared by its own request). */
+    void prepare(boolean mayEnd) {
         try {
             if (readOnly) {
                 // Before client mode's slot write, which is not the application's data.
@@ -210,7 +233,12 @@ public final class Branch {
             if (enforcement == Enforcement.CLIENT) {
                 dialect.shimTouch(conn, shimKey);
             }
-            dialect.prepare(conn, engineId);
+            if (mayEnd && votesReadOnly()) {
+                dialect.commitOnePhase(conn, engineId);
+                endedAtVote = true;
+            } else {
+                dialect.prepare(conn, engineId);
+            }
             state = State.PREPARED;
         } catch (SQLException e) {
             throw refused(e, "prepare");
@@ -251,10 +279,14 @@ public final class Branch {
     }
 
     /** The decided outcome on the owner's session. A branch the coordinator already finished
-     * (its owner grace ran out) is fine. */
+     * (its owner grace ran out) is fine. A branch that ended at its vote runs nothing: it wrote
+     * nothing, so commit and rollback are the same data (its acknowledgement still follows, so
+     * that the daemon does not try to finish it). */
     void finish(boolean commit) throws SQLException {
         try {
-            dialect.finish(conn, engineId, commit);
+            if (!endedAtVote) {
+                dialect.finish(conn, engineId, commit);
+            }
         } catch (SQLException e) {
             if (!dialect.alreadyFinished(e)) {
                 throw e;

@@ -135,10 +135,12 @@ public final class Transaction {
     /** {@link #branch(Connection, String, Isolation, String)}; {@code readOnly}: the branch
      * writes nothing, checked before its PREPARE (PostgreSQL: no transaction id assigned, a
      * branch that wrote anyway is simply not listed) or enforced by the engine (MariaDB in
-     * engine mode: a READ ONLY transaction, whose writes fail with error 1792); MariaDB in
-     * client mode: accepted, never listed (its slot write; docs/client-mode.md, "Read-only
-     * branches"). When every branch of the transaction wrote nothing, the daemon commits it
-     * without a synced store write (docs/coordinator.md, "All-read-only transactions"). */
+     * engine mode and plain 2PC: a READ ONLY transaction, whose writes fail with error 1792);
+     * MariaDB in client mode: accepted, never listed (its slot write; docs/client-mode.md,
+     * "Read-only branches"). When every branch of the transaction wrote nothing, the daemon
+     * commits it without a synced store write (docs/coordinator.md, "All-read-only
+     * transactions"). In plain 2PC (enforcement "none") such a branch is not prepared: it
+     * commits in one phase at its vote (Branch's read-only vote). */
     public Branch branch(Connection conn, String resource, Isolation isolation, String branchId, boolean readOnly) {
         String id = branchId != null ? branchId
                 : (resource.length() > 24 ? resource.substring(0, 24) : resource) + "-" + Traceparent.randomHex(8);
@@ -252,7 +254,7 @@ public final class Transaction {
                 continue;
             }
             try {
-                b.prepare();
+                b.prepare(true);
             } catch (TransactionAbortedException e) {
                 rollbackLocal();
                 abortQuietly(e.getMessage());
@@ -373,7 +375,7 @@ public final class Transaction {
                 continue;
             }
             try {
-                b.prepare();
+                b.prepare(false);
             } catch (TransactionAbortedException e) {
                 rollbackLocal();
                 outcome = "abort";
