@@ -15,7 +15,7 @@
 //! counterpart of SQLite's WAL checkpoints, which run on the store's thread and are in its
 //! numbers), audit records, purges, restores. Those ops and reads are refused.
 //!
-//! Record layout: `len: u32 LE` (of the body), `crc: u32 LE` (CRC-32 of the length bytes
+//! Record layout: `len: u32 LE` (of the body), `crc: u32 LE` (CRC-32C of the length bytes
 //! and the body), body (`kind: u8`, then the fields; strings as `u16 LE` length + bytes).
 //! The file is zero-filled at open, so a zero length is the log's end; a record whose
 //! checksum does not match, or that runs past the file, is a torn tail (an unacknowledged
@@ -30,6 +30,8 @@ use cotx_protocol::lease;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+
+mod crc32c;
 
 const DECISION: u8 = 1;
 const FINISHED: u8 = 2;
@@ -283,6 +285,11 @@ impl DecisionLog for AppLog {
     }
 }
 
+/// A record's checksum: CRC-32C of its length bytes and its body.
+fn checksum(len: u32, body: &[u8]) -> u32 {
+    crc32c::finish(crc32c::update(crc32c::update(crc32c::START, &len.to_le_bytes()), body))
+}
+
 fn put_str(b: &mut Vec<u8>, s: &str) {
     // Longer strings are cut: the daemon's ids are far shorter (naming.rs).
     let s = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
@@ -332,10 +339,7 @@ pub fn encode(b: &mut Vec<u8>, r: &Rec) {
     }
     let len = (b.len() - start - HEADER) as u32;
     b[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    let mut h = crc32fast::Hasher::new();
-    h.update(&len.to_le_bytes());
-    h.update(&b[start + HEADER..]);
-    let crc = h.finalize();
+    let crc = checksum(len, &b[start + HEADER..]);
     b[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -405,10 +409,7 @@ pub fn read_log(bytes: &[u8]) -> (Vec<Rec>, Tail) {
         let Some(body) = bytes.get(at + HEADER..at + HEADER + len as usize) else {
             return (out, Tail::Torn(at as u64));
         };
-        let mut c = crc32fast::Hasher::new();
-        c.update(&len.to_le_bytes());
-        c.update(body);
-        match (c.finalize() == crc).then(|| decode(body)).flatten() {
+        match (checksum(len, body) == crc).then(|| decode(body)).flatten() {
             Some(r) => out.push(r),
             None => return (out, Tail::Torn(at as u64)),
         }
