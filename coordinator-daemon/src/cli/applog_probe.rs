@@ -2,7 +2,7 @@
 //!
 //! It answers one question: would an append-only decision log cost the store's thread
 //! less CPU per decision than SQLite's COMMIT does? It runs behind the same group-commit
-//! thread (crate::store::Store, the same batches and commit delay) and does, per batch,
+//! thread (crate::store::Store, the same batching and commit delay) and does, per batch,
 //! what such a log must do at the least: the same checks as the SQLite store's
 //! conditional insert (the record already there, the epoch's purge watermark, the node's
 //! lease grant), answered from indexes in memory; every write of the batch appended as a

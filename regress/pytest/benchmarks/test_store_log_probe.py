@@ -20,7 +20,7 @@ def test_store_log_probe_runs_abba_and_pairs_the_rounds(tmp_path):
     for pattern in ("1 writer, back to back", "8 writers at 12 ms", "64 writers, back to back"):
         order = [(x["round"], x["backend"]) for x in runs if x["pattern"] == pattern]
         assert order == [(0, "sqlite"), (0, "applog"), (1, "applog"), (1, "sqlite")], order
-    assert all(x["store_cpu_ms_per_decision"] > 0 and x["quiet"] for x in runs), runs
+    assert all(x["store_cpu_ms_per_decision"] > 0 and x["store_cpu_ms_per_sync"] > 0 and x["quiet"] for x in runs), runs
     assert {x["decisions"] for x in runs if x["pattern"].startswith("64")} == {200}
     ratios = [x for x in lines if x.get("ratio") == "applog/sqlite"]
     assert len(ratios) == 3 and all(r["store_cpu_ms_per_decision"]["runs"] == 2 for r in ratios), ratios
