@@ -31,6 +31,13 @@ CONFIGS = [
 FIELDS = ["store_cpu_ms_per_decision", "decisions_per_sync", "decisions_per_s"]
 
 
+def bench_store(path: str, n: int, args: list[str]) -> dict:
+    """One `cotx-coordinator bench-store --path PATH --n N ARGS` run: its JSON line."""
+    p = subprocess.run([find_binary(), "bench-store", "--path", path, "--n", str(n), *args],
+                       capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -42,9 +49,7 @@ def main() -> None:
     rows: dict[str, list[dict]] = {name: [] for name, _ in CONFIGS}
     for r in range(a.rounds):
         for name, args in (CONFIGS if r % 2 == 0 else CONFIGS[::-1]):
-            p = subprocess.run([find_binary(), "bench-store", "--path", db, "--n", str(a.n), *args],
-                               capture_output=True, text=True, timeout=600, check=True)
-            x = json.loads(p.stdout.strip().splitlines()[-1])
+            x = bench_store(db, a.n, args)
             rows[name].append(x)
             print(json.dumps({"config": name, "round": r, **{k: x[k] for k in FIELDS}}), flush=True)
     for name, xs in rows.items():

@@ -1,11 +1,14 @@
 //! `cotx-coordinator bench-store`: decisions per second of the store alone.
 //!
-//! SQLite (`--path`): one store, `clients` concurrent writers. PostgreSQL (`--pg-dsn`):
+//! SQLite (`--path`): one store, `clients` concurrent writers; with `--backend applog` the
+//! same writers and group-commit thread write to the append-only log probe instead
+//! (applog_probe.rs: a measurement, not a store a daemon runs). PostgreSQL (`--pg-dsn`):
 //! `writers` store handles on one shared table, each with its own connection, writer
 //! thread (group commit) and node id under a lease it claimed, as that many daemons
 //! sharing a replicated store would be; every decision is fenced by its node's grant as
 //! the daemon writes it (the lease row read FOR SHARE in the same transaction).
 
+use super::applog_probe::AppLog;
 use crate::config;
 use crate::naming;
 use crate::serve::open_store;
@@ -27,6 +30,39 @@ pub struct SqliteBench {
     pub pace: Option<std::time::Duration>,
     /// store.commit_delay_us.
     pub commit_delay_us: u64,
+    pub backend: Backend,
+}
+
+/// What `bench-store --path` writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The daemon's SQLite store.
+    Sqlite,
+    /// The append-only log probe (applog_probe.rs): measured, never run by a daemon.
+    Applog,
+}
+
+/// The store `bench-store --path` measures: the SQLite store as the daemon opens it, or
+/// the log probe behind the same group-commit thread with the same batching.
+fn open(path: &str, b: &SqliteBench) -> Result<store::Store, String> {
+    let cfg = config::StoreConfig::Sqlite {
+        path: path.to_string(),
+        group_commit: b.group_commit,
+        max_batch: 1024,
+        commit_delay_us: b.commit_delay_us,
+    };
+    match b.backend {
+        Backend::Sqlite => Ok(open_store(&cfg)?),
+        Backend::Applog => {
+            let (max_batch, delay_us) = if b.group_commit { (1024, b.commit_delay_us) } else { (1, 0) };
+            // Room for every decision and its finished mark (each well under 256 bytes).
+            let (path, capacity) = (path.to_string(), (b.n as u64 + 16) * 512 + (1 << 20));
+            let open = move || -> Result<Box<dyn store::DecisionLog>, store::StoreError> {
+                Ok(Box::new(AppLog::create(&path, capacity)?))
+            };
+            Ok(store::Store::open_in_thread(open, max_batch, std::time::Duration::from_micros(delay_us))?)
+        }
+    }
 }
 
 /// Decisions/s of the SQLite store alone, the decisions written as the daemon writes
@@ -34,19 +70,17 @@ pub struct SqliteBench {
 /// the store thread's CPU per decision: where the in-process coordinator's profile puts
 /// most of its cost, measured here without the databases beside it.
 pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
-    let SqliteBench { n, clients, group_commit: group, finish, pace, commit_delay_us } = *b;
+    let SqliteBench { n, clients, group_commit: group, finish, pace, commit_delay_us, backend } = *b;
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
     let _ = std::fs::remove_file(format!("{path}-shm"));
-    let cfg =
-        config::StoreConfig::Sqlite { path: path.to_string(), group_commit: group, max_batch: 1024, commit_delay_us };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let s = open_store(&cfg)?;
+        let s = open(path, b)?;
         let (node, nonce) = ("bench".to_string(), state::unix_ms());
         let token = claim(&s, &node, "bench-store", path).await?;
         s.write(store::Op::RegisterEpoch { node: node.clone(), nonce }).await?;
@@ -76,7 +110,11 @@ pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
         let cpu = store::store_thread_cpu_s() - cpu0;
         let batches = s.stats.batches.load(std::sync::atomic::Ordering::Relaxed) - batches0;
         println!(
-            "{{\"store\": \"sqlite\", \"group_commit\": {group}, \"finish\": {finish}, \"pace_ms\": {}, \"commit_delay_us\": {commit_delay_us}, \"decisions\": {n}, \"clients\": {clients}, \"seconds\": {secs:.3}, \"decisions_per_s\": {:.0}, \"syncs\": {batches}, \"decisions_per_sync\": {:.1}, \"store_cpu_ms_per_decision\": {:.4}}}",
+            "{{\"store\": \"{}\", \"group_commit\": {group}, \"finish\": {finish}, \"pace_ms\": {}, \"commit_delay_us\": {commit_delay_us}, \"decisions\": {n}, \"clients\": {clients}, \"seconds\": {secs:.3}, \"decisions_per_s\": {:.0}, \"syncs\": {batches}, \"decisions_per_sync\": {:.1}, \"store_cpu_ms_per_decision\": {:.4}}}",
+            match backend {
+                Backend::Sqlite => "sqlite",
+                Backend::Applog => "applog",
+            },
             pace.map_or(0.0, |p| p.as_secs_f64() * 1000.0),
             n as f64 / secs,
             n as f64 / batches.max(1) as f64,

@@ -1,6 +1,7 @@
 //! The command line (clap): `serve` runs the daemon (crate::serve); the other subcommands
 //! are for operators (see docs/coordinator.md) and talk to a daemon through `client`.
 
+pub mod applog_probe;
 pub mod bench_store;
 pub mod client;
 pub mod listing;
@@ -170,6 +171,12 @@ enum Cmd {
         #[arg(long, default_value_t = 0, conflicts_with_all = ["pg_dsn", "no_group_commit"],
               value_parser = clap::value_parser!(u64).range(0..=100_000))]
         commit_delay_us: u64,
+        /// With --path: `sqlite`, the daemon's store; or `applog`, a MEASUREMENT PROBE that
+        /// no daemon can run: the same group-commit thread appending each batch as
+        /// checksummed records to one preallocated file and fdatasync-ing it, to compare
+        /// its CPU per decision with SQLite's (cli/applog_probe.rs says what it leaves out).
+        #[arg(long, value_enum, default_value = "sqlite", conflicts_with = "pg_dsn")]
+        backend: bench_store::Backend,
     },
 }
 
@@ -261,6 +268,7 @@ pub fn main() {
             finish,
             pace_ms,
             commit_delay_us,
+            backend,
         } => match (path, pg_dsn) {
             (_, Some(dsn)) => bench_store::bench_pg_store(&dsn, &table, n, clients, writers, !no_group_commit),
             (Some(path), None) => bench_store::bench_store(
@@ -272,6 +280,7 @@ pub fn main() {
                     finish,
                     pace: pace_ms,
                     commit_delay_us,
+                    backend,
                 },
             ),
             (None, None) => Err("bench-store needs --path FILE (SQLite) or --pg-dsn DSN (PostgreSQL)".into()),
