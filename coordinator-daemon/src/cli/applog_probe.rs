@@ -15,7 +15,7 @@
 //! counterpart of SQLite's WAL checkpoints, which run on the store's thread and are in its
 //! numbers), audit records, purges, restores. Those ops and reads are refused.
 //!
-//! Record layout: `len: u32 LE` (of the body), `crc: u32 LE` (CRC-32C of the length bytes
+//! Record layout: `len: u32 LE` (of the body), `crc: u32 LE` (CRC-32 of the length bytes
 //! and the body), body (`kind: u8`, then the fields; strings as `u16 LE` length + bytes).
 //! The file is zero-filled at open, so a zero length is the log's end; a record whose
 //! checksum does not match, or that runs past the file, is a torn tail (an unacknowledged
@@ -31,7 +31,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-mod crc32c;
 
 const DECISION: u8 = 1;
 const FINISHED: u8 = 2;
@@ -285,9 +284,13 @@ impl DecisionLog for AppLog {
     }
 }
 
-/// A record's checksum: CRC-32C of its length bytes and its body.
+/// A record's checksum: CRC-32 of its length bytes and its body (crc32fast: a torn or
+/// stale tail is what it must catch, not an adversary).
 fn checksum(len: u32, body: &[u8]) -> u32 {
-    crc32c::finish(crc32c::update(crc32c::update(crc32c::START, &len.to_le_bytes()), body))
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len.to_le_bytes());
+    h.update(body);
+    h.finalize()
 }
 
 fn put_str(b: &mut Vec<u8>, s: &str) {
