@@ -194,6 +194,9 @@ impl From<CoordError> for Failure {
 enum BState {
     Active,
     Prepared,
+    /// Voted read-only (plain 2PC): committed in one phase at its vote, listed as prepared
+    /// in the commit; nothing is run for it after the decision, only its acknowledgement.
+    Voted,
     Done,
 }
 
@@ -215,6 +218,9 @@ struct Branch {
     /// Client mode: the daemon lets this branch commit in one phase when it is its
     /// transaction's only one (after its slot write; docs/client-mode.md, "One phase").
     one_phase: bool,
+    /// Plain 2PC (enforcement "none"): no commitment ordering is claimed at its resource,
+    /// so a read-only branch may vote read-only there (`prepare_one`).
+    plain: bool,
 }
 
 impl Branch {
@@ -224,6 +230,14 @@ impl Branch {
     /// looked at before PREPARE. As the clients (cotx.branch.Branch._engine_read_only).
     fn engine_read_only(&self) -> bool {
         self.read_only && self.db == Db::My && self.shim.is_none()
+    }
+
+    /// Its state after its prepare (`prepare_one`'s answer).
+    fn voted(&mut self, vote: Vote) {
+        (self.state, self.wrote_nothing) = match vote {
+            Vote::Prepared { wrote_nothing } => (BState::Prepared, wrote_nothing),
+            Vote::ReadOnly => (BState::Voted, true),
+        };
     }
 }
 
@@ -562,6 +576,7 @@ impl Client {
                 read_only: sub.read_only,
                 wrote_nothing: false,
                 one_phase: shim.is_some() && r["shim"]["one_phase"].as_bool().unwrap_or(false),
+                plain: enforcement == "none",
             };
             // Begin and the statements; client mode's slot is written at prepare (prepare_one).
             let my_iso = self.cfg.my_isolation;
@@ -731,9 +746,11 @@ impl Client {
         }
     }
 
-    /// PREPARE TRANSACTION / XA END + XA PREPARE of the given branches, one after the other
-    /// or all at once (--parallel-prepare). A refused branch is rolled back and reported
-    /// failed; the first failure is returned.
+    /// PREPARE TRANSACTION / XA END + XA PREPARE of the given branches (or the read-only
+    /// vote: `prepare_one`), one after the other or all at once (--parallel-prepare). A
+    /// refused branch is rolled back and reported failed; the first failure is returned.
+    /// Only the two-phase commits through the daemon call it (the single-branch one-phase
+    /// commit and dip's decision branch are not prepared).
     async fn prepare(&mut self, g: &str, br: &mut [Branch], which: &[usize]) -> Result<(), Failure> {
         let mut first_err: Option<DbError> = None;
         let mut failed: Vec<usize> = vec![];
@@ -743,10 +760,7 @@ impl Client {
             let results = join_all(taken.iter_mut().map(|(i, s)| prepare_one(s, &br[*i]))).await;
             for ((i, mut s), r) in taken.into_iter().zip(results) {
                 match r {
-                    Ok(nothing) => {
-                        br[i].state = BState::Prepared;
-                        br[i].wrote_nothing = nothing;
-                    }
+                    Ok(vote) => br[i].voted(vote),
                     Err(e) => {
                         rollback_unprepared(&mut s, &br[i]).await;
                         br[i].state = BState::Done;
@@ -760,10 +774,7 @@ impl Client {
             for &i in which {
                 let sess = self.sess.get_mut(&br[i].session).unwrap();
                 match prepare_one(sess, &br[i]).await {
-                    Ok(nothing) => {
-                        br[i].state = BState::Prepared;
-                        br[i].wrote_nothing = nothing;
-                    }
+                    Ok(vote) => br[i].voted(vote),
                     Err(e) => {
                         rollback_unprepared(sess, &br[i]).await;
                         br[i].state = BState::Done;
@@ -791,8 +802,15 @@ impl Client {
     /// COMMIT PREPARED / XA COMMIT of the given prepared branches on their owners' sessions
     /// (all at once with --parallel-finish); returns the ids finished.
     async fn finish_commit(&mut self, _g: &str, br: &mut [Branch], which: &[usize]) -> Vec<String> {
-        let which: Vec<usize> = which.iter().copied().filter(|&i| br[i].state == BState::Prepared).collect();
+        // Branches that voted read-only are finished already: acknowledged, nothing run.
         let mut done = vec![];
+        for &i in which {
+            if br[i].state == BState::Voted {
+                br[i].state = BState::Done;
+                done.push(br[i].bid.clone());
+            }
+        }
+        let which: Vec<usize> = which.iter().copied().filter(|&i| br[i].state == BState::Prepared).collect();
         if self.cfg.parallel_finish && which.len() > 1 {
             let mut taken: Vec<(usize, Sess)> =
                 which.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
@@ -892,6 +910,8 @@ impl Client {
                 BState::Prepared => {
                     let _ = finish_one(sess, b, false).await;
                 }
+                // Committed at its vote having written nothing: an abort changes nothing there.
+                BState::Voted => {}
                 BState::Done => continue,
             }
             b.state = BState::Done;
@@ -901,20 +921,46 @@ impl Client {
     }
 }
 
+/// What a branch's prepare left: prepared (and whether it wrote nothing), or voted
+/// read-only (committed in one phase).
+#[derive(Clone, Copy)]
+enum Vote {
+    Prepared { wrote_nothing: bool },
+    ReadOnly,
+}
+
 /// PREPARE TRANSACTION / XA END + XA PREPARE; in client mode the branch's shim slot is
 /// written just before (cotx.branch.Branch.prepare, cotx.dialect's shim_touch):
 /// PostgreSQL `SELECT cotx.shim_touch(k)` (the edge helper -rw-> branch that lets SSI
 /// refuse what would break commitment ordering), MariaDB a write of row k of cotx_shim
-/// (InnoDB then prepares the branch read-write and keeps its read locks). Ok(true): a
-/// branch declared read-only that wrote nothing, checked before the slot write as the
-/// clients check it: PostgreSQL `pg_current_xact_id_if_assigned() IS NULL`; MariaDB a READ
-/// ONLY transaction (outside client mode), never in client mode.
-async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<bool, DbError> {
+/// (InnoDB then prepares the branch read-write and keeps its read locks). A branch
+/// declared read-only that wrote nothing is listed read-only with the commit, checked
+/// before the slot write as the clients check it: PostgreSQL
+/// `pg_current_xact_id_if_assigned() IS NULL`; MariaDB a READ ONLY transaction (outside
+/// client mode), never in client mode.
+///
+/// The read-only vote (plain 2PC only, as the clients': docs/coordinator.md, "The
+/// read-only vote in plain 2PC"): such a branch at a resource of enforcement "none" is
+/// committed in one phase instead (PostgreSQL `COMMIT`, MariaDB `XA COMMIT … ONE PHASE`),
+/// which spares PostgreSQL the WAL flush of PREPARE TRANSACTION and the COMMIT PREPARED
+/// round trip. It wrote nothing, so its data is the same whatever the decision; where
+/// commitment ordering is enforced its reads must stay prepared until the decision.
+async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<Vote, DbError> {
     let nothing = match b.db {
         _ if !b.read_only => false,
         Db::Pg => sess.first_value("SELECT pg_current_xact_id_if_assigned() IS NULL").await?.as_deref() == Some("t"),
         Db::My => b.engine_read_only(),
     };
+    if nothing && b.plain {
+        match b.db {
+            Db::Pg => sess.simple("COMMIT").await?,
+            Db::My => {
+                sess.simple(&format!("XA END {}", b.xid)).await?;
+                sess.simple(&format!("XA COMMIT {} ONE PHASE", b.xid)).await?;
+            }
+        }
+        return Ok(Vote::ReadOnly);
+    }
     write_slot(sess, b).await?;
     match b.db {
         Db::Pg => sess.simple(&format!("PREPARE TRANSACTION {}", b.gid)).await?,
@@ -923,7 +969,7 @@ async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<bool, DbError> {
             sess.simple(&format!("XA PREPARE {}", b.xid)).await?;
         }
     }
-    Ok(nothing)
+    Ok(Vote::Prepared { wrote_nothing: nothing })
 }
 
 /// Client mode's slot write (nothing in the other modes), before PREPARE or before a

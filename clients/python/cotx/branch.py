@@ -5,7 +5,9 @@ machine and its conversation with the coordinator about itself (registration, th
     new → active → ready → prepared → finished | rolled_back | failed
 
 (and left_to_coordinator, set by the Transaction when the owner's session could not finish
-the branch: the daemon finishes it).
+the branch: the daemon finishes it). In plain 2PC a branch that wrote nothing votes
+read-only at "prepared" (prepare(vote=True)): committed in one phase there, with nothing
+left to run at the decision.
 
 Branches run on the application's own connections: psycopg 3 (PostgreSQL) or PyMySQL
 (MariaDB). The owner keeps its session until the decision and finishes its branch itself
@@ -49,6 +51,9 @@ class Branch:
         # (the commit lists such branches: the daemon skips its sync when all are).
         self.read_only = bool(read_only)
         self.wrote_nothing = False
+        # Committed in one phase at its vote instead of prepared (plain 2PC's read-only
+        # vote, prepare(vote=True)): nothing is left to run for it after the decision.
+        self.voted_read_only = False
         # Its database session as registered (the one-request commit lists it).
         self.session = None
 
@@ -169,20 +174,37 @@ class Branch:
         except Exception:  # noqa: BLE001 - the session may be broken; the engine rolls back
             pass
 
-    def prepare(self) -> None:
+    def prepare(self, vote: bool = False) -> None:
         """PREPARE TRANSACTION / XA END + XA PREPARE. A refusal rolls back and raises.
         In client mode the branch first writes its shim slot: the write PostgreSQL's SSI
         (against the daemon's prepared helper) or InnoDB's locking needs to refuse what
-        would break commitment ordering."""
+        would break commitment ordering.
+
+        `vote`: the transaction commits in two phases through the daemon (not in one phase,
+        not with the decision in a participant), so a branch of plain 2PC (enforcement
+        "none") that wrote nothing votes read-only: it commits in one phase here instead of
+        preparing, and stays listed as prepared and read-only in the commit. Plain 2PC
+        promises atomicity only, and a branch that wrote nothing has the same data whether
+        the decision commits or aborts; ending it now only releases its locks sooner. Not
+        where commitment ordering is enforced: there its reads must stay protected until the
+        last PREPARE (docs/coordinator.md, "The read-only vote in plain 2PC")."""
+        step = "prepare"
         try:
             if self.read_only:
                 # Before client mode's slot write, which is not the application's data.
                 self.wrote_nothing = self._engine_read_only or self._sql.wrote_nothing(self.conn)
-            if self.enforcement == "client":
-                self._sql.shim_touch(self.conn, self.shim_key)
-            self._sql.prepare(self.conn, self._engine_id)
+            if vote and self.wrote_nothing and self.enforcement == "none":
+                step = "read-only commit"
+                self._sql.commit_one_phase(self.conn, self._engine_id)
+                self.voted_read_only = True
+            else:
+                if self.enforcement == "client":
+                    self._sql.shim_touch(self.conn, self.shim_key)
+                self._sql.prepare(self.conn, self._engine_id)
         except Exception as e:
-            self._refused(e, "prepare")
+            # A failed one-phase commit is a refused PREPARE: rolled back, the transaction
+            # aborted (retryable as the refusal would be).
+            self._refused(e, step)
         self.state = "prepared"
 
     def write_slot_for_one_phase(self) -> None:
@@ -209,9 +231,12 @@ class Branch:
         self._sql.commit_one_phase(self.conn, self._engine_id)
 
     def finish(self, outcome: str, ack: bool = True) -> None:
-        """Gives a prepared branch the decided outcome on the owner's session."""
+        """Gives a prepared branch the decided outcome on the owner's session (nothing to
+        run for a branch that voted read-only: it wrote nothing and is finished already;
+        only its acknowledgement, so that the daemon does not look for it)."""
         try:
-            self._sql.finish(self.conn, self._engine_id, outcome)
+            if not self.voted_read_only:
+                self._sql.finish(self.conn, self._engine_id, outcome)
         except Exception as e:  # noqa: BLE001
             # Already finished by the coordinator (its owner grace period ran out).
             if _already_finished(e):

@@ -1,6 +1,7 @@
 """A global transaction and its commit protocols.
 
-- two-phase through the daemon (`commit` → `_commit_call`): every branch prepared, the
+- two-phase through the daemon (`commit` → `_commit_call`): every branch prepared (in
+  plain 2PC a branch that wrote nothing votes read-only instead: Branch.prepare), the
   "prepared" reports riding on the commit request, the durable decision, then each branch
   finished on its owner's session (`_finish`) with one acknowledgement;
 - one phase (`_one_phase`): a single branch and no other participant, no prepare, no record;
@@ -91,7 +92,8 @@ class Transaction:
         PREPARE (PostgreSQL: no transaction id assigned) or enforced by the engine (MariaDB
         in engine mode: a READ ONLY transaction); when every branch is read-only the
         daemon commits without a synced store write (docs/coordinator.md, "All-read-only
-        transactions")."""
+        transactions"). In plain 2PC such a branch is committed in one phase at its vote
+        instead of prepared (Branch.prepare)."""
         bid = branch_id or f"{resource[:24]}-{uuid.uuid4().hex[:16]}"
         return Branch(self, conn, resource, bid, isolation, read_only)
 
@@ -158,7 +160,9 @@ class Transaction:
         decider = next((b for b in reversed(ready) if b.kind == "postgres" and b.enforcement != "client"), None) \
             if self.decide_in_participant else None
         # Our own branches' "prepared" reports ride along with the commit request.
-        mine = self.prepare_all(report=False, skip=decider)
+        # A read-only branch may vote so (plain 2PC) only when the daemon decides: with the
+        # decision in a participant the transaction is not two-phase throughout.
+        mine = self.prepare_all(report=False, skip=decider, vote=decider is None)
         if decider is not None:
             self._finish(self._decide_in(decider, mine))
             return
@@ -210,7 +214,7 @@ class Transaction:
             self.outcome = "abort"
             raise TransactionAborted(self.gtid, "a branch failed before the commit")
         try:
-            self.prepare_all(report=False)
+            self.prepare_all(report=False, vote=True)
         except BaseException:
             # Nobody else would roll the prepared ones back before the range's lease lapses.
             self._rollback_local()
@@ -339,16 +343,18 @@ class Transaction:
         self.coord.acknowledge(self.gtid, outcome, [b.branch_id], traceparent=self.trace.header())
 
     # --- both -------------------------------------------------------------------------
-    def prepare_all(self, report: bool = True, skip: Branch | None = None) -> list[str]:
+    def prepare_all(self, report: bool = True, skip: Branch | None = None, vote: bool = False) -> list[str]:
         """Prepares every ready local branch (but `skip`) and (report=True) reports it; on
         any failure rolls back all local branches (the coordinator aborts the global
-        transaction) and raises. Returns the ids of the branches it prepared."""
+        transaction) and raises. Returns the ids of the branches it prepared (or that
+        voted read-only: `vote`, the root's two-phase commit through the daemon;
+        Branch.prepare)."""
         done = []
         for b in self._branches:
             if b.state != "ready" or b is skip:
                 continue
             try:
-                b.prepare()
+                b.prepare(vote)
             except TransactionAborted:
                 self._rollback_local()
                 raise

@@ -162,6 +162,38 @@ def test_read_only_transactions_take_the_read_only_commit(env, mode, p, listed):
     assert env.leftovers() == (0, 0)
 
 
+@pytest.mark.parametrize("one_request", [False, True], ids=["batched", "1req"])
+def test_plain_2pc_read_only_branches_vote_and_flush_nothing(env, one_request):
+    """The coordinator experiment's RO=100% point (every global transaction read-only) in
+    mode 2pc: the branches vote read-only (committed in one phase instead of prepared,
+    docs/coordinator.md, "The read-only vote in plain 2PC"), so PostgreSQL's WAL is not
+    flushed per commit (PREPARE TRANSACTION flushes even for a transaction that wrote
+    nothing: about one flush per commit before), and the daemon decides in memory. fsync
+    is switched on for the slice (off, the server counts no flush at all)."""
+    from bench.harness import loadgen
+    from bench.micro import micro
+    from cotest.coord import metric, wait_until
+    micro.load(env, 500)
+    env.set_mode("2pc")
+    args = loadgen.micro_args(micro.parse_point("N=500")) + ["--ro-share", "1"]
+    ro0 = metric(env.daemon, "cotx_read_only_commits_total")
+    env.pg.sql("ALTER SYSTEM SET fsync = on")
+    env.pg.sql("SELECT pg_reload_conf()")
+    wait_until(lambda: env.pg.sql("SHOW fsync")[0][0] == "on", what="fsync on")
+    try:
+        r = loadgen.run_slice(env, "2pc", args, clients=2, warmup=0.5, seconds=2.0,
+                              extra=["--one-request"] if one_request else [])
+    finally:
+        env.pg.sql("ALTER SYSTEM SET fsync = off")
+        env.pg.sql("SELECT pg_reload_conf()")
+    assert not r.get("errors") and not r.get("error") and not r.get("flush_errors"), r
+    assert r["commits"] > 20, r
+    assert r["pg_wal_syncs_per_commit"] < 0.1, r
+    assert metric(env.daemon, "cotx_read_only_commits_total") - ro0 >= r["commits"], r
+    assert r["store_syncs"] <= 0.1 * r["commits"], r
+    assert env.leftovers() == (0, 0)
+
+
 def test_a_mode_under_another_enforcement_is_refused(env):
     """The driver stops when the daemon registers branches under another enforcement than
     the mode's (here: mode client against the plain-2PC daemon): no result measured under
