@@ -1,11 +1,13 @@
 //! One handler per route (the table is router.rs's ROUTES): each checks its query string
 //! and body into the types of dto.rs, calls one coordinator operation and answers with
-//! its body (a crate::wire type) serialized. The `utoipa::path` attribute above each handler is the route's method, path
+//! its body (a crate::wire type) serialized. The client's calls go through
+//! client_calls.rs, whose rules the in-process API (crate::in_process) shares. The `utoipa::path` attribute above each handler is the route's method, path
 //! template and OpenAPI operation: the router matches the path the attribute declares.
 //! Request bodies are the types in dto.rs, response bodies those in crate::wire; 421: another daemon
 //! owns the gtid (`error.owner_url`); 503 on gtid routes: its owner is unavailable, or its
 //! record is quarantined.
 
+use crate::api::client_calls as calls;
 use crate::api::dto::{
     created, ok, parse, parse_required, query, text_field, AbortRequest, BeginRequest, Call, CommitRequest,
     DecisionQuery, Empty, Error, FailedRequest, FinishedManyRequest, FinishedRequest, ForceRequest, GtidLeaseRequest,
@@ -84,41 +86,7 @@ pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 413, body = Error), (status = 429, body = Error), (status = 503, body = Error)))]
 pub async fn begin(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: BeginRequest = parse(&r.body)?;
-    // Every check before any effect: a refused request changes nothing, acknowledgements
-    // included.
-    if b.branch.is_some() && b.branches.is_some() {
-        return refuse(RefusalCode::InvalidField, "branch and branches exclude each other");
-    }
-    if b.branches.as_ref().is_some_and(|all| all.is_empty() || all.len() > 1000) {
-        return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches");
-    }
-    if let Some(acks) = &b.finished {
-        if acks.len() > 1000 {
-            return refuse(RefusalCode::InvalidField, "finished lists at most 1000 acknowledgements");
-        }
-        for a in acks {
-            // An acknowledgement only: what no longer applies here changes nothing.
-            let _ = c.finished_many(&a.gtid, &a.branches, a.outcome.into()).await;
-        }
-    }
-    match (b.branch, b.branches) {
-        (None, None) => created(c.begin(b.timeout_ms)?),
-        (Some(br), _) => {
-            let begun = c.begin_with_branch(b.timeout_ms, &br.resource, &br.branch_id, br.server_started).await?;
-            c.note_session(&begun.gtid, &br.branch_id, br.session);
-            created(begun)
-        }
-        (None, Some(all)) => {
-            let ids: Vec<(String, String, Option<i64>)> =
-                all.iter().map(|b| (b.resource.clone(), b.branch_id.clone(), b.server_started)).collect();
-            let begun = c.begin_with_branches(b.timeout_ms, &ids).await?;
-            for br in &all {
-                c.note_session(&begun.gtid, &br.branch_id, br.session);
-            }
-            created(begun)
-        }
-    }
+    created(calls::begin(&c, parse(&r.body)?).await?)
 }
 
 #[utoipa::path(get, path = "/v1/transactions", summary = "list transactions",
@@ -143,10 +111,7 @@ pub async fn get(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 413, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub async fn register(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: RegisterRequest = parse_required(&r.body)?;
-    let reg = c.register_seen(&r.p[0], &b.resource, &b.branch_id, b.server_started).await?;
-    c.note_session(&r.p[0], &b.branch_id, b.session);
-    created(reg)
+    created(calls::register(&c, &r.p[0], parse_required(&r.body)?).await?)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/prepared", summary = "report a branch prepared",
@@ -156,7 +121,7 @@ pub async fn register(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn prepared(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let _: Empty = parse(&r.body)?;
-    ok(c.prepared(&r.p[0], &r.p[1]).await?)
+    ok(calls::prepared(&c, &r.p[0], &r.p[1]).await?)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/failed", summary = "report a failed (refused) prepare; aborts the transaction",
@@ -165,10 +130,7 @@ pub async fn prepared(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub async fn failed(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: FailedRequest = parse(&r.body)?;
-    let reason = b.reason.unwrap_or_else(|| "prepare failed".into());
-    text_field("reason", &reason, 1000)?;
-    ok(c.failed(&r.p[0], &r.p[1], &reason, b.retryable.unwrap_or(false)).await?)
+    ok(calls::failed(&c, &r.p[0], &r.p[1], parse(&r.body)?).await?)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/branches/{bid}/finished", summary = "acknowledge a finished branch",
@@ -177,8 +139,7 @@ pub async fn failed(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub async fn finished(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: FinishedRequest = parse_required(&r.body)?;
-    ok(c.finished(&r.p[0], &r.p[1], b.outcome.into()).await?)
+    ok(calls::finished(&c, &r.p[0], &r.p[1], parse_required(&r.body)?).await?)
 }
 
 #[utoipa::path(post, path = "/v1/gtid-leases", summary = "lease a range of gtids for the one-request commit (commit with branches)",
@@ -186,8 +147,7 @@ pub async fn finished(c: Arc<Coordinator>, r: Call) -> Routed {
     responses((status = 201, body = GtidLease), (status = 400, body = Error), (status = 401, body = Error), (status = 503, body = Error)))]
 pub async fn lease_gtids(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: GtidLeaseRequest = parse(&r.body)?;
-    created(c.lease_gtids(b.count, b.ttl_ms)?)
+    created(calls::lease_gtids(&c, parse(&r.body)?)?)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/commit",
@@ -197,62 +157,7 @@ pub async fn lease_gtids(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: CommitRequest = parse(&r.body)?;
-    let read_only = b.read_only.unwrap_or_default();
-    if b.finished.as_ref().is_some_and(|acks| acks.len() > 1000) {
-        return refuse(RefusalCode::InvalidField, "finished lists at most 1000 acknowledgements");
-    }
-    for a in b.finished.iter().flatten() {
-        // An acknowledgement only: what no longer applies here changes nothing.
-        let _ = c.finished_many(&a.gtid, &a.branches, a.outcome.into()).await;
-    }
-    if let Some(all) = b.branches {
-        if b.one_phase_branch.is_some() || b.prepared.is_some() || b.decide_in.is_some() {
-            return refuse(RefusalCode::InvalidField, "branches excludes one_phase_branch, prepared and decide_in");
-        }
-        if all.is_empty() || all.len() > 1000 || read_only.len() > 1000 {
-            return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches (read_only at most 1000)");
-        }
-        if all.iter().any(|b| b.server_started.is_some()) {
-            return refuse(
-                RefusalCode::InvalidField,
-                "server_started is client mode's, which the one-request commit does not serve",
-            );
-        }
-        let ids: Vec<(String, String, Option<i64>)> =
-            all.into_iter().map(|b| (b.resource, b.branch_id, b.session)).collect();
-        return ok(c.commit_leased(&r.p[0], &ids, &read_only).await?);
-    }
-    if read_only.len() > 1000 {
-        return refuse(RefusalCode::InvalidField, "read_only lists at most 1000 branch ids");
-    }
-    if !read_only.is_empty() && (b.one_phase_branch.is_some() || b.decide_in.is_some()) {
-        return refuse(
-            RefusalCode::InvalidField,
-            "read_only goes with a two-phase commit only (not with one_phase_branch or decide_in)",
-        );
-    }
-    match (b.one_phase_branch, b.prepared) {
-        (Some(_), _) if b.decide_in.is_some() => {
-            refuse(RefusalCode::InvalidField, "one_phase_branch and decide_in exclude each other")
-        }
-        (None, p) if b.decide_in.is_some() => {
-            let p = p.unwrap_or_default();
-            if p.len() > 1000 {
-                return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
-            }
-            ok(c.commit_decide_in(&r.p[0], &p, b.decide_in.as_deref().unwrap_or_default()).await?)
-        }
-        (Some(_), Some(_)) => refuse(RefusalCode::InvalidField, "one_phase_branch and prepared exclude each other"),
-        (Some(bid), None) => ok(c.one_phase(&r.p[0], &bid).await?),
-        (None, p) => {
-            let p = p.unwrap_or_default();
-            if p.len() > 1000 {
-                return refuse(RefusalCode::InvalidField, "prepared lists at most 1000 branch ids");
-            }
-            ok(c.commit_read_only(&r.p[0], &p, &read_only).await?)
-        }
-    }
+    ok(calls::commit(&c, &r.p[0], parse(&r.body)?).await?)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/finished", summary = "acknowledge several finished branches at once (all or nothing)",
@@ -261,8 +166,7 @@ pub async fn commit(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub async fn finished_many(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: FinishedManyRequest = parse_required(&r.body)?;
-    ok(c.finished_many(&r.p[0], &b.branches, b.outcome.into()).await?)
+    ok(calls::finished_many(&c, &r.p[0], parse_required(&r.body)?).await?)
 }
 
 #[utoipa::path(post, path = "/v1/transactions/{gtid}/abort", summary = "decide abort",
@@ -271,10 +175,7 @@ pub async fn finished_many(c: Arc<Coordinator>, r: Call) -> Routed {
               (status = 409, body = Error), (status = 421, body = Error), (status = 503, body = Error)))]
 pub async fn abort(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let b: AbortRequest = parse(&r.body)?;
-    let reason = b.reason.unwrap_or_else(|| "aborted by client".into());
-    text_field("reason", &reason, 1000)?;
-    ok(c.abort(&r.p[0], &reason).await?)
+    ok(calls::abort(&c, &r.p[0], parse(&r.body)?).await?)
 }
 
 #[utoipa::path(get, path = "/v1/transactions/{gtid}/decision", summary = "the decision, waiting up to wait_ms for it (long poll)",

@@ -177,8 +177,14 @@ pub fn unmatched(known_path: bool, path: &str) -> Refusal {
 /// Counts an answered request in `cotx_requests_total`, and a refusal below 500 in the
 /// refused requests: the daemon's requests and in-process calls alike.
 pub fn count(c: &Coordinator, r: &Routed) {
+    count_answer(c, r.as_ref().err());
+}
+
+/// `count` of an answer that did not go through a handler (the typed in-process calls):
+/// `refused` is its refusal, if it was refused.
+pub fn count_answer(c: &Coordinator, refused: Option<&Refusal>) {
     c.metrics.requests.fetch_add(1, Relaxed);
-    if r.as_ref().is_err_and(|e| e.code.http_status() < 500) {
+    if refused.is_some_and(|e| e.code.http_status() < 500) {
         c.metrics.refused_requests.fetch_add(1, Relaxed);
     }
 }
