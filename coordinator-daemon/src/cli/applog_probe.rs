@@ -31,7 +31,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-
 const DECISION: u8 = 1;
 const FINISHED: u8 = 2;
 const EPOCH: u8 = 3;
