@@ -202,8 +202,8 @@ def _victim(argv) -> int:
     orig_prepare, orig_prepare_all, orig_finish = cl.Branch.prepare, cl.Transaction.prepare_all, cl.Transaction._finish
     prepared = []
 
-    def prepare(self):
-        orig_prepare(self)
+    def prepare(self, *a, **k):
+        orig_prepare(self, *a, **k)
         prepared.append(self)
         if len(prepared) == 1:
             # Prepared in the engine, not yet reported to the coordinator.

@@ -354,7 +354,7 @@ class Transaction:
             if b.state != "ready" or b is skip:
                 continue
             try:
-                b.prepare(vote)
+                b.prepare(vote=vote)
             except TransactionAborted:
                 self._rollback_local()
                 raise
