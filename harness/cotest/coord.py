@@ -12,6 +12,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 
 from cotest.daemon import Daemon
 
@@ -21,6 +22,30 @@ def make_daemon(pg, mariadb, enforcement: str | None = None, **kw) -> Daemon:
     extra = {"enforcement": enforcement} if enforcement else {}
     return Daemon([{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2, **extra},
                    {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2, **extra}], **kw)
+
+
+@contextmanager
+def servers_in_mode(mode: str, table: str, pg_conf: dict | None = None, my_options: list[str] | None = None,
+                    **daemon_kw):
+    """(mode, pg, mariadb, daemon): a PostgreSQL and a MariaDB server with the mode's
+    extensions (pg_co and mysql_co in mode "engine"), a table `table` of 10 rows (k, v = 0)
+    on each, and a started daemon whose resources are in that enforcement mode."""
+    from cotest.servers import MariaServer, PgServer
+    engine = mode == "engine"
+    with PgServer(preload=engine, **({"conf": pg_conf} if pg_conf else {})) as pg, \
+            MariaServer(plugin=engine, **({"options": my_options} if my_options else {})) as my:
+        if engine:
+            pg.sql("CREATE EXTENSION pg_co")
+        pg.sql(f"CREATE TABLE {table}(k int PRIMARY KEY, v int NOT NULL)")
+        pg.sql(f"INSERT INTO {table} SELECT g, 0 FROM generate_series(1, 10) g")
+        my.sql(f"CREATE TABLE {table}(k int PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
+        my.sql(f"INSERT INTO {table} VALUES " + ",".join(f"({k}, 0)" for k in range(1, 11)))
+        d = make_daemon(pg, my, enforcement=mode, **daemon_kw)
+        d.start()
+        try:
+            yield mode, pg, my, d
+        finally:
+            d.destroy()
 
 
 def pg_prepared(pg) -> list[str]:

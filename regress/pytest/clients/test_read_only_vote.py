@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from cotest import MariaServer, PgServer
-from cotest.coord import make_daemon, metric, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import servers_in_mode, metric, my_prepared, nothing_prepared, pg_prepared, wait_until
 from cotest.servers import mysql_co_installed, pg_co_installed
 from cotx import Coordinator, TransactionAborted
 from cotx import dialect
@@ -34,19 +33,9 @@ GENERAL_LOG = ["--general-log=1", "--log-output=TABLE"]
 def env(request):
     """(mode, pg, mariadb, daemon): servers that log every statement, with the mode's
     extensions, a table `rv` of 10 rows on each."""
-    engine = request.param == "engine"
-    with PgServer(preload=engine, conf={"log_statement": "'all'"}) as pg, \
-            MariaServer(plugin=engine, options=GENERAL_LOG) as my:
-        if engine:
-            pg.sql("CREATE EXTENSION pg_co")
-        pg.sql("CREATE TABLE rv(k int PRIMARY KEY, v int NOT NULL)")
-        pg.sql("INSERT INTO rv SELECT g, 0 FROM generate_series(1, 10) g")
-        my.sql("CREATE TABLE rv(k int PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
-        my.sql("INSERT INTO rv VALUES " + ",".join(f"({k}, 0)" for k in range(1, 11)))
-        d = make_daemon(pg, my, enforcement=request.param, timeouts={"owner_grace_ms": 60000})
-        d.start()
-        yield request.param, pg, my, d
-        d.destroy()
+    with servers_in_mode(request.param, "rv", pg_conf={"log_statement": "'all'"}, my_options=GENERAL_LOG,
+                         timeouts={"owner_grace_ms": 60000}) as e:
+        yield e
 
 
 def only(env, mode):

@@ -22,8 +22,7 @@ import psycopg
 import pymysql
 import pytest
 from cotx import Coordinator
-from cotest import MariaServer, PgServer
-from cotest.coord import make_daemon, metric, metrics_text, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.coord import servers_in_mode, metric, metrics_text, my_prepared, nothing_prepared, pg_prepared, wait_until
 from cotest.servers import mysql_co_installed, pg_co_installed
 
 
@@ -36,19 +35,9 @@ MODES = [pytest.param("engine", marks=needs_engine), "client"]
 def env(request):
     """(mode, pg, mariadb, daemon): servers with the mode's extensions, a table `ro` of 10
     rows on each, a daemon whose owners' grace is long (the tests' owners finish)."""
-    engine = request.param == "engine"
-    with PgServer(preload=engine) as pg, MariaServer(plugin=engine) as my:
-        if engine:
-            pg.sql("CREATE EXTENSION pg_co")
-        pg.sql("CREATE TABLE ro(k int PRIMARY KEY, v int NOT NULL)")
-        pg.sql("INSERT INTO ro SELECT g, 0 FROM generate_series(1, 10) g")
-        my.sql("CREATE TABLE ro(k int PRIMARY KEY, v int NOT NULL) ENGINE=InnoDB")
-        my.sql("INSERT INTO ro VALUES " + ",".join(f"({k}, 0)" for k in range(1, 11)))
-        d = make_daemon(pg, my, enforcement=request.param,
-                        timeouts={"owner_grace_ms": 60000, "recovery_interval_ms": 3_600_000})
-        d.start()
-        yield request.param, pg, my, d
-        d.destroy()
+    with servers_in_mode(request.param, "ro",
+                         timeouts={"owner_grace_ms": 60000, "recovery_interval_ms": 3_600_000}) as e:
+        yield e
 
 
 def pg_conn(pg):
