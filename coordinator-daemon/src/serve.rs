@@ -55,7 +55,13 @@ pub fn mark_restored(cfg: &config::Config) -> Result<(), String> {
 }
 
 pub fn serve(cfg: config::Config) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    // `limits.worker_threads` (default 1): each worker more is a thread to wake per request;
+    // with one, the daemon's CPU per transaction fell by about a tenth (bench/RESULTS.md).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.limits.worker_threads)
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async move {
         let tls = match cfg.tls.as_ref().map(api::tls_acceptor).transpose() {
             Ok(t) => t,

@@ -218,6 +218,7 @@ fn limits(cx: &Ctx, raw: &RawConfig, timeouts: &Timeouts) -> Result<Limits, Conf
         max_connections: cx.ms(&m.max_connections, "limits.max_connections", 1024, 1, 1_000_000)? as usize,
         header_timeout_ms: cx.ms(&m.header_timeout_ms, "limits.header_timeout_ms", 5_000, 10, 600_000)?,
         idle_timeout_ms: cx.ms(&m.idle_timeout_ms, "limits.idle_timeout_ms", 60_000, 10, 3_600_000)?,
+        worker_threads: cx.ms(&m.worker_threads, "limits.worker_threads", 1, 1, 256)? as usize,
     };
     if timeouts.transaction_ms > limits.max_transaction_ms {
         return cx.err(

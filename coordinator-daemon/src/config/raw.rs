@@ -86,6 +86,7 @@ pub(super) struct RawLimits {
     pub(super) max_connections: Option<Spanned<u64>>,
     pub(super) header_timeout_ms: Option<Spanned<u64>>,
     pub(super) idle_timeout_ms: Option<Spanned<u64>>,
+    pub(super) worker_threads: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -68,6 +68,10 @@ pub struct Limits {
     pub header_timeout_ms: u64,
     /// A keep-alive connection with no request for this long is closed.
     pub idle_timeout_ms: u64,
+    /// Threads of the runtime that serves the API and runs the daemon's tasks. One by
+    /// default: a request is a few microseconds of work between waits, and a second worker
+    /// mostly adds wake-ups (measured: bench/RESULTS.md, "One API thread").
+    pub worker_threads: usize,
 }
 
 /// `[log]`: the log format and the least severe level written.

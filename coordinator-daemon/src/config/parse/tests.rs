@@ -107,3 +107,14 @@ fn a_dsn_is_read_in_one_place_for_the_store_and_the_resources() {
     let c = parse(&GOOD.replace(sqlite, &format!("kind = \"postgres\"\ndsn = \"{good}\"")), None).unwrap();
     assert!(matches!(&c.store, StoreConfig::Postgres { dsn, .. } if dsn == good), "{:?}", c.store);
 }
+
+#[test]
+fn worker_threads_default_to_one_and_are_bounded() {
+    assert_eq!(parse(GOOD, None).unwrap().limits.worker_threads, 1);
+    let with = |v: &str| GOOD.replace("[store]", &format!("[limits]\nworker_threads = {v}\n\n[store]"));
+    assert_eq!(parse(&with("4"), None).unwrap().limits.worker_threads, 4);
+    for bad in ["0", "257"] {
+        let e = err(&with(bad));
+        assert!(e.field == "limits.worker_threads" && e.message.contains("between 1 and 256"), "{e}");
+    }
+}
