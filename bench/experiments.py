@@ -23,7 +23,9 @@ Experiments (--experiments, comma-separated):
             dip:inproc (the coordinator in the driver's process, its CPU booked as the
             coordinator's), 2pc:inproc-delay, co:inproc-delay (the same with the
             store's commit_delay_us = 1000), 2pc:1req, co:1req (the one-request path,
-            the driver's --one-request: leased gtids, the commit the only request); with
+            the driver's --one-request: leased gtids, the commit the only request),
+            2pc:1req-log, co:1req-log, 2pc:inproc-log, co:inproc-log (the same with the
+            append-only decision log as the store); with
             --other-daemon also 2pc:other,
             co:other (that build, driven per step, or --other-calls batched); then the
             same point with every global transaction read-only (RO=100%: local, 2pc,
@@ -84,6 +86,9 @@ TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip", "client"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
                      "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
+# The same with the append-only decision log as the store (docs/coordinator.md, "The
+# append-only log"): the daemon on the one-request path, and in the driver's process.
+COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log"]
 # The coordinator experiment's all-read-only point.
 COORDINATOR_RO_MODES = ["local", "2pc", "co", "2pc:1req", "co:1req"]
 # store.commit_delay_us of the :inproc-delay modes (bench/RESULTS.md, "The decision store's
@@ -219,7 +224,7 @@ def estimate(a, exps) -> float:
     if "daemon" in exps:
         n += count(["2pc", "2pc:other", "co", "co:other"]) * (a.slices + 0.5)
     if "coordinator" in exps:
-        n += (count(COORDINATOR_MODES) + count(COORDINATOR_RO_MODES) + (count(["2pc", "co"]) if a.other_daemon else 0)) \
+        n += (count(COORDINATOR_MODES + COORDINATOR_LOG_MODES) + count(COORDINATOR_RO_MODES) + (count(["2pc", "co"]) if a.other_daemon else 0)) \
             * (a.slices + 0.5)
     if "tpcc" in exps:
         n += (len(a.warehouses.split(",")) + (1 if a.ytd_split else 0)) * count(TPCC_MODES) * (a.slices + 0.5)
@@ -323,25 +328,33 @@ class _Measuring:
         # protocol before batched calls) beside the batched ones, and with
         # --other-daemon an earlier build driven per step (:other), interleaved.
         set_fillfactor(env, 80)
-        mine = lambda env: env.use_binary(None)  # noqa: E731
-        modes = COORDINATOR_MODES + (["2pc:other", "co:other"] if a.other_daemon else [])
+        def on_store(kind):
+            def switch_to(env):
+                env.use_binary(None)
+                env.use_store(kind)
+            return switch_to
+        mine = on_store("sqlite")
+        modes = COORDINATOR_MODES + COORDINATOR_LOG_MODES + (["2pc:other", "co:other"] if a.other_daemon else [])
         switch = {m: mine for m in COORDINATOR_MODES}
+        switch.update({m: on_store("log") for m in COORDINATOR_LOG_MODES})
         if a.other_daemon:
             other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
             switch.update({"2pc:other": other, "co:other": other})
         # :inproc, the coordinator in the driver's process (bench/loadgen --coord
         # inproc:CONFIG): its config written at the switch with the mode's enforcement.
-        def in_process(delay_us):
+        def in_process(delay_us, store_kind="sqlite"):
             def switch_to(env):
                 env.use_binary(None)
-                env.in_process_config(commit_delay_us=delay_us)
+                env.use_store("sqlite")
+                env.in_process_config(commit_delay_us=delay_us, store_kind=store_kind)
             return switch_to
-        inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay"))]
-        switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0) for m in inproc})
+        inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay", ":inproc-log"))]
+        switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0,
+                                     "log" if m.endswith("-log") else "sqlite") for m in inproc})
         extra = {m: PER_STEP for m in modes if m.endswith(":per-step")}
         extra.update({m: other_calls(a) for m in modes if m.endswith(":other")})
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
-        extra.update({m: ONE_REQUEST for m in modes if m.endswith(":1req")})
+        extra.update({m: ONE_REQUEST for m in modes if m.endswith((":1req", ":1req-log"))})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
               extra=extra)
         # Every global transaction read-only (the driver's --ro-share 1): nothing for the

@@ -14,7 +14,7 @@ the coordinator daemon; every mode runs on the same servers and data, switched b
                         run with pg_co off to client mode at its next recovery pass: the
                         plain-2PC baseline would silently get shims.)
 The decision store (Env.use_store, the experiment `store`): "sqlite" (default) is one
-daemon with its SQLite file; "pg1" / "pg3" are 1 or 3 daemons (node ids benchpg0..2,
+daemon with its SQLite file; "log" one daemon with the append-only decision log; "pg1" / "pg3" are 1 or 3 daemons (node ids benchpg0..2,
 their own ports, one token) sharing a PostgreSQL store in its own PostgreSQL instance,
 started at the first use (what a user of a replicated store runs: a cluster of its own,
 not a database beside the application's; on this 2-core machine it still competes for
@@ -153,11 +153,15 @@ class Env:
 
     def _store_daemons(self, resources: list[dict]) -> list:
         """The daemons of the current store kind, from the pool: "sqlite" one (node id
-        bench, its SQLite file in coord_dir), "pgN" N of them on the PostgreSQL store. One
+        bench, its SQLite file in coord_dir), "log" one (node id benchlog, the append-only
+        decision log in its own directory), "pgN" N of them on the PostgreSQL store. One
         token for all: the driver has one (--coord lists their URLs)."""
         from cotest.daemon import Daemon
         if self.store == "sqlite":
             specs = [("bench", None, self.coord_dir)]
+        elif self.store == "log":
+            workdir = os.path.join(self.coord_dir, "benchlog")
+            specs = [("benchlog", {"kind": "log", "path": os.path.join(workdir, "decisions.log")}, workdir)]
         else:
             store = {"kind": "postgres", "dsn": self.store_dsn(), "table": STORE_TABLE}
             specs = [(f"benchpg{i}", store, os.path.join(self.coord_dir, f"benchpg{i}"))
@@ -178,11 +182,12 @@ class Env:
         file), or "pg1" / "pg3" (1 or 3 daemons, distinct node ids and ports, sharing the
         PostgreSQL store of its own instance), restarting them when it changes (with the
         running enforcement; what the last slice left prepared is decided first)."""
-        assert store == "sqlite" or (store.startswith("pg") and store[2:].isdigit() and int(store[2:]) >= 1), store
+        assert store in ("sqlite", "log") or (store.startswith("pg") and store[2:].isdigit() and int(store[2:]) >= 1), \
+            store
         if store == self.store:
             return
         self.leftovers()
-        if store != "sqlite" and self.store_pg is None:
+        if store.startswith("pg") and self.store_pg is None:
             self.start_store_server()
         for d in self.daemons:
             d.stop()
@@ -222,15 +227,16 @@ class Env:
         """The config of the coordinator in the driver's process (--coord inproc:PATH)."""
         return os.path.join(self.coord_dir, "inproc", "coordinator.toml")
 
-    def in_process_config(self, commit_delay_us: int = 0) -> str:
+    def in_process_config(self, commit_delay_us: int = 0, store_kind: str = "sqlite") -> str:
         """Writes the in-process coordinator's config: the running daemon's resources (so
-        the mode's enforcement) and timeouts, with a node id and a SQLite store of its own
-        (a node is owned by one coordinator at a time; the daemon keeps its own), and the
-        store's commit_delay_us."""
+        the mode's enforcement) and timeouts, with a node id and a store of its own (a node
+        is owned by one coordinator at a time; the daemon keeps its own): SQLite, or the
+        append-only decision log (`store_kind` "log"), with the store's commit_delay_us."""
         from cotest.daemon import Daemon
         workdir = os.path.dirname(self.in_process_path)
         os.makedirs(workdir, exist_ok=True)
-        store = {"kind": "sqlite", "path": os.path.join(workdir, "decisions.db"), "commit_delay_us": commit_delay_us}
+        file = {"sqlite": "decisions.db", "log": "decisions.log"}[store_kind]
+        store = {"kind": store_kind, "path": os.path.join(workdir, file), "commit_delay_us": commit_delay_us}
         Daemon(self.daemon.resources, timeouts=COORD_TIMEOUTS, store=store, node_id="benchinproc",
                workdir=workdir)  # writes it
         return self.in_process_path

@@ -59,6 +59,7 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
     // with one, the daemon's CPU per transaction fell by about a tenth (bench/RESULTS.md).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.limits.worker_threads)
+        .thread_name("cotx-api")
         .enable_all()
         .build()
         .expect("runtime");
