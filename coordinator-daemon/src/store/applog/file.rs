@@ -4,8 +4,8 @@
 
 use super::format::{frame, header_version, scan, Rec, Unreadable, MAGIC};
 use super::state::State;
+use crate::store::error::StoreError;
 use crate::store::log::{newer_schema, SCHEMA_VERSION};
-use crate::store::StoreError;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! length + UTF-8). The first frame holds the [`Rec::Header`]. The file is zero-filled ahead
 //! of the writes (file.rs), so an all-zero header is the end of what was written.
 
-use crate::store::AuditEntry;
+use crate::store::record::AuditEntry;
 
 /// The first bytes of every decision log: another file is refused, never read as a log.
 pub const MAGIC: &[u8; 8] = b"COTXLOG\n";

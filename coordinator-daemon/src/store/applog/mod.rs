@@ -14,9 +14,10 @@ mod format;
 mod state;
 
 use crate::state::unix_ms;
+use crate::store::error::StoreError;
+use crate::store::log::RESTORE_GRANT_JUMP;
 use crate::store::log::{Claim, DecisionLog, Identity, NodeLease, Op, OpResult, Renewal, Restored, Token};
 use crate::store::record::{loaded_from, AuditEntry, Loaded, Stored};
-use crate::store::{StoreError, RESTORE_GRANT_JUMP};
 use cotx_protocol::lease;
 use file::LogFile;
 use format::{frame, Rec};

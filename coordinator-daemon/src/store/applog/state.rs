@@ -5,8 +5,8 @@
 
 use super::format::Rec;
 use crate::store::log::{existing_outcome, OpResult};
+use crate::store::log::{Op, Token};
 use crate::store::record::{branches_to_json, gtid_seq, parse_row, purge_watermarks, AuditEntry, Stored};
-use crate::store::{Op, Token};
 use cotx_protocol::lease;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -62,7 +62,7 @@ struct Pending {
     epochs: HashMap<(String, u64), Epoch>,
 }
 
-fn row_of(r: &crate::store::DecisionRecord) -> Row {
+fn row_of(r: &crate::store::record::DecisionRecord) -> Row {
     Row {
         outcome: r.outcome.as_str().to_string(),
         branches: branches_to_json(&r.branches),
@@ -169,10 +169,8 @@ impl State {
                     l.expires_ms = *expires_ms;
                 }
             }
-            Rec::Released { node, holder } => {
-                if self.nodes.get(node).is_some_and(|l| &l.holder == holder) {
-                    self.nodes.remove(node);
-                }
+            Rec::Released { node, holder } if self.nodes.get(node).is_some_and(|l| &l.holder == holder) => {
+                self.nodes.remove(node);
             }
             Rec::Audit(a) => self.audit.push(a.clone()),
             Rec::Meta { grants, restores, tick } => {

@@ -1,11 +1,12 @@
+#![cfg(test)]
 //! The log store against the SQLite store (the same answers, op by op), and its file:
 //! replay, a torn last batch at every byte, damage in the middle, compaction and a crash
 //! around its rename, a newer format, a second opener.
 
 use super::*;
 use crate::state::Outcome;
+use crate::store::record::DecisionRecord;
 use crate::store::sqlite::SqliteLog;
-use crate::store::DecisionRecord;
 
 fn tmpdir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("cotx-applog-{name}-{}", std::process::id()));
@@ -265,7 +266,7 @@ fn a_newer_format_is_refused_untouched() {
     let d = tmpdir("newer");
     let path = d.join("d.log");
     let mut s = file::fresh_state().unwrap();
-    s.version = crate::store::SCHEMA_VERSION + 1;
+    s.version = crate::store::log::SCHEMA_VERSION + 1;
     drop(LogFile::write_fresh(path.to_str().unwrap(), &s).unwrap());
     let mut bytes = std::fs::read(&path).unwrap();
     // Followed by something this version cannot read.
