@@ -1,8 +1,9 @@
-"""SQLite's decision store against an append-only log, per decision: is a log worth
-building? `cotx-coordinator bench-store --backend applog` writes the same decisions through
-the same group-commit thread (the same batching, one sync per batch) to a probe of such a log
-(checksummed records appended to one preallocated file, one fdatasync per batch;
-coordinator-daemon/src/cli/applog_probe.rs says what it leaves out). Three patterns, each
+"""SQLite's decision store against the append-only decision log, per decision: does the
+log beat SQLite? `cotx-coordinator bench-store --backend applog` writes the same decisions
+through the same group-commit thread (the same batching, one sync per batch) to the daemon's
+log store (`[store] kind = "log"`, coordinator-daemon/src/store/applog: one checksummed
+frame per batch appended to a preallocated file, one fdatasync per batch, with its replay
+and compaction). Three patterns, each
 decision then marked finished as the daemon does: 1 writer back to back; 8 writers 12 ms
 apart (the micro point's pace, where a batch starts after an idle wait); 64 writers back to
 back (throughput, `--n-throughput` decisions). Per round and pattern one run of each

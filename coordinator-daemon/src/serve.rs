@@ -22,6 +22,7 @@ pub fn die(msg: &str) -> ! {
 pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, store::StoreError> {
     Ok(match cfg {
         config::StoreConfig::Sqlite { path, .. } => Box::new(store::sqlite::SqliteLog::open(path)?),
+        config::StoreConfig::Log { path, .. } => Box::new(store::applog::AppLog::open(path)?),
         config::StoreConfig::Postgres { dsn, table, tls, .. } => {
             Box::new(store::postgres::PgLog::open(dsn, table, tls.as_ref())?)
         }
@@ -31,6 +32,7 @@ pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>
 pub fn open_store(cfg: &config::StoreConfig) -> Result<store::Store, store::StoreError> {
     let (max_batch, delay_us) = match cfg {
         config::StoreConfig::Sqlite { group_commit, max_batch, commit_delay_us, .. }
+        | config::StoreConfig::Log { group_commit, max_batch, commit_delay_us, .. }
         | config::StoreConfig::Postgres { group_commit, max_batch, commit_delay_us, .. } => {
             if *group_commit {
                 (*max_batch, *commit_delay_us)

@@ -46,6 +46,22 @@ def _toml(v) -> str:
     return json.dumps(str(v))  # a JSON string is a valid TOML basic string
 
 
+def default_store(d: Path) -> dict:
+    """The store of a daemon whose test names none: SQLite, or the append-only log with
+    COTX_TEST_STORE_KIND=log (the recovery, crash and restore tests run on either)."""
+    kind = os.environ.get("COTX_TEST_STORE_KIND", "sqlite")
+    if kind == "log":
+        return {"kind": "log", "path": str(d / "decisions.log")}
+    if kind != "sqlite":
+        raise ValueError(f"COTX_TEST_STORE_KIND={kind!r}: expected 'sqlite' or 'log'")
+    return {"kind": "sqlite", "path": str(d / "decisions.db")}
+
+
+def store_kind() -> str:
+    """The default store's kind in this run (tests that edit the SQLite file skip on 'log')."""
+    return os.environ.get("COTX_TEST_STORE_KIND", "sqlite")
+
+
 class Daemon:
     """resources: list of dicts {name, kind, dsn[, pool_size]}; timeouts: dict (ms)."""
 
@@ -73,7 +89,7 @@ class Daemon:
         self.timeouts = {"transaction_ms": 10000, "owner_grace_ms": 500, "recovery_interval_ms": 500,
                          "retry_initial_ms": 50, "retry_max_ms": 500, "retention_ms": 60000}
         self.timeouts.update(timeouts or {})
-        self.store = store or {"kind": "sqlite", "path": str(self.dir / "decisions.db")}
+        self.store = store or default_store(self.dir)
         self.config = self.dir / "coordinator.toml"
         self.log_file = self.dir / "coordinator.log"
         self.proc: subprocess.Popen | None = None

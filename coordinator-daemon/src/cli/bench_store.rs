@@ -1,14 +1,13 @@
 //! `cotx-coordinator bench-store`: decisions per second of the store alone.
 //!
 //! SQLite (`--path`): one store, `clients` concurrent writers; with `--backend applog` the
-//! same writers and group-commit thread write to the append-only log probe instead
-//! (applog_probe.rs: a measurement, not a store a daemon runs). PostgreSQL (`--pg-dsn`):
+//! same writers and group-commit thread write to the append-only decision log instead
+//! (store/applog, `[store] kind = "log"`), opened as the daemon opens it. PostgreSQL (`--pg-dsn`):
 //! `writers` store handles on one shared table, each with its own connection, writer
 //! thread (group commit) and node id under a lease it claimed, as that many daemons
 //! sharing a replicated store would be; every decision is fenced by its node's grant as
 //! the daemon writes it (the lease row read FOR SHARE in the same transaction).
 
-use super::applog_probe::AppLog;
 use crate::config;
 use crate::naming;
 use crate::serve::open_store;
@@ -38,31 +37,19 @@ pub struct SqliteBench {
 pub enum Backend {
     /// The daemon's SQLite store.
     Sqlite,
-    /// The append-only log probe (applog_probe.rs): measured, never run by a daemon.
+    /// The daemon's append-only decision log (`[store] kind = "log"`, store/applog).
     Applog,
 }
 
-/// The store `bench-store --path` measures: the SQLite store as the daemon opens it, or
-/// the log probe behind the same group-commit thread with the same batching.
+/// The store `bench-store --path` measures, as the daemon opens it with the same
+/// batching: the SQLite store or the append-only log.
 fn open(path: &str, b: &SqliteBench) -> Result<store::Store, String> {
-    let cfg = config::StoreConfig::Sqlite {
-        path: path.to_string(),
-        group_commit: b.group_commit,
-        max_batch: 1024,
-        commit_delay_us: b.commit_delay_us,
+    let (path, group_commit, max_batch, commit_delay_us) = (path.to_string(), b.group_commit, 1024, b.commit_delay_us);
+    let cfg = match b.backend {
+        Backend::Sqlite => config::StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us },
+        Backend::Applog => config::StoreConfig::Log { path, group_commit, max_batch, commit_delay_us },
     };
-    match b.backend {
-        Backend::Sqlite => Ok(open_store(&cfg)?),
-        Backend::Applog => {
-            let (max_batch, delay_us) = if b.group_commit { (1024, b.commit_delay_us) } else { (1, 0) };
-            // Room for every decision and its finished mark (each well under 256 bytes).
-            let (path, capacity) = (path.to_string(), (b.n as u64 + 16) * 512 + (1 << 20));
-            let open = move || -> Result<Box<dyn store::DecisionLog>, store::StoreError> {
-                Ok(Box::new(AppLog::create(&path, capacity)?))
-            };
-            Ok(store::Store::open_in_thread(open, max_batch, std::time::Duration::from_micros(delay_us))?)
-        }
-    }
+    Ok(open_store(&cfg)?)
 }
 
 /// Decisions/s of the SQLite store alone, the decisions written as the daemon writes

@@ -1,7 +1,6 @@
 //! The command line (clap): `serve` runs the daemon (crate::serve); the other subcommands
 //! are for operators (see docs/coordinator.md) and talk to a daemon through `client`.
 
-pub mod applog_probe;
 pub mod bench_store;
 pub mod client;
 pub mod listing;
@@ -171,10 +170,9 @@ enum Cmd {
         #[arg(long, default_value_t = 0, conflicts_with_all = ["pg_dsn", "no_group_commit"],
               value_parser = clap::value_parser!(u64).range(0..=100_000))]
         commit_delay_us: u64,
-        /// With --path: `sqlite`, the daemon's store; or `applog`, a MEASUREMENT PROBE that
-        /// no daemon can run: the same group-commit thread appending each batch as
-        /// checksummed records to one preallocated file and fdatasync-ing it, to compare
-        /// its CPU per decision with SQLite's (cli/applog_probe.rs says what it leaves out).
+        /// With --path: `sqlite`, the daemon's SQLite store; or `applog`, the append-only
+        /// decision log (`[store] kind = "log"`): each batch one checksummed frame appended
+        /// to a preallocated file and fdatasync-ed, to compare its CPU per decision with SQLite's.
         #[arg(long, value_enum, default_value = "sqlite", conflicts_with = "pg_dsn")]
         backend: bench_store::Backend,
     },

@@ -34,7 +34,7 @@ pub fn parse(src: &str, base: Option<&std::path::Path>) -> Result<Config, Config
     let advertise_url = advertise_url(cx, &raw, listen, tls.is_some())?;
     let resources = resources(cx, base, &raw)?;
     let witness_file = witness_file.or(match &store {
-        StoreConfig::Sqlite { path, .. } => Some(format!("{path}.witness")),
+        StoreConfig::Sqlite { path, .. } | StoreConfig::Log { path, .. } => Some(format!("{path}.witness")),
         StoreConfig::Postgres { .. } => None,
     });
     Ok(Config {

@@ -1,5 +1,5 @@
 //! The `[store]` section, from the TOML as given to a checked `StoreConfig`: the kind
-//! (SQLite or PostgreSQL), its batching, its connection and TLS, the witness file.
+//! (SQLite, PostgreSQL or the append-only log), its batching, its connection and TLS, the witness file.
 
 use super::check::{dsn_error, relative_to, Ctx};
 use super::raw::{RawConfig, RawStore};
@@ -64,13 +64,13 @@ pub(super) fn store(
             };
             let batching = Batching { group_commit, max_batch, commit_delay_us };
             match s.kind.get_ref().as_str() {
-                "sqlite" => sqlite_store(cx, base, sp, s, batching)?,
+                "sqlite" | "log" => file_store(cx, base, sp, s, batching)?,
                 "postgres" => postgres_store(cx, base, sp, s, batching)?,
                 other => {
                     return cx.err(
                         Some(s.kind.span()),
                         "store.kind",
-                        format!("unknown store kind {other:?}; expected \"sqlite\" or \"postgres\""),
+                        format!("unknown store kind {other:?}; expected \"sqlite\", \"postgres\" or \"log\""),
                     )
                 }
             }
@@ -79,7 +79,8 @@ pub(super) fn store(
     Ok((store, witness_file))
 }
 
-fn sqlite_store(
+/// `kind = "sqlite"` or `"log"`: one file at `path`, relative to the config file.
+fn file_store(
     cx: &Ctx,
     base: Option<&std::path::Path>,
     sp: std::ops::Range<usize>,
@@ -97,11 +98,14 @@ fn sqlite_store(
     let path = match &s.path {
         Some(p) if !p.get_ref().is_empty() => p.get_ref().clone(),
         Some(p) => return cx.err(Some(p.span()), "store.path", "must not be empty"),
-        None => return cx.err(Some(sp), "store.path", "required for kind = \"sqlite\""),
+        None => return cx.err(Some(sp), "store.path", format!("required for kind = {:?}", s.kind.get_ref())),
     };
     let path = relative_to(base, &path).display().to_string();
     let Batching { group_commit, max_batch, commit_delay_us } = b;
-    Ok(StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us })
+    Ok(match s.kind.get_ref().as_str() {
+        "log" => StoreConfig::Log { path, group_commit, max_batch, commit_delay_us },
+        _ => StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us },
+    })
 }
 
 fn postgres_store(
@@ -112,7 +116,7 @@ fn postgres_store(
     b: Batching,
 ) -> Result<StoreConfig, ConfigError> {
     if let Some(p) = &s.path {
-        return cx.err(Some(p.span()), "store.path", "only for kind = \"sqlite\"");
+        return cx.err(Some(p.span()), "store.path", "only for kind = \"sqlite\" or \"log\"");
     }
     let Some(dsn) = &s.dsn else { return cx.err(Some(sp), "store.dsn", "required for kind = \"postgres\"") };
     if let Some(why) = dsn_error(ResourceKind::Postgres, dsn.get_ref()) {

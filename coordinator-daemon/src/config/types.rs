@@ -96,6 +96,13 @@ pub enum StoreConfig {
         max_batch: usize,
         commit_delay_us: u64,
     },
+    /// The append-only decision log (store/applog): one file, one daemon.
+    Log {
+        path: String,
+        group_commit: bool,
+        max_batch: usize,
+        commit_delay_us: u64,
+    },
     Postgres {
         dsn: String,
         table: String,

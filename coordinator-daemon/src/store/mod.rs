@@ -8,6 +8,7 @@
 //! request queued while the previous batch was being synced and applies them in one
 //! transaction, so many decisions share one fsync.
 
+pub mod applog;
 mod error;
 mod group_commit;
 mod log;

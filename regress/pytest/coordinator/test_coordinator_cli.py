@@ -72,10 +72,10 @@ def test_bench_store_writes_as_the_daemon_does(tmp_path):
 
 def test_bench_store_applog_probe(tmp_path):
     """bench-store --backend applog writes the same decisions through the same group
-    commit to the append-only log probe: one sync per batch as SQLite, the store thread's
-    CPU reported, the records in its preallocated file (the probe's unit tests read them
-    back). It is a probe of bench-store only: with a PostgreSQL store, or an unknown
-    backend, it is refused by name."""
+    commit to the append-only log store (`[store] kind = "log"`): one sync per batch as
+    SQLite, the store thread's CPU reported, the records in its preallocated file (the
+    store's unit tests read them back). With a PostgreSQL store, or an unknown backend,
+    it is refused by name."""
     import json
     log = tmp_path / "d.log"
     r = run("bench-store", "--path", str(log), "--n", "300", "--clients", "4", "--finish", "--backend", "applog")

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from cotest.coord import make_daemon, metrics_text, nothing_prepared, wait_until
 from cotx import Coordinator
-from cotest.daemon import find_binary
+from cotest.daemon import find_binary, store_kind
 from cotest import free_port
 from cotest.transfers import Child, committed_both, committed_transfer
 
@@ -137,6 +137,8 @@ def test_failed_branches_are_counted_by_resource(pg, mariadb, d):
     assert f"{tx.gtid}  state=aborted" in out and "Duplicate entry" in out, out
 
 
+@pytest.mark.skipif(store_kind() == "log", reason="writes an unreadable row into the SQLite file "
+                    "(the log store's unit test unreadable_rows_are_not_aborts has its case)")
 def test_a_quarantined_record_is_listed_and_decided_with_force(pg, mariadb, daemons):
     """docs/ops.md, "A quarantined record": a commit record made unreadable is not taken
     for abort; `in-doubt` names it with the problem, `show` says it is quarantined, and

@@ -4,9 +4,12 @@ decision / after it before fan-out / in the middle of fan-out, and both database
 while branches were in doubt. Afterwards every branch has the recorded outcome and
 nothing stays prepared."""
 import sqlite3
+from pathlib import Path
 
 import pytest
 from cotx import Coordinator
+from cotest.applog import unfinished
+from cotest.daemon import store_kind
 from cotest.coord import metric, my_prepared, nothing_prepared, pg_prepared, wait_until
 from cotest.transfers import Child, absent_both, committed_both
 
@@ -14,6 +17,10 @@ pytestmark = pytest.mark.usefixtures("crash_tables")
 
 
 def records(d):
+    """The gtids of unfinished decision records in d's store (SQLite, or the log store
+    with COTX_TEST_STORE_KIND=log)."""
+    if store_kind() == "log":
+        return unfinished(Path(d.store["path"]))
     with sqlite3.connect(f"file:{d.dir / 'decisions.db'}?mode=ro", uri=True) as c:
         return [r[0] for r in c.execute("SELECT gtid FROM decisions WHERE finished_ms IS NULL")]
 

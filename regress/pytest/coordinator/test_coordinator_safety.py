@@ -15,7 +15,7 @@ import urllib.request
 import psycopg
 import pytest
 from cotx import Coordinator, CotxError, client as cl
-from cotest.daemon import Daemon
+from cotest.daemon import Daemon, store_kind
 from cotest.coord import api, make_daemon, metric, my_prepared, nothing_prepared, peers, pg_prepared, shared_store, wait_until
 from cotest.transfers import Child, absent_both, committed_both
 
@@ -77,6 +77,8 @@ def test_same_node_id_with_another_store_leaves_the_branches_alone(pg, mariadb, 
 
 # --- 2. a corrupt decision record -------------------------------------------------------
 
+@pytest.mark.skipif(store_kind() == "log", reason="writes an unreadable row into the SQLite file "
+                    "(the log store's unit test unreadable_rows_are_not_aborts has its case)")
 def test_corrupt_record_is_quarantined_not_aborted(pg, mariadb, daemons):
     d = daemons.start(pg, mariadb, timeouts={"owner_grace_ms": 600000})
     ch1 = Child(d, pg, mariadb, "after_decision", "corrupt-outcome")

@@ -118,3 +118,29 @@ fn worker_threads_default_to_one_and_are_bounded() {
         assert!(e.field == "limits.worker_threads" && e.message.contains("between 1 and 256"), "{e}");
     }
 }
+
+/// `kind = "log"`: a path as SQLite's (required, not empty, relative to the config file),
+/// the batching keys, its witness beside it; PostgreSQL's keys refused; an unknown kind's
+/// error lists the three.
+#[test]
+fn the_log_store_kind() {
+    let sqlite = "kind = \"sqlite\"\npath = \"/tmp/x.db\"";
+    let log = |rest: &str| GOOD.replace(sqlite, &format!("kind = \"log\"\n{rest}"));
+    let c = parse(&log("path = \"d.log\"\ncommit_delay_us = 200"), Some(std::path::Path::new("/etc/cotx"))).unwrap();
+    assert!(
+        matches!(&c.store, StoreConfig::Log { path, group_commit: true, max_batch: 1024, commit_delay_us: 200 }
+            if path == "/etc/cotx/d.log"),
+        "{:?}",
+        c.store
+    );
+    assert_eq!(c.witness_file.as_deref(), Some("/etc/cotx/d.log.witness"));
+    let e = err(&log(""));
+    assert_eq!((e.field.as_str(), e.message.as_str()), ("store.path", "required for kind = \"log\""), "{e}");
+    let e = err(&log("path = \"\""));
+    assert_eq!((e.field.as_str(), e.message.as_str()), ("store.path", "must not be empty"), "{e}");
+    let e = err(&log("path = \"d.log\"\ndsn = \"host=x\""));
+    assert_eq!(e.field, "store.dsn", "{e}");
+    let e = err(&GOOD.replace("kind = \"sqlite\"", "kind = \"lsm\""));
+    assert_eq!(e.field, "store.kind", "{e}");
+    assert!(e.message.contains("expected \"sqlite\", \"postgres\" or \"log\""), "{e}");
+}
