@@ -86,8 +86,8 @@ TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip", "client"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
                      "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
-# The same with the append-only decision log as the store (docs/coordinator.md, "The
-# append-only log"): the daemon on the one-request path, and in the driver's process.
+# The same with the append-only decision log as the store (docs/coordinator.md, "Decision
+# store"): the daemon on the one-request path, and in the driver's process.
 COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log"]
 # The coordinator experiment's all-read-only point.
 COORDINATOR_RO_MODES = ["local", "2pc", "co", "2pc:1req", "co:1req"]

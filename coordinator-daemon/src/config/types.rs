@@ -70,7 +70,7 @@ pub struct Limits {
     pub idle_timeout_ms: u64,
     /// Threads of the runtime that serves the API and runs the daemon's tasks. One by
     /// default: a request is a few microseconds of work between waits, and a second worker
-    /// mostly adds wake-ups (measured: bench/RESULTS.md, "One API thread").
+    /// mostly adds wake-ups (measured: bench/RESULTS.md, "One API thread and the append-only decision log").
     pub worker_threads: usize,
 }
 

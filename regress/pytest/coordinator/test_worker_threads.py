@@ -1,5 +1,5 @@
 """`limits.worker_threads`: how many threads serve the daemon's API (docs/coordinator.md,
-configuration). One by default (bench/RESULTS.md, "One API thread": fewer wake-ups per
+configuration). One by default (bench/RESULTS.md, "One API thread and the append-only decision log": fewer wake-ups per
 transaction); a configured count is what the running daemon has. Counted from the
 daemon's threads in /proc: `cotx-api` (older builds: tokio's own names), counted right
 after start, before any blocking task could add a thread of the same name."""
