@@ -15,6 +15,8 @@ mod log;
 pub mod postgres;
 mod record;
 pub mod sqlite;
+#[cfg(test)]
+mod testkit;
 
 pub use error::StoreError;
 pub use group_commit::{Store, StoreStats, STORE_THREAD};

@@ -5,26 +5,9 @@
 
 use super::*;
 use crate::state::Outcome;
-use crate::store::record::DecisionRecord;
 use crate::store::sqlite::SqliteLog;
 
-fn tmpdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("cotx-applog-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn rec(g: &str, o: Outcome) -> DecisionRecord {
-    DecisionRecord {
-        gtid: g.into(),
-        outcome: o,
-        branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
-        decided_unix_ms: 1,
-        node: "n".into(),
-        source: "coordinator".into(),
-    }
-}
+use crate::store::testkit::{rec, tmpdir};
 
 fn g(seq: u32) -> String {
     format!("n.00000000000a-{seq:x}")
@@ -115,7 +98,7 @@ fn script(l: &mut dyn DecisionLog) -> Vec<String> {
 /// state back after a reopen (replay).
 #[test]
 fn same_answers_as_the_sqlite_store() {
-    let d = tmpdir("same");
+    let d = tmpdir("log-same");
     let mut s = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
     let path = d.join("d.log");
     let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
@@ -134,7 +117,7 @@ fn same_answers_as_the_sqlite_store() {
 /// A row that cannot be read (here written straight into the log) is never an abort.
 #[test]
 fn unreadable_rows_are_not_aborts() {
-    let d = tmpdir("corruptrow");
+    let d = tmpdir("log-corruptrow");
     let mut l = AppLog::open(d.join("d.log").to_str().unwrap()).unwrap();
     let bad = |outcome: &str, branches: &str| Rec::Decision {
         gtid: format!("bad-{outcome}"),
@@ -162,7 +145,7 @@ fn batch(prefix: &str, n: usize) -> Vec<Op> {
 /// every acknowledged batch is there, the torn one is gone whole, and the log goes on.
 #[test]
 fn a_torn_last_batch_is_dropped_whole_at_every_byte() {
-    let d = tmpdir("torn");
+    let d = tmpdir("log-torn");
     let path = d.join("d.log");
     let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
     l.write_batch(&batch("a", 5)).unwrap();
@@ -197,7 +180,7 @@ fn a_torn_last_batch_is_dropped_whole_at_every_byte() {
 /// and the file is left as it was.
 #[test]
 fn damage_in_the_middle_is_refused_untouched() {
-    let d = tmpdir("middle");
+    let d = tmpdir("log-middle");
     let path = d.join("d.log");
     let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
     l.write_batch(&batch("a", 5)).unwrap();
@@ -218,7 +201,7 @@ fn damage_in_the_middle_is_refused_untouched() {
 /// either side of its rename leaves a log that opens with the same answers.
 #[test]
 fn compaction_keeps_every_answer() {
-    let d = tmpdir("compact");
+    let d = tmpdir("log-compact");
     let path = d.join("d.log");
     let p = path.to_str().unwrap();
     let mut l = AppLog::open(p).unwrap();
@@ -263,7 +246,7 @@ fn compaction_keeps_every_answer() {
 /// A log written by a newer daemon is refused before anything is changed in it.
 #[test]
 fn a_newer_format_is_refused_untouched() {
-    let d = tmpdir("newer");
+    let d = tmpdir("log-newer");
     let path = d.join("d.log");
     let mut s = file::fresh_state().unwrap();
     s.version = crate::store::log::SCHEMA_VERSION + 1;
@@ -283,7 +266,7 @@ fn a_newer_format_is_refused_untouched() {
 /// that is no log is refused, not overwritten.
 #[test]
 fn one_process_per_log_and_only_logs() {
-    let d = tmpdir("lock");
+    let d = tmpdir("log-lock");
     let p = d.join("d.log");
     let l = AppLog::open(p.to_str().unwrap()).unwrap();
     let err = AppLog::open(p.to_str().unwrap()).err().expect("second open must be refused");

@@ -1,25 +1,9 @@
 #![cfg(test)]
 use super::*;
 use crate::state::Outcome;
-use crate::store::{DecisionRecord, Store};
+use crate::store::Store;
 
-pub(super) fn tmpdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("cotx-store-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn rec(g: &str, o: Outcome) -> DecisionRecord {
-    DecisionRecord {
-        gtid: g.into(),
-        outcome: o,
-        branches: vec![("pg".into(), "b1".into()), ("m".into(), "b2".into())],
-        decided_unix_ms: 1,
-        node: "n".into(),
-        source: "coordinator".into(),
-    }
-}
+pub(super) use crate::store::testkit::{rec, tmpdir};
 
 #[test]
 fn conditional_insert_keeps_first_decision() {
