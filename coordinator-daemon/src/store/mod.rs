@@ -10,6 +10,7 @@
 
 pub mod applog;
 mod error;
+mod file_lock;
 mod group_commit;
 mod log;
 pub mod postgres;

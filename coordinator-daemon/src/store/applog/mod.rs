@@ -43,7 +43,7 @@ pub struct AppLog {
 impl AppLog {
     /// Opens (or makes) the log at `path`, taking the one-process lock first.
     pub fn open(path: &str) -> Result<AppLog, StoreError> {
-        let lock = crate::store::sqlite::lock_store(path, "log")?;
+        let lock = crate::store::file_lock::lock_store(path, "log")?;
         let (file, state) = LogFile::open(path)?;
         let next_check = file.end.max(COMPACT_MIN);
         Ok(AppLog { file, state, next_check, compact_min: COMPACT_MIN, buf: Vec::with_capacity(64 << 10), _lock: lock })

@@ -10,8 +10,6 @@
 
 mod schema;
 
-pub use schema::lock_store;
-
 use crate::state::unix_ms;
 use crate::store::error::StoreError;
 use crate::store::log::{

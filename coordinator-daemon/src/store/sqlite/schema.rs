@@ -10,31 +10,10 @@ fn e(x: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(format!("sqlite: {x}"))
 }
 
-/// Takes the one-process lock of the store file at `path` (`kind`: how the refusal names
-/// it): an exclusive lock on `<path>.lock`, held for the life of the process (the kernel
-/// drops it when the process dies, even by kill -9). The log store (store/applog) takes
-/// the same lock.
-pub fn lock_store(path: &str, kind: &str) -> Result<std::fs::File, StoreError> {
-    let lock_path = format!("{path}.lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|x| StoreError::Unavailable(format!("cannot open {lock_path}: {x}")))?;
-    if let Err(x) = lock.try_lock() {
-        return Err(StoreError::Conflict(format!(
-            "decision store {path} is in use by another process ({lock_path} is locked: {x}); \
-             one daemon per {kind} store — give each daemon its own store, or share a PostgreSQL store"
-        )));
-    }
-    Ok(lock)
-}
-
 /// The connection to a store made or brought up to date, and the lock file held for the
 /// life of the process.
 pub(super) fn open(path: &str) -> Result<(Connection, std::fs::File), StoreError> {
-    let lock = lock_store(path, "SQLite")?;
+    let lock = crate::store::file_lock::lock_store(path, "SQLite")?;
     let conn = Connection::open(path)
         .map_err(|x| StoreError::Unavailable(format!("cannot open decision store {path}: {x}")))?;
     // A store of a newer schema is refused before anything touches it.
