@@ -25,7 +25,8 @@ Experiments (--experiments, comma-separated):
             store's commit_delay_us = 1000), 2pc:1req, co:1req (the one-request path,
             the driver's --one-request: leased gtids, the commit the only request),
             2pc:1req-log, co:1req-log, 2pc:inproc-log, co:inproc-log (the same with the
-            append-only decision log as the store); with
+            append-only decision log as the store), 2pc:1req-log-fdatasync,
+            2pc:inproc-log-fdatasync (the log with store.sync_method = "fdatasync"); with
             --other-daemon also 2pc:other,
             co:other (that build, driven per step, or --other-calls batched); then the
             same point with every global transaction read-only (RO=100%: local, 2pc,
@@ -88,7 +89,14 @@ COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step",
                      "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
 # The same with the append-only decision log as the store (docs/coordinator.md, "Decision
 # store"): the daemon on the one-request path, and in the driver's process.
-COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log"]
+COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log",
+                         "2pc:1req-log-fdatasync", "2pc:inproc-log-fdatasync"]
+
+
+def log_store_of(mode: str) -> str:
+    """The store of a log mode: "log" (direct writes, the default sync method) or
+    "log-fdatasync" (store.sync_method = "fdatasync")."""
+    return "log-fdatasync" if mode.endswith("-log-fdatasync") else "log"
 # The coordinator experiment's all-read-only point.
 COORDINATOR_RO_MODES = ["local", "2pc", "co", "2pc:1req", "co:1req"]
 # store.commit_delay_us of the :inproc-delay modes (bench/RESULTS.md, "The decision store's
@@ -336,7 +344,7 @@ class _Measuring:
         mine = on_store("sqlite")
         modes = COORDINATOR_MODES + COORDINATOR_LOG_MODES + (["2pc:other", "co:other"] if a.other_daemon else [])
         switch = {m: mine for m in COORDINATOR_MODES}
-        switch.update({m: on_store("log") for m in COORDINATOR_LOG_MODES})
+        switch.update({m: on_store(log_store_of(m)) for m in COORDINATOR_LOG_MODES})
         if a.other_daemon:
             other = lambda env: env.use_binary(a.other_daemon)  # noqa: E731
             switch.update({"2pc:other": other, "co:other": other})
@@ -348,13 +356,13 @@ class _Measuring:
                 env.use_store("sqlite")
                 env.in_process_config(commit_delay_us=delay_us, store_kind=store_kind)
             return switch_to
-        inproc = [m for m in modes if m.endswith((":inproc", ":inproc-delay", ":inproc-log"))]
+        inproc = [m for m in modes if ":inproc" in m]
         switch.update({m: in_process(INPROC_COMMIT_DELAY_US if m.endswith("-delay") else 0,
-                                     "log" if m.endswith("-log") else "sqlite") for m in inproc})
+                                     log_store_of(m) if "-log" in m else "sqlite") for m in inproc})
         extra = {m: PER_STEP for m in modes if m.endswith(":per-step")}
         extra.update({m: other_calls(a) for m in modes if m.endswith(":other")})
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
-        extra.update({m: ONE_REQUEST for m in modes if m.endswith((":1req", ":1req-log"))})
+        extra.update({m: ONE_REQUEST for m in modes if ":1req" in m})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
               extra=extra)
         # Every global transaction read-only (the driver's --ro-share 1): nothing for the

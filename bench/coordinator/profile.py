@@ -11,7 +11,7 @@ Needs strace and perf (Debian's linux-perf): profiling tools that no test or ben
 command needs, so the project's scripts do not install them.
 
 usage: profile.py [--mode 2pc] [--calls batched|per-step] [--one-request] [--ro-share F]
-                  [--daemon BINARY] [--store sqlite|log] [--seconds 6] [--clients 8] [--rows 100000] [--perf-record FILE]
+                  [--daemon BINARY] [--store sqlite|log|log-fdatasync] [--seconds 6] [--clients 8] [--rows 100000] [--perf-record FILE]
 
 --one-request: the driver's one-request path (leased gtids, the commit the only request; the
 coordinator experiment's :1req variants). --ro-share F: that share of the global
@@ -94,8 +94,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--rows", type=int, default=100000)
     ap.add_argument("--perf-record", metavar="FILE")
-    ap.add_argument("--store", default="sqlite", choices=["sqlite", "log"],
-                    help="the daemon's decision store: SQLite, or the append-only decision log")
+    ap.add_argument("--store", default="sqlite", choices=["sqlite", "log", "log-fdatasync"],
+                    help="the daemon's decision store: SQLite, or the append-only decision log (direct writes, or fdatasync)")
     a = ap.parse_args()
     subprocess.run(["perf", "probe", "-q", "-x", LIBC, "malloc"], capture_output=True)  # exists already: fine
     point = micro.parse_point("default", dict(micro.DEFAULTS, N=a.rows))

@@ -2,15 +2,16 @@
 log beat SQLite? `cotx-coordinator bench-store --backend applog` writes the same decisions
 through the same group-commit thread (the same batching, one sync per batch) to the daemon's
 log store (`[store] kind = "log"`, coordinator-daemon/src/store/applog: one checksummed
-frame per batch appended to a preallocated file, one fdatasync per batch, with its replay
-and compaction). Three patterns, each
+frame per batch appended to a preallocated file and made durable, with its replay and
+compaction), with each of its sync methods: `applog` direct writes (O_DIRECT | O_DSYNC,
+the default), `applog-fdatasync` a write and an fdatasync. Three patterns, each
 decision then marked finished as the daemon does: 1 writer back to back; 8 writers 12 ms
 apart (the micro point's pace, where a batch starts after an idle wait); 64 writers back to
 back (throughput, `--n-throughput` decisions). Per round and pattern one run of each
-backend, the pair's order reversed every other round (ABBA). Prints a JSON line per run,
+backend, their order reversed every other round (ABC CBA). Prints a JSON line per run,
 then per pattern and backend the medians with 95 % bootstrap intervals of the store
 thread's CPU per decision and per sync, decisions per sync and decisions/s, and the
-per-round ratio applog/sqlite of each (per sync as well as per decision: the backends share
+per-round ratios applog/sqlite and applog/applog-fdatasync of each (per sync as well as per decision: the backends share
 the batching policy, not the batches; what a batch gathers depends on how long the one
 before it took). Run it on a quiet machine (checked first; --force runs anyway and
 the lines say so).
@@ -28,7 +29,11 @@ import tempfile
 from bench.coordinator.store_cpu import bench_store
 from bench.harness import slices
 
-BACKENDS = ["sqlite", "applog"]
+# Each backend's bench-store arguments.
+BACKENDS = {"sqlite": ["--backend", "sqlite"],
+            "applog": ["--backend", "applog", "--sync-method", "direct"],
+            "applog-fdatasync": ["--backend", "applog", "--sync-method", "fdatasync"]}
+RATIOS = [("applog", "sqlite"), ("applog", "applog-fdatasync")]
 # (name, bench-store arguments, whether --n-throughput sets its decisions)
 PATTERNS = [
     ("1 writer, back to back", ["--clients", "1", "--finish"], False),
@@ -44,7 +49,7 @@ def interval(xs: list[float]) -> dict:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Per pattern: each backend's medians, and the per-round ratios applog/sqlite."""
+    """Per pattern: each backend's medians, and the per-round ratios (RATIOS)."""
     out = []
     for name, _, _ in PATTERNS:
         mine = [r for r in rows if r["pattern"] == name]
@@ -53,10 +58,11 @@ def summary(rows: list[dict]) -> list[dict]:
                         **{k: interval([r[k] for r in mine if r["backend"] == b]) for k in FIELDS}})
         by = {(r["round"], r["backend"]): r for r in mine}
         rounds = sorted({r["round"] for r in mine})
-        out.append({"pattern": name, "ratio": "applog/sqlite",
-                    **{k: interval([by[(i, "applog")][k] / by[(i, "sqlite")][k] for i in rounds
-                                    if (i, "applog") in by and by.get((i, "sqlite"), {}).get(k)])
-                       for k in FIELDS}})
+        for num, den in RATIOS:
+            out.append({"pattern": name, "ratio": f"{num}/{den}",
+                        **{k: interval([by[(i, num)][k] / by[(i, den)][k] for i in rounds
+                                        if (i, num) in by and by.get((i, den), {}).get(k)])
+                           for k in FIELDS}})
     return out
 
 
@@ -76,9 +82,10 @@ def main() -> None:
     rows: list[dict] = []
     for r in range(a.rounds):
         for name, args, throughput in PATTERNS:
-            for b in (BACKENDS if r % 2 == 0 else BACKENDS[::-1]):
+            order = list(BACKENDS)
+            for b in (order if r % 2 == 0 else order[::-1]):
                 x = bench_store(os.path.join(d, f"store.{b}"), a.n_throughput if throughput else a.n,
-                                [*args, "--backend", b])
+                                [*args, *BACKENDS[b]])
                 # Per sync too: the backends share the batching policy, not the batches
                 # (what a batch gathers depends on how long the one before it took).
                 x["store_cpu_ms_per_sync"] = round(x["store_cpu_ms_per_decision"] * x["decisions"]

@@ -78,6 +78,15 @@ def log(msg: str) -> None:
     print(time.strftime("%H:%M:%S ") + msg, flush=True)
 
 
+def log_store_config(kind: str, workdir: str) -> dict:
+    """The append-only decision log's [store] section: "log" (direct writes, the default
+    sync method) or "log-fdatasync" (store.sync_method = "fdatasync")."""
+    store = {"kind": "log", "path": os.path.join(workdir, "decisions.log")}
+    if kind == "log-fdatasync":
+        store["sync_method"] = "fdatasync"
+    return store
+
+
 class Env:
     def __init__(self, fsync: bool = True):
         reap_orphans()
@@ -159,9 +168,10 @@ class Env:
         from cotest.daemon import Daemon
         if self.store == "sqlite":
             specs = [("bench", None, self.coord_dir)]
-        elif self.store == "log":
-            workdir = os.path.join(self.coord_dir, "benchlog")
-            specs = [("benchlog", {"kind": "log", "path": os.path.join(workdir, "decisions.log")}, workdir)]
+        elif self.store.startswith("log"):
+            node = {"log": "benchlog", "log-fdatasync": "benchlogfd"}[self.store]
+            workdir = os.path.join(self.coord_dir, node)
+            specs = [(node, log_store_config(self.store, workdir), workdir)]
         else:
             store = {"kind": "postgres", "dsn": self.store_dsn(), "table": STORE_TABLE}
             specs = [(f"benchpg{i}", store, os.path.join(self.coord_dir, f"benchpg{i}"))
@@ -179,11 +189,12 @@ class Env:
 
     def use_store(self, store: str) -> None:
         """Runs the daemon(s) on `store` from now on: "sqlite" (one daemon, its SQLite
-        file), or "pg1" / "pg3" (1 or 3 daemons, distinct node ids and ports, sharing the
+        file), "log" / "log-fdatasync" (one daemon, the append-only decision log with
+        direct writes / with fdatasync), or "pg1" / "pg3" (1 or 3 daemons, distinct node ids and ports, sharing the
         PostgreSQL store of its own instance), restarting them when it changes (with the
         running enforcement; what the last slice left prepared is decided first)."""
-        assert store in ("sqlite", "log") or (store.startswith("pg") and store[2:].isdigit() and int(store[2:]) >= 1), \
-            store
+        assert store in ("sqlite", "log", "log-fdatasync") \
+            or (store.startswith("pg") and store[2:].isdigit() and int(store[2:]) >= 1), store
         if store == self.store:
             return
         self.leftovers()
@@ -231,12 +242,14 @@ class Env:
         """Writes the in-process coordinator's config: the running daemon's resources (so
         the mode's enforcement) and timeouts, with a node id and a store of its own (a node
         is owned by one coordinator at a time; the daemon keeps its own): SQLite, or the
-        append-only decision log (`store_kind` "log"), with the store's commit_delay_us."""
+        append-only decision log (`store_kind` "log", or "log-fdatasync": its
+        sync_method = "fdatasync"), with the store's commit_delay_us."""
         from cotest.daemon import Daemon
         workdir = os.path.dirname(self.in_process_path)
         os.makedirs(workdir, exist_ok=True)
-        file = {"sqlite": "decisions.db", "log": "decisions.log"}[store_kind]
-        store = {"kind": store_kind, "path": os.path.join(workdir, file), "commit_delay_us": commit_delay_us}
+        store = {"kind": "sqlite", "path": os.path.join(workdir, "decisions.db")} if store_kind == "sqlite" \
+            else log_store_config(store_kind, workdir)
+        store["commit_delay_us"] = commit_delay_us
         Daemon(self.daemon.resources, timeouts=COORD_TIMEOUTS, store=store, node_id="benchinproc",
                workdir=workdir)  # writes it
         return self.in_process_path

@@ -22,7 +22,9 @@ pub fn die(msg: &str) -> ! {
 pub fn open_log(cfg: &config::StoreConfig) -> Result<Box<dyn store::DecisionLog>, store::StoreError> {
     Ok(match cfg {
         config::StoreConfig::Sqlite { path, .. } => Box::new(store::sqlite::SqliteLog::open(path)?),
-        config::StoreConfig::Log { path, .. } => Box::new(store::applog::AppLog::open(path)?),
+        config::StoreConfig::Log { path, sync_method, .. } => {
+            Box::new(store::applog::AppLog::open(path, *sync_method)?)
+        }
         config::StoreConfig::Postgres { dsn, table, tls, .. } => {
             Box::new(store::postgres::PgLog::open(dsn, table, tls.as_ref())?)
         }

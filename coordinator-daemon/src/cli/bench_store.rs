@@ -30,6 +30,8 @@ pub struct SqliteBench {
     /// store.commit_delay_us.
     pub commit_delay_us: u64,
     pub backend: Backend,
+    /// store.sync_method (the log only).
+    pub sync_method: crate::store::applog::SyncMethod,
 }
 
 /// What `bench-store --path` writes to.
@@ -47,7 +49,9 @@ fn open(path: &str, b: &SqliteBench) -> Result<store::Store, String> {
     let (path, group_commit, max_batch, commit_delay_us) = (path.to_string(), b.group_commit, 1024, b.commit_delay_us);
     let cfg = match b.backend {
         Backend::Sqlite => config::StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us },
-        Backend::Applog => config::StoreConfig::Log { path, group_commit, max_batch, commit_delay_us },
+        Backend::Applog => {
+            config::StoreConfig::Log { path, group_commit, max_batch, commit_delay_us, sync_method: b.sync_method }
+        }
     };
     Ok(open_store(&cfg)?)
 }
@@ -57,7 +61,7 @@ fn open(path: &str, b: &SqliteBench) -> Result<store::Store, String> {
 /// the store thread's CPU per decision: where the in-process coordinator's profile puts
 /// most of its cost, measured here without the databases beside it.
 pub fn bench_store(path: &str, b: &SqliteBench) -> Result<(), String> {
-    let SqliteBench { n, clients, group_commit: group, finish, pace, commit_delay_us, backend } = *b;
+    let SqliteBench { n, clients, group_commit: group, finish, pace, commit_delay_us, backend, .. } = *b;
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(format!("{path}-wal"));
     let _ = std::fs::remove_file(format!("{path}-shm"));

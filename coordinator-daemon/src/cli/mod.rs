@@ -172,9 +172,12 @@ enum Cmd {
         commit_delay_us: u64,
         /// With --path: `sqlite`, the daemon's SQLite store; or `applog`, the append-only
         /// decision log (`[store] kind = "log"`): each batch one checksummed frame appended
-        /// to a preallocated file and fdatasync-ed, to compare its CPU per decision with SQLite's.
+        /// to a preallocated file and made durable, to compare its CPU per decision with SQLite's.
         #[arg(long, value_enum, default_value = "sqlite", conflicts_with = "pg_dsn")]
         backend: bench_store::Backend,
+        /// With --backend applog: `direct` or `fdatasync` (store.sync_method of the config).
+        #[arg(long, default_value = "direct", value_parser = sync_method)]
+        sync_method: crate::store::applog::SyncMethod,
     },
 }
 
@@ -184,6 +187,11 @@ fn pace_ms(s: &str) -> Result<std::time::Duration, String> {
         Ok(ms) if (0.0..=60_000.0).contains(&ms) => Ok(std::time::Duration::from_secs_f64(ms / 1000.0)),
         _ => Err(format!("{s:?} is not a pause in milliseconds from 0 to 60000")),
     }
+}
+
+fn sync_method(s: &str) -> Result<crate::store::applog::SyncMethod, String> {
+    use crate::store::applog::SyncMethod;
+    SyncMethod::parse(s).ok_or_else(|| format!("{s:?} is not a sync method; expected {}", SyncMethod::NAMES))
 }
 
 fn load_config(a: &ConfigArg) -> config::Config {
@@ -267,6 +275,7 @@ pub fn main() {
             pace_ms,
             commit_delay_us,
             backend,
+            sync_method,
         } => match (path, pg_dsn) {
             (_, Some(dsn)) => bench_store::bench_pg_store(&dsn, &table, n, clients, writers, !no_group_commit),
             (Some(path), None) => bench_store::bench_store(
@@ -279,6 +288,7 @@ pub fn main() {
                     pace: pace_ms,
                     commit_delay_us,
                     backend,
+                    sync_method,
                 },
             ),
             (None, None) => Err("bench-store needs --path FILE (SQLite) or --pg-dsn DSN (PostgreSQL)".into()),

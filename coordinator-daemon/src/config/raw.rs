@@ -113,6 +113,7 @@ pub(super) struct RawStore {
     pub(super) group_commit: Option<bool>,
     pub(super) max_batch: Option<Spanned<u64>>,
     pub(super) commit_delay_us: Option<Spanned<u64>>,
+    pub(super) sync_method: Option<Spanned<String>>,
     pub(super) tls: Option<Spanned<String>>,
     pub(super) tls_ca_file: Option<Spanned<String>>,
     pub(super) witness_file: Option<Spanned<String>>,

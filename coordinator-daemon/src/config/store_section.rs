@@ -4,6 +4,7 @@
 use super::check::{dsn_error, relative_to, Ctx};
 use super::raw::{RawConfig, RawStore};
 use super::types::*;
+use crate::store::applog::SyncMethod;
 
 /// How the store gathers decisions into one transaction (both kinds).
 #[derive(Clone, Copy)]
@@ -63,6 +64,13 @@ pub(super) fn store(
                 Some(d) => *d.get_ref(),
             };
             let batching = Batching { group_commit, max_batch, commit_delay_us };
+            if let Some(m) = s.sync_method.as_ref().filter(|_| s.kind.get_ref() != "log") {
+                return cx.err(
+                    Some(m.span()),
+                    "store.sync_method",
+                    "only for kind = \"log\" (SQLite and PostgreSQL sync their own files)",
+                );
+            }
             match s.kind.get_ref().as_str() {
                 "sqlite" | "log" => file_store(cx, base, sp, s, batching)?,
                 "postgres" => postgres_store(cx, base, sp, s, batching)?,
@@ -102,8 +110,22 @@ fn file_store(
     };
     let path = relative_to(base, &path).display().to_string();
     let Batching { group_commit, max_batch, commit_delay_us } = b;
+    // As PostgreSQL's wal_sync_method: how each batch is made durable.
+    let sync_method = match &s.sync_method {
+        None => SyncMethod::default(),
+        Some(m) => match SyncMethod::parse(m.get_ref()) {
+            Some(m) => m,
+            None => {
+                return cx.err(
+                    Some(m.span()),
+                    "store.sync_method",
+                    format!("unknown sync method {:?}; expected {}", m.get_ref(), SyncMethod::NAMES),
+                )
+            }
+        },
+    };
     Ok(match s.kind.get_ref().as_str() {
-        "log" => StoreConfig::Log { path, group_commit, max_batch, commit_delay_us },
+        "log" => StoreConfig::Log { path, group_commit, max_batch, commit_delay_us, sync_method },
         _ => StoreConfig::Sqlite { path, group_commit, max_batch, commit_delay_us },
     })
 }

@@ -102,6 +102,8 @@ pub enum StoreConfig {
         group_commit: bool,
         max_batch: usize,
         commit_delay_us: u64,
+        /// `store.sync_method`: direct writes (default) or write + fdatasync.
+        sync_method: crate::store::applog::SyncMethod,
     },
     Postgres {
         dsn: String,

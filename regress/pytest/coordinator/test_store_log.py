@@ -2,7 +2,10 @@
 real servers: the daemon killed (-9) between the decision and phase two (the branches are
 committed after the restart from the log), `mark-restored` on a copy of the log put back
 (a commit recorded after the copy answers "forgotten", never "abort"), and a torn tail
-written by hand (the daemon starts, the acknowledged commits are there)."""
+written by hand (the daemon starts, the acknowledged commits are there); and
+`store.sync_method`, direct writes (the default) or fdatasync, seen in the daemon's open
+handles."""
+import os
 import re
 from pathlib import Path
 
@@ -86,6 +89,57 @@ def test_a_torn_tail_written_by_hand(pg, mariadb, daemons, tmp_path):
     assert tx.outcome == "commit"
     # The cut is durable: the next start reads a clean log with every commit.
     d.stop()
+    d.start()
+    assert Coordinator(d.url, d.token).decision(tx.gtid)["decision"] == "commit"
+    wait_until(lambda: nothing_prepared(pg, mariadb), what="every branch finished")
+
+
+def log_handles(pid: int, path: Path) -> list[int]:
+    """The open flags (/proc fdinfo, octal) of every handle the daemon holds on `path`."""
+    flags = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != str(path):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                flags.append(int(re.search(r"^flags:\s+(\d+)", f.read(), re.M).group(1), 8))
+        except (FileNotFoundError, AttributeError):
+            continue
+    return flags
+
+
+def takes_direct(directory: Path) -> bool:
+    probe = directory / "direct-probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("method", [None, "direct", "fdatasync"])
+def test_sync_method(pg, mariadb, daemons, tmp_path, method):
+    # store.sync_method: by default (and "direct") the appends go through a handle opened
+    # O_DIRECT | O_DSYNC (where the file system takes O_DIRECT), with "fdatasync" through
+    # none; the commits are there after a restart either way.
+    store = {"kind": "log", "path": str(tmp_path / "decisions.log")}
+    if method:
+        store["sync_method"] = method
+    d = daemons.start(pg, mariadb, workdir=str(tmp_path), store=store)
+    tx, _ = transfer(d, pg, mariadb, f"log-sync-{method}")
+    tx.commit()
+    assert tx.outcome == "commit"
+    flags = log_handles(d.proc.pid, Path(store["path"]))
+    direct = [f for f in flags if f & os.O_DIRECT]
+    if method == "fdatasync" or not takes_direct(tmp_path):
+        assert not direct, [oct(f) for f in flags]
+    else:
+        assert len(direct) == 1 and direct[0] & os.O_DSYNC, [oct(f) for f in flags]
+    used = "direct" if method != "fdatasync" and takes_direct(tmp_path) else "fdatasync"
+    assert re.search(f'sync_method="?{used}', d.log_tail()), d.log_tail()
+    d.kill9()
     d.start()
     assert Coordinator(d.url, d.token).decision(tx.gtid)["decision"] == "commit"
     wait_until(lambda: nothing_prepared(pg, mariadb), what="every branch finished")

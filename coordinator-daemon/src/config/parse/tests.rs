@@ -128,7 +128,7 @@ fn the_log_store_kind() {
     let log = |rest: &str| GOOD.replace(sqlite, &format!("kind = \"log\"\n{rest}"));
     let c = parse(&log("path = \"d.log\"\ncommit_delay_us = 200"), Some(std::path::Path::new("/etc/cotx"))).unwrap();
     assert!(
-        matches!(&c.store, StoreConfig::Log { path, group_commit: true, max_batch: 1024, commit_delay_us: 200 }
+        matches!(&c.store, StoreConfig::Log { path, group_commit: true, max_batch: 1024, commit_delay_us: 200, sync_method: crate::store::applog::SyncMethod::Direct }
             if path == "/etc/cotx/d.log"),
         "{:?}",
         c.store
@@ -143,4 +143,25 @@ fn the_log_store_kind() {
     let e = err(&GOOD.replace("kind = \"sqlite\"", "kind = \"lsm\""));
     assert_eq!(e.field, "store.kind", "{e}");
     assert!(e.message.contains("expected \"sqlite\", \"postgres\" or \"log\""), "{e}");
+}
+
+/// `store.sync_method` (the log only): direct by default, fdatasync by choice; an unknown
+/// method names both, and the key is refused on the other kinds.
+#[test]
+fn the_log_sync_method() {
+    use crate::store::applog::SyncMethod;
+    let sqlite = "kind = \"sqlite\"\npath = \"/tmp/x.db\"";
+    let log = |rest: &str| GOOD.replace(sqlite, &format!("kind = \"log\"\npath = \"d.log\"\n{rest}"));
+    let method = |toml: &str| match parse(toml, None).unwrap().store {
+        StoreConfig::Log { sync_method, .. } => sync_method,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(method(&log("")), SyncMethod::Direct);
+    assert_eq!(method(&log("sync_method = \"direct\"")), SyncMethod::Direct);
+    assert_eq!(method(&log("sync_method = \"fdatasync\"")), SyncMethod::Fdatasync);
+    let e = err(&log("sync_method = \"fsync\""));
+    assert_eq!(e.field, "store.sync_method", "{e}");
+    assert!(e.message.contains("\"fsync\"") && e.message.contains("\"direct\" or \"fdatasync\""), "{e}");
+    let e = err(&GOOD.replace(sqlite, &format!("{sqlite}\nsync_method = \"direct\"")));
+    assert_eq!((e.field.as_str(), e.message.contains("only for kind = \"log\"")), ("store.sync_method", true), "{e}");
 }

@@ -1,8 +1,8 @@
 //! `[store] kind = "log"`: the decision store as one append-only file, for one daemon.
 //!
 //! The whole state lives in memory (state.rs) and every write batch is appended to the
-//! file as one checksummed frame (format.rs) with one write and one fdatasync (file.rs)
-//! before any of it is applied or answered: the cheapest durable store, with the SQLite
+//! file as one checksummed frame (format.rs), durably (file.rs: one O_DIRECT | O_DSYNC
+//! write, or a write and an fdatasync) before any of it is applied or answered: the cheapest durable store, with the SQLite
 //! store's answers op by op. At open the file is replayed; a torn last batch (a crash
 //! before its sync returned) is cut whole, damage followed by whole frames refuses the
 //! open. When the file holds far more than the live state it is rewritten (compaction).
@@ -20,6 +20,7 @@ use crate::store::log::{Claim, DecisionLog, Identity, NodeLease, Op, OpResult, R
 use crate::store::record::{loaded_from, AuditEntry, Loaded, Stored};
 use cotx_protocol::lease;
 use file::LogFile;
+pub use file::SyncMethod;
 use format::{frame, Rec};
 use state::{read_row, State};
 
@@ -42,9 +43,10 @@ pub struct AppLog {
 
 impl AppLog {
     /// Opens (or makes) the log at `path`, taking the one-process lock first.
-    pub fn open(path: &str) -> Result<AppLog, StoreError> {
+    pub fn open(path: &str, sync: SyncMethod) -> Result<AppLog, StoreError> {
         let lock = crate::store::file_lock::lock_store(path, "log")?;
-        let (file, state) = LogFile::open(path)?;
+        let (file, state) = LogFile::open(path, sync)?;
+        tracing::info!(store = path, sync_method = file.sync_method().name(), "decision log opened");
         let next_check = file.end.max(COMPACT_MIN);
         Ok(AppLog { file, state, next_check, compact_min: COMPACT_MIN, buf: Vec::with_capacity(64 << 10), _lock: lock })
     }
@@ -76,7 +78,7 @@ impl AppLog {
         frame(&mut snap, &self.state.snapshot());
         let live = snap.len() as u64;
         if self.file.end > COMPACT_RATIO * live {
-            match LogFile::write_fresh(&self.file.path, &self.state) {
+            match LogFile::write_snapshot(&self.file.path, &snap, self.file.sync_method()) {
                 Ok(f) => self.file = f,
                 Err(e) => tracing::warn!(store = self.file.path, error = %e, "decision log: compaction failed"),
             }

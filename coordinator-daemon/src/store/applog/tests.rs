@@ -9,6 +9,11 @@ use crate::store::sqlite::SqliteLog;
 
 use crate::store::testkit::{rec, tmpdir};
 
+/// The default sync method (direct writes, where the file system takes them).
+fn open_log(p: &str) -> Result<AppLog, StoreError> {
+    AppLog::open(p, SyncMethod::Direct)
+}
+
 fn g(seq: u32) -> String {
     format!("n.00000000000a-{seq:x}")
 }
@@ -101,14 +106,14 @@ fn same_answers_as_the_sqlite_store() {
     let d = tmpdir("log-same");
     let mut s = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
     let path = d.join("d.log");
-    let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
+    let mut l = open_log(path.to_str().unwrap()).unwrap();
     let want = script(&mut s);
     assert_eq!(script(&mut l), want);
     assert!(want.iter().any(|x| x.contains("Fenced")) && want.iter().any(|x| x.contains("Forgotten")), "{want:?}");
     let (a, id) = (answers(&mut l), l.identity().unwrap());
     assert_eq!(a, answers(&mut s));
     drop(l);
-    let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
+    let mut l = open_log(path.to_str().unwrap()).unwrap();
     assert_eq!(answers(&mut l), a, "replayed");
     assert_eq!(l.identity().unwrap(), id);
     assert_eq!(id.store_id.len(), 32);
@@ -118,7 +123,7 @@ fn same_answers_as_the_sqlite_store() {
 #[test]
 fn unreadable_rows_are_not_aborts() {
     let d = tmpdir("log-corruptrow");
-    let mut l = AppLog::open(d.join("d.log").to_str().unwrap()).unwrap();
+    let mut l = open_log(d.join("d.log").to_str().unwrap()).unwrap();
     let bad = |outcome: &str, branches: &str| Rec::Decision {
         gtid: format!("bad-{outcome}"),
         outcome: outcome.into(),
@@ -147,7 +152,7 @@ fn batch(prefix: &str, n: usize) -> Vec<Op> {
 fn a_torn_last_batch_is_dropped_whole_at_every_byte() {
     let d = tmpdir("log-torn");
     let path = d.join("d.log");
-    let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
+    let mut l = open_log(path.to_str().unwrap()).unwrap();
     l.write_batch(&batch("a", 5)).unwrap();
     let before = l.end() as usize;
     l.write_batch(&batch("b", 5)).unwrap();
@@ -160,20 +165,20 @@ fn a_torn_last_batch_is_dropped_whole_at_every_byte() {
         let mut bytes = whole.clone();
         bytes[cut..after].iter_mut().for_each(|b| *b = 0);
         std::fs::write(&crash, &bytes).unwrap();
-        let mut l = AppLog::open(crash.to_str().unwrap()).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let mut l = open_log(crash.to_str().unwrap()).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         let got: Vec<String> = l.load().unwrap().records.into_iter().map(|r| r.gtid).collect();
         assert_eq!(got.len(), 5, "cut at {cut}: {got:?}");
         assert!(got.iter().all(|g| g.starts_with('a')));
         l.write_batch(&batch("c", 1)).unwrap();
         drop(l);
-        let mut l = AppLog::open(crash.to_str().unwrap()).unwrap();
+        let mut l = open_log(crash.to_str().unwrap()).unwrap();
         assert_eq!(l.load().unwrap().records.len(), 6, "cut at {cut}: the batch after the cut reads back");
     }
     // Sectors written out of order: the batch's end on disk, its start not.
     let mut bytes = whole.clone();
     bytes[before..before + 4].iter_mut().for_each(|b| *b = 0);
     std::fs::write(&crash, &bytes).unwrap();
-    assert_eq!(AppLog::open(crash.to_str().unwrap()).unwrap().load().unwrap().records.len(), 5);
+    assert_eq!(open_log(crash.to_str().unwrap()).unwrap().load().unwrap().records.len(), 5);
 }
 
 /// Damage followed by whole batches is no crash's doing: refused by name and offset,
@@ -182,7 +187,7 @@ fn a_torn_last_batch_is_dropped_whole_at_every_byte() {
 fn damage_in_the_middle_is_refused_untouched() {
     let d = tmpdir("log-middle");
     let path = d.join("d.log");
-    let mut l = AppLog::open(path.to_str().unwrap()).unwrap();
+    let mut l = open_log(path.to_str().unwrap()).unwrap();
     l.write_batch(&batch("a", 5)).unwrap();
     let at = l.end() as usize;
     l.write_batch(&batch("b", 5)).unwrap();
@@ -191,7 +196,7 @@ fn damage_in_the_middle_is_refused_untouched() {
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[at + 20] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
-    let err = AppLog::open(path.to_str().unwrap()).err().expect("must refuse").to_string();
+    let err = open_log(path.to_str().unwrap()).err().expect("must refuse").to_string();
     assert!(err.contains(&format!("byte offset {at}")) && err.contains("nothing was changed"), "{err}");
     assert!(err.contains(path.to_str().unwrap()), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
@@ -204,7 +209,7 @@ fn compaction_keeps_every_answer() {
     let d = tmpdir("log-compact");
     let path = d.join("d.log");
     let p = path.to_str().unwrap();
-    let mut l = AppLog::open(p).unwrap();
+    let mut l = open_log(p).unwrap();
     l.compact_min = 64 << 10;
     l.next_check = l.compact_min;
     script(&mut l);
@@ -231,14 +236,14 @@ fn compaction_keeps_every_answer() {
     drop(l);
     // A crash before the rename: a whole or half .tmp next to the old file.
     std::fs::write(format!("{p}.tmp"), b"COTXLOG\nhalf").unwrap();
-    let mut l = AppLog::open(p).unwrap();
+    let mut l = open_log(p).unwrap();
     assert_eq!(answers(&mut l), want2);
     assert!(!std::path::Path::new(&format!("{p}.tmp")).exists());
     // A crash right after the rename: the new file alone (written as compaction does).
-    LogFile::write_fresh(&format!("{p}.copy"), &l.state).unwrap();
+    LogFile::write_fresh(&format!("{p}.copy"), &l.state, SyncMethod::Direct).unwrap();
     drop(l);
     std::fs::rename(format!("{p}.copy"), p).unwrap();
-    let mut l = AppLog::open(p).unwrap();
+    let mut l = open_log(p).unwrap();
     assert_eq!(answers(&mut l), want2);
     assert_eq!(l.identity().unwrap(), id);
 }
@@ -250,13 +255,13 @@ fn a_newer_format_is_refused_untouched() {
     let path = d.join("d.log");
     let mut s = file::fresh_state().unwrap();
     s.version = crate::store::log::SCHEMA_VERSION + 1;
-    drop(LogFile::write_fresh(path.to_str().unwrap(), &s).unwrap());
+    drop(LogFile::write_fresh(path.to_str().unwrap(), &s, SyncMethod::Direct).unwrap());
     let mut bytes = std::fs::read(&path).unwrap();
     // Followed by something this version cannot read.
     let end = format::scan(&bytes).unwrap().end;
     bytes[end..end + 9].copy_from_slice(b"\x01\0\0\0\0\0\0\0\x63");
     std::fs::write(&path, &bytes).unwrap();
-    let err = AppLog::open(path.to_str().unwrap()).err().unwrap();
+    let err = open_log(path.to_str().unwrap()).err().unwrap();
     assert!(matches!(err, StoreError::NewerSchema(_)), "{err}");
     assert!(err.to_string().contains("newer cotx-coordinator"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
@@ -268,14 +273,66 @@ fn a_newer_format_is_refused_untouched() {
 fn one_process_per_log_and_only_logs() {
     let d = tmpdir("log-lock");
     let p = d.join("d.log");
-    let l = AppLog::open(p.to_str().unwrap()).unwrap();
-    let err = AppLog::open(p.to_str().unwrap()).err().expect("second open must be refused");
+    let l = open_log(p.to_str().unwrap()).unwrap();
+    let err = open_log(p.to_str().unwrap()).err().expect("second open must be refused");
     assert!(matches!(err, StoreError::Conflict(_)), "{err}");
     assert!(err.to_string().contains("in use by another process"), "{err}");
     drop(l);
-    AppLog::open(p.to_str().unwrap()).unwrap();
+    open_log(p.to_str().unwrap()).unwrap();
     let other = d.join("other.db");
     std::fs::write(&other, b"SQLite format 3\0").unwrap();
-    let err = AppLog::open(other.to_str().unwrap()).err().unwrap().to_string();
+    let err = open_log(other.to_str().unwrap()).err().unwrap().to_string();
     assert!(err.contains("not a cotx decision log"), "{err}");
+}
+
+/// Whether the file system under `dir` takes O_DIRECT (tmpfs did not before Linux 6.6).
+fn takes_direct(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join("direct-probe");
+    let ok = std::fs::OpenOptions::new().write(true).create(true).custom_flags(libc::O_DIRECT).open(&p).is_ok();
+    let _ = std::fs::remove_file(p);
+    ok
+}
+
+/// Both sync methods, and direct writes refused by the kernel in the middle of a log,
+/// give the SQLite store's answers and the same state after a reopen; frames of many
+/// blocks and frames ending anywhere in a block read back whole.
+#[test]
+fn every_sync_method_gives_the_same_answers() {
+    let d = tmpdir("log-sync");
+    let mut s = SqliteLog::open(d.join("s.db").to_str().unwrap()).unwrap();
+    let want = script(&mut s);
+    let want_answers = answers(&mut s);
+    let direct = takes_direct(&d);
+    for (name, m, refused) in [
+        ("direct", SyncMethod::Direct, false),
+        ("fdatasync", SyncMethod::Fdatasync, false),
+        ("refused", SyncMethod::Direct, true),
+    ] {
+        let p = d.join(format!("{name}.log"));
+        let p = p.to_str().unwrap();
+        let mut l = AppLog::open(p, m).unwrap();
+        let used = if m == SyncMethod::Direct && direct { SyncMethod::Direct } else { SyncMethod::Fdatasync };
+        assert_eq!(l.file.sync_method(), used, "{p}");
+        assert_eq!(script(&mut l), want, "{p}");
+        assert_eq!(answers(&mut l), want_answers, "{p}");
+        if refused && direct {
+            // The kernel refuses the next direct write (EINVAL): the batch is written
+            // buffered and synced, and so is every one after it.
+            l.file.direct.as_mut().unwrap().misalign = true;
+        }
+        // Batches of 1 to 60 decisions: frames ending at every kind of offset.
+        for n in 1..60 {
+            l.write_batch(&batch(&format!("m{n}-"), n)).unwrap();
+        }
+        let now = if refused { SyncMethod::Fdatasync } else { used };
+        assert_eq!(l.file.sync_method(), now, "{p}");
+        let all = answers(&mut l);
+        let decided = l.load().unwrap().records.len();
+        assert!(decided >= (1..60).sum::<usize>(), "{decided}");
+        drop(l);
+        let mut l = AppLog::open(p, m).unwrap();
+        assert_eq!(answers(&mut l), all, "{p} replayed");
+        assert_eq!(l.load().unwrap().records.len(), decided);
+    }
 }
