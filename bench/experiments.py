@@ -351,9 +351,10 @@ class _Measuring:
         # :inproc, the coordinator in the driver's process (bench/loadgen --coord
         # inproc:CONFIG): its config written at the switch with the mode's enforcement.
         def in_process(delay_us, store_kind="sqlite"):
+            # The daemon stays on whichever store it runs (its resources give the mode's
+            # enforcement; the coordinator in the driver's process has a store of its own).
             def switch_to(env):
                 env.use_binary(None)
-                env.use_store("sqlite")
                 env.in_process_config(commit_delay_us=delay_us, store_kind=store_kind)
             return switch_to
         inproc = [m for m in modes if ":inproc" in m]
