@@ -138,7 +138,7 @@ def test_sync_method(pg, mariadb, daemons, tmp_path, method):
     else:
         assert len(direct) == 1 and direct[0] & os.O_DSYNC, [oct(f) for f in flags]
     used = "direct" if method != "fdatasync" and takes_direct(tmp_path) else "fdatasync"
-    assert re.search(f'sync_method="?{used}', d.log_tail()), d.log_tail()
+    assert re.search(f'sync_method"?[=:]"?{used}"', d.log_tail()), d.log_tail()
     d.kill9()
     d.start()
     assert Coordinator(d.url, d.token).decision(tx.gtid)["decision"] == "commit"
