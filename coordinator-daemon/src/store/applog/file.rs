@@ -15,10 +15,10 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SyncMethod {
     /// One write through a second handle opened O_DIRECT | O_DSYNC: no page cache, no
-    /// separate sync call. It cost the store's thread 40 % less CPU per durable append
-    /// than a buffered write and an fdatasync on this project's disk (bench/RESULTS.md,
-    /// "Direct writes"). Where the file system refuses O_DIRECT (tmpfs), the log falls
-    /// back to `Fdatasync` and says so once.
+    /// separate sync call. It cost the store's thread 5-13 % less CPU per decision than a
+    /// buffered write and an fdatasync (bench/RESULTS.md, "Direct writes to the decision
+    /// log"). Where the file system refuses O_DIRECT, the log falls back to `Fdatasync`
+    /// and says so once.
     #[default]
     Direct,
     /// A buffered write, then fdatasync.
