@@ -8,6 +8,10 @@
 #   Go:     gofmt -l, go vet (offline: the module cache bootstrap-tm.sh filled)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+# Go's module and build caches under $COTX_CACHE, which bootstrap-tm.sh filled: go vet runs
+# offline there, whatever GOPATH or GOMODCACHE the environment sets (an image's own ones
+# lack the client's modules).
+source "$(dirname "$0")/tm-env.sh"
 cd "$COTX_ROOT"
 export LIBSQLITE3_FLAGS="-DHAVE_FDATASYNC=1"   # as build-coordinator.sh: no SQLite rebuild
 failed=()

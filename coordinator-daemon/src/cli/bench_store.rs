@@ -31,7 +31,7 @@ pub struct SqliteBench {
     pub commit_delay_us: u64,
     pub backend: Backend,
     /// store.sync_method (the log only).
-    pub sync_method: crate::store::applog::SyncMethod,
+    pub sync_method: crate::config::SyncMethod,
 }
 
 /// What `bench-store --path` writes to.

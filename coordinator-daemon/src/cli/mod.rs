@@ -177,7 +177,7 @@ enum Cmd {
         backend: bench_store::Backend,
         /// With --backend applog: `direct` or `fdatasync` (store.sync_method of the config).
         #[arg(long, default_value = "direct", value_parser = sync_method)]
-        sync_method: crate::store::applog::SyncMethod,
+        sync_method: crate::config::SyncMethod,
     },
 }
 
@@ -189,8 +189,8 @@ fn pace_ms(s: &str) -> Result<std::time::Duration, String> {
     }
 }
 
-fn sync_method(s: &str) -> Result<crate::store::applog::SyncMethod, String> {
-    use crate::store::applog::SyncMethod;
+fn sync_method(s: &str) -> Result<crate::config::SyncMethod, String> {
+    use crate::config::SyncMethod;
     SyncMethod::parse(s).ok_or_else(|| format!("{s:?} is not a sync method; expected {}", SyncMethod::NAMES))
 }
 

@@ -4,7 +4,6 @@
 use super::check::{dsn_error, relative_to, Ctx};
 use super::raw::{RawConfig, RawStore};
 use super::types::*;
-use crate::store::applog::SyncMethod;
 
 /// How the store gathers decisions into one transaction (both kinds).
 #[derive(Clone, Copy)]

@@ -128,7 +128,7 @@ fn the_log_store_kind() {
     let log = |rest: &str| GOOD.replace(sqlite, &format!("kind = \"log\"\n{rest}"));
     let c = parse(&log("path = \"d.log\"\ncommit_delay_us = 200"), Some(std::path::Path::new("/etc/cotx"))).unwrap();
     assert!(
-        matches!(&c.store, StoreConfig::Log { path, group_commit: true, max_batch: 1024, commit_delay_us: 200, sync_method: crate::store::applog::SyncMethod::Direct }
+        matches!(&c.store, StoreConfig::Log { path, group_commit: true, max_batch: 1024, commit_delay_us: 200, sync_method: SyncMethod::Direct }
             if path == "/etc/cotx/d.log"),
         "{:?}",
         c.store
@@ -149,7 +149,6 @@ fn the_log_store_kind() {
 /// method names both, and the key is refused on the other kinds.
 #[test]
 fn the_log_sync_method() {
-    use crate::store::applog::SyncMethod;
     let sqlite = "kind = \"sqlite\"\npath = \"/tmp/x.db\"";
     let log = |rest: &str| GOOD.replace(sqlite, &format!("kind = \"log\"\npath = \"d.log\"\n{rest}"));
     let method = |toml: &str| match parse(toml, None).unwrap().store {

@@ -5,44 +5,12 @@
 
 use super::format::{frame, header_version, scan, Rec, Unreadable, MAGIC};
 use super::state::State;
+use crate::config::SyncMethod;
 use crate::store::error::StoreError;
 use crate::store::log::{newer_schema, SCHEMA_VERSION};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-
-/// How each batch is made durable: `store.sync_method`, as PostgreSQL's `wal_sync_method`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SyncMethod {
-    /// One write through a second handle opened O_DIRECT | O_DSYNC: no page cache, no
-    /// separate sync call. It cost the store's thread 5-13 % less CPU per decision than a
-    /// buffered write and an fdatasync (bench/RESULTS.md, "Direct writes to the decision
-    /// log"). Where the file system refuses O_DIRECT, the log falls back to `Fdatasync`
-    /// and says so once.
-    #[default]
-    Direct,
-    /// A buffered write, then fdatasync.
-    Fdatasync,
-}
-
-impl SyncMethod {
-    pub const NAMES: &'static str = "\"direct\" or \"fdatasync\"";
-
-    pub fn parse(s: &str) -> Option<SyncMethod> {
-        match s {
-            "direct" => Some(SyncMethod::Direct),
-            "fdatasync" => Some(SyncMethod::Fdatasync),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SyncMethod::Direct => "direct",
-            SyncMethod::Fdatasync => "fdatasync",
-        }
-    }
-}
 
 /// Direct writes go in whole blocks at block offsets from block-aligned memory: 4 KiB
 /// covers the logical block size of the disks and file systems met in practice (512 B or

@@ -13,6 +13,7 @@ mod file;
 mod format;
 mod state;
 
+use crate::config::SyncMethod;
 use crate::state::unix_ms;
 use crate::store::error::StoreError;
 use crate::store::log::RESTORE_GRANT_JUMP;
@@ -20,7 +21,6 @@ use crate::store::log::{Claim, DecisionLog, Identity, NodeLease, Op, OpResult, R
 use crate::store::record::{loaded_from, AuditEntry, Loaded, Stored};
 use cotx_protocol::lease;
 use file::LogFile;
-pub use file::SyncMethod;
 use format::{frame, Rec};
 use state::{read_row, State};
 
