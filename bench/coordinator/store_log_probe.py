@@ -11,8 +11,8 @@ back (throughput, `--n-throughput` decisions). Per round and pattern one run of 
 backend, their order reversed every other round (ABC CBA). Prints a JSON line per run,
 then per pattern and backend the medians with 95 % bootstrap intervals of the store
 thread's CPU per decision and per sync, decisions per sync and decisions/s, and the
-per-round ratios applog/sqlite and applog/applog-fdatasync of each (per sync as well as per decision: the backends share
-the batching policy, not the batches; what a batch gathers depends on how long the one
+per-round ratios applog/sqlite and applog/applog-fdatasync of each (per sync as well as
+per decision: the backends share the batching policy, not the batches; what a batch gathers depends on how long the one
 before it took). Run it on a quiet machine (checked first; --force runs anyway and
 the lines say so).
 

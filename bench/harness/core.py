@@ -190,8 +190,8 @@ class Env:
     def use_store(self, store: str) -> None:
         """Runs the daemon(s) on `store` from now on: "sqlite" (one daemon, its SQLite
         file), "log" / "log-fdatasync" (one daemon, the append-only decision log with
-        direct writes / with fdatasync), or "pg1" / "pg3" (1 or 3 daemons, distinct node ids and ports, sharing the
-        PostgreSQL store of its own instance), restarting them when it changes (with the
+        direct writes / with fdatasync), or "pg1" / "pg3" (1 or 3 daemons, distinct node
+        ids and ports, sharing the PostgreSQL store of its own instance), restarting them when it changes (with the
         running enforcement; what the last slice left prepared is decided first)."""
         assert store in ("sqlite", "log", "log-fdatasync") \
             or (store.startswith("pg") and store[2:].isdigit() and int(store[2:]) >= 1), store

@@ -2,8 +2,8 @@
 //!
 //! The whole state lives in memory (state.rs) and every write batch is appended to the
 //! file as one checksummed frame (format.rs), durably (file.rs: one O_DIRECT | O_DSYNC
-//! write, or a write and an fdatasync) before any of it is applied or answered: the cheapest durable store, with the SQLite
-//! store's answers op by op. At open the file is replayed; a torn last batch (a crash
+//! write, or a write and an fdatasync) before any of it is applied or answered: the
+//! cheapest durable store, with the SQLite store's answers op by op. At open the file is replayed; a torn last batch (a crash
 //! before its sync returned) is cut whole, damage followed by whole frames refuses the
 //! open. When the file holds far more than the live state it is rewritten (compaction).
 //!
