@@ -6,14 +6,21 @@ use super::error::StoreError;
 use super::log::*;
 use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Req {
-    Write(Op, Option<Reply<OpResult>>),
+    Write(Op, Reply<OpResult>),
+    /// The held writes have reached a batch: write them now.
+    Flush,
+    /// Anything else, answered alone after the writes queued before it.
+    Ask(Ask),
+}
+
+enum Ask {
     Load(Reply<Loaded>),
     Get(String, Reply<Stored>),
     Audit(Reply<Vec<AuditEntry>>),
@@ -32,6 +39,8 @@ pub struct StoreStats {
     pub errors: AtomicU64,
     /// Batches that waited `commit_delay` for more decisions to join them.
     pub delayed: AtomicU64,
+    /// Requests the writer took from its channel: each may have woken its thread.
+    pub received: AtomicU64,
     /// Unix ms at which the writer began the request it is working on; 0 when idle. A
     /// store that stops answering (paused, partitioned) shows here: the daemon warns.
     pub busy_since_ms: AtomicU64,
@@ -53,10 +62,22 @@ pub const STORE_THREAD: &str = "decision-store";
 
 const STOPPED: StoreError = StoreError::Stopped("store writer stopped");
 
+/// Writes nobody waits for (finished marks, purges), held for the next batch. They are
+/// not sent on the writer's channel: a send wakes the writer's thread, and a wake per
+/// finished transaction cost more of its CPU than the write (bench/RESULTS.md, "Writes
+/// nobody waits for"). The writer takes them whenever it wakes, and every LATER_MS.
+type Held = Mutex<Vec<Op>>;
+
+fn take_held(held: &Held) -> Vec<Op> {
+    std::mem::take(&mut *held.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// Front of the store: cheap to clone, usable from async code.
 #[derive(Clone)]
 pub struct Store {
     tx: mpsc::Sender<Req>,
+    held: Arc<Held>,
+    max_batch: usize,
     pub stats: Arc<StoreStats>,
 }
 
@@ -77,12 +98,16 @@ impl Store {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StoreError>>();
         let stats = Arc::new(StoreStats::default());
         let st = stats.clone();
+        let held = Arc::new(Held::default());
+        let h = held.clone();
+        let max_batch = max_batch.max(1);
         std::thread::Builder::new()
             .name(STORE_THREAD.into())
             .spawn(move || match open() {
                 Ok(mut log) => {
                     let _ = ready_tx.send(Ok(()));
-                    writer_loop(&mut *log, rx, max_batch.max(1), Delay::new(commit_delay), &st)
+                    let mut w = Writer { log: &mut *log, rx, held: &h, max_batch, stats: &st, pending: None };
+                    w.run(Delay::new(commit_delay))
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -90,18 +115,26 @@ impl Store {
             })
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         ready_rx.recv().map_err(|_| StoreError::Stopped("store thread died"))??;
-        Ok(Store { tx, stats })
+        Ok(Store { tx, held, max_batch, stats })
     }
 
     pub async fn write(&self, op: Op) -> Result<OpResult, StoreError> {
         let (s, r) = oneshot::channel();
-        self.tx.send(Req::Write(op, Some(s))).map_err(|_| STOPPED)?;
+        self.tx.send(Req::Write(op, s)).map_err(|_| STOPPED)?;
         r.await.map_err(|_| STOPPED)?
     }
 
     /// Fire and forget (deleting finished records: losing one only delays its cleanup).
+    /// Held for the next batch or LATER_MS; the writer is woken only for a full batch.
     pub fn write_later(&self, op: Op) {
-        let _ = self.tx.send(Req::Write(op, None));
+        let full = {
+            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            held.push(op);
+            held.len() >= self.max_batch
+        };
+        if full {
+            let _ = self.tx.send(Req::Flush);
+        }
     }
 
     pub async fn decide(&self, rec: DecisionRecord, fence: Option<Token>) -> Result<Decided, StoreError> {
@@ -114,22 +147,22 @@ impl Store {
         }
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, StoreError> {
+    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Ask) -> Result<T, StoreError> {
         let (s, r) = oneshot::channel();
-        self.tx.send(make(s)).map_err(|_| STOPPED)?;
+        self.tx.send(Req::Ask(make(s))).map_err(|_| STOPPED)?;
         r.await.map_err(|_| STOPPED)?
     }
 
     pub async fn load(&self) -> Result<Loaded, StoreError> {
-        self.ask(Req::Load).await
+        self.ask(Ask::Load).await
     }
 
     pub async fn get(&self, gtid: &str) -> Result<Stored, StoreError> {
-        self.ask(|r| Req::Get(gtid.to_string(), r)).await
+        self.ask(|r| Ask::Get(gtid.to_string(), r)).await
     }
 
     pub async fn audit_log(&self) -> Result<Vec<AuditEntry>, StoreError> {
-        self.ask(Req::Audit).await
+        self.ask(Ask::Audit).await
     }
 
     pub async fn claim_node(
@@ -141,25 +174,25 @@ impl Store {
         fence_expired: bool,
     ) -> Result<Claim, StoreError> {
         let (node, holder, url) = (node.to_string(), holder.to_string(), url.to_string());
-        self.ask(|reply| Req::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
+        self.ask(|reply| Ask::Claim { node, holder, url, ttl_ms, fence_expired, reply }).await
     }
 
     pub async fn renew_node(&self, node: &str, token: &Token, ttl_ms: u64) -> Result<Renewal, StoreError> {
         let (node, token) = (node.to_string(), token.clone());
-        self.ask(|reply| Req::Renew { node, token, ttl_ms, reply }).await
+        self.ask(|reply| Ask::Renew { node, token, ttl_ms, reply }).await
     }
 
     pub async fn release_node(&self, node: &str, holder: &str, forget: bool) -> Result<(), StoreError> {
         let (node, holder) = (node.to_string(), holder.to_string());
-        self.ask(|reply| Req::Release { node, holder, forget, reply }).await
+        self.ask(|reply| Ask::Release { node, holder, forget, reply }).await
     }
 
     pub async fn nodes(&self) -> Result<Vec<NodeLease>, StoreError> {
-        self.ask(Req::Nodes).await
+        self.ask(Ask::Nodes).await
     }
 
     pub async fn identity(&self) -> Result<Identity, StoreError> {
-        self.ask(Req::Identity).await
+        self.ask(Ask::Identity).await
     }
 
     pub async fn exchange_sessions(
@@ -169,7 +202,7 @@ impl Store {
         max_age_ms: u64,
     ) -> Result<Vec<SharedSession>, StoreError> {
         let node = node.to_string();
-        self.ask(|reply| Req::Sessions { node, mine, max_age_ms, reply }).await
+        self.ask(|reply| Ask::Sessions { node, mine, max_age_ms, reply }).await
     }
 }
 
@@ -219,127 +252,145 @@ impl Delay {
     }
 }
 
-fn writer_loop(
-    log: &mut dyn DecisionLog,
+type Batch = Vec<(Op, Option<Reply<OpResult>>)>;
+
+/// The writer thread's state: the log, its channel, the held writes.
+struct Writer<'a> {
+    log: &'a mut dyn DecisionLog,
     rx: mpsc::Receiver<Req>,
+    held: &'a Held,
     max_batch: usize,
-    mut delay: Delay,
-    stats: &StoreStats,
-) {
-    let mut pending: Option<Req> = None;
-    // Writes nobody waits for, held for the next batch (until `due`).
-    let mut later: Vec<Op> = vec![];
-    let mut due = std::time::Instant::now();
-    loop {
-        stats.busy_since_ms.store(0, Ordering::Relaxed);
-        let first = match pending.take() {
-            Some(r) => r,
-            None if later.is_empty() => match rx.recv() {
-                Ok(r) => r,
-                Err(_) => return,
-            },
-            None => match rx.recv_timeout(due.saturating_duration_since(std::time::Instant::now())) {
-                Ok(r) => r,
-                Err(e) => {
-                    write_batch(log, std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect(), stats);
-                    if e == mpsc::RecvTimeoutError::Disconnected {
-                        return;
+    stats: &'a StoreStats,
+    /// A request taken while gathering a batch that cannot join it: next.
+    pending: Option<Req>,
+}
+
+impl Writer<'_> {
+    fn run(&mut self, mut delay: Delay) {
+        let idle = Duration::from_millis(LATER_MS);
+        loop {
+            self.stats.busy_since_ms.store(0, Ordering::Relaxed);
+            let first = match self.pending.take() {
+                Some(r) => r,
+                None => match self.rx.recv_timeout(idle) {
+                    Ok(r) => self.received(r),
+                    Err(e) => {
+                        // Idle for LATER_MS: the held writes go alone.
+                        self.write_held();
+                        if e == mpsc::RecvTimeoutError::Disconnected {
+                            return;
+                        }
+                        continue;
                     }
-                    continue;
+                },
+            };
+            match first {
+                Req::Flush => self.write_held(),
+                Req::Write(op, s) => self.write(op, s, &mut delay),
+                Req::Ask(ask) => {
+                    // Reads see every write queued before them.
+                    self.write_held();
+                    self.stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
+                    self.answer(ask);
                 }
-            },
-        };
-        let first = match first {
-            Req::Write(op, None) if later.len() + 1 < max_batch => {
-                if later.is_empty() {
-                    due = std::time::Instant::now() + std::time::Duration::from_millis(LATER_MS);
-                }
-                later.push(op);
-                continue;
-            }
-            Req::Write(op, s) => Req::Write(op, s),
-            other => {
-                // Reads see every write queued before them.
-                if !later.is_empty() {
-                    write_batch(log, std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect(), stats);
-                }
-                other
-            }
-        };
-        stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
-        match first {
-            Req::Load(s) => {
-                let _ = s.send(log.load());
-            }
-            Req::Get(g, s) => {
-                let _ = s.send(log.get(&g));
-            }
-            Req::Audit(s) => {
-                let _ = s.send(log.audit_log());
-            }
-            Req::Claim { node, holder, url, ttl_ms, fence_expired, reply } => {
-                let _ = reply.send(log.claim_node(&node, &holder, &url, ttl_ms, fence_expired));
-            }
-            Req::Renew { node, token, ttl_ms, reply } => {
-                let _ = reply.send(log.renew_node(&node, &token, ttl_ms));
-            }
-            Req::Release { node, holder, forget, reply } => {
-                let _ = reply.send(log.release_node(&node, &holder, forget));
-            }
-            Req::Nodes(s) => {
-                let _ = s.send(log.nodes());
-            }
-            Req::Identity(s) => {
-                let _ = s.send(log.identity());
-            }
-            Req::Sessions { node, mine, max_age_ms, reply } => {
-                let _ = reply.send(log.exchange_sessions(&node, &mine, max_age_ms));
-            }
-            Req::Write(op, s) => {
-                // Group commit: the held writes and everything that queued up while we were
-                // busy join this batch.
-                let mut batch: Vec<(Op, Option<Reply<OpResult>>)> =
-                    std::mem::take(&mut later).into_iter().map(|op| (op, None)).collect();
-                batch.push((op, s));
-                drain_writes(&rx, &mut batch, max_batch, &mut pending);
-                let waiting = |b: &[(Op, Option<Reply<OpResult>>)]| b.iter().filter(|(_, s)| s.is_some()).count();
-                let before = waiting(&batch);
-                if before > 0 && pending.is_none() && batch.len() < max_batch && delay.now() {
-                    // Asleep, not in recv: the decisions that come meanwhile do not wake us.
-                    std::thread::sleep(delay.wait);
-                    drain_writes(&rx, &mut batch, max_batch, &mut pending);
-                    delay.paid(waiting(&batch) > before);
-                    stats.delayed.fetch_add(1, Ordering::Relaxed);
-                }
-                write_batch(log, batch, stats);
             }
         }
     }
-}
 
-/// Every write already queued joins the batch (up to `max_batch`); the first other
-/// request stops it and is kept for after the batch.
-fn drain_writes(
-    rx: &mpsc::Receiver<Req>,
-    batch: &mut Vec<(Op, Option<Reply<OpResult>>)>,
-    max_batch: usize,
-    pending: &mut Option<Req>,
-) {
-    while batch.len() < max_batch {
-        match rx.try_recv() {
-            Ok(Req::Write(op, s)) => batch.push((op, s)),
-            Ok(other) => {
-                *pending = Some(other);
-                return;
+    fn received(&self, r: Req) -> Req {
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    /// Group commit: the held writes and everything that queued up while we were busy
+    /// join this batch.
+    fn write(&mut self, op: Op, reply: Reply<OpResult>, delay: &mut Delay) {
+        let mut batch: Batch = vec![];
+        self.join(&mut batch, op, reply);
+        self.drain_writes(&mut batch);
+        let waiting = |b: &Batch| b.iter().filter(|(_, s)| s.is_some()).count();
+        let before = waiting(&batch);
+        if self.pending.is_none() && batch.len() < self.max_batch && delay.now() {
+            // Asleep, not in recv: the decisions that come meanwhile do not wake us.
+            std::thread::sleep(delay.wait);
+            self.drain_writes(&mut batch);
+            delay.paid(waiting(&batch) > before);
+            self.stats.delayed.fetch_add(1, Ordering::Relaxed);
+        }
+        // Held since the last join: they ride with this sync.
+        batch.extend(take_held(self.held).into_iter().map(|op| (op, None)));
+        write_batch(self.log, batch, self.stats);
+    }
+
+    /// A write joins the batch after every held write: one held before it was sent (a
+    /// finished mark, then a decision of the same caller) stays before it.
+    fn join(&self, batch: &mut Batch, op: Op, reply: Reply<OpResult>) {
+        batch.extend(take_held(self.held).into_iter().map(|op| (op, None)));
+        batch.push((op, Some(reply)));
+    }
+
+    /// Every write already queued joins the batch (up to `max_batch`); the first other
+    /// request stops it and is kept for after the batch.
+    fn drain_writes(&mut self, batch: &mut Batch) {
+        while batch.len() < self.max_batch {
+            match self.rx.try_recv() {
+                Ok(r) => match self.received(r) {
+                    Req::Write(op, s) => self.join(batch, op, s),
+                    Req::Flush => {}
+                    ask @ Req::Ask(_) => {
+                        self.pending = Some(ask);
+                        return;
+                    }
+                },
+                Err(_) => return,
             }
-            Err(_) => return,
+        }
+    }
+
+    fn write_held(&mut self) {
+        let held = take_held(self.held);
+        if !held.is_empty() {
+            write_batch(self.log, held.into_iter().map(|op| (op, None)).collect(), self.stats);
+        }
+    }
+
+    fn answer(&mut self, ask: Ask) {
+        let log = &mut *self.log;
+        match ask {
+            Ask::Load(s) => {
+                let _ = s.send(log.load());
+            }
+            Ask::Get(g, s) => {
+                let _ = s.send(log.get(&g));
+            }
+            Ask::Audit(s) => {
+                let _ = s.send(log.audit_log());
+            }
+            Ask::Claim { node, holder, url, ttl_ms, fence_expired, reply } => {
+                let _ = reply.send(log.claim_node(&node, &holder, &url, ttl_ms, fence_expired));
+            }
+            Ask::Renew { node, token, ttl_ms, reply } => {
+                let _ = reply.send(log.renew_node(&node, &token, ttl_ms));
+            }
+            Ask::Release { node, holder, forget, reply } => {
+                let _ = reply.send(log.release_node(&node, &holder, forget));
+            }
+            Ask::Nodes(s) => {
+                let _ = s.send(log.nodes());
+            }
+            Ask::Identity(s) => {
+                let _ = s.send(log.identity());
+            }
+            Ask::Sessions { node, mine, max_age_ms, reply } => {
+                let _ = reply.send(log.exchange_sessions(&node, &mine, max_age_ms));
+            }
         }
     }
 }
 
 /// One transaction of the log for every op of the batch, each answered (if asked) with
 /// its result or the batch's error.
-fn write_batch(log: &mut dyn DecisionLog, batch: Vec<(Op, Option<Reply<OpResult>>)>, stats: &StoreStats) {
+fn write_batch(log: &mut dyn DecisionLog, batch: Batch, stats: &StoreStats) {
     // Busy from here, whoever called: a batch of held writes (nobody waits for them) that
     // hangs on the store must show as a stall too, or the writer is stuck unseen.
     stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);

@@ -166,6 +166,24 @@ async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due()
     assert_eq!(*sizes.lock().unwrap(), vec![4, 1, 1]);
 }
 
+/// A write nobody waits for (a finished transaction's mark) must not wake the writer's
+/// thread: it waits for the next batch anyway, and a wake per transaction was a third of
+/// the store thread's CPU (bench/RESULTS.md, "Writes nobody waits for"). Only what is
+/// sent on the writer's channel wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_nobody_waits_for_do_not_wake_the_writer() {
+    let sizes = Arc::new(Mutex::new(vec![]));
+    let store = Store::start(Box::new(slow_log(sizes.clone())), 1024);
+    for i in 0..5 {
+        store.write_later(Op::Forget(format!("n.g-{i}")));
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(store.stats.received.load(Ordering::Relaxed), 0, "the writer was sent the held writes");
+    store.decide(rec(9), None).await.unwrap();
+    assert_eq!(store.stats.received.load(Ordering::Relaxed), 1);
+    assert_eq!(*sizes.lock().unwrap(), vec![6], "five held writes and the decision: one sync");
+}
+
 /// A store that stops answering while the writer holds only writes nobody waits for
 /// (finished marks, forgets): the writer is stuck in that batch, and the stall must show
 /// (the daemon logs "decision store is not answering" from it). It did not: the held
