@@ -26,7 +26,9 @@ Experiments (--experiments, comma-separated):
             the driver's --one-request: leased gtids, the commit the only request),
             2pc:1req-log, co:1req-log, 2pc:inproc-log, co:inproc-log (the same with the
             append-only decision log as the store), 2pc:1req-log-fdatasync,
-            2pc:inproc-log-fdatasync (the log with store.sync_method = "fdatasync"); with
+            2pc:inproc-log-fdatasync (the log with store.sync_method = "fdatasync"),
+            2pc:inproc-log-delay, co:inproc-log-delay (the log with commit_delay_us =
+            1000); with
             --other-daemon also 2pc:other,
             co:other (that build, driven per step, or --other-calls batched); then the
             same point with every global transaction read-only (RO=100%: local, 2pc,
@@ -90,7 +92,8 @@ COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step",
 # The same with the append-only decision log as the store (docs/coordinator.md, "Decision
 # store"): the daemon on the one-request path, and in the driver's process.
 COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log",
-                         "2pc:1req-log-fdatasync", "2pc:inproc-log-fdatasync"]
+                         "2pc:1req-log-fdatasync", "2pc:inproc-log-fdatasync", "2pc:inproc-log-delay",
+                         "co:inproc-log-delay"]
 
 
 def log_store_of(mode: str) -> str:
