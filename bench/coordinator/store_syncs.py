@@ -4,10 +4,11 @@ driver's result fields store_syncs, store_writes, cpu_tm_store_s, cpu_tm_calls_s
 2pc on the micro default point with the Rust driver and real servers (bench.harness.Env),
 with and without the store's commit delay, and against another build of the driver
 (--other-loadgen: the coordinator is linked into it). Single slices, one per variant and
-round, the variants interleaved in ABBA order; run it on a quiet machine.
+round, the variants interleaved in ABBA order; run it on a quiet machine (checked before
+the run; --force runs anyway and says so).
 
 usage: store_syncs.py [--delays-us 0,1000] [--rounds 4] [--seconds 4] [--clients 8]
-                      [--store sqlite|log|log-fdatasync] [--other-loadgen PATH]
+                      [--store sqlite|log|log-fdatasync] [--other-loadgen PATH] [--force]
 Prints a JSON line per slice, then one per variant with the medians, then (with
 --other-loadgen) the per-round ratios this / other with 95 % bootstrap intervals.
 """
@@ -21,7 +22,7 @@ import statistics
 from bench.experiments import set_fillfactor
 from bench.harness import loadgen
 from bench.harness.core import Env
-from bench.harness.slices import bootstrap_median
+from bench.harness import slices
 from bench.micro import micro
 
 KEYS = ("tps", "p99_ms", "syncs_per_tx", "writes_per_sync", "store_ms_per_tx", "calls_ms_per_tx", "coord_ms_per_tx")
@@ -36,7 +37,10 @@ def main() -> None:
     ap.add_argument("--store", default="sqlite", choices=["sqlite", "log", "log-fdatasync"],
                     help="the in-process coordinator's decision store (Env.in_process_config's store_kind)")
     ap.add_argument("--other-loadgen", metavar="PATH", help="another build of the driver, run beside this one")
+    ap.add_argument("--force", action="store_true", help="run on a busy machine (the output says so)")
     a = ap.parse_args()
+    quiet = slices.require_quiet(a.force, "store_syncs")
+    print(json.dumps({"quiet": quiet["quiet"], "loadavg": quiet["loadavg"]}), flush=True)
     builds = [("this", loadgen.binary())] + ([("other", a.other_loadgen)] if a.other_loadgen else [])
     variants = [(b, d) for b in builds for d in (int(x) for x in a.delays_us.split(","))]
     rows: dict[tuple[str, int], list[dict]] = {(b, d): [] for (b, _), d in variants}
@@ -63,7 +67,7 @@ def main() -> None:
         print(json.dumps({"build": build, "delay_us": d, "median": {k: statistics.median(r[k] for r in rs) for k in KEYS}}))
     if a.other_loadgen:
         for d in {d for _, d in variants}:
-            ratios = {k: bootstrap_median([t[k] / o[k] for t, o in zip(rows[("this", d)], rows[("other", d)]) if o[k]])
+            ratios = {k: slices.bootstrap_median([t[k] / o[k] for t, o in zip(rows[("this", d)], rows[("other", d)]) if o[k]])
                       for k in KEYS}
             print(json.dumps({"delay_us": d, "this / other, median [95 % CI]": ratios}))
 
