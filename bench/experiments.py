@@ -28,7 +28,9 @@ Experiments (--experiments, comma-separated):
             append-only decision log as the store), 2pc:1req-log-fdatasync,
             2pc:inproc-log-fdatasync (the log with store.sync_method = "fdatasync"),
             2pc:inproc-log-delay, co:inproc-log-delay (the log with commit_delay_us =
-            1000); with
+            1000), 2pc:1req-log-backoff, co:1req-log-backoff (a refused attempt retried
+            after the clients' jittered backoff, the driver's --retry-backoff-ms 20,
+            instead of at once); with
             --other-daemon also 2pc:other,
             co:other (that build, driven per step, or --other-calls batched); then the
             same point with every global transaction read-only (RO=100%: local, 2pc,
@@ -93,7 +95,7 @@ COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step",
 # store"): the daemon on the one-request path, and in the driver's process.
 COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log",
                          "2pc:1req-log-fdatasync", "2pc:inproc-log-fdatasync", "2pc:inproc-log-delay",
-                         "co:inproc-log-delay"]
+                         "co:inproc-log-delay", "2pc:1req-log-backoff", "co:1req-log-backoff"]
 
 
 def log_store_of(mode: str) -> str:
@@ -110,6 +112,10 @@ PER_STEP = ["--calls", "per-step"]
 # The one-request path (variants :1req): gtids leased by each client, the commit the
 # transaction's only request (docs/coordinator.md, "One request per transaction").
 ONE_REQUEST = ["--one-request"]
+# The clients' documented retry path (variants -backoff): a refused attempt runs again after
+# the full-jitter backoff of cotx/retry.py, Go's Run and Java's Retry (base 20 ms, at most
+# 1 s), not at once.
+CLIENT_BACKOFF = ["--retry-backoff-ms", "20"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
 NARAYANA_MODES = ["2pc", "co", "2pc:jta", "co:jta"]
 SETTLED = slices_report.SETTLED
@@ -366,7 +372,7 @@ class _Measuring:
         extra = {m: PER_STEP for m in modes if m.endswith(":per-step")}
         extra.update({m: other_calls(a) for m in modes if m.endswith(":other")})
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
-        extra.update({m: ONE_REQUEST for m in modes if ":1req" in m})
+        extra.update({m: ONE_REQUEST + (CLIENT_BACKOFF if m.endswith("-backoff") else []) for m in modes if ":1req" in m})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
               extra=extra)
         # Every global transaction read-only (the driver's --ro-share 1): nothing for the

@@ -80,6 +80,10 @@ pub struct Cfg {
     pub batched: bool,
     /// `--coord inproc:CONFIG`: the coordinator in this process, shared by every client.
     pub in_process: Option<coordinator_daemon::in_process::InProcess>,
+    /// `--retry-backoff-ms B`: before retrying a refused attempt, wait the clients'
+    /// documented jittered backoff (cotx/retry.py `backoff`: full jitter, a random time in
+    /// [0, min(1 s, B · 2^n)) before retry n); 0 (the default): at once, as before.
+    pub retry_backoff_ms: f64,
     /// `--one-request` (modes 2pc and co): each client leases a range of gtids and a
     /// transaction is one request, its commit listing every branch (the Python client's
     /// `one_request=True`; docs/coordinator.md, "One request per transaction").
@@ -251,7 +255,7 @@ fn safe_id(s: &str) -> Result<&str, Failure> {
 
 pub struct Client {
     pub wid: usize,
-    cfg: Arc<Cfg>,
+    pub cfg: Arc<Cfg>,
     sess: HashMap<String, Sess>,
     http: Option<Coord>,
     /// Branch registrations by "resource:enforcement" as the coordinator answered them.

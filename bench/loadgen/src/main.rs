@@ -38,6 +38,9 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
    carries the finished acknowledgements on the next begin; per-step is the earlier protocol
    (the first branch with the begin, a request per further branch, one acknowledgement per
    transaction), which any daemon version understands]
+  [--retry-backoff-ms B: before retry n of a refused attempt, a random wait in
+   [0, min(1000, B * 2^n)) ms, the clients' documented backoff (Python cotx.retry, base 20);
+   default 0: at once]
   [--one-request: modes 2pc and co: each client leases a range of gtids (POST /v1/gtid-leases)
    and a transaction is one request, its commit listing every branch (checked once against
    GET /v1/resources: the resources' enforcement must be the mode's)]
@@ -114,6 +117,8 @@ struct Stats {
     /// how late each started (ms after its scheduled time).
     arrivals: u64,
     lag_ms: Vec<f64>,
+    /// Seconds waited before retries (--retry-backoff-ms), in the measured window.
+    backoff_s: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -153,6 +158,12 @@ fn log_line(
     v.to_string()
 }
 
+/// The clients' full-jitter backoff before retry `n` (0-based), as cotx/retry.py's
+/// `backoff` with max_delay 1 s: `rand` · min(1 s, base · 2^n).
+fn backoff(n: u32, base_ms: f64, rand: f64) -> Duration {
+    Duration::from_secs_f64(rand * (base_ms * 2f64.powi(n.min(20) as i32)).min(1000.0) / 1000.0)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn client_loop(
     mut c: Client,
@@ -167,6 +178,8 @@ async fn client_loop(
 ) -> (Stats, Client) {
     let mut st = Stats::default();
     let mut rng = Rng::new(seed);
+    // The backoff's own stream: the workload draws the same transactions with or without it.
+    let mut jitter = Rng::new(seed ^ 0x6a09e667f3bcc908);
     let mut n_attempt = 0u64;
     'outer: while Instant::now() < t_end {
         // Closed loop: now. Open loop: the next arrival's time (latency counts from it).
@@ -262,6 +275,13 @@ async fn client_loop(
                     // checks across databases hold only for whole ones).
                     if t >= t_end && !(mode == Mode::Local && from > 0) {
                         break 'outer;
+                    }
+                    if c.cfg.retry_backoff_ms > 0.0 {
+                        let wait = backoff(tries - 1, c.cfg.retry_backoff_ms, jitter.f64());
+                        if measured {
+                            st.backoff_s += wait.as_secs_f64();
+                        }
+                        tokio::time::sleep(wait).await;
                     }
                 }
             }
@@ -394,6 +414,7 @@ async fn run(a: Args) -> i32 {
         batched,
         in_process,
         one_request,
+        retry_backoff_ms: a.f("retry-backoff-ms", 0.0).max(0.0),
     });
     let clients = a.f("clients", 8.0) as usize;
     let warmup = a.f("warmup", 1.0);
@@ -479,6 +500,7 @@ async fn run(a: Args) -> i32 {
                 keep.push(c);
                 all.commits += st.commits;
                 all.attempts += st.attempts;
+                all.backoff_s += st.backoff_s;
                 for (k, v) in st.reasons {
                     *all.reasons.entry(k).or_default() += v;
                 }
@@ -531,6 +553,8 @@ async fn run(a: Args) -> i32 {
     v["aborts"] = json!(aborts);
     v["reasons"] = json!(all.reasons);
     v["tps"] = json!(all.commits as f64 / seconds);
+    v["retry_backoff_ms"] = json!(cfg.retry_backoff_ms);
+    v["backoff_s"] = json!(all.backoff_s);
     v["p50_ms"] = json!(percentile(&mut all.lat_ms, 0.5));
     v["p99_ms"] = json!(percentile(&mut all.lat_ms, 0.99));
     if let Some(p) = &pace {
@@ -565,5 +589,20 @@ async fn run(a: Args) -> i32 {
         0
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The clients' full jitter: below min(1 s, base · 2^n), and all of it at rand → 1.
+    #[test]
+    fn backoff_is_the_clients_full_jitter() {
+        assert_eq!(backoff(0, 20.0, 0.0), Duration::ZERO);
+        assert_eq!(backoff(0, 20.0, 0.5), Duration::from_millis(10));
+        assert_eq!(backoff(3, 20.0, 0.5), Duration::from_millis(80));
+        assert_eq!(backoff(10, 20.0, 0.5), Duration::from_millis(500), "capped at 1 s");
+        assert_eq!(backoff(u32::MAX, 20.0, 0.25), Duration::from_millis(250));
     }
 }

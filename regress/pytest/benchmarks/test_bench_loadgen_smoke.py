@@ -111,6 +111,32 @@ def test_micro_one_request(env):
     assert "(exit 2)" in r.get("error", ""), r
 
 
+def test_retry_backoff(env):
+    """--retry-backoff-ms (the variants -backoff of bench/experiments.py): a refused attempt
+    runs again after the clients' jittered backoff (cotx.retry's, base 20 ms), not at once.
+    On 20 rows every client conflicts; with the flag the clients waited before their
+    retries (backoff_s), without it they did not."""
+    from bench.harness import loadgen
+    from bench.micro import micro
+    micro.load(env, 20)
+    args = loadgen.micro_args(micro.parse_point("N=20"))
+    env.set_mode("co")
+    try:
+        for extra in ([], ["--retry-backoff-ms", "20"]):
+            r = loadgen.run_slice(env, "co", args, clients=4, warmup=0.0, seconds=1.5, extra=["--one-request"] + extra)
+            assert not r.get("errors") and not r.get("error"), r
+            assert r["commits"] > 0 and r["aborts"] > 0, r
+            assert r["retry_backoff_ms"] == (20 if extra else 0), r
+            if extra:
+                # Full jitter: about 10 ms a retry on average; well above nothing.
+                assert r["backoff_s"] > 0.002 * r["aborts"], r
+            else:
+                assert r["backoff_s"] == 0, r
+            assert env.leftovers() == (0, 0)
+    finally:
+        micro.load(env, 500)
+
+
 def test_micro_five_branches_and_ro_share(env, tmp_path):
     """The scaling study's workload: S=5 (three branches on PostgreSQL, two on MariaDB,
     each on its own table mt<i>) with half of the transactions read-only (--ro-share 0.5:
