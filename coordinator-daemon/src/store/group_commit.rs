@@ -63,9 +63,10 @@ pub const STORE_THREAD: &str = "decision-store";
 const STOPPED: StoreError = StoreError::Stopped("store writer stopped");
 
 /// Writes nobody waits for (finished marks, purges), held for the next batch. They are
-/// not sent on the writer's channel: a send wakes the writer's thread, and a wake per
-/// finished transaction cost more of its CPU than the write (bench/RESULTS.md, "Writes
-/// nobody waits for"). The writer takes them whenever it wakes, and every LATER_MS.
+/// not sent on the writer's channel: a send wakes the writer's thread, and that wake per
+/// finished transaction was about a fifth of its CPU in the driver's process
+/// (bench/RESULTS.md, "Writes nobody waits for"). The writer takes them whenever it
+/// wakes, and after LATER_MS idle.
 type Held = Mutex<Vec<Op>>;
 
 fn take_held(held: &Held) -> Vec<Op> {

@@ -147,13 +147,19 @@ async fn a_lone_caller_waits_only_when_waits_might_pay() {
     assert_eq!(sizes.lock().unwrap().len(), 18);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due() {
+/// A store on a slow log with `n` writes nobody waits for handed to it.
+fn with_held_writes(n: usize) -> (Arc<Mutex<Vec<usize>>>, Store) {
     let sizes = Arc::new(Mutex::new(vec![]));
     let store = Store::start(Box::new(slow_log(sizes.clone())), 1024);
-    for i in 0..3 {
+    for i in 0..n {
         store.write_later(Op::Forget(format!("n.g-{i}")));
     }
+    (sizes, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due() {
+    let (sizes, store) = with_held_writes(3);
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     store.decide(rec(9), None).await.unwrap();
     assert_eq!(*sizes.lock().unwrap(), vec![4], "three held writes and the decision: one sync");
@@ -167,16 +173,12 @@ async fn writes_nobody_waits_for_ride_with_the_next_batch_or_go_alone_when_due()
 }
 
 /// A write nobody waits for (a finished transaction's mark) must not wake the writer's
-/// thread: it waits for the next batch anyway, and a wake per transaction was a third of
-/// the store thread's CPU (bench/RESULTS.md, "Writes nobody waits for"). Only what is
-/// sent on the writer's channel wakes it.
+/// thread: it waits for the next batch anyway, and that wake per transaction was about a
+/// fifth of the store thread's CPU in the driver's process (bench/RESULTS.md, "Writes
+/// nobody waits for"). Only what is sent on the writer's channel wakes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_nobody_waits_for_do_not_wake_the_writer() {
-    let sizes = Arc::new(Mutex::new(vec![]));
-    let store = Store::start(Box::new(slow_log(sizes.clone())), 1024);
-    for i in 0..5 {
-        store.write_later(Op::Forget(format!("n.g-{i}")));
-    }
+    let (sizes, store) = with_held_writes(5);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(store.stats.received.load(Ordering::Relaxed), 0, "the writer was sent the held writes");
     store.decide(rec(9), None).await.unwrap();
