@@ -319,15 +319,20 @@ impl Writer<'_> {
             self.stats.delayed.fetch_add(1, Ordering::Relaxed);
         }
         // Held since the last join: they ride with this sync.
-        batch.extend(take_held(self.held).into_iter().map(|op| (op, None)));
+        self.held_into(&mut batch);
         write_batch(self.log, batch, self.stats);
     }
 
     /// A write joins the batch after every held write: one held before it was sent (a
     /// finished mark, then a decision of the same caller) stays before it.
     fn join(&self, batch: &mut Batch, op: Op, reply: Reply<OpResult>) {
-        batch.extend(take_held(self.held).into_iter().map(|op| (op, None)));
+        self.held_into(batch);
         batch.push((op, Some(reply)));
+    }
+
+    /// Every held write joins the batch, nobody waiting for its answer.
+    fn held_into(&self, batch: &mut Batch) {
+        batch.extend(take_held(self.held).into_iter().map(|op| (op, None)));
     }
 
     /// Every write already queued joins the batch (up to `max_batch`); the first other
@@ -349,9 +354,10 @@ impl Writer<'_> {
     }
 
     fn write_held(&mut self) {
-        let held = take_held(self.held);
-        if !held.is_empty() {
-            write_batch(self.log, held.into_iter().map(|op| (op, None)).collect(), self.stats);
+        let mut batch = vec![];
+        self.held_into(&mut batch);
+        if !batch.is_empty() {
+            write_batch(self.log, batch, self.stats);
         }
     }
 
