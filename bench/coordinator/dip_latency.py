@@ -4,12 +4,16 @@ the last PostgreSQL branch's commit: one forced write fewer) and co (dip's own s
 pg_co and mysql_co on, with the decision in the store), servers and the decision store on
 this machine's disk (Env's fsync on). Per client count, one slice per mode and round, the
 modes interleaved ABBA (the order reversed every other round). Per slice: p50, p99, tps;
-then per client count the per-round ratios dip/2pc and dip/co of p50 and p99 as medians
-with 95 % bootstrap intervals (the target: dip p50 <= 0.8 x 2pc p50 at 1 client). Run it
-on a quiet machine (checked before the run; --force runs anyway and says so).
+then per client count the per-round ratios of each dip mode to each other mode, of p50 and
+p99, as medians with 95 % bootstrap intervals (the target: dip p50 <= 0.8 x 2pc p50 at 1
+client). A mode with the suffix :1req runs on the one-request path (the driver's
+--one-request: leased gtids, the commit the only request; dip's hands the decision over in
+it): dip:1req against 2pc:1req is like for like. Run it on a quiet machine (checked before
+the run; --force runs anyway and says so).
 
 usage: python -m bench.coordinator.dip_latency [--rounds 8] [--seconds 4] [--clients 1,2]
        [--modes 2pc,dip,co] [--force]
+       e.g. --modes 2pc,dip,2pc:1req,dip:1req
 Prints a JSON line per slice, then one per client count, ratio and percentile.
 """
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bench.experiments import set_fillfactor
+from bench.experiments import ONE_REQUEST, set_fillfactor
 from bench.harness import loadgen, slices
 from bench.harness.core import Env
 from bench.micro import micro
@@ -56,19 +60,22 @@ def main() -> None:
                     env.set_mode(mode)
                     env.leftovers()
                     x = loadgen.run_slice(env, mode, loadgen.micro_args(point), clients=n, warmup=a.warmup,
-                                          seconds=a.seconds, seed=r * 31 + n)
+                                          seconds=a.seconds, seed=r * 31 + n,
+                                          extra=ONE_REQUEST if mode.endswith(":1req") else None)
                     row = {"clients": n, "round": r, "mode": mode, "p50_ms": x.get("p50_ms"),
                            "p99_ms": x.get("p99_ms"), "tps": x.get("tps"), "commits": x.get("commits"),
                            "errors": x.get("errors") or x.get("error"),
                            "quiet": "ok" if quiet["quiet"] else "NOT QUIET: " + quiet["why"]}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+    dips = [m for m in modes if m.partition(":")[0] == "dip"]
     for n in sorted({r["clients"] for r in rows}):
         mine = [r for r in rows if r["clients"] == n]
-        for den in (m for m in modes if m != "dip"):
-            for key in ("p50_ms", "p99_ms"):
-                print(json.dumps({"clients": n, "ratio": f"dip/{den}", "of": key, **ratios(mine, "dip", den, key)}),
-                      flush=True)
+        for num in dips:
+            for den in (m for m in modes if m not in dips):
+                for key in ("p50_ms", "p99_ms"):
+                    print(json.dumps({"clients": n, "ratio": f"{num}/{den}", "of": key,
+                                      **ratios(mine, num, den, key)}), flush=True)
 
 
 if __name__ == "__main__":

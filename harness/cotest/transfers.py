@@ -155,15 +155,18 @@ def run_withdrawal(coord, pg, mariadb, wid: str, u: int, amt: int, wrap=None, **
         mc.close()
 
 
-def withdrawals_under_kills(d, coord, pg, mariadb, users: int, *, clients: int = 4, kills: int = 3):
+def withdrawals_under_kills(d, coord, pg, mariadb, users: int, *, clients: int = 4, kills: int = 3,
+                            decide_in_participant: bool = False):
     """Withdrawals through coord.run in a thread per request (as a threaded web service runs
     them, the thread ending right after its commit), `clients` at a time, while daemon d is
     killed with kill -9 and restarted `kills` times: (each withdrawal's result by its id,
-    as run_withdrawal returns it; the names of the errors run() ran a withdrawal again after)."""
+    as run_withdrawal returns it; the names of the errors run() ran a withdrawal again after).
+    `decide_in_participant`: each commits with the decision in its PostgreSQL branch."""
     results, stop, seq, retried = {}, threading.Event(), itertools.count(), []
 
     def request(wid, u, amt):
         results[wid] = run_withdrawal(coord, pg, mariadb, wid, u, amt, retries=30, max_wait=60,
+                                      decide_in_participant=decide_in_participant,
                                       on_retry=lambda n, e, s: retried.append(type(e).__name__))
 
     def client(rng):

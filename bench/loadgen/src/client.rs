@@ -623,9 +623,7 @@ impl Client {
         if br.len() == 1 && (br[0].shim.is_none() || br[0].one_phase) {
             return self.one_phase(&g, &mut br).await;
         }
-        // The decision inside a participant needs pg_co there (co.decide).
-        let decider =
-            if mode == Mode::Dip { br.iter().rposition(|b| b.db == Db::Pg && b.shim.is_none()) } else { None };
+        let decider = self.decider(&br);
         // Prepare every branch but the decider (in dip mode it commits in one phase).
         let to_prepare: Vec<usize> = (0..br.len()).filter(|&i| Some(i) != decider).collect();
         if let Err(f) = self.prepare(&g, &mut br, &to_prepare).await {
@@ -674,7 +672,9 @@ impl Client {
     /// the range (the daemon may no longer know it) and rolls the branches back.
     async fn commit_leased(&mut self, g: &str, br: &mut [Branch], subs: &[Sub]) -> Result<(), Failure> {
         let all: Vec<usize> = (0..br.len()).collect();
-        if let Err(f) = self.prepare(g, br, &all).await {
+        let decider = self.decider(br);
+        let to_prepare: Vec<usize> = all.iter().copied().filter(|&i| Some(i) != decider).collect();
+        if let Err(f) = self.prepare(g, br, &to_prepare).await {
             self.rollback_all(g, br).await;
             return Err(f);
         }
@@ -685,7 +685,9 @@ impl Client {
             .collect();
         let mut body = json!({"branches": branches});
         let ro: Vec<&str> = br.iter().filter(|b| b.wrote_nothing).map(|b| b.bid.as_str()).collect();
-        if !ro.is_empty() {
+        if let Some(d) = decider {
+            body["decide_in"] = json!(br[d].bid);
+        } else if !ro.is_empty() {
             body["read_only"] = json!(ro);
         }
         if !self.acks.is_empty() {
@@ -700,6 +702,13 @@ impl Client {
                 return Err(e.into());
             }
         };
+        if let Some(d) = decider {
+            if decision != "in_participant" {
+                self.rollback_all(g, br).await;
+                return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
+            }
+            return self.decide_in_participant(g, br, d).await;
+        }
         if decision != "commit" {
             self.rollback_all(g, br).await;
             return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
@@ -707,6 +716,15 @@ impl Client {
         let done = self.finish_commit(g, br, &all).await;
         self.ack(g, "commit", done).await;
         Ok(())
+    }
+
+    /// dip: the branch whose one-phase commit carries the decision (co.decide needs pg_co
+    /// there), the last PostgreSQL branch in engine mode; None in every other mode.
+    fn decider(&self, br: &[Branch]) -> Option<usize> {
+        if self.cfg.mode != Mode::Dip {
+            return None;
+        }
+        br.iter().rposition(|b| b.db == Db::Pg && b.shim.is_none())
     }
 
     async fn one_phase(&mut self, g: &str, br: &mut [Branch]) -> Result<(), Failure> {
@@ -846,9 +864,10 @@ impl Client {
     /// co.decide(gtid) in it, is the global decision.
     async fn decide_in_participant(&mut self, g: &str, br: &mut [Branch], d: usize) -> Result<(), Failure> {
         let sess = self.sess.get_mut(&br[d].session).unwrap();
-        // The xid rides on the decide query (no extra round trip): the refusal breakdown
-        // joins a peer's rule-A refusal that names this branch by xid only.
-        let mut xid = None;
+        // co.decide and the COMMIT in one round trip (one simple query: an error in the
+        // first skips the second). The xid rides on it: the refusal breakdown joins a
+        // peer's rule-A refusal that names this branch by xid only (a refused COMMIT's is
+        // not returned, and that branch committed nothing a peer could name).
         let r = async {
             let g = safe_id(g).map_err(|_| DbError {
                 db: "pg",
@@ -857,15 +876,15 @@ impl Client {
                 message: "bad gtid".into(),
                 detail: None,
             })?;
-            xid = sess
-                .first_value(&format!(
-                    "SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text"
-                ))
-                .await?;
-            sess.simple("COMMIT").await
+            sess.first_value(&format!(
+                "SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text; COMMIT"
+            ))
+            .await
         }
         .await;
-        self.last_decider_xid = xid.and_then(|x| x.parse().ok()).map(|x| (d, x));
+        let r = r.map(|xid| {
+            self.last_decider_xid = xid.and_then(|x| x.parse().ok()).map(|x| (d, x));
+        });
         let dbid = br[d].bid.clone();
         if let Err(e) = r {
             let _ = sess.simple("ROLLBACK").await;

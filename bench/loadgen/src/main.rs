@@ -41,9 +41,9 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
   [--retry-backoff-ms B: before retry n of a refused attempt, a random wait in
    [0, min(1000, B * 2^n)) ms, the clients' documented backoff (Python cotx.retry, base 20);
    default 0: at once]
-  [--one-request: modes 2pc and co: each client leases a range of gtids (POST /v1/gtid-leases)
+  [--one-request: modes 2pc, co and dip: each client leases a range of gtids (POST /v1/gtid-leases)
    and a transaction is one request, its commit listing every branch (checked once against
-   GET /v1/resources: the resources' enforcement must be the mode's)]
+   GET /v1/resources: the resources' enforcement must be the mode's; dip's with decide_in)]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0 --ro-share 0]
    --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
@@ -385,8 +385,8 @@ async fn run(a: Args) -> i32 {
         }
     };
     let one_request = a.flag("one-request");
-    if one_request && !matches!(mode, Mode::TwoPc | Mode::Co) {
-        eprintln!("--one-request goes with modes 2pc and co only (not {mode_name}): client mode's slots and dip's decision need a begun transaction\n{HELP}");
+    if one_request && !matches!(mode, Mode::TwoPc | Mode::Co | Mode::Dip) {
+        eprintln!("--one-request goes with modes 2pc, co and dip only (not {mode_name}): client mode's slots need a begun transaction\n{HELP}");
         return 2;
     }
     let coord_url = a.s("coord", "http://127.0.0.1:7420");

@@ -158,8 +158,8 @@ class Branch:
 
     def _report_failed(self, reason: str, retryable: bool) -> dict:
         """The daemon's answer ({} when it could not be told, or the transaction is on the
-        one-request path: the daemon hears of it only at its commit)."""
-        if self.tx._drawn is not None:
+        one-request path before its commit: the daemon hears of it only there)."""
+        if self.tx._drawn is not None and not self.tx._commit_answered:
             return {}
         try:
             return self.tx._request(

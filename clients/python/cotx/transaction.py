@@ -9,7 +9,8 @@
   PostgreSQL branch commits in one phase with the decision written inside it (pg_co);
 - a participant (join): prepare and report at exit, then wait for the root's decision;
 - one request (`_commit_leased`, Coordinator(one_request=True)): the gtid drawn from a
-  leased range (cotx.leases), nothing sent before the commit, which lists every branch.
+  leased range (cotx.leases), nothing sent before the commit, which lists every branch
+  (with decide_in_participant=True too: `_leased_decide_in`).
 
 Branches are cotx.branch's; the HTTP goes through the Coordinator handle it is given
 (`coord.http`, `coord.decision`), which this module does not import: cotx.coordinator
@@ -51,6 +52,9 @@ class Transaction:
         # `_drawn` is the leased gtid (cotx.leases.Drawn) once chosen.
         self.one_request = one_request and root
         self._drawn = None
+        # The one-request commit answered: the daemon knows the gtid from then on (a
+        # refused decision commit is reported to it).
+        self._commit_answered = False
         self._branches: list[Branch] = []
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
@@ -121,8 +125,7 @@ class Transaction:
         the one-request commit does not serve sends the transaction back to the begin
         path by a rerun (BeginPathNeeded), before anything was sent."""
         if self._drawn is None:
-            if (not self.one_request or self._gtid is not None or self.decide_in_participant
-                    or not self.coord.leasable(resource)):
+            if not self.one_request or self._gtid is not None or not self.coord.leasable(resource):
                 return None
             self._drawn = self.coord.leases.draw(self.trace.header())
             self._gtid = self._drawn.gtid
@@ -156,9 +159,7 @@ class Transaction:
         if (len(ready) == 1 and len(self._branches) == 1
                 and (ready[0].enforcement != "client" or ready[0].shim_one_phase) and self._one_phase(ready[0])):
             return
-        # The decision inside a participant needs pg_co there (co.decide).
-        decider = next((b for b in reversed(ready) if b.kind == "postgres" and b.enforcement != "client"), None) \
-            if self.decide_in_participant else None
+        decider = self._decider()
         # Our own branches' "prepared" reports ride along with the commit request.
         # A read-only branch may vote so (plain 2PC) only when the daemon decides: with the
         # decision in a participant the transaction is not two-phase throughout.
@@ -171,6 +172,14 @@ class Transaction:
         # daemons do not know the field).
         read_only = [b.branch_id for b in self._branches if b.wrote_nothing]
         self._finish(self._commit_call({"prepared": mine, **({"read_only": read_only} if read_only else {})}))
+
+    def _decider(self) -> Branch | None:
+        """With decide_in_participant: the branch whose commit carries the decision, the
+        last ready PostgreSQL branch in engine mode (co.decide needs pg_co there)."""
+        if not self.decide_in_participant:
+            return None
+        return next((b for b in reversed(self._branches)
+                     if b.state == "ready" and b.kind == "postgres" and b.enforcement != "client"), None)
 
     def _commit_call(self, body: dict) -> str:
         """POST …/commit, waiting for participants' prepared reports; the decision, or
@@ -213,8 +222,9 @@ class Transaction:
             self._rollback_local()
             self.outcome = "abort"
             raise TransactionAborted(self.gtid, "a branch failed before the commit")
+        decider = self._decider()
         try:
-            self.prepare_all(report=False, vote=True)
+            self.prepare_all(report=False, skip=decider, vote=decider is None)
         except BaseException:
             # Nobody else would roll the prepared ones back before the range's lease lapses.
             self._rollback_local()
@@ -222,7 +232,12 @@ class Transaction:
             raise
         prepared = [b for b in self._branches if b.state == "prepared"]
         branches = [{"resource": b.resource, "branch_id": b.branch_id,
-                     **({"session": b.session} if b.session is not None else {})} for b in prepared]
+                     **({"session": b.session} if b.session is not None else {})}
+                    for b in prepared + ([decider] if decider is not None else [])]
+        if decider is not None:
+            body = self.coord.carried_acks({"branches": branches, "decide_in": decider.branch_id})
+            self._finish(self._leased_decide_in(decider, body))
+            return
         read_only = [b.branch_id for b in prepared if b.wrote_nothing]
         body = {"branches": branches, **({"read_only": read_only} if read_only else {})}
         self._finish(self._leased_commit_call(self.coord.carried_acks(body)))
@@ -267,6 +282,28 @@ class Transaction:
                                          "its branches stay prepared until the coordinator finishes them") from e
                 time.sleep(0.2)  # restarting: its recovery keeps our branches safe
 
+    def _leased_decide_in(self, d: Branch, body: dict) -> str:
+        """The one-request commit handing the decision to `d` (every other branch
+        prepared): on "in_participant", `d` commits with the decision inside it. Sent once:
+        on any other answer `d` never commits, so nothing can commit (a daemon that took
+        the request resolves abort in `d`'s database, co.resolve), and every branch is
+        rolled back here at once: a refusal the retry rules call "not done" (or no
+        answer) raises RetryableError, any other TransactionAborted."""
+        try:
+            decision = self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", body)["decision"]
+        except (CoordinatorError, CoordinatorUnavailable) as e:
+            self._drop_lease()
+            self._rollback_local()
+            self.outcome = "abort"
+            act = daemon_action("commit", e.status, e.code) if isinstance(e, CoordinatorError) else RETRY_REQUEST
+            if act in (RETRY_REQUEST, RETRY_TRANSACTION, POLL_DECISION, OUTCOME_UNKNOWN):
+                raise RetryableError(self.gtid, f"commit with the decision in {d.resource}: {e}") from e
+            raise TransactionAborted(self.gtid, f"commit refused: {e}") from e
+        self._commit_answered = True
+        if decision != "in_participant":
+            return decision  # abort: _finish rolls `d` back with the others
+        return self._commit_decision_branch(d)
+
     def _abort_at_daemon(self, reason: str) -> None:
         try:
             self._request("POST", f"/v1/transactions/{_q(self.gtid)}/abort", {"reason": reason[:900]})
@@ -279,6 +316,11 @@ class Transaction:
         decision = self._commit_call({"prepared": mine, "decide_in": d.branch_id})
         if decision != "in_participant":
             return decision  # refused (abort) or already decided: `d` is rolled back by _finish
+        return self._commit_decision_branch(d)
+
+    def _commit_decision_branch(self, d: Branch) -> str:
+        """The daemon answered "in_participant": `d` commits with the decision inside it
+        (co.decide, then COMMIT). Returns the decision for the other branches."""
         try:
             Postgres.commit_with_decision(d.conn, self.gtid)
         except Exception as e:  # noqa: BLE001

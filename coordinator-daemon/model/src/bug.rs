@@ -36,10 +36,14 @@ pub enum Bug {
     /// One-request commit: a leased gtid with no record is answered "abort" (presumed)
     /// while its commit request may still be on its way.
     LeasedGtidAnsweredAbort,
+    /// One-request commit with the decision in a participant: recovery presumes abort for
+    /// a leased gtid without asking the decision participant first (as if only begun
+    /// transactions could be deciding there).
+    LeasedDipRecoveryAsksNoParticipant,
 }
 
 impl Bug {
-    pub const BROKEN: [Bug; 11] = [
+    pub const BROKEN: [Bug; 12] = [
         Bug::TakeoverWithoutConditionalInsert,
         Bug::ZombieSkipsLeaseCheck,
         Bug::RecoveryTrustsGidPrefix,
@@ -51,13 +55,14 @@ impl Bug {
         Bug::LeasedGtidRolledBackUnrecorded,
         Bug::LeasedCommitOverwrites,
         Bug::LeasedGtidAnsweredAbort,
+        Bug::LeasedDipRecoveryAsksNoParticipant,
     ];
     pub(crate) fn no_watermark(self) -> bool {
         matches!(self, Bug::PurgeWithoutWatermark | Bug::AnswersFromMemoryAfterRegrant)
     }
     /// The mode the variant needs (its bug lives in the decision-in-participant path).
     pub fn dip(self) -> bool {
-        self == Bug::DipReportsBeforeDecidingCommit
+        matches!(self, Bug::DipReportsBeforeDecidingCommit | Bug::LeasedDipRecoveryAsksNoParticipant)
     }
     /// The variant's bug lives in the read-only commit path.
     pub fn read_only(self) -> bool {
@@ -65,6 +70,12 @@ impl Bug {
     }
     /// The variant's bug lives in the one-request commit of a leased gtid.
     pub fn leased(self) -> bool {
-        matches!(self, Bug::LeasedGtidRolledBackUnrecorded | Bug::LeasedCommitOverwrites | Bug::LeasedGtidAnsweredAbort)
+        matches!(
+            self,
+            Bug::LeasedGtidRolledBackUnrecorded
+                | Bug::LeasedCommitOverwrites
+                | Bug::LeasedGtidAnsweredAbort
+                | Bug::LeasedDipRecoveryAsksNoParticipant
+        )
     }
 }

@@ -31,7 +31,9 @@
 //!   daemon 0 — sent after the client prepared its last branch, possibly twice (a retry),
 //!   delivered at any later time, to whichever process of daemon 0 is up — the range's
 //!   lease may run out at any time, and a daemon forgets X once it is decided and none
-//!   of its branches is prepared (recovery keeps nothing of a gtid it rolled back).
+//!   of its branches is prepared (recovery keeps nothing of a gtid it rolled back); with
+//!   `dip` and `leased` together, that one request hands the decision to branch 0 (the
+//!   one-request commit with `decide_in`).
 //!
 //! Properties: no split; a decision never changes; no client told an outcome other than
 //! the one in force (never "commit" without a durable commit record or, in dip, the
@@ -51,6 +53,17 @@ pub use proto::Proto;
 pub use state::{Act, State};
 
 use stateright::Model;
+
+/// The modes checked, as (dip, ro, leased), each with what it is: the test command and
+/// the model's test run every one.
+pub const MODES: [((bool, bool, bool), &str); 6] = [
+    ((false, false, false), "decision in the store"),
+    ((true, false, false), "decision in a participant"),
+    ((false, true, false), "all branches read-only: decision in memory"),
+    ((false, false, true), "one request: gtid from a leased range, branches sent with the commit"),
+    ((false, true, true), "one request, all branches read-only: decision in memory"),
+    ((true, false, true), "one request with the decision in a participant"),
+];
 
 /// What one check found: states, depth, time, and the properties it broke (with a trace).
 pub struct Outcomes {

@@ -4,7 +4,7 @@
 //! property or a broken variant goes unnoticed.
 
 use clap::Parser;
-use cotx_model::{check, Bug, Proto};
+use cotx_model::{check, Bug, Proto, MODES};
 
 /// Model-check the coordinator's commit protocol (docs/guarantees.md, "The commit protocol, model-checked").
 #[derive(Parser)]
@@ -35,9 +35,7 @@ struct Args {
 fn main() {
     let a = Args::parse();
     let mut failed = false;
-    for (dip, ro, leased) in
-        [(false, false, false), (true, false, false), (false, true, false), (false, false, true), (false, true, true)]
-    {
+    for ((dip, ro, leased), what) in MODES {
         let (daemons, faults) = match leased {
             true => (a.leased_daemons.unwrap_or(a.daemons), a.leased_faults.unwrap_or(a.faults)),
             false => (a.daemons, a.faults),
@@ -46,13 +44,7 @@ fn main() {
         let o = check(p, a.depth, a.threads);
         println!(
             "protocol ({}): {} daemons, {} faults, depth bound {}: {} states, longest path {} ({}), {:.1} s: {}",
-            match (dip, ro, leased) {
-                (true, _, _) => "decision in a participant",
-                (false, true, true) => "one request, all branches read-only: decision in memory",
-                (false, true, false) => "all branches read-only: decision in memory",
-                (false, false, true) => "one request: gtid from a leased range, branches sent with the commit",
-                (false, false, false) => "decision in the store",
-            },
+            what,
             daemons,
             faults,
             a.depth,

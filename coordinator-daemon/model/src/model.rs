@@ -30,8 +30,11 @@ impl Model for Proto {
             first_record: None,
             finished: false,
             purged: false,
+            // Leased: branch 1 is prepared after the start, so a recovery pass may run
+            // while the client still works; with dip too, branch 0 decides later.
             br: match (self.dip, self.ro || self.leased) {
-                (true, _) => [Br::Active, Br::Prepared],
+                (true, true) => [Br::Active, Br::Active],
+                (true, false) => [Br::Active, Br::Prepared],
                 (false, true) => [Br::Prepared, Br::Active],
                 (false, false) => [Br::Prepared, Br::Prepared],
             },
@@ -257,6 +260,14 @@ impl Proto {
                             // With every branch listed read-only: the in-memory commit.
                             self.commit_in_memory(&mut s, 0, x.grant?)?
                         }
+                        leased::Commit::Record if self.dip => {
+                            // With decide_in: nothing written, branch 0 decides.
+                            s.d[0].mem = Some((Mem::Deciding, x.grant?));
+                            s.dip_go = true;
+                            if self.bug == Bug::DipReportsBeforeDecidingCommit {
+                                s.tell(Commit);
+                            }
+                        }
                         leased::Commit::Record => {
                             let g = x.grant?;
                             s.d[0].mem = Some((Mem::Committing, g));
@@ -458,7 +469,9 @@ impl Proto {
                     Rec::Rollback => Some(Abort),
                     Rec::RecordAbort => None,
                 };
-                if self.dip && decision.is_none() && s.record.is_none() && action != Rec::Leave {
+                // (The broken variant runs leased: X's gtid is a leased one.)
+                let asks = self.bug != Bug::LeasedDipRecoveryAsksNoParticipant;
+                if self.dip && asks && decision.is_none() && s.record.is_none() && action != Rec::Leave {
                     // Before presuming abort: the decision may be in the participant
                     // (co.resolve records abort where none committed).
                     o = Some(*s.dip_decision.get_or_insert(Abort));

@@ -2,13 +2,11 @@
 //! real protocol none, over its whole state space (2 daemons, 2 faults: every path ends
 //! before depth 30). The 3-daemon, 3-fault run is `cotx-model` in the test command.
 
-use cotx_model::{check, Bug, Proto};
+use cotx_model::{check, Bug, Proto, MODES};
 
 #[test]
 fn the_real_protocol_breaks_no_property_in_its_whole_state_space() {
-    for (dip, ro, leased) in
-        [(false, false, false), (true, false, false), (false, true, false), (false, false, true), (false, true, true)]
-    {
+    for ((dip, ro, leased), _) in MODES {
         let o = check(Proto { daemons: 2, faults: 2, dip, ro, leased, bug: Bug::None }, 60, 2);
         assert!(o.violations.is_empty(), "dip={dip} ro={ro} leased={leased}: {:?}", o.violations);
         assert!(o.max_depth < 60, "the state space was cut at the depth bound");

@@ -11,6 +11,7 @@ use crate::api::dto::{
     AbortRequest, BeginRequest, CommitRequest, FailedRequest, FinishedAck, FinishedManyRequest, FinishedRequest,
     GtidLeaseRequest, RegisterRequest,
 };
+use crate::coordinator::one_request::DecideBy;
 use crate::coordinator::{Coordinator, Res};
 use crate::refusal::{refuse, RefusalCode};
 use crate::wire::{Ack, Begun, Decision, GtidLease, Registered};
@@ -102,8 +103,8 @@ pub async fn commit(c: &Coordinator, gtid: &str, b: CommitRequest) -> Res<Decisi
     let read_only = b.read_only.unwrap_or_default();
     carried_acks(c, b.finished.as_deref()).await?;
     if let Some(all) = b.branches {
-        if b.one_phase_branch.is_some() || b.prepared.is_some() || b.decide_in.is_some() {
-            return refuse(RefusalCode::InvalidField, "branches excludes one_phase_branch, prepared and decide_in");
+        if b.one_phase_branch.is_some() || b.prepared.is_some() {
+            return refuse(RefusalCode::InvalidField, "branches excludes one_phase_branch and prepared");
         }
         if all.is_empty() || all.len() > MAX_LISTED || read_only.len() > MAX_LISTED {
             return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches (read_only at most 1000)");
@@ -114,9 +115,19 @@ pub async fn commit(c: &Coordinator, gtid: &str, b: CommitRequest) -> Res<Decisi
                 "server_started is client mode's, which the one-request commit does not serve",
             );
         }
+        let by = match b.decide_in.as_deref() {
+            Some(_) if !read_only.is_empty() => {
+                return refuse(
+                    RefusalCode::InvalidField,
+                    "read_only goes with a two-phase commit only (not with decide_in)",
+                );
+            }
+            Some(bid) => DecideBy::Participant(bid),
+            None => DecideBy::Store { read_only: &read_only },
+        };
         let ids: Vec<(String, String, Option<i64>)> =
             all.into_iter().map(|b| (b.resource, b.branch_id, b.session)).collect();
-        return c.commit_leased(gtid, &ids, &read_only).await;
+        return c.commit_leased(gtid, &ids, by).await;
     }
     if read_only.len() > MAX_LISTED {
         return refuse(RefusalCode::InvalidField, "read_only lists at most 1000 branch ids");

@@ -124,8 +124,8 @@ pub struct CommitRequest {
     #[schema(value_type = Option<Id>)]
     pub decide_in: Option<String>,
     /// The one-request commit: the gtid is of a range leased with `POST /v1/gtid-leases`
-    /// (never begun), and these are all its branches, every one prepared (excludes
-    /// `one_phase_branch`, `prepared`, `decide_in`). Engine mode and plain 2PC only:
+    /// (never begun), and these are all its branches, every one prepared but the one named
+    /// by `decide_in`, if any (excludes `one_phase_branch`, `prepared`). Engine mode and plain 2PC only:
     /// client mode's helper and slot come with a registration before the branch works.
     #[schema(max_items = 1000)]
     pub branches: Option<Vec<RegisterRequest>>,

@@ -148,10 +148,10 @@ impl Coordinator {
         &self,
         gtid: &str,
         branches: &[one_request::Branch],
-        read_only: &[String],
+        by: one_request::DecideBy<'_>,
     ) -> Res<wire::Decision> {
         let mut fx = Effects::default();
-        let r = one_request::commit(self.ops(), &mut fx, gtid, branches, read_only).await;
+        let r = one_request::commit(self.ops(), &mut fx, gtid, branches, by).await;
         self.start(fx);
         r
     }

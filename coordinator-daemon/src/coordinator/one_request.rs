@@ -5,6 +5,10 @@
 //! every commit uses (recovery's abort, if it came first, is the answer); recovery and
 //! the answers treat a leased gtid as one this daemon's memory does not know completely.
 //!
+//! With `decide_in` the same request hands the decision to that branch's commit (the
+//! model's mode "one request with the decision in a participant"): recovery asks the
+//! decision resources (co.resolve) before it records abort for a leased gtid, as for any.
+//!
 //! Every check comes before any effect: a refused request leaves nothing in memory, so
 //! no in-memory abort (which has no record) can be forgotten while a branch is prepared
 //! and then meet a retried commit.
@@ -36,6 +40,18 @@ pub const MAX_COUNT: u64 = 100_000;
 
 /// A branch of the request: resource, branch id, its database session (optional).
 pub type Branch = (String, String, Option<i64>);
+
+/// Where the one-request commit's decision is made.
+#[derive(Clone, Copy, Debug)]
+pub enum DecideBy<'a> {
+    /// In the store (the two-phase commit), with the branches that wrote nothing
+    /// (every one listed: decided in memory, read_only.rs).
+    Store { read_only: &'a [String] },
+    /// Inside this branch's commit (`decide_in`: co.decide in a PostgreSQL branch with
+    /// pg_co, not prepared): the daemon writes nothing and answers `in_participant`, as on
+    /// the begin path (commit::commit_decide_in).
+    Participant(&'a str),
+}
 
 /// Leases a range of `count` gtids for `ttl_ms` (the config's defaults when not said):
 /// what it reads is the config, our ownership (the lease and this run's nonce, which the
@@ -74,24 +90,37 @@ pub fn lease(
     })
 }
 
-/// Commit of `gtid` with all its branches, each prepared. A gtid already in memory (the
-/// request sent again) goes on as any commit; one this process did not lease is answered
-/// from the store, nothing written.
+/// Commit of `gtid` with all its branches, each prepared but a decision branch. A gtid
+/// already in memory (the request sent again) goes on as any commit; one this process did
+/// not lease is answered from the store, nothing written (with `decide_in` too: only the
+/// process that leased the range hands a decision to a participant).
 pub async fn commit(
     c: Operating<'_>,
     fx: &mut Effects,
     gtid: &str,
     branches: &[Branch],
-    read_only: &[String],
+    by: DecideBy<'_>,
 ) -> Res<Decision> {
     if let Err(e) = naming::check_id("gtid", gtid) {
         return refuse(e.code, e.message);
+    }
+    if let DecideBy::Participant(bid) = by {
+        if !branches.iter().any(|b| b.1 == bid) {
+            return refuse(RefusalCode::InvalidField, format!("decide_in {bid:?} is not one of the listed branches"));
+        }
     }
     let bids: Vec<String> = branches.iter().map(|b| b.1.clone()).collect();
     let entered = !c.registry.contains(gtid)
         && leased::commit(c.range_of(gtid)) == Commit::Record
         && enter(c, gtid, branches).await?;
-    let r = commit::commit_listing(c, fx, gtid, "client", &bids, read_only).await;
+    let r = match by {
+        DecideBy::Participant(bid) if c.registry.contains(gtid) => {
+            let others: Vec<String> = bids.iter().filter(|b| *b != bid).cloned().collect();
+            commit::commit_decide_in(c, gtid, &others, bid).await
+        }
+        DecideBy::Participant(_) => commit::commit_listing(c, fx, gtid, "client", &bids, &[]).await,
+        DecideBy::Store { read_only } => commit::commit_listing(c, fx, gtid, "client", &bids, read_only).await,
+    };
     // Refused before the commit began (e.g. the node's lease unconfirmed): out of memory
     // again, as if never sent. Left there Active, a timeout would abort it in memory with
     // no record, and a commit sent again after it was forgotten would find nothing.

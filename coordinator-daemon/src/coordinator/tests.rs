@@ -101,6 +101,37 @@ async fn one_acknowledgement_finishes_a_decision_in_a_participant_whatever_its_o
     );
 }
 
+/// The one-request commit with `decide_in`: the leased gtid enters memory deciding in
+/// that branch, nothing written; a decide_in naming no listed branch, or a decision branch
+/// on a resource without decisions, leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_one_request_commit_hands_the_decision_to_a_participant() {
+    use super::one_request::DecideBy;
+    let c = coord_src("dip-leased", "none", "decisions = true\n").await;
+    let lease = c.lease_gtids(Some(3), None).unwrap();
+    let gtid = |i: u64| format!("{}{:x}", lease.prefix, lease.first + i);
+    let two = [("pg".to_string(), "b0".to_string(), None), ("pg".to_string(), "b1".to_string(), None)];
+    let d = c.commit_leased(&gtid(0), &two, DecideBy::Participant("b1")).await.unwrap();
+    assert_eq!(wire::to_json(&d)["decision"], "in_participant");
+    let t = wire::to_json(&c.get(&gtid(0)).await.unwrap());
+    assert_eq!(t["state"], "deciding", "{t}");
+    assert!(c.wait_decision(&gtid(0), 0).await.unwrap().decision.is_none(), "deciding: never presumed aborted");
+    c.finished_many(&gtid(0), &["b1".to_string(), "b0".to_string()], Outcome::Commit).await.unwrap();
+    assert_eq!(wire::to_json(&c.get(&gtid(0)).await.unwrap())["state"], "committed");
+
+    let e = c.commit_leased(&gtid(1), &two, DecideBy::Participant("b9")).await.unwrap_err();
+    assert_eq!(e.code, RefusalCode::InvalidField, "{e:?}");
+    assert!(e.message.contains("\"b9\" is not one of the listed branches"), "{}", e.message);
+    assert!(c.get(&gtid(1)).await.is_err(), "a refused request leaves nothing in memory");
+
+    let plain = coord("dip-leased-plain").await;
+    let lease = plain.lease_gtids(Some(1), None).unwrap();
+    let g = format!("{}{:x}", lease.prefix, lease.first);
+    let e = plain.commit_leased(&g, &two, DecideBy::Participant("b1")).await.unwrap_err();
+    assert_eq!(e.code, RefusalCode::NotADecisionResource, "{e:?}");
+    assert!(plain.get(&g).await.is_err(), "refused after it entered memory: out again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_branch_at_begin_is_all_or_nothing() {
     let c = coord("branches").await;

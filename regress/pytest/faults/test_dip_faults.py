@@ -8,10 +8,13 @@ and the outcome is whether the decision row committed. The first case also runs 
 the fix (the PostgreSQL resource not declared a decision resource: plain presumed abort)
 and shows the split that the participant lookup prevents."""
 
+import collections
+
 import pytest
 from cotx import Coordinator
 from cotest.daemon import Daemon
 from cotest.coord import metric, nothing_prepared, wait_until
+from cotest.transfers import create_withdrawal_tables, reset_accounts, withdrawals_under_kills
 from cotest.marks import requires_mysql_co, requires_pg_co
 
 pytestmark = [requires_pg_co, requires_mysql_co]
@@ -44,17 +47,23 @@ def recovery_runs(d: Daemon) -> float:
 
 class Transfer:
     """Moves 10 from MariaDB row `rid` to PostgreSQL row `rid`; the PostgreSQL branch
-    carries the decision."""
+    carries the decision. `leased`: on the one-request path (a gtid of a leased range,
+    nothing sent before the commit, which lists both branches), else the begin path."""
 
-    def __init__(self, d: Daemon, pg, mariadb, rid: int):
+    def __init__(self, d: Daemon, pg, mariadb, rid: int, leased: bool = False):
         pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
         mariadb.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
-        self.pg, self.my, self.rid = pg, mariadb, rid
+        self.pg, self.my, self.rid, self.leased = pg, mariadb, rid, leased
         self.c = Coordinator(d.url, d.token)
-        r = self.c.http.request("POST", "/v1/transactions", {"branch": {"resource": "my", "branch_id": "m"}})
-        self.gtid = r["gtid"]
-        x = r["branch"]["xid"]
-        self.c.http.request("POST", f"/v1/transactions/{self.gtid}/branches", {"resource": "pg", "branch_id": "p"})
+        if leased:
+            r = self.c.http.request("POST", "/v1/gtid-leases", {"count": 1})
+            self.gtid = r["prefix"] + format(r["first"], "x")
+            x = {"gtrid": self.gtid, "bqual": "m", "format_id": r["xa_format_id"]}
+        else:
+            r = self.c.http.request("POST", "/v1/transactions", {"branch": {"resource": "my", "branch_id": "m"}})
+            self.gtid = r["gtid"]
+            x = r["branch"]["xid"]
+            self.c.http.request("POST", f"/v1/transactions/{self.gtid}/branches", {"resource": "pg", "branch_id": "p"})
         self.myc = mariadb.connect()
         xid = f"{self.myc.escape(x['gtrid'])},{self.myc.escape(x['bqual'])},{int(x['format_id'])}"
         with self.myc.cursor() as cur:
@@ -70,7 +79,11 @@ class Transfer:
         self.pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = %s", (rid,))
 
     def commit_call(self) -> dict:
-        return self.c.http.request("POST", f"/v1/transactions/{self.gtid}/commit", {"prepared": ["m"], "decide_in": "p"})
+        body = {"prepared": ["m"], "decide_in": "p"}
+        if self.leased:
+            body = {"branches": [{"resource": "my", "branch_id": "m"}, {"resource": "pg", "branch_id": "p"}],
+                    "decide_in": "p"}
+        return self.c.http.request("POST", f"/v1/transactions/{self.gtid}/commit", body)
 
     def decide(self) -> None:
         self.pgc.execute("SELECT co.decide(%s)", (self.gtid,))
@@ -89,13 +102,19 @@ class Transfer:
         return r[0][0] if r else None
 
 
-def test_owner_silent_after_decision_commit(dbs):
+PATHS = pytest.mark.parametrize("leased", [False, True], ids=["begin", "one_request"])
+
+
+@PATHS
+def test_owner_silent_after_decision_commit(dbs, leased):
     """The decision branch commits, its owner never reports: after the grace period the
-    daemon reads the decision there and commits the MariaDB branch."""
+    daemon reads the decision there and commits the MariaDB branch. On the one-request
+    path too: the commit request listing both branches hands the decision over (before,
+    the daemon refused decide_in with branches)."""
     pg, my = dbs
     d = daemon(pg, my, decisions=True)
     try:
-        t = Transfer(d, pg, my, 1)
+        t = Transfer(d, pg, my, 11 if leased else 1, leased)
         assert t.commit_call()["decision"] == "in_participant"
         assert t.c.decision(t.gtid)["decision"] is None, "deciding: pending, never presumed abort"
         t.decide()
@@ -121,17 +140,20 @@ def test_decision_commit_refused_aborts(dbs):
         d.destroy()
 
 
+@PATHS
 @pytest.mark.parametrize("decisions", [True, False], ids=["participant_lookup", "presumed_abort_only"])
-def test_daemon_killed_before_decision_commit(dbs, decisions):
+def test_daemon_killed_before_decision_commit(dbs, decisions, leased):
     """kill -9 of the daemon once it answered in_participant; the owner then commits the
     decision branch. Recovery after the restart finds the MariaDB branch prepared with no
     record: with the participant lookup it reads 'commit' in PostgreSQL and commits it;
     restarted without it (presumed abort alone) it rolls it back: a split (PostgreSQL +10,
-    MariaDB +0)."""
+    MariaDB +0). On the one-request path the restarted daemon does not know the old
+    process's ranges: the gtid is another epoch's, whose abort recovery records only after
+    the same lookup (and, without it, records over the committed decision: the split)."""
     pg, my = dbs
     d = daemon(pg, my, decisions=True)
     try:
-        t = Transfer(d, pg, my, 3)
+        t = Transfer(d, pg, my, 13 if leased else 3, leased)
         t.commit_call()
         d.kill9()
         t.decide()
@@ -153,12 +175,13 @@ def test_daemon_killed_before_decision_commit(dbs, decisions):
         d.destroy()
 
 
-def test_daemon_killed_after_decision_commit(dbs):
+@PATHS
+def test_daemon_killed_after_decision_commit(dbs, leased):
     """kill -9 of the daemon after the decision commit, before the owner's report."""
     pg, my = dbs
     d = daemon(pg, my, decisions=True)
     try:
-        t = Transfer(d, pg, my, 4)
+        t = Transfer(d, pg, my, 14 if leased else 4, leased)
         t.commit_call()
         t.decide()
         t.pgc.execute("COMMIT")
@@ -171,13 +194,14 @@ def test_daemon_killed_after_decision_commit(dbs):
         d.destroy()
 
 
-def test_client_session_closed_after_decide_before_commit(dbs):
+@PATHS
+def test_client_session_closed_after_decide_before_commit(dbs, leased):
     """The client calls co.decide and dies before COMMIT (its session closes): the decision
     never committed, recovery resolves abort (and records it, so the gtid stays aborted)."""
     pg, my = dbs
     d = daemon(pg, my, decisions=True)
     try:
-        t = Transfer(d, pg, my, 5)
+        t = Transfer(d, pg, my, 15 if leased else 5, leased)
         t.commit_call()
         t.decide()
         d.kill9()
@@ -229,17 +253,19 @@ def test_postgresql_restarted_after_decision_commit(dbs):
         d.destroy()
 
 
-def test_client_commits_with_decision_in_participant(dbs):
+@PATHS
+def test_client_commits_with_decision_in_participant(dbs, leased):
     """The Python client's mode: MariaDB branch prepared, PostgreSQL branch commits with the
     decision; a CO refusal of that commit (rule A: it read a row an in-doubt transaction
-    overwrote) aborts the whole transaction retryably."""
+    overwrote) aborts the whole transaction retryably. With Coordinator(one_request=True)
+    both ride the one-request path: no begin, the commit the only request."""
     from cotx import RetryableError
     pg, my = dbs
     d = daemon(pg, my, decisions=True)
     try:
         pg.sql("INSERT INTO dip_acct VALUES (8, 100) ON CONFLICT (id) DO UPDATE SET bal = 100")
         my.sql("REPLACE INTO dip_acct VALUES (8, 100)")
-        c = Coordinator(d.url, d.token)
+        c = Coordinator(d.url, d.token, one_request=leased)
         pgc, myc = pg.connect(), my.connect()
         with c.transaction(decide_in_participant=True) as tx:
             with tx.branch(myc, "my"):
@@ -248,8 +274,13 @@ def test_client_commits_with_decision_in_participant(dbs):
             with tx.branch(pgc, "pg"):
                 pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = 8")
         assert tx.outcome == "commit"
-        assert c.get(tx.gtid)["state"] == "committed"
+        # One request's acknowledgements ride with the next request: sent now (until then,
+        # or the owners' grace period, the daemon holds it deciding).
+        c.flush_acks()
+        wait_until(lambda: c.get(tx.gtid)["state"] == "committed", timeout=10, what="the acknowledgement")
         assert t_bal(pg, my, 8) == (110, 90)
+        assert metric(d, "cotx_transactions_begun_total", 0.0) == 1 and metric(d, "cotx_decided_in_participant_total", 0.0) == 1
+        assert metric(d, "cotx_gtid_leases_total", 0.0) == (1 if leased else 0)
 
         # rule A at the decision commit: the PostgreSQL branch read row 8, then an
         # in-doubt 2PC writer overwrote it.
@@ -278,14 +309,16 @@ def t_bal(pg, my, rid):
             my.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0])
 
 
-def test_takeover_resolves_in_the_participant(dbs):
+@PATHS
+def test_takeover_resolves_in_the_participant(dbs, leased):
     """Two daemons on a shared store; A hands the decision to the PostgreSQL branch and is
     killed -9 for good; the owner commits the decision. B takes node A over and its
-    recovery finds the commit in the participant: the MariaDB branch is committed."""
+    recovery finds the commit in the participant: the MariaDB branch is committed. On the
+    one-request path B never knew A's ranges: the gtid is another epoch's to it."""
     pg, my = dbs
     if not pg.sql("SELECT 1 FROM pg_database WHERE datname = 'cotx_log_dip'"):
         pg.sql("CREATE DATABASE cotx_log_dip")
-    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log_dip"), "table": "dip_take"}
+    store = {"kind": "postgres", "dsn": pg.dsn.replace("dbname=postgres", "dbname=cotx_log_dip"), "table": "dip_take_1req" if leased else "dip_take"}
     res = [{"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2, "decisions": True},
            {"name": "my", "kind": "mariadb", "dsn": my.dsn, "pool_size": 2}]
     lease = {"ttl_ms": 1500, "renew_ms": 300}
@@ -296,7 +329,7 @@ def test_takeover_resolves_in_the_participant(dbs):
     try:
         a.start()
         b.start()
-        t = Transfer(a, pg, my, 9)
+        t = Transfer(a, pg, my, 19 if leased else 9, leased)
         assert t.commit_call()["decision"] == "in_participant"
         a.kill9()
         t.decide()
@@ -306,3 +339,33 @@ def test_takeover_resolves_in_the_participant(dbs):
     finally:
         a.destroy()
         b.destroy()
+
+
+def test_kill9_under_load_with_one_request(dbs):
+    """Withdrawals (savings on PostgreSQL, the ledger on MariaDB) in a thread per request,
+    each one request with the decision in its PostgreSQL branch, while the daemon is killed
+    -9 and restarted three times: every withdrawal ends done or declined through the retry
+    loop, nothing stays prepared, the ledger holds exactly the withdrawals done, and the
+    money is conserved (a branch committed by a decision the dead daemon handed over is
+    found by the restarted daemon's lookup; one it never saw is aborted and run again)."""
+    pg, my = dbs
+    users, balance = 6, 400
+    create_withdrawal_tables(pg, my)
+    reset_accounts(pg, my, users, balance)
+    d = daemon(pg, my, decisions=True)
+    try:
+        coord = Coordinator(d.url, d.token, decision_timeout=60, one_request=True, lease_count=50)
+        results, retried = withdrawals_under_kills(d, coord, pg, my, users, decide_in_participant=True)
+        failed = {w: r for w, r in results.items() if r not in ("done", "declined")}
+        print(f"{len(results)} withdrawals, {len(failed)} failed; run again after: {collections.Counter(retried)}; "
+              f"ranges leased: {coord.leases.leased}; handed over: {metric(d, 'cotx_decided_in_participant_total', 0)}")
+        assert not failed, f"{len(failed)} of {len(results)} withdrawals failed: {list(failed.items())[:5]}"
+        done = {w for w, r in results.items() if r == "done"}
+        assert len(done) >= 20 and coord.leases.leased >= 4, (len(done), coord.leases.leased)
+        wait_until(lambda: nothing_prepared(pg, my), 30, "nothing left prepared")
+        assert {r[0] for r in my.sql("SELECT id FROM wd_log")} == done
+        spent = dict(my.sql("SELECT u, SUM(amt) FROM wd_log GROUP BY u"))
+        for u, bal in pg.sql("SELECT u, bal FROM wd_acct"):
+            assert bal == balance - int(spent.get(u, 0)) and bal >= 0, (u, bal, spent.get(u))
+    finally:
+        d.destroy()
