@@ -287,18 +287,18 @@ class Transaction:
         prepared): on "in_participant", `d` commits with the decision inside it. Sent once:
         on any other answer `d` never commits, so nothing can commit (a daemon that took
         the request resolves abort in `d`'s database, co.resolve), and every branch is
-        rolled back here at once: a refusal the retry rules call "not done" (or no
-        answer) raises RetryableError, any other TransactionAborted."""
+        rolled back here at once. A refusal the retry rules call "aborted" raises the abort
+        as the daemon tells it (as `_leased_commit_call`: an unknown gtid, after a restart,
+        is retryable); any other, and no answer, raise RetryableError: nothing committed."""
         try:
             decision = self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", body)["decision"]
         except (CoordinatorError, CoordinatorUnavailable) as e:
             self._drop_lease()
             self._rollback_local()
+            if isinstance(e, CoordinatorError) and daemon_action("commit", e.status, e.code) == ABORTED:
+                return "abort"  # _finish raises the abort the daemon tells
             self.outcome = "abort"
-            act = daemon_action("commit", e.status, e.code) if isinstance(e, CoordinatorError) else RETRY_REQUEST
-            if act in (RETRY_REQUEST, RETRY_TRANSACTION, POLL_DECISION, OUTCOME_UNKNOWN):
-                raise RetryableError(self.gtid, f"commit with the decision in {d.resource}: {e}") from e
-            raise TransactionAborted(self.gtid, f"commit refused: {e}") from e
+            raise RetryableError(self.gtid, f"commit with the decision in {d.resource}: {e}") from e
         self._commit_answered = True
         if decision != "in_participant":
             return decision  # abort: _finish rolls `d` back with the others
