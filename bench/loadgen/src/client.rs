@@ -865,26 +865,23 @@ impl Client {
     async fn decide_in_participant(&mut self, g: &str, br: &mut [Branch], d: usize) -> Result<(), Failure> {
         let sess = self.sess.get_mut(&br[d].session).unwrap();
         // co.decide and the COMMIT in one round trip (one simple query: an error in the
-        // first skips the second). The xid rides on it: the refusal breakdown joins a
-        // peer's rule-A refusal that names this branch by xid only (a refused COMMIT's is
-        // not returned, and that branch committed nothing a peer could name).
-        let r = async {
-            let g = safe_id(g).map_err(|_| DbError {
-                db: "pg",
-                sqlstate: None,
-                errno: None,
-                message: "bad gtid".into(),
-                detail: None,
-            })?;
-            sess.first_value(&format!(
-                "SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text; COMMIT"
-            ))
-            .await
-        }
-        .await;
-        let r = r.map(|xid| {
-            self.last_decider_xid = xid.and_then(|x| x.parse().ok()).map(|x| (d, x));
-        });
+        // first skips the second). The xid rides on it, kept when the COMMIT is refused:
+        // the refusal breakdown joins a peer's rule-A refusal that names this branch by
+        // xid only.
+        let (xid, r) = match (safe_id(g), sess) {
+            (Ok(g), Sess::Pg(pg)) => {
+                pg.first_value_kept(&format!(
+                    "SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text; COMMIT"
+                ))
+                .await
+            }
+            _ => {
+                let message = "a decision branch needs PostgreSQL and a safe gtid".into();
+                (None, Err(DbError { db: "pg", sqlstate: None, errno: None, message, detail: None }))
+            }
+        };
+        self.last_decider_xid = xid.and_then(|x| x.parse().ok()).map(|x| (d, x));
+        let sess = self.sess.get_mut(&br[d].session).unwrap();
         let dbid = br[d].bid.clone();
         if let Err(e) = r {
             let _ = sess.simple("ROLLBACK").await;

@@ -204,6 +204,29 @@ impl PgSession {
         }))
     }
 
+    /// The last column of the first row of a simple query of several statements, kept
+    /// when a later statement fails (the rows arrive before its error), with how the whole
+    /// query ended.
+    pub async fn first_value_kept(&self, sql: &str) -> (Option<String>, Result<(), DbError>) {
+        use futures_util::StreamExt;
+        let stream = match self.client.simple_query_raw(sql).await {
+            Ok(s) => s,
+            Err(e) => return (None, Err(DbError::from_pg(e))),
+        };
+        let mut stream = std::pin::pin!(stream);
+        let mut first = None;
+        while let Some(m) = stream.next().await {
+            match m {
+                Ok(tokio_postgres::SimpleQueryMessage::Row(r)) if first.is_none() && !r.is_empty() => {
+                    first = r.get(r.len() - 1).map(str::to_string);
+                }
+                Ok(_) => {}
+                Err(e) => return (first, Err(DbError::from_pg(e))),
+            }
+        }
+        (first, Ok(()))
+    }
+
     async fn stmt(&mut self, sql: &str) -> Result<tokio_postgres::Statement, DbError> {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
