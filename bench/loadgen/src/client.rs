@@ -868,7 +868,7 @@ impl Client {
         // first skips the second). The xid rides on it, kept when the COMMIT is refused:
         // the refusal breakdown joins a peer's rule-A refusal that names this branch by
         // xid only.
-        let (xid, r) = match (safe_id(g), sess) {
+        let (xid, r) = match (safe_id(g), &mut *sess) {
             (Ok(g), Sess::Pg(pg)) => {
                 pg.first_value_kept(&format!(
                     "SELECT co.decide('{g}'), (pg_current_xact_id()::text::bigint % 4294967296)::text; COMMIT"
@@ -881,7 +881,6 @@ impl Client {
             }
         };
         self.last_decider_xid = xid.and_then(|x| x.parse().ok()).map(|x| (d, x));
-        let sess = self.sess.get_mut(&br[d].session).unwrap();
         let dbid = br[d].bid.clone();
         if let Err(e) = r {
             let _ = sess.simple("ROLLBACK").await;

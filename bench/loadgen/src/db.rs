@@ -197,11 +197,8 @@ impl PgSession {
 
     /// The last column of the first row of a simple-protocol query, as text.
     pub async fn first_value(&self, sql: &str) -> Result<Option<String>, DbError> {
-        let msgs = self.client.simple_query(sql).await.map_err(DbError::from_pg)?;
-        Ok(msgs.iter().find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) if !r.is_empty() => r.get(r.len() - 1).map(str::to_string),
-            _ => None,
-        }))
+        let (first, r) = self.first_value_kept(sql).await;
+        r.map(|()| first)
     }
 
     /// The last column of the first row of a simple query of several statements, kept

@@ -102,33 +102,6 @@ pub fn lease_gtids(c: &Coordinator, b: GtidLeaseRequest) -> Res<GtidLease> {
 pub async fn commit(c: &Coordinator, gtid: &str, b: CommitRequest) -> Res<Decision> {
     let read_only = b.read_only.unwrap_or_default();
     carried_acks(c, b.finished.as_deref()).await?;
-    if let Some(all) = b.branches {
-        if b.one_phase_branch.is_some() || b.prepared.is_some() {
-            return refuse(RefusalCode::InvalidField, "branches excludes one_phase_branch and prepared");
-        }
-        if all.is_empty() || all.len() > MAX_LISTED || read_only.len() > MAX_LISTED {
-            return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches (read_only at most 1000)");
-        }
-        if all.iter().any(|b| b.server_started.is_some()) {
-            return refuse(
-                RefusalCode::InvalidField,
-                "server_started is client mode's, which the one-request commit does not serve",
-            );
-        }
-        let by = match b.decide_in.as_deref() {
-            Some(_) if !read_only.is_empty() => {
-                return refuse(
-                    RefusalCode::InvalidField,
-                    "read_only goes with a two-phase commit only (not with decide_in)",
-                );
-            }
-            Some(bid) => DecideBy::Participant(bid),
-            None => DecideBy::Store { read_only: &read_only },
-        };
-        let ids: Vec<(String, String, Option<i64>)> =
-            all.into_iter().map(|b| (b.resource, b.branch_id, b.session)).collect();
-        return c.commit_leased(gtid, &ids, by).await;
-    }
     if read_only.len() > MAX_LISTED {
         return refuse(RefusalCode::InvalidField, "read_only lists at most 1000 branch ids");
     }
@@ -137,6 +110,28 @@ pub async fn commit(c: &Coordinator, gtid: &str, b: CommitRequest) -> Res<Decisi
             RefusalCode::InvalidField,
             "read_only goes with a two-phase commit only (not with one_phase_branch or decide_in)",
         );
+    }
+    if let Some(all) = b.branches {
+        if b.one_phase_branch.is_some() || b.prepared.is_some() {
+            return refuse(RefusalCode::InvalidField, "branches excludes one_phase_branch and prepared");
+        }
+        if all.is_empty() || all.len() > MAX_LISTED {
+            return refuse(RefusalCode::InvalidField, "branches must list 1..1000 branches");
+        }
+        if all.iter().any(|b| b.server_started.is_some()) {
+            return refuse(
+                RefusalCode::InvalidField,
+                "server_started is client mode's, which the one-request commit does not serve",
+            );
+        }
+        // read_only with decide_in was refused above, as on every commit path.
+        let by = match b.decide_in.as_deref() {
+            Some(bid) => DecideBy::Participant(bid),
+            None => DecideBy::Store { read_only: &read_only },
+        };
+        let ids: Vec<(String, String, Option<i64>)> =
+            all.into_iter().map(|b| (b.resource, b.branch_id, b.session)).collect();
+        return c.commit_leased(gtid, &ids, by).await;
     }
     let prepared = |p: Option<Vec<String>>| {
         let p = p.unwrap_or_default();

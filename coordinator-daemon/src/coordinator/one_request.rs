@@ -110,11 +110,13 @@ pub async fn commit(
         }
     }
     let bids: Vec<String> = branches.iter().map(|b| b.1.clone()).collect();
-    let entered = !c.registry.contains(gtid)
-        && leased::commit(c.range_of(gtid)) == Commit::Record
-        && enter(c, gtid, branches).await?;
+    let known = c.registry.contains(gtid);
+    // Leased here and not yet known: it goes into memory now (or the same request, sent
+    // again, got in first); either way it is then in memory.
+    let leased_here = !known && leased::commit(c.range_of(gtid)) == Commit::Record;
+    let entered = leased_here && enter(c, gtid, branches).await?;
     let r = match by {
-        DecideBy::Participant(bid) if c.registry.contains(gtid) => {
+        DecideBy::Participant(bid) if known || leased_here => {
             let others: Vec<String> = bids.iter().filter(|b| *b != bid).cloned().collect();
             commit::commit_decide_in(c, gtid, &others, bid).await
         }

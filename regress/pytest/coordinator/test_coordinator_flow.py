@@ -245,6 +245,33 @@ def test_bad_requests_change_nothing(pg, coord, daemon):
         assert _snapshot(coord, gtid) == after_abort
 
 
+def test_bad_one_request_commits_leave_nothing(coord):
+    """The one-request commit checks its body before any effect: each bad combination is
+    refused (invalid_field, naming it) and the leased gtid stays out of the daemon's
+    memory: asked for, it is a leased gtid with no outcome yet (owner_unavailable), as
+    before the request, and its commit can still come."""
+    h = coord.http
+    lease = h.request("POST", "/v1/gtid-leases", {"count": 1})
+    g = f"{lease['prefix']}{lease['first']:x}"
+    two = [{"resource": "pg", "branch_id": "b0"}, {"resource": "pg", "branch_id": "b1"}]
+    bad = [
+        ({"branches": two, "decide_in": "b1", "read_only": ["b0"]}, "read_only"),
+        ({"branches": two, "decide_in": "b9"}, '"b9" is not one of the listed branches'),
+        ({"branches": two, "prepared": ["b0"]}, "branches excludes"),
+        ({"branches": two, "one_phase_branch": "b0"}, "branches excludes"),
+        ({"branches": []}, "1..1000"),
+        ({"branches": two + [{"resource": "pg", "branch_id": "b0"}]}, '"b0" is listed twice'),
+    ]
+    for body, says in bad:
+        with pytest.raises(CoordinatorError) as ei:
+            h.request("POST", f"/v1/transactions/{g}/commit", body)
+        assert (ei.value.status, ei.value.code) == (400, "invalid_field"), (body, ei.value)
+        assert says in str(ei.value), (body, ei.value)
+        with pytest.raises(CoordinatorError) as ei:
+            h.request("GET", f"/v1/transactions/{g}")
+        assert ei.value.code == "owner_unavailable" and "no recorded outcome yet" in str(ei.value), (body, ei.value)
+
+
 def test_prepared_after_commit_decision_refused(pg, mariadb, coord):
     h = coord.http
     gtid = coord.begin()
