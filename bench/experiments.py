@@ -22,8 +22,9 @@ Experiments (--experiments, comma-separated):
             request per branch and per acknowledgement), and 2pc:inproc, co:inproc,
             dip:inproc (the coordinator in the driver's process, its CPU booked as the
             coordinator's), 2pc:inproc-delay, co:inproc-delay (the same with the
-            store's commit_delay_us = 1000), 2pc:1req, co:1req (the one-request path,
-            the driver's --one-request: leased gtids, the commit the only request),
+            store's commit_delay_us = 1000), 2pc:1req, co:1req, dip:1req (the
+            one-request path, the driver's --one-request: leased gtids, the commit the
+            only request; dip's hands the decision to the PostgreSQL branch),
             2pc:1req-log, co:1req-log, 2pc:inproc-log, co:inproc-log (the same with the
             append-only decision log as the store), 2pc:1req-log-fdatasync,
             2pc:inproc-log-fdatasync (the log with store.sync_method = "fdatasync"),
@@ -90,7 +91,7 @@ RO_MODES = ["2pc", "co", "client", "local"]
 TPCC_MODES = ["2pc", "co", "client", "local"]
 SETTLED_MODES = ["2pc", "co", "dip", "client"]
 COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step", "2pc:inproc", "co:inproc", "dip:inproc",
-                     "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req"]
+                     "2pc:inproc-delay", "co:inproc-delay", "2pc:1req", "co:1req", "dip:1req"]
 # The same with the append-only decision log as the store (docs/coordinator.md, "Decision
 # store"): the daemon on the one-request path, and in the driver's process.
 COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log",
@@ -223,6 +224,14 @@ def only(modes, wanted: str) -> list[str]:
             if not keep or m in keep or (m.partition(":")[0] in keep - named_variants)]
 
 
+def unmatched_modes(wanted: str, offered) -> list[str]:
+    """The names in --modes that `only` kept no mode for: neither a mode of some point nor
+    the base of one."""
+    bases = {m.partition(":")[0] for m in offered}
+    return [w for w in dict.fromkeys(canonical(m) for m in wanted.split(",") if m)
+            if w not in offered and w not in bases]
+
+
 def estimate(a, exps) -> float:
     # A slice: its warm-up and window, about 1.5 s of setup, and a daemon restart (about
     # 1 s) when its enforcement differs from the slice's before (ABBA: most slices of a
@@ -274,10 +283,12 @@ class _Measuring:
         self.dflt = micro.parse_point("default", dict(micro.DEFAULTS, N=self.rows_n))
         self.rows: list = []
         self.breakdowns: dict[str, str] = {}
+        self.offered: set[str] = set()   # every mode a point had, before --modes narrowed it
 
     def point(self, exp, name, params, wargs, modes, clients, extra=None, check=None, log_attempts=False,
               switch=None):
         a, env, meta = self.a, self.env, self.meta
+        self.offered.update(map(canonical, modes))
         modes = only(modes, a.modes)
         if not modes:
             log(f"[{exp} {name}] none of its modes is in --modes {a.modes}: skipped")
@@ -577,6 +588,12 @@ def _measure(a, exps, cmd, csv_path, meta_path, att_dir, sizes) -> tuple:
         for name in EXPERIMENT_ORDER:
             if name in exps:
                 getattr(m, name)()
+    unmatched = unmatched_modes(a.modes, m.offered)
+    if unmatched:
+        # A misspelt or misplaced mode must not pass for measured: say so where the run ends.
+        meta["unmatched_modes"] = unmatched
+        log(f"WARNING: --modes names {','.join(unmatched)}, which no point of experiments {','.join(exps)} has: "
+            f"not measured (the points' modes: {','.join(sorted(m.offered))})")
     meta["quiet"]["end"] = slices.quiet_check(sample_s=1.0, use_load=False)
     meta["elapsed_min"] = f"{(time.time() - t0) / 60:.1f}"
     meta["breakdowns"] = m.breakdowns

@@ -79,6 +79,14 @@ def test_modes_narrowed_and_shim_spelled_client():
     # variant of the base ran: a two-variant comparison measured ten modes).
     assert experiments.only(experiments.COORDINATOR_MODES, "local,2pc,co,2pc:1req,co:1req") == \
         ["local", "2pc", "co", "2pc:1req", "co:1req"]
+    # A name no point has (misspelt, or a mode of another experiment) is named at the
+    # run's end, not silently dropped (before: dip:1req in the coordinator experiment,
+    # which had none, measured nothing and said nothing); a base or a variant some point
+    # has is not.
+    offered = set(experiments.COORDINATOR_MODES)
+    assert experiments.unmatched_modes("local,2pc,dip:per-step,co:1reqq,shim,2pc:1req", offered) == \
+        ["dip:per-step", "co:1reqq", "client"]
+    assert experiments.unmatched_modes("", offered) == []
 
 
 def test_profile_experiment_table_and_refusals(tmp_path):
