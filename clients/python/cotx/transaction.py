@@ -266,7 +266,12 @@ class Transaction:
                 if act == OUTCOME_UNKNOWN:
                     raise OutcomeUnknown(f"{self.gtid}: {e}") from e
                 if act == ABORTED:
-                    return "abort"  # _finish rolls back and raises the abort the daemon recorded
+                    # Aborted (a deadlock victim, presumed abort: the daemon's decision
+                    # says whether to run it again), or refused for the request itself (a bad
+                    # id, a resource without decisions: nothing recorded, the refusal the reason,
+                    # not retried).
+                    self._rollback_local()
+                    self._raise_abort(f"one-request commit refused: {e}")
                 self._rollback_local()
                 self.outcome = "abort"
                 if e.code == "resource_refused":
@@ -289,14 +294,18 @@ class Transaction:
         the request resolves abort in `d`'s database, co.resolve), and every branch is
         rolled back here at once. A refusal the retry rules call "aborted" raises the abort
         as the daemon tells it (as `_leased_commit_call`: an unknown gtid, after a restart,
-        is retryable); any other, and no answer, raise RetryableError: nothing committed."""
+        is retryable; a refusal of the request itself, which the daemon did not record,
+        is not, and names it); any other, and no answer, raise RetryableError: nothing
+        committed."""
         try:
             decision = self._request("POST", f"/v1/transactions/{_q(self.gtid)}/commit", body)["decision"]
         except (CoordinatorError, CoordinatorUnavailable) as e:
             self._drop_lease()
             self._rollback_local()
             if isinstance(e, CoordinatorError) and daemon_action("commit", e.status, e.code) == ABORTED:
-                return "abort"  # _finish raises the abort the daemon tells
+                # The abort as the daemon tells it; refused for the request itself (e.g.
+                # not_a_decision_resource: configuration), the refusal is the reason.
+                self._raise_abort(f"one-request commit refused: {e}")
             self.outcome = "abort"
             raise RetryableError(self.gtid, f"commit with the decision in {d.resource}: {e}") from e
         self._commit_answered = True

@@ -304,6 +304,36 @@ def test_client_commits_with_decision_in_participant(dbs, leased):
         d.destroy()
 
 
+@PATHS
+def test_a_resource_without_decisions_is_a_configuration_error(dbs, leased):
+    """decide_in_participant against a daemon whose PostgreSQL resource is not declared a
+    decision resource: the daemon refuses the hand-over (not_a_decision_resource). That is
+    configuration, not bad luck: the client raises a TransactionAborted that names it, not
+    a RetryableError that a retry loop would run into again and again, on both paths; and
+    nothing committed or stayed prepared."""
+    from cotx import RetryableError, TransactionAborted
+    pg, my = dbs
+    d = daemon(pg, my, decisions=False)
+    try:
+        pg.sql("INSERT INTO dip_acct VALUES (12, 100) ON CONFLICT (id) DO UPDATE SET bal = 100")
+        my.sql("REPLACE INTO dip_acct VALUES (12, 100)")
+        c = Coordinator(d.url, d.token, one_request=leased)
+        pgc, myc = pg.connect(), my.connect()
+        with pytest.raises(TransactionAborted, match="not_a_decision_resource|not a decision resource") as ei:
+            with c.transaction(decide_in_participant=True) as tx:
+                with tx.branch(myc, "my"):
+                    with myc.cursor() as cur:
+                        cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = 12")
+                with tx.branch(pgc, "pg"):
+                    pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = 12")
+        assert not isinstance(ei.value, RetryableError), ei.value
+        assert tx.outcome == "abort"
+        wait_until(lambda: nothing_prepared(pg, my), timeout=10, what="nothing prepared")
+        assert t_bal(pg, my, 12) == (100, 100)
+    finally:
+        d.destroy()
+
+
 def t_bal(pg, my, rid):
     return (pg.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0],
             my.sql("SELECT bal FROM dip_acct WHERE id = %s", (rid,))[0][0])
