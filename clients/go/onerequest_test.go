@@ -38,7 +38,13 @@ func oneRequestDaemon(t *testing.T, node string, recoveryMs int) (*daemon, *cotx
 // transferOne: one global transaction inserting key in savings (PostgreSQL) and checking
 // (MariaDB), through Run; the sessions stay open until it is committed.
 func transferOne(ctx context.Context, coord *cotx.Coordinator, pc, mc *sql.Conn, key string, opts ...cotx.RunOption) error {
+	return transferWith(ctx, coord, pc, mc, key, false, opts...)
+}
+
+// transferWith: transferOne, with the decision in the PostgreSQL branch when dip.
+func transferWith(ctx context.Context, coord *cotx.Coordinator, pc, mc *sql.Conn, key string, dip bool, opts ...cotx.RunOption) error {
 	return coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
+		tx.DecideInParticipant = dip
 		b, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", "")
 		if err != nil {
 			return err

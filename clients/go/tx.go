@@ -110,6 +110,14 @@ type Tx struct {
 	// transaction only with its commit.
 	leased bool
 	lease  drawn
+	// DecideInParticipant (root only, set before Commit): the last PostgreSQL branch in
+	// engine mode is not prepared but commits in one phase with the global decision
+	// written inside it (pg_co's co.decide; its resource needs decisions = true at the
+	// daemon): a PREPARE, a COMMIT PREPARED and the daemon's store write fewer
+	// (decide_in.go).
+	DecideInParticipant bool
+	// decidedIn: the branch whose COMMIT carried the decision, once it committed.
+	decidedIn *Branch
 	// Outcome after Commit/Finish/Rollback: "commit" or "abort".
 	Outcome string
 }
@@ -641,12 +649,15 @@ func (t *Tx) Commit(ctx context.Context) error {
 			return err
 		}
 	}
+	// With the decision in a participant, that branch is not prepared, and no branch ends
+	// at a read-only vote: the transaction is not two-phase throughout.
+	dip := t.decider()
 	var mine []string
 	for _, b := range t.branches {
-		if b.state != stActive {
+		if b.state != stActive || b == dip {
 			continue
 		}
-		if err := b.prepare(true); err != nil {
+		if err := b.prepare(dip == nil); err != nil {
 			t.rollbackLocal()
 			if !t.leased {
 				_ = t.coord.Abort(ctx, t.gtid, err.Error())
@@ -657,7 +668,13 @@ func (t *Tx) Commit(ctx context.Context) error {
 		mine = append(mine, b.ID)
 	}
 	if t.leased {
-		decision, err := t.leasedCommit(ctx)
+		var decision string
+		var err error
+		if dip != nil {
+			decision, err = t.leasedDecideIn(ctx, dip)
+		} else {
+			decision, err = t.leasedCommit(ctx)
+		}
 		if err != nil {
 			return err
 		}
@@ -669,6 +686,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 	// Branches that wrote nothing (checked at their PREPARE): listed, so that the daemon
 	// skips its store sync when that is every branch (readonly.go).
 	readOnly := t.wroteNothing()
+	if dip != nil {
+		readOnly = nil // read_only goes with a two-phase commit only
+	}
 	decision := ""
 	deadline := time.Now().Add(5 * time.Second)
 	for decision == "" {
@@ -676,6 +696,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 			Decision string `json:"decision"`
 		}
 		body := map[string]interface{}{"prepared": mine}
+		if dip != nil {
+			body["decide_in"] = dip.ID
+		}
 		if len(readOnly) > 0 {
 			body["read_only"] = readOnly
 		}
@@ -727,6 +750,12 @@ func (t *Tx) Commit(ctx context.Context) error {
 			// out): make sure it is aborted, then roll back our own branches.
 			_ = t.coord.Abort(ctx, t.gtid, "commit refused: "+ce.Error())
 			decision = "abort"
+		}
+	}
+	if decision == "in_participant" && dip != nil {
+		var err error
+		if decision, err = t.commitDecisionBranch(ctx, dip); err != nil {
+			return err
 		}
 	}
 	return t.finishAll(ctx, decision)
@@ -877,6 +906,11 @@ func (t *Tx) finishAll(ctx context.Context, decision string) error {
 	if decision == "commit" || decision == "one_phase" {
 		t.Outcome = "commit"
 		var done []string
+		if t.decidedIn != nil {
+			// First: a daemon that checks the list in order refuses the others' commit
+			// while the transaction is still deciding.
+			done = append(done, t.decidedIn.ID)
+		}
 		var firstErr error
 		for _, b := range t.branches {
 			if b.state != stPrepared {

@@ -2,6 +2,7 @@ package io.cotx.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
 import java.sql.SQLException;
 
 /** One database's part of a global transaction, on the owner's JDBC connection. Keep the
@@ -201,6 +202,12 @@ public final class Branch {
         if (tx.leased()) {
             return Coordinator.JSON.createObjectNode(); // the daemon has not heard of the transaction
         }
+        return postFailed(reason, retryable);
+    }
+
+    /** POST …/failed whatever the path: after a commit request the daemon knows a leased gtid
+     * too (the decision branch's refused commit). */
+    JsonNode postFailed(String reason, boolean retryable) {
         // Best effort: if it is lost, the coordinator aborts on timeout (presumed abort).
         try {
             return tx.call("POST", path("/failed"),
@@ -271,6 +278,29 @@ public final class Branch {
         reportFailed(step + " refused: " + e.getMessage(), retry);
         return new TransactionAbortedException(tx.gtidOrNull(),
                 resource + ": " + step + (retry ? " refused: " : " failed: ") + e.getMessage(), retry, retry, e);
+    }
+
+    /** This unprepared PostgreSQL branch commits in one phase with the global decision written
+     * inside it (pg_co's co.decide, then COMMIT): its COMMIT is the decision
+     * (docs/coordinator.md, "Decision in a participant"). */
+    void commitWithDecision(String gtid) throws SQLException {
+        try (PreparedStatement st = conn.prepareStatement("SELECT co.decide(?)")) {
+            st.setString(1, gtid);
+            st.execute();
+        }
+        dialect.commitOnePhase(conn, engineId);
+        state = State.FINISHED;
+    }
+
+    /** After a failed statement: rolls back, and tells whether the session still answered (a
+     * ROLLBACK that worked) or is gone. */
+    boolean rolledBackOnLiveSession() {
+        try {
+            dialect.rollbackUnprepared(conn, engineId);
+            return true;
+        } catch (SQLException | RuntimeException e) {
+            return false;
+        }
     }
 
     void commitOnePhase() throws SQLException {

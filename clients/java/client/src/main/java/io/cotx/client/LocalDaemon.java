@@ -9,9 +9,11 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.stream.Stream;
 
 /** A real cotx-coordinator process on this machine, for tests and demos, configured as the
@@ -46,6 +48,7 @@ public final class LocalDaemon implements AutoCloseable {
         private int transactionMs = 30000;
         private int ownerGraceMs = 2000;
         private int recoveryMs = 500;
+        private final Set<String> decisionResources = new HashSet<>();
 
         public Builder node(String node) {
             this.node = node;
@@ -54,6 +57,14 @@ public final class LocalDaemon implements AutoCloseable {
 
         public Builder resource(String name, String kind, String dsn, String enforcement) {
             resources.add(new Resource(name, kind, dsn, enforcement));
+            return this;
+        }
+
+        /** Declares the PostgreSQL resource {@code name} a decision resource ({@code decisions =
+         * true}): a branch there may carry the global decision (pg_co's co.decide;
+         * {@link Transaction#decideInParticipant(boolean)}). */
+        public Builder decisions(String name) {
+            decisionResources.add(name);
             return this;
         }
 
@@ -92,6 +103,9 @@ public final class LocalDaemon implements AutoCloseable {
                         .append("\ndsn = ").append(toml(r.dsn())).append("\npool_size = 2\n");
                 if (r.enforcement() != null) {
                     cfg.append("enforcement = ").append(toml(r.enforcement())).append('\n');
+                }
+                if (decisionResources.contains(r.name())) {
+                    cfg.append("decisions = true\n");
                 }
             }
             Files.writeString(dir.resolve("coordinator.toml"), cfg);

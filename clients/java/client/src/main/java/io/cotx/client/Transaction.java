@@ -28,6 +28,10 @@ public final class Transaction {
     // Drawn from a leased range (the one-request commit, LeasedGtids): the daemon hears of the
     // transaction only with its commit.
     private LeasedGtids.Drawn drawn;
+    // The decision in a participant (decideInParticipant): asked for, and the branch whose
+    // COMMIT carried the decision once it committed.
+    private boolean decideInParticipant;
+    private Branch decidedIn;
 
     Transaction(Coordinator coord, String gtid, boolean root, int timeoutMs, String traceparent) {
         this.coord = coord;
@@ -57,6 +61,17 @@ public final class Transaction {
 
     String gtidOrNull() {
         return gtid;
+    }
+
+    /** Root only, before {@link #commit()}: the last PostgreSQL branch in engine mode is not
+     * prepared but commits in one phase with the global decision written inside it (pg_co's
+     * co.decide; its resource needs {@code decisions = true} at the daemon): a PREPARE, a
+     * COMMIT PREPARED and the daemon's store write fewer, on the begin path and the
+     * one-request path (docs/coordinator.md, "Decision in a participant"). Without such a
+     * branch the daemon decides, as always. */
+    public Transaction decideInParticipant(boolean on) {
+        this.decideInParticipant = on;
+        return this;
     }
 
     /** Whether the gtid was drawn from a leased range (the one-request commit). */
@@ -248,13 +263,16 @@ public final class Transaction {
                 && branches.get(0).onePhaseAllowed() && onePhase(branches.get(0))) {
             return;
         }
+        // With the decision in a participant, that branch is not prepared, and no branch ends
+        // at a read-only vote: the transaction is not two-phase throughout.
+        Branch d = decider();
         ArrayNode mine = Coordinator.JSON.createArrayNode();
         for (Branch b : branches) {
-            if (b.state != Branch.State.ACTIVE) {
+            if (b.state != Branch.State.ACTIVE || b == d) {
                 continue;
             }
             try {
-                b.prepare(true);
+                b.prepare(d == null);
             } catch (TransactionAbortedException e) {
                 rollbackLocal();
                 abortQuietly(e.getMessage());
@@ -266,15 +284,15 @@ public final class Transaction {
             l.prepared(this);
         }
         if (drawn != null) {
-            finishAll(leasedCommit());
+            finishAll(d != null ? leasedDecideIn(d) : leasedCommit());
             return;
         }
         // Branches that wrote nothing (checked at their PREPARE): listed, so that the daemon
         // skips its store sync when that is every branch. Absent when none is.
         ArrayNode readOnly = Coordinator.JSON.createArrayNode();
         for (Branch b : branches) {
-            if (b.state == Branch.State.PREPARED && b.wroteNothing()) {
-                readOnly.add(b.id());
+            if (d == null && b.state == Branch.State.PREPARED && b.wroteNothing()) {
+                readOnly.add(b.id()); // (read_only goes with a two-phase commit only)
             }
         }
         String decision = null;
@@ -282,6 +300,9 @@ public final class Transaction {
         while (decision == null) {
             ObjectNode body = Coordinator.JSON.createObjectNode();
             body.set("prepared", mine);
+            if (d != null) {
+                body.put("decide_in", d.id());
+            }
             if (!readOnly.isEmpty()) {
                 body.set("read_only", readOnly);
             }
@@ -317,7 +338,99 @@ public final class Transaction {
                 decision = waitDecision(); // the decision may or may not be durable
             }
         }
+        if (decision.equals("in_participant") && d != null) {
+            decision = commitDecisionBranch(d);
+        }
         finishAll(decision);
+    }
+
+    /** With decideInParticipant: the branch whose commit carries the decision, the last active
+     * PostgreSQL branch in engine mode (co.decide needs pg_co there); null without one. */
+    private Branch decider() {
+        if (!decideInParticipant) {
+            return null;
+        }
+        for (int i = branches.size() - 1; i >= 0; i--) {
+            Branch b = branches.get(i);
+            if (b.state == Branch.State.ACTIVE && "postgres".equals(b.kind()) && b.enforcement() != Branch.Enforcement.CLIENT) {
+                return b;
+            }
+        }
+        return null;
+    }
+
+    /** The one-request commit handing the decision to {@code d} (every other branch prepared).
+     * Sent once: on any answer but "in_participant" d never commits, so nothing can (a daemon
+     * that took the request resolves abort in d's database, co.resolve), and every branch is
+     * rolled back here at once. A refusal the retry rules call "aborted" is the abort as the
+     * daemon tells it (a refusal of the request itself, which the daemon does not record,
+     * such as not_a_decision_resource, names it and is not retried); any other, and no
+     * answer, is retryable: nothing committed. */
+    private String leasedDecideIn(Branch d) {
+        LeasedGtids lg = coord.leased();
+        ArrayNode listed = Coordinator.JSON.createArrayNode();
+        for (Branch b : branches) {
+            if (b.state == Branch.State.PREPARED || b == d) {
+                addListing(listed, b);
+            }
+        }
+        ObjectNode body = Coordinator.JSON.createObjectNode();
+        body.set("branches", listed);
+        body.put("decide_in", d.id());
+        ArrayNode acks = lg.take();
+        if (acks != null) {
+            body.set("finished", acks);
+        }
+        String decision;
+        try {
+            decision = call("POST", "/v1/transactions/" + Coordinator.q(gtid) + "/commit", body).path("decision").asText();
+        } catch (CoordinatorException ce) {
+            lg.drop(gtid);
+            rollbackLocal();
+            if (ce.action().equals(RetryRules.ABORTED)) {
+                throw aborted(abortError("one-request commit refused: " + ce.getMessage(), ce));
+            }
+            throw aborted(new TransactionAbortedException(gtid,
+                    "one-request commit with the decision in " + d.resource() + ": " + ce.getMessage(), true, false, ce));
+        } catch (CoordinatorUnavailableException e) {
+            lg.drop(gtid);
+            rollbackLocal();
+            throw aborted(new TransactionAbortedException(gtid,
+                    "one-request commit with the decision in " + d.resource() + ": " + e.getMessage(), true, false, e));
+        }
+        if (!decision.equals("in_participant")) {
+            return decision; // abort: finishAll rolls d back with the others
+        }
+        return commitDecisionBranch(d);
+    }
+
+    /** The daemon answered "in_participant": {@code d} commits with the decision inside it.
+     * Returns the decision for the other branches. */
+    private String commitDecisionBranch(Branch d) {
+        try {
+            d.commitWithDecision(gtid);
+            decidedIn = d;
+            return "commit";
+        } catch (SQLException e) {
+            if (!d.rolledBackOnLiveSession()) {
+                // The session is gone (lost during the COMMIT): whether it committed is the
+                // database's to say; the daemon reads it there (co.resolve) after the owners'
+                // grace period. Nothing more is run on d here.
+                d.state = Branch.State.FAILED;
+                return waitDecision();
+            }
+            // The engine refused the decision (40001: a CO rule, or already resolved as
+            // abort) or another SQL error: nothing committed there. The daemon, which knows
+            // the gtid from the commit request on, hears it at once (a leased one too).
+            d.state = Branch.State.ROLLED_BACK;
+            boolean retry = Refusals.retryable(e);
+            d.postFailed("decision commit refused: " + e.getMessage(), retry);
+            rollbackLocal();
+            if (retry) {
+                throw aborted(new TransactionAbortedException(gtid, d.resource() + ": decision commit refused: " + e.getMessage(), true, true, e));
+            }
+            throw aborted(abortError(d.resource() + ": decision commit failed: " + e.getMessage(), e));
+        }
     }
 
     /** true: done (committed, or an exception thrown); false: other services joined, so two
@@ -484,11 +597,7 @@ public final class Transaction {
             if (b.state != Branch.State.PREPARED) {
                 continue;
             }
-            ObjectNode x = listed.addObject().put("resource", b.resource()).put("branch_id", b.id());
-            Long session = Dialect.session(b.connection());
-            if (session != null) {
-                x.put("session", session);
-            }
+            addListing(listed, b);
             if (b.wroteNothing()) {
                 readOnly.add(b.id());
             }
@@ -554,6 +663,15 @@ public final class Transaction {
         }
     }
 
+    /** The branch as the commit with branches lists it. */
+    private static void addListing(ArrayNode listed, Branch b) {
+        ObjectNode x = listed.addObject().put("resource", b.resource()).put("branch_id", b.id());
+        Long session = Dialect.session(b.connection());
+        if (session != null) {
+            x.put("session", session);
+        }
+    }
+
     private String waitDecision() {
         Instant deadline = Instant.now().plus(coord.decisionTimeout());
         RuntimeException last = null;
@@ -597,6 +715,11 @@ public final class Transaction {
         if (decision.equals("commit") || decision.equals("one_phase")) {
             outcome = "commit";
             ArrayNode done = Coordinator.JSON.createArrayNode();
+            if (decidedIn != null) {
+                // First: a daemon that checks the list in order refuses the others' commit
+                // while the transaction is still deciding.
+                done.add(decidedIn.id());
+            }
             for (Branch b : branches) {
                 if (b.state != Branch.State.PREPARED) {
                     continue;

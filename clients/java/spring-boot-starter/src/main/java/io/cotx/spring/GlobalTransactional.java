@@ -30,4 +30,9 @@ public @interface GlobalTransactional {
 
     /** The transaction's timeout at the daemon in ms; 0: the daemon's default. */
     int timeoutMs() default 0;
+
+    /** As the root: the last PostgreSQL branch (engine mode) commits in one phase with the
+     * global decision inside it, pg_co's co.decide (its resource needs {@code decisions =
+     * true} at the daemon): {@code Transaction.decideInParticipant}. Ignored by a participant. */
+    boolean decideInParticipant() default false;
 }

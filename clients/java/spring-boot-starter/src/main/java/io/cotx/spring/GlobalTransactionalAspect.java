@@ -63,6 +63,7 @@ public class GlobalTransactionalAspect {
         AtomicReference<GlobalTransactions.Scope> held = new AtomicReference<>();
         try {
             return Retry.run(coord, tx -> {
+                tx.decideInParticipant(gt != null && gt.decideInParticipant());
                 held.set(GlobalTransactions.bind(tx, attempt.incrementAndGet()));
                 try {
                     return pjp.proceed();

@@ -59,6 +59,37 @@ class OneRequestStarterTest {
         return s.scalar(pg, "SELECT count(*) FROM " + (pg ? "savings" : "checking") + " WHERE u = '" + key + "'") == 1;
     }
 
+    /** {@code @GlobalTransactional(decideInParticipant = true)}: decided in the savings branch's
+     * COMMIT (no PREPARE there, no store write), still one request each, nothing left
+     * prepared. */
+    @Test
+    void decisionInTheParticipant() throws Exception {
+        var s = TestServers.engine();
+        clear(s, "boot-dip-");
+        s.exec(true, "CREATE EXTENSION IF NOT EXISTS pg_co");
+        try (LocalDaemon d = s.builder("j-boot-dip", "engine").decisions("savings").start()) {
+            d.awaitModes("engine", Duration.ofSeconds(15));
+            try (ConfigurableApplicationContext ctx = app(s, d)) {
+                TransferApplication.Transfers t = ctx.getBean(TransferApplication.Transfers.class);
+                t.open("boot-dip-first"); // learns the resources' modes (on the begin)
+                int n = 5;
+                double decided = metric(d, "cotx_decided_in_participant_total");
+                double requests = metric(d, "cotx_requests_total");
+                for (int i = 0; i < n; i++) {
+                    t.openDecidingInSavings("boot-dip-" + i);
+                }
+                // The metrics read before is counted once answered; then one lease, one request each.
+                assertEquals(n + 2, metric(d, "cotx_requests_total") - requests, "requests for " + n + " transactions");
+                assertEquals(n, metric(d, "cotx_decided_in_participant_total") - decided, "decided in the participant");
+                for (int i = 0; i < n; i++) {
+                    assertTrue(present(s, true, "boot-dip-" + i) && present(s, false, "boot-dip-" + i), "boot-dip-" + i);
+                }
+                ctx.getBean(Coordinator.class).flushAcks();
+            }
+            assertEquals(0, s.prepared(), "prepared left");
+        }
+    }
+
     @Test
     void oneRequestEach() throws Exception {
         var s = TestServers.engine();

@@ -54,9 +54,13 @@ record TestServers(int pgPort, int myPort) {
     }
 
     LocalDaemon daemon(String node, String enforcement) throws Exception {
+        return builder(node, enforcement).start();
+    }
+
+    LocalDaemon.Builder builder(String node, String enforcement) {
         return LocalDaemon.builder().node(node)
                 .resource("savings", "postgres", "host=127.0.0.1 port=" + pgPort + " user=postgres dbname=postgres", enforcement)
-                .resource("checking", "mariadb", "mysql://root@127.0.0.1:" + myPort + "/test", enforcement).start();
+                .resource("checking", "mariadb", "mysql://root@127.0.0.1:" + myPort + "/test", enforcement);
     }
 
     int prepared() throws SQLException {

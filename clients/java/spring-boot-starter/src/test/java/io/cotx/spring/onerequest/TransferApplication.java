@@ -32,6 +32,13 @@ public class TransferApplication {
             checking.update("INSERT INTO checking VALUES (?, 1, '')", key);
         }
 
+        /** As {@link #open}, the decision in the savings branch's COMMIT (pg_co's co.decide). */
+        @GlobalTransactional(decideInParticipant = true)
+        public void openDecidingInSavings(String key) {
+            savings.update("INSERT INTO savings VALUES (?, 1, '')", key);
+            checking.update("INSERT INTO checking VALUES (?, 1, '')", key);
+        }
+
         /** As {@link #open}, asking for the headers to call another service with in between
          * (what the starter's RestClient interceptor does): such a transaction needs the begin. */
         @GlobalTransactional

@@ -1,0 +1,135 @@
+package io.cotx.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/** The decision in a participant ({@link Transaction#decideInParticipant(boolean)}) against the
+ * real daemon and servers with pg_co / mysql_co, on the begin path and on the one-request
+ * path: the PostgreSQL branch's COMMIT carries the decision (no PREPARE there, no store
+ * write); pg_co refusing that COMMIT aborts everything retryably; a resource not declared
+ * a decision resource is a configuration error, not retried. As the Go client's
+ * decide_in_test.go. */
+class DecisionInParticipantTest {
+    /** One transfer of {@code key} into savings and checking, the decision in savings. */
+    static void transfer(Coordinator coord, Connection pc, Connection mc, String key, int retries) {
+        coord.run(tx -> {
+            tx.decideInParticipant(true);
+            insert(tx.branch(pc, "savings"), pc, "INSERT INTO savings VALUES (?, 1, '')", key);
+            insert(tx.branch(mc, "checking"), mc, "INSERT INTO checking VALUES (?, 1, '')", key);
+            return null;
+        }, retries);
+    }
+
+    static void insert(Branch b, Connection c, String sql, String key) {
+        try (PreparedStatement st = c.prepareStatement(sql)) {
+            st.setString(1, key);
+            st.execute();
+        } catch (SQLException e) {
+            throw b.fail(e);
+        }
+    }
+
+    static LocalDaemon daemon(Servers s, String node, boolean decisions) throws Exception {
+        s.exec(true, "CREATE EXTENSION IF NOT EXISTS pg_co");
+        LocalDaemon.Builder b = s.daemon(node, "engine");
+        if (decisions) {
+            b.decisions("savings");
+        }
+        LocalDaemon d = b.start();
+        d.awaitModes("engine", Duration.ofSeconds(15));
+        return d;
+    }
+
+    @ParameterizedTest(name = "one request: {0}")
+    @ValueSource(booleans = {false, true})
+    void decidedInThePostgresqlBranch(boolean oneRequest) throws Exception {
+        Servers s = Servers.engine();
+        String pre = "j-dip-" + oneRequest + "-";
+        OneRequestCommitTest.clear(s, pre);
+        try (LocalDaemon d = daemon(s, "j-dip-" + oneRequest, true); Connection pc = s.pg(); Connection mc = s.my()) {
+            Coordinator coord = d.client().oneRequest(oneRequest).decisionTimeout(Duration.ofSeconds(60)).build();
+            OneRequestCommitTest.transfer(coord, pc, mc, pre + "first", 5); // learns the resources' modes
+            double decided = OneRequestCommitTest.metric(d, "cotx_decided_in_participant_total");
+            double leases = OneRequestCommitTest.metric(d, "cotx_gtid_leases_total");
+            int n = 5;
+            for (int i = 0; i < n; i++) {
+                transfer(coord, pc, mc, pre + i, 0);
+            }
+            assertEquals(n, OneRequestCommitTest.metric(d, "cotx_decided_in_participant_total") - decided, "decided in the participant");
+            // One range for all of them on the one-request path (no begin), none on the begin.
+            assertEquals(oneRequest ? 1 : 0, OneRequestCommitTest.metric(d, "cotx_gtid_leases_total") - leases, "leases");
+            for (int i = 0; i < n; i++) {
+                assertTrue(OneRequestCommitTest.present(s, true, pre + i) && OneRequestCommitTest.present(s, false, pre + i),
+                        pre + i + " not committed in both");
+            }
+            coord.flushAcks();
+            assertEquals(0, s.prepared(), "prepared left");
+
+            // pg_co's rule A at the decision commit: the PostgreSQL branch read a row, then an
+            // in-doubt 2PC writer overwrote it. Nothing commits anywhere; retryable, refused.
+            String key = pre + "a";
+            String w = pre + "w";
+            s.exec(true, "INSERT INTO savings VALUES ('" + key + "', 100, '')");
+            try (Connection wc = s.pg()) {
+                TransactionAbortedException e = assertThrows(TransactionAbortedException.class, () -> coord.run(tx -> {
+                    tx.decideInParticipant(true);
+                    insert(tx.branch(mc, "checking"), mc, "INSERT INTO checking VALUES (?, 1, '')", key);
+                    Branch p = tx.branch(pc, "savings");
+                    try (Statement st = pc.createStatement(); Statement ws = wc.createStatement()) {
+                        try (ResultSet rs = st.executeQuery("SELECT bal FROM savings WHERE u = '" + key + "'")) {
+                            rs.next();
+                        }
+                        st.execute("INSERT INTO savings VALUES ('" + key + "-r', 1, '')");
+                        ws.execute("BEGIN ISOLATION LEVEL SERIALIZABLE");
+                        ws.execute("UPDATE savings SET bal = bal + 1 WHERE u = '" + key + "'");
+                        ws.execute("PREPARE TRANSACTION '" + w + "'");
+                    } catch (SQLException x) {
+                        throw p.fail(x);
+                    }
+                    return null;
+                }, 0));
+                s.exec(true, "COMMIT PREPARED '" + w + "'");
+                assertTrue(e.retryable() && e.refused() && e.getMessage().contains("rule A"), "want a retryable rule A refusal: " + e);
+            }
+            assertFalse(OneRequestCommitTest.present(s, true, key + "-r"), "the refused decision branch committed");
+            assertFalse(OneRequestCommitTest.present(s, false, key), "the MariaDB branch committed");
+            assertEquals(0, s.prepared(), "prepared left after the refusal");
+        }
+    }
+
+    @ParameterizedTest(name = "one request: {0}")
+    @ValueSource(booleans = {false, true})
+    void aResourceWithoutDecisionsIsAConfigurationError(boolean oneRequest) throws Exception {
+        Servers s = Servers.engine();
+        String pre = "j-dip-none-" + oneRequest + "-";
+        OneRequestCommitTest.clear(s, pre);
+        try (LocalDaemon d = daemon(s, "j-dip-none-" + oneRequest, false); Connection pc = s.pg(); Connection mc = s.my()) {
+            AtomicInteger retried = new AtomicInteger();
+            Coordinator coord = d.client().oneRequest(oneRequest).decisionTimeout(Duration.ofSeconds(60)).build()
+                    .addListener(new TransactionListener() {
+                        @Override
+                        public void retrying(int attempt, TransactionAbortedException why, Duration delay) {
+                            retried.incrementAndGet();
+                        }
+                    });
+            OneRequestCommitTest.transfer(coord, pc, mc, pre + "first", 5);
+            TransactionAbortedException e = assertThrows(TransactionAbortedException.class, () -> transfer(coord, pc, mc, pre + "0", 5));
+            assertTrue(!e.retryable() && e.getMessage().contains("not_a_decision_resource") && retried.get() == 0,
+                    "want a non-retryable error naming not_a_decision_resource, not run again: " + e + " (" + retried.get() + " retries)");
+            assertFalse(OneRequestCommitTest.present(s, true, pre + "0") || OneRequestCommitTest.present(s, false, pre + "0"), "committed");
+            assertEquals(0, s.prepared(), "prepared left");
+        }
+    }
+}
