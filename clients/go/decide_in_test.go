@@ -170,3 +170,17 @@ func TestDecisionInParticipantWithoutDecisions(t *testing.T) {
 		})
 	}
 }
+
+// TestDecisionInParticipantDaemonRestartUnderLoad: the one-request path with the decision
+// in the PostgreSQL branch, the daemon killed -9 and restarted under 4 goroutines' load.
+// A decision branch that committed while the daemon was down leaves its MariaDB branch
+// prepared under the old epoch's gtid: the restarted daemon reads the decision in
+// PostgreSQL (co.resolve) and commits it there; one that did not commit is aborted.
+// Every transfer commits in the end, none split, nothing left prepared.
+func TestDecisionInParticipantDaemonRestartUnderLoad(t *testing.T) {
+	d, coord := dipDaemon(t, "g-dip-r", true, true)
+	restartUnderLoad(t, d, coord, "go-dip-r-", true)
+	if metricOf(t, d, "cotx_decided_in_participant_total") == 0 {
+		t.Error("no transaction was decided in the participant after the restart")
+	}
+}

@@ -122,10 +122,19 @@ func TestOneRequestCommit(t *testing.T) {
 
 func TestOneRequestDaemonRestartUnderLoad(t *testing.T) {
 	d, coord := oneRequestDaemon(t, "g-one-r", 300)
-	clearKeys(t, "go-one-r-")
+	restartUnderLoad(t, d, coord, "go-one-r-", false)
+}
+
+// restartUnderLoad: 4 goroutines of 25 transfers each (keys pre…, the decision in the
+// PostgreSQL branch when dip), the daemon killed -9 and restarted after the first 10
+// commits: every transfer is committed in the end (after retries), none split, nothing
+// left prepared.
+func restartUnderLoad(t *testing.T, d *daemon, coord *cotx.Coordinator, pre string, dip bool) {
+	t.Helper()
+	clearKeys(t, pre)
 	ctx := context.Background()
 	pc, mc := bothConns(t, ctx)
-	if err := transferOne(ctx, coord, pc, mc, "go-one-r-first"); err != nil {
+	if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
 		t.Fatal(err)
 	}
 	const workers, each = 4, 25
@@ -138,8 +147,8 @@ func TestOneRequestDaemonRestartUnderLoad(t *testing.T) {
 			defer wg.Done()
 			pc, mc := bothConns(t, ctx)
 			for i := 0; i < each; i++ {
-				key := fmt.Sprintf("go-one-r-%d-%d", w, i)
-				errs[w*each+i] = transferOne(ctx, coord, pc, mc, key, cotx.Retries(30), cotx.MaxWait(60*time.Second),
+				key := fmt.Sprintf("%s%d-%d", pre, w, i)
+				errs[w*each+i] = transferWith(ctx, coord, pc, mc, key, dip, cotx.Retries(30), cotx.MaxWait(60*time.Second),
 					cotx.OnRetry(func(int, error, time.Duration) { atomic.AddInt64(&retries, 1) }))
 				if errs[w*each+i] == nil {
 					atomic.AddInt64(&committed, 1)
@@ -180,7 +189,7 @@ func TestOneRequestDaemonRestartUnderLoad(t *testing.T) {
 	}
 	for w := 0; w < workers; w++ {
 		for i := 0; i < each; i++ {
-			key := fmt.Sprintf("go-one-r-%d-%d", w, i)
+			key := fmt.Sprintf("%s%d-%d", pre, w, i)
 			pg, my := present(t, key)
 			if pg != my {
 				t.Errorf("%s split: PostgreSQL %v, MariaDB %v", key, pg, my)

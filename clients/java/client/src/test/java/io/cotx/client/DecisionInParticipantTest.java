@@ -12,6 +12,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -106,6 +107,19 @@ class DecisionInParticipantTest {
             assertFalse(OneRequestCommitTest.present(s, true, key + "-r"), "the refused decision branch committed");
             assertFalse(OneRequestCommitTest.present(s, false, key), "the MariaDB branch committed");
             assertEquals(0, s.prepared(), "prepared left after the refusal");
+        }
+    }
+
+    /** The one-request path with the decision in the PostgreSQL branch, the daemon killed -9
+     * and restarted under 4 threads' load: every transfer commits in the end, none split,
+     * nothing left prepared (a decision branch committed while the daemon was down: the
+     * restarted daemon reads the decision there, co.resolve). */
+    @Test
+    void daemonRestartUnderLoad() throws Exception {
+        Servers s = Servers.engine();
+        try (LocalDaemon d = daemon(s, "j-dip-r", true)) {
+            OneRequestCommitTest.restartUnderLoad(s, d, "j-dip-r-", true);
+            assertTrue(OneRequestCommitTest.metric(d, "cotx_decided_in_participant_total") > 0, "none decided in the participant");
         }
     }
 

@@ -91,63 +91,74 @@ class OneRequestCommitTest {
     @Test
     void daemonRestartUnderLoad() throws Exception {
         Servers s = Servers.engine();
-        clear(s, "j-one-r-");
         try (LocalDaemon d = s.daemon("j-one-r", "engine").recoveryMs(300).start()) {
-            d.awaitModes("engine", Duration.ofSeconds(15));
-            AtomicInteger retries = new AtomicInteger();
-            Coordinator coord = d.client().oneRequest(true).decisionTimeout(Duration.ofSeconds(60)).build()
-                    .addListener(new TransactionListener() {
-                        @Override
-                        public void retrying(int attempt, TransactionAbortedException why, Duration delay) {
-                            retries.incrementAndGet();
-                        }
-                    });
-            try (Connection pc = s.pg(); Connection mc = s.my()) {
-                transfer(coord, pc, mc, "j-one-r-first", 5);
-            }
-            int workers = 4;
-            int each = 25;
-            AtomicInteger committed = new AtomicInteger();
-            ConcurrentLinkedQueue<String> failures = new ConcurrentLinkedQueue<>();
-            List<Thread> threads = new ArrayList<>();
-            for (int w = 0; w < workers; w++) {
-                int worker = w;
-                Thread t = new Thread(() -> {
-                    try (Connection pc = s.pg(); Connection mc = s.my()) {
-                        for (int i = 0; i < each; i++) {
-                            String key = "j-one-r-" + worker + "-" + i;
-                            try {
-                                transfer(coord, pc, mc, key, 30);
-                                committed.incrementAndGet();
-                            } catch (RuntimeException e) {
-                                failures.add(key + ": " + e);
-                            }
-                        }
-                    } catch (SQLException e) {
-                        failures.add("worker " + worker + ": " + e);
+            restartUnderLoad(s, d, "j-one-r-", false);
+        }
+    }
+
+    /** 4 threads of 25 transfers each (keys {@code pre}…, the decision in the PostgreSQL branch
+     * when {@code dip}), the daemon killed -9 and restarted after the first 10 commits: every
+     * transfer commits in the end (after retries), none split, nothing left prepared. */
+    static void restartUnderLoad(Servers s, LocalDaemon d, String pre, boolean dip) throws Exception {
+        clear(s, pre);
+        d.awaitModes("engine", Duration.ofSeconds(15));
+        AtomicInteger retries = new AtomicInteger();
+        Coordinator coord = d.client().oneRequest(true).decisionTimeout(Duration.ofSeconds(60)).build()
+                .addListener(new TransactionListener() {
+                    @Override
+                    public void retrying(int attempt, TransactionAbortedException why, Duration delay) {
+                        retries.incrementAndGet();
                     }
                 });
-                t.start();
-                threads.add(t);
-            }
-            while (committed.get() < 10) {
-                Thread.sleep(5);
-            }
-            d.restart();
-            for (Thread t : threads) {
-                t.join();
-            }
-            assertTrue(failures.isEmpty(), "failed: " + failures);
-            assertTrue(retries.get() > 0, "no transaction was run again across the restart");
-            assertTrue(metric(d, "cotx_gtid_leases_total") >= 1, "the restarted daemon leased no range");
-            assertEquals(0, s.awaitNothingPrepared(Duration.ofSeconds(30)), "left prepared");
-            for (int w = 0; w < workers; w++) {
-                for (int i = 0; i < each; i++) {
-                    String key = "j-one-r-" + w + "-" + i;
-                    boolean pg = present(s, true, key);
-                    assertEquals(pg, present(s, false, key), key + " split");
-                    assertTrue(pg, key + " told committed, not there");
+        try (Connection pc = s.pg(); Connection mc = s.my()) {
+            transfer(coord, pc, mc, pre + "first", 5);
+        }
+        int workers = 4;
+        int each = 25;
+        AtomicInteger committed = new AtomicInteger();
+        ConcurrentLinkedQueue<String> failures = new ConcurrentLinkedQueue<>();
+        List<Thread> threads = new ArrayList<>();
+        for (int w = 0; w < workers; w++) {
+            int worker = w;
+            Thread t = new Thread(() -> {
+                try (Connection pc = s.pg(); Connection mc = s.my()) {
+                    for (int i = 0; i < each; i++) {
+                        String key = pre + worker + "-" + i;
+                        try {
+                            if (dip) {
+                                DecisionInParticipantTest.transfer(coord, pc, mc, key, 30);
+                            } else {
+                                transfer(coord, pc, mc, key, 30);
+                            }
+                            committed.incrementAndGet();
+                        } catch (RuntimeException e) {
+                            failures.add(key + ": " + e);
+                        }
+                    }
+                } catch (SQLException e) {
+                    failures.add("worker " + worker + ": " + e);
                 }
+            });
+            t.start();
+            threads.add(t);
+        }
+        while (committed.get() < 10) {
+            Thread.sleep(5);
+        }
+        d.restart();
+        for (Thread t : threads) {
+            t.join();
+        }
+        assertTrue(failures.isEmpty(), "failed: " + failures);
+        assertTrue(retries.get() > 0, "no transaction was run again across the restart");
+        assertTrue(metric(d, "cotx_gtid_leases_total") >= 1, "the restarted daemon leased no range");
+        assertEquals(0, s.awaitNothingPrepared(Duration.ofSeconds(30)), "left prepared");
+        for (int w = 0; w < workers; w++) {
+            for (int i = 0; i < each; i++) {
+                String key = pre + w + "-" + i;
+                boolean pg = present(s, true, key);
+                assertEquals(pg, present(s, false, key), key + " split");
+                assertTrue(pg, key + " told committed, not there");
             }
         }
     }
