@@ -31,7 +31,9 @@ Experiments (--experiments, comma-separated):
             2pc:inproc-log-delay, co:inproc-log-delay (the log with commit_delay_us =
             1000), 2pc:1req-log-backoff, co:1req-log-backoff (a refused attempt retried
             after the clients' jittered backoff, the driver's --retry-backoff-ms 20,
-            instead of at once); with
+            instead of at once), 2pc:inproc-1req-log, co:inproc-1req-log and their
+            -delay variants (the coordinator in the driver's process on the one-request
+            path); with
             --other-daemon also 2pc:other,
             co:other (that build, driven per step, or --other-calls batched); then the
             same point with every global transaction read-only (RO=100%: local, 2pc,
@@ -96,7 +98,9 @@ COORDINATOR_MODES = ["local", "2pc", "co", "dip", "2pc:per-step", "co:per-step",
 # store"): the daemon on the one-request path, and in the driver's process.
 COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:inproc-log",
                          "2pc:1req-log-fdatasync", "2pc:inproc-log-fdatasync", "2pc:inproc-log-delay",
-                         "co:inproc-log-delay", "2pc:1req-log-backoff", "co:1req-log-backoff"]
+                         "co:inproc-log-delay", "2pc:1req-log-backoff", "co:1req-log-backoff",
+                         "2pc:inproc-1req-log", "co:inproc-1req-log", "2pc:inproc-1req-log-delay",
+                         "co:inproc-1req-log-delay"]
 
 
 def log_store_of(mode: str) -> str:
@@ -384,6 +388,8 @@ class _Measuring:
         extra.update({m: other_calls(a) for m in modes if m.endswith(":other")})
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
         extra.update({m: ONE_REQUEST + (CLIENT_BACKOFF if m.endswith("-backoff") else []) for m in modes if ":1req" in m})
+        # :inproc-1req: the coordinator in the driver's process on the one-request path.
+        extra.update({m: extra[m] + ONE_REQUEST for m in inproc if "-1req" in m})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,
               extra=extra)
         # Every global transaction read-only (the driver's --ro-share 1): nothing for the

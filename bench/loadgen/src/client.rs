@@ -418,7 +418,20 @@ impl Client {
         let http = self.http.as_mut().unwrap();
         if !self.modes_checked {
             let expected = self.cfg.mode.enforcement().unwrap_or("none");
-            let v = http.request("GET", "/v1/resources", &Value::Null).await?;
+            // A coordinator just started (in this process) has not probed its resources
+            // yet: "unknown" is asked again, for up to 10 s.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let mut v = http.request("GET", "/v1/resources", &Value::Null).await?;
+            while std::time::Instant::now() < deadline
+                && v["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r["enforcement"]["mode"].as_str().unwrap_or("unknown") == "unknown")
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                v = http.request("GET", "/v1/resources", &Value::Null).await?;
+            }
             for r in v["resources"].as_array().into_iter().flatten() {
                 let mode = r["enforcement"]["mode"].as_str().unwrap_or("unknown");
                 if mode != expected {
