@@ -90,8 +90,7 @@ func (t *Tx) commitDecisionBranch(ctx context.Context, d *Branch) (string, error
 	// commit request on, hears it at once (a leased transaction too).
 	d.state = stRolledBack
 	retry := IsRetryableDBError(err)
-	_ = t.coord.do(ctx, "POST", d.path("/failed"),
-		map[string]interface{}{"reason": trunc("decision commit refused: "+describeDBError(err), 900), "retryable": retry}, nil, 0)
+	d.postFailed(ctx, "decision commit refused: "+describeDBError(err), retry)
 	t.rollbackLocal()
 	t.Outcome = "abort"
 	if retry {

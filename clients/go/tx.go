@@ -494,6 +494,12 @@ func (b *Branch) reportFailed(ctx context.Context, reason string, retryable bool
 	if b.tx.leased {
 		return false // the daemon has not heard of the transaction: nothing to tell it
 	}
+	return b.postFailed(ctx, reason, retryable)
+}
+
+// postFailed is POST …/failed whatever the path: after a commit request the daemon knows a
+// leased gtid too (the decision branch's refused commit, decide_in.go).
+func (b *Branch) postFailed(ctx context.Context, reason string, retryable bool) bool {
 	var ack struct {
 		Retryable bool `json:"retryable"`
 	}
