@@ -8,8 +8,10 @@ then per client count the per-round ratios of each dip mode to each other mode, 
 p99, as medians with 95 % bootstrap intervals (the target: dip p50 <= 0.8 x 2pc p50 at 1
 client). A mode with the suffix :1req runs on the one-request path (the driver's
 --one-request: leased gtids, the commit the only request; dip's hands the decision over in
-it): dip:1req against 2pc:1req is like for like. Run it on a quiet machine (checked before
-the run; --force runs anyway and says so).
+it, while the other branches prepare): dip:1req against 2pc:1req is like for like;
+dip:1req-serial sends that commit only after the PREPAREs answered (--serial-handover, as
+before 2026-11-30). Run it on a quiet machine (checked before the run; --force runs anyway
+and says so).
 
 usage: python -m bench.coordinator.dip_latency [--rounds 8] [--seconds 4] [--clients 1,2]
        [--modes 2pc,dip,co] [--force]
@@ -25,6 +27,19 @@ from bench.experiments import ONE_REQUEST, set_fillfactor
 from bench.harness import loadgen, slices
 from bench.harness.core import Env
 from bench.micro import micro
+
+
+def one_request_args(mode: str) -> list[str] | None:
+    """The driver's flags for a mode's suffix: :1req, :1req-serial (dip's hand-over after
+    the PREPAREs); None for the begin path."""
+    variant = mode.partition(":")[2]
+    if variant == "1req":
+        return ONE_REQUEST
+    if variant == "1req-serial":
+        return ONE_REQUEST + ["--serial-handover"]
+    if variant:
+        raise SystemExit(f"{mode}: unknown variant {variant!r} (known: 1req, 1req-serial)")
+    return None
 
 
 def ratios(rows: list[dict], num: str, den: str, key: str) -> dict:
@@ -61,7 +76,7 @@ def main() -> None:
                     env.leftovers()
                     x = loadgen.run_slice(env, mode, loadgen.micro_args(point), clients=n, warmup=a.warmup,
                                           seconds=a.seconds, seed=r * 31 + n,
-                                          extra=ONE_REQUEST if mode.endswith(":1req") else None)
+                                          extra=one_request_args(mode))
                     row = {"clients": n, "round": r, "mode": mode, "p50_ms": x.get("p50_ms"),
                            "p99_ms": x.get("p99_ms"), "tps": x.get("tps"), "commits": x.get("commits"),
                            "errors": x.get("errors") or x.get("error"),

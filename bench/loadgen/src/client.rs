@@ -88,6 +88,10 @@ pub struct Cfg {
     /// transaction is one request, its commit listing every branch (the Python client's
     /// `one_request=True`; docs/coordinator.md, "One request per transaction").
     pub one_request: bool,
+    /// `--serial-handover` (dip with --one-request): the commit handing the decision over
+    /// is sent only after the other branches' PREPAREs answered (before: always), instead of
+    /// while they run.
+    pub serial_handover: bool,
 }
 
 /// Gtids a client leases at a time on the one-request path.
@@ -262,6 +266,9 @@ pub struct Client {
     pub enforcement: BTreeMap<String, u64>,
     /// Branches of committed transactions that could not be finished on their session.
     pub unfinished: u64,
+    /// dip, hand-over sent while preparing: attempts whose PREPARE was refused after the
+    /// daemon had taken the hand-over (the decision branch rolled back, then reported).
+    pub refused_after_handover: u64,
     /// The last attempt's gtid and its branches' PostgreSQL gids / MariaDB xids (attempt log).
     pub last_gtid: Option<String>,
     pub last_ids: Vec<String>,
@@ -307,6 +314,7 @@ impl Client {
             http,
             enforcement: BTreeMap::new(),
             unfinished: 0,
+            refused_after_handover: 0,
             last_gtid: None,
             last_ids: vec![],
             last_decider_xid: None,
@@ -687,25 +695,14 @@ impl Client {
         let all: Vec<usize> = (0..br.len()).collect();
         let decider = self.decider(br);
         let to_prepare: Vec<usize> = all.iter().copied().filter(|&i| Some(i) != decider).collect();
+        if let (Some(d), false) = (decider, self.cfg.serial_handover) {
+            return self.hand_over_while_preparing(g, br, subs, d, &to_prepare).await;
+        }
         if let Err(f) = self.prepare(g, br, &to_prepare).await {
             self.rollback_all(g, br).await;
             return Err(f);
         }
-        let branches: Vec<Value> = br
-            .iter()
-            .zip(subs)
-            .map(|(b, sub)| json!({"resource": b.db.name(), "branch_id": b.bid, "session": self.sess[&sub.session].id()}))
-            .collect();
-        let mut body = json!({"branches": branches});
-        let ro: Vec<&str> = br.iter().filter(|b| b.wrote_nothing).map(|b| b.bid.as_str()).collect();
-        if let Some(d) = decider {
-            body["decide_in"] = json!(br[d].bid);
-        } else if !ro.is_empty() {
-            body["read_only"] = json!(ro);
-        }
-        if !self.acks.is_empty() {
-            body["finished"] = Value::Array(std::mem::take(&mut self.acks));
-        }
+        let body = self.leased_commit_body(br, subs, decider);
         let http = self.http.as_mut().unwrap();
         let decision = match http.request("POST", &format!("/v1/transactions/{g}/commit"), &body).await {
             Ok(v) => v["decision"].as_str().unwrap_or("").to_string(),
@@ -729,6 +726,111 @@ impl Client {
         let done = self.finish_commit(g, br, &all).await;
         self.ack(g, "commit", done).await;
         Ok(())
+    }
+
+    /// The one-request commit's body: every branch with its session, dip's decision branch
+    /// or the branches that wrote nothing, and the held acknowledgements (taken).
+    fn leased_commit_body(&mut self, br: &[Branch], subs: &[Sub], decider: Option<usize>) -> Value {
+        let branches: Vec<Value> = br
+            .iter()
+            .zip(subs)
+            .map(|(b, sub)| json!({"resource": b.db.name(), "branch_id": b.bid, "session": self.sess[&sub.session].id()}))
+            .collect();
+        let mut body = json!({"branches": branches});
+        let ro: Vec<&str> = br.iter().filter(|b| b.wrote_nothing).map(|b| b.bid.as_str()).collect();
+        if let Some(d) = decider {
+            body["decide_in"] = json!(br[d].bid);
+        } else if !ro.is_empty() {
+            body["read_only"] = json!(ro);
+        }
+        if !self.acks.is_empty() {
+            body["finished"] = Value::Array(std::mem::take(&mut self.acks));
+        }
+        body
+    }
+
+    /// dip on the one-request path: the commit handing the decision over goes out while
+    /// the other branches prepare, and the decision branch commits once both have answered
+    /// (the model's "one request with the decision in a participant" sends either way: the
+    /// decision waits for every PREPARE and for the hand-over). A refused PREPARE after the
+    /// hand-over: the decision branch is rolled back first, then reported failed, so the
+    /// daemon aborts what can no longer commit; without the daemon's answer the range is
+    /// dropped and the daemon resolves the gtid in the participant (co.resolve), as on the
+    /// serial path.
+    async fn hand_over_while_preparing(
+        &mut self,
+        g: &str,
+        br: &mut [Branch],
+        subs: &[Sub],
+        d: usize,
+        to_prepare: &[usize],
+    ) -> Result<(), Failure> {
+        let body = self.leased_commit_body(br, subs, Some(d));
+        let mut taken: Vec<(usize, Sess)> =
+            to_prepare.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
+        let path = format!("/v1/transactions/{g}/commit");
+        let http = self.http.as_mut().unwrap();
+        let branches = &*br;
+        let prepares = async {
+            let mut votes = Vec::with_capacity(taken.len());
+            for (i, s) in taken.iter_mut() {
+                let v = prepare_one(s, &branches[*i]).await;
+                let stop = v.is_err();
+                votes.push(v);
+                if stop {
+                    break;
+                }
+            }
+            votes
+        };
+        let (votes, answer) = futures_util::future::join(prepares, http.request("POST", &path, &body)).await;
+        let mut refused: Option<DbError> = None;
+        // The votes in order; none after the first refusal (those were not asked).
+        let mut votes = votes.into_iter();
+        for (i, mut s) in taken {
+            match votes.next() {
+                Some(Ok(vote)) => br[i].voted(vote),
+                Some(Err(e)) => {
+                    rollback_unprepared(&mut s, &br[i]).await;
+                    br[i].state = BState::Done;
+                    refused = Some(e);
+                }
+                None => {}
+            }
+            self.sess.insert(br[i].session.clone(), s);
+        }
+        let decision = match answer {
+            Ok(v) => v["decision"].as_str().unwrap_or("").to_string(),
+            Err(e) => {
+                self.lease = None;
+                self.rollback_all(g, br).await;
+                return Err(refused.map(Failure::from).unwrap_or_else(|| e.into()));
+            }
+        };
+        if let Some(e) = refused {
+            if decision == "in_participant" {
+                self.refused_after_handover += 1;
+                let sess = self.sess.get_mut(&br[d].session).unwrap();
+                let _ = sess.simple("ROLLBACK").await;
+                br[d].state = BState::Done;
+                let http = self.http.as_mut().unwrap();
+                let reason = format!("prepare refused: {}", e.to_string().chars().take(880).collect::<String>());
+                let _ = http
+                    .request(
+                        "POST",
+                        &format!("/v1/transactions/{g}/branches/{}/failed", br[d].bid),
+                        &json!({"reason": reason, "retryable": e.retryable()}),
+                    )
+                    .await;
+            }
+            self.rollback_all(g, br).await;
+            return Err(e.into());
+        }
+        if decision != "in_participant" {
+            self.rollback_all(g, br).await;
+            return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
+        }
+        self.decide_in_participant(g, br, d).await
     }
 
     /// dip: the branch whose one-phase commit carries the decision (co.decide needs pg_co

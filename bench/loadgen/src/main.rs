@@ -43,7 +43,9 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
    default 0: at once]
   [--one-request: modes 2pc, co and dip: each client leases a range of gtids (POST /v1/gtid-leases)
    and a transaction is one request, its commit listing every branch (checked once against
-   GET /v1/resources: the resources' enforcement must be the mode's; dip's with decide_in)]
+   GET /v1/resources: the resources' enforcement must be the mode's; dip's with decide_in,
+   sent while the other branches prepare: the decision branch commits once both answered)]
+  [--serial-handover: dip with --one-request: send that commit only after the PREPAREs answered]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0 --ro-share 0]
    --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
@@ -84,7 +86,10 @@ impl Args {
         let mut it = std::env::args().skip(1).peekable();
         while let Some(a) = it.next() {
             let k = a.strip_prefix("--").ok_or_else(|| format!("unexpected argument {a}"))?.to_string();
-            if matches!(k.as_str(), "parallel-prepare" | "parallel-finish" | "sync-stdin" | "one-request" | "help") {
+            if matches!(
+                k.as_str(),
+                "parallel-prepare" | "parallel-finish" | "sync-stdin" | "one-request" | "serial-handover" | "help"
+            ) {
                 m.insert(k, "1".into());
             } else {
                 m.insert(k.clone(), it.next().ok_or_else(|| format!("--{k} needs a value"))?);
@@ -113,6 +118,7 @@ struct Stats {
     error: Option<String>,
     enforcement: BTreeMap<String, u64>,
     unfinished: u64,
+    refused_after_handover: u64,
     /// Open loop: arrivals scheduled in the measured window that this client started, and
     /// how late each started (ms after its scheduled time).
     arrivals: u64,
@@ -290,6 +296,7 @@ async fn client_loop(
     c.close().await;
     st.enforcement = std::mem::take(&mut c.enforcement);
     st.unfinished = c.unfinished;
+    st.refused_after_handover = c.refused_after_handover;
     (st, c)
 }
 
@@ -414,6 +421,7 @@ async fn run(a: Args) -> i32 {
         batched,
         in_process,
         one_request,
+        serial_handover: a.flag("serial-handover"),
         retry_backoff_ms: a.f("retry-backoff-ms", 0.0).max(0.0),
     });
     let clients = a.f("clients", 8.0) as usize;
@@ -427,7 +435,7 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     }
-    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "clients": clients, "warmup_s": warmup, "seconds": seconds,
+    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "serial_handover": cfg.serial_handover, "clients": clients, "warmup_s": warmup, "seconds": seconds,
                       "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
                       "my_isolation": cfg.my_isolation, "calls": if cfg.batched { "batched" } else { "per-step" }});
 
@@ -510,6 +518,7 @@ async fn run(a: Args) -> i32 {
                     *all.enforcement.entry(k).or_default() += v;
                 }
                 all.unfinished += st.unfinished;
+                all.refused_after_handover += st.refused_after_handover;
                 all.arrivals += st.arrivals;
                 all.lag_ms.extend(st.lag_ms);
                 if let Some(e) = st.error {
@@ -583,6 +592,7 @@ async fn run(a: Args) -> i32 {
         json!(all.enforcement.iter().filter(|(k, _)| k.ends_with(":client")).map(|(_, n)| n).sum::<u64>());
     v["enforcement"] = json!(all.enforcement);
     v["unfinished"] = json!(all.unfinished);
+    v["refused_after_handover"] = json!(all.refused_after_handover);
     v["errors"] = json!(errors);
     emit(&v);
     if errors.is_empty() {

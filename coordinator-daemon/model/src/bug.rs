@@ -40,10 +40,14 @@ pub enum Bug {
     /// a leased gtid without asking the decision participant first (as if only begun
     /// transactions could be deciding there).
     LeasedDipRecoveryAsksNoParticipant,
+    /// One-request commit with the decision in a participant, the request sent while the
+    /// last PREPARE is in flight: the client commits the decision branch without waiting
+    /// for that PREPARE's answer.
+    DipDecidesBeforeLastPrepare,
 }
 
 impl Bug {
-    pub const BROKEN: [Bug; 12] = [
+    pub const BROKEN: [Bug; 13] = [
         Bug::TakeoverWithoutConditionalInsert,
         Bug::ZombieSkipsLeaseCheck,
         Bug::RecoveryTrustsGidPrefix,
@@ -56,13 +60,19 @@ impl Bug {
         Bug::LeasedCommitOverwrites,
         Bug::LeasedGtidAnsweredAbort,
         Bug::LeasedDipRecoveryAsksNoParticipant,
+        Bug::DipDecidesBeforeLastPrepare,
     ];
     pub(crate) fn no_watermark(self) -> bool {
         matches!(self, Bug::PurgeWithoutWatermark | Bug::AnswersFromMemoryAfterRegrant)
     }
     /// The mode the variant needs (its bug lives in the decision-in-participant path).
     pub fn dip(self) -> bool {
-        matches!(self, Bug::DipReportsBeforeDecidingCommit | Bug::LeasedDipRecoveryAsksNoParticipant)
+        matches!(
+            self,
+            Bug::DipReportsBeforeDecidingCommit
+                | Bug::LeasedDipRecoveryAsksNoParticipant
+                | Bug::DipDecidesBeforeLastPrepare
+        )
     }
     /// The variant's bug lives in the read-only commit path.
     pub fn read_only(self) -> bool {
@@ -76,6 +86,7 @@ impl Bug {
                 | Bug::LeasedCommitOverwrites
                 | Bug::LeasedGtidAnsweredAbort
                 | Bug::LeasedDipRecoveryAsksNoParticipant
+                | Bug::DipDecidesBeforeLastPrepare
         )
     }
 }

@@ -30,10 +30,12 @@
 //!   knows X until the client's one commit request (carrying X's branches) reaches
 //!   daemon 0 — sent after the client prepared its last branch, possibly twice (a retry),
 //!   delivered at any later time, to whichever process of daemon 0 is up — the range's
-//!   lease may run out at any time, and a daemon forgets X once it is decided and none
+//!   lease may run out at any time, the database may refuse the last PREPARE (the client
+//!   then sends nothing and rolls back), and a daemon forgets X once it is decided and none
 //!   of its branches is prepared (recovery keeps nothing of a gtid it rolled back); with
 //!   `dip` and `leased` together, that one request hands the decision to branch 0 (the
-//!   one-request commit with `decide_in`).
+//!   one-request commit with `decide_in`), and the client may send it while its last
+//!   PREPARE is still in flight: branch 0 commits only once both have answered.
 //!
 //! Properties: no split; a decision never changes; no client told an outcome other than
 //! the one in force (never "commit" without a durable commit record or, in dip, the

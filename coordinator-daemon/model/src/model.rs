@@ -51,6 +51,7 @@ impl Model for Proto {
             lease: if self.leased { Range::Live } else { Range::NotLeased },
             inflight: false,
             sends: 0,
+            refused: false,
         }]
     }
 
@@ -123,11 +124,16 @@ impl Model for Proto {
         }
         if (self.ro || self.leased) && s.br[1] == Br::Active && !s.purged {
             out.push(Act::PrepareLast);
+            if self.leased {
+                out.push(Act::PrepareRefused);
+            }
         }
         if self.leased {
-            // The client commits once it prepared its last branch; it sends again after
-            // a lost connection (at most twice on a path).
-            if s.told == [false, false] && s.br[1] != Br::Active && !s.inflight && s.sends < 2 {
+            // The client commits once it prepared its last branch — with dip, it may send
+            // while that PREPARE is still in flight, since the decision waits for both
+            // answers —; it sends again after a lost connection (at most twice on a path).
+            let ready = !s.refused && (self.dip || s.br[1] != Br::Active);
+            if s.told == [false, false] && ready && !s.inflight && s.sends < 2 {
                 out.push(Act::Send);
             }
             if s.inflight && s.acts(0) && s.d[0].pending.is_none() {
@@ -137,7 +143,10 @@ impl Model for Proto {
                 out.push(Act::Lapse);
             }
         }
-        if self.dip && s.dip_go && s.br[0] == Br::Active {
+        // The decision branch commits once the hand-over is answered and the client's
+        // last PREPARE has answered (branch 1 no longer active).
+        let prepared_last = s.br[1] != Br::Active || self.bug == Bug::DipDecidesBeforeLastPrepare;
+        if self.dip && s.dip_go && s.br[0] == Br::Active && prepared_last {
             out.push(Act::DecideInParticipant);
         }
         out.push(Act::MarkFinished);
@@ -209,6 +218,13 @@ impl Proto {
         let mut s = last.clone();
         match a {
             Act::PrepareLast => s.br[1] = Br::Prepared,
+            Act::PrepareRefused => {
+                s.br[1] = Br::Aborted;
+                s.refused = true;
+                if s.br[0] == Br::Active {
+                    s.br[0] = Br::Aborted;
+                }
+            }
             Act::Commit(d) => {
                 let x = s.d[d as usize].clone();
                 // The daemon commits only once every branch is reported prepared.

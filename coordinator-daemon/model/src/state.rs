@@ -94,12 +94,18 @@ pub struct State {
     /// daemon 0, and how many it sent (a retry after a lost connection).
     pub inflight: bool,
     pub sends: u8,
+    /// Leased mode: branch 1's PREPARE was refused (the client sends nothing and rolls
+    /// back the branch it holds open).
+    pub refused: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Act {
     /// The client prepares X's last branch (read-only mode: branch 1 starts unprepared).
     PrepareLast,
+    /// Leased mode: the database refuses branch 1's PREPARE (a serialization failure, a
+    /// deadlock): the branch is rolled back, and so is dip's decision branch if still open.
+    PrepareRefused,
     Commit(u8),
     /// Leased mode: the client sends its one commit request, with X's branches.
     Send,
