@@ -8,9 +8,8 @@ then per client count the per-round ratios of each dip mode to each other mode, 
 p99, as medians with 95 % bootstrap intervals (the target: dip p50 <= 0.8 x 2pc p50 at 1
 client). A mode with the suffix :1req runs on the one-request path (the driver's
 --one-request: leased gtids, the commit the only request; dip's hands the decision over in
-it, while the other branches prepare): dip:1req against 2pc:1req is like for like;
-dip:1req-serial sends that commit only after the PREPAREs answered (--serial-handover, as
-before 2026-11-30). Run it on a quiet machine (checked before the run; --force runs anyway
+it): dip:1req against 2pc:1req is like for like; dip:1req-overlap sends that commit while
+the other branches prepare (the driver's --handover-while-preparing). Run it on a quiet machine (checked before the run; --force runs anyway
 and says so).
 
 usage: python -m bench.coordinator.dip_latency [--rounds 8] [--seconds 4] [--clients 1,2]
@@ -30,15 +29,15 @@ from bench.micro import micro
 
 
 def one_request_args(mode: str) -> list[str] | None:
-    """The driver's flags for a mode's suffix: :1req, :1req-serial (dip's hand-over after
-    the PREPAREs); None for the begin path."""
+    """The driver's flags for a mode's suffix: :1req, :1req-overlap (dip's hand-over
+    beside the PREPAREs); None for the begin path."""
     variant = mode.partition(":")[2]
     if variant == "1req":
         return ONE_REQUEST
-    if variant == "1req-serial":
-        return ONE_REQUEST + ["--serial-handover"]
+    if variant == "1req-overlap":
+        return ONE_REQUEST + ["--handover-while-preparing"]
     if variant:
-        raise SystemExit(f"{mode}: unknown variant {variant!r} (known: 1req, 1req-serial)")
+        raise SystemExit(f"{mode}: unknown variant {variant!r} (known: 1req, 1req-overlap)")
     return None
 
 

@@ -88,10 +88,11 @@ pub struct Cfg {
     /// transaction is one request, its commit listing every branch (the Python client's
     /// `one_request=True`; docs/coordinator.md, "One request per transaction").
     pub one_request: bool,
-    /// `--serial-handover` (dip with --one-request): the commit handing the decision over
-    /// is sent only after the other branches' PREPAREs answered (before: always), instead of
-    /// while they run.
-    pub serial_handover: bool,
+    /// `--handover-while-preparing` (dip with --one-request): the commit handing the
+    /// decision over goes out while the other branches prepare, not after their PREPAREs
+    /// answered (the default, as the clients do). Measured slower on this two-core machine
+    /// (bench/RESULTS.md, "dip's hand-over beside the PREPAREs"): kept to run that again.
+    pub handover_while_preparing: bool,
 }
 
 /// Gtids a client leases at a time on the one-request path.
@@ -266,7 +267,7 @@ pub struct Client {
     pub enforcement: BTreeMap<String, u64>,
     /// Branches of committed transactions that could not be finished on their session.
     pub unfinished: u64,
-    /// dip, hand-over sent while preparing: attempts whose PREPARE was refused after the
+    /// --handover-while-preparing: attempts whose PREPARE was refused after the
     /// daemon had taken the hand-over (the decision branch rolled back, then reported).
     pub refused_after_handover: u64,
     /// The last attempt's gtid and its branches' PostgreSQL gids / MariaDB xids (attempt log).
@@ -695,7 +696,7 @@ impl Client {
         let all: Vec<usize> = (0..br.len()).collect();
         let decider = self.decider(br);
         let to_prepare: Vec<usize> = all.iter().copied().filter(|&i| Some(i) != decider).collect();
-        if let (Some(d), false) = (decider, self.cfg.serial_handover) {
+        if let (Some(d), true) = (decider, self.cfg.handover_while_preparing) {
             return self.hand_over_while_preparing(g, br, subs, d, &to_prepare).await;
         }
         if let Err(f) = self.prepare(g, br, &to_prepare).await {
@@ -749,8 +750,9 @@ impl Client {
         body
     }
 
-    /// dip on the one-request path: the commit handing the decision over goes out while
-    /// the other branches prepare, and the decision branch commits once both have answered
+    /// dip on the one-request path with --handover-while-preparing: the commit handing the
+    /// decision over goes out while the other branches prepare, and the decision branch
+    /// commits once both have answered
     /// (the model's "one request with the decision in a participant" sends either way: the
     /// decision waits for every PREPARE and for the hand-over). A refused PREPARE after the
     /// hand-over: the decision branch is rolled back first, then reported failed, so the

@@ -43,9 +43,9 @@ const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|clien
    default 0: at once]
   [--one-request: modes 2pc, co and dip: each client leases a range of gtids (POST /v1/gtid-leases)
    and a transaction is one request, its commit listing every branch (checked once against
-   GET /v1/resources: the resources' enforcement must be the mode's; dip's with decide_in,
-   sent while the other branches prepare: the decision branch commits once both answered)]
-  [--serial-handover: dip with --one-request: send that commit only after the PREPAREs answered]
+   GET /v1/resources: the resources' enforcement must be the mode's; dip's with decide_in)]
+  [--handover-while-preparing: dip with --one-request: send that commit while the other
+   branches prepare (the decision branch commits once both answered), not after them]
   micro: [--S 2 --R 6 --W 6 --P 0.5 --N 100000 --K 0 --autocommit-reads 0 --ro-share 0]
    --ro-share F: that share of global transactions read-only (each branch its R reads, no updates)
   tpcc:  [--warehouses 2 --items 10000 --customers 300 --remote-item 0.1 --remote-customer 0.15 --ytd-split 0]
@@ -88,7 +88,12 @@ impl Args {
             let k = a.strip_prefix("--").ok_or_else(|| format!("unexpected argument {a}"))?.to_string();
             if matches!(
                 k.as_str(),
-                "parallel-prepare" | "parallel-finish" | "sync-stdin" | "one-request" | "serial-handover" | "help"
+                "parallel-prepare"
+                    | "parallel-finish"
+                    | "sync-stdin"
+                    | "one-request"
+                    | "handover-while-preparing"
+                    | "help"
             ) {
                 m.insert(k, "1".into());
             } else {
@@ -421,7 +426,7 @@ async fn run(a: Args) -> i32 {
         batched,
         in_process,
         one_request,
-        serial_handover: a.flag("serial-handover"),
+        handover_while_preparing: a.flag("handover-while-preparing"),
         retry_backoff_ms: a.f("retry-backoff-ms", 0.0).max(0.0),
     });
     let clients = a.f("clients", 8.0) as usize;
@@ -435,7 +440,7 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     }
-    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "serial_handover": cfg.serial_handover, "clients": clients, "warmup_s": warmup, "seconds": seconds,
+    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "handover_while_preparing": cfg.handover_while_preparing, "clients": clients, "warmup_s": warmup, "seconds": seconds,
                       "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
                       "my_isolation": cfg.my_isolation, "calls": if cfg.batched { "batched" } else { "per-step" }});
 

@@ -121,10 +121,10 @@ def test_micro_one_request(env):
 
 
 def test_dip_hand_over_while_preparing(env):
-    """dip on the one-request path sends the commit that hands the decision over while the
-    other branches prepare (the model's mode "one request with the decision in a
-    participant" sends either way: the decision branch commits only once both answered);
-    --serial-handover sends it after the PREPAREs, as before. Three branches on 20 rows
+    """dip on the one-request path sends the commit that hands the decision over after the
+    other branches' PREPAREs; with --handover-while-preparing beside them (the model's mode
+    "one request with the decision in a participant" sends either way: the decision branch
+    commits only once both answered). Three branches on 20 rows
     (two on PostgreSQL, the first prepared beside the MariaDB one): PostgreSQL refuses
     PREPAREs (serialization failures, pg_co's rules) after the daemon took the hand-over: the decision branch is rolled back, then
     reported failed, so the daemon aborts at once. Either way nothing stays prepared, no
@@ -137,18 +137,18 @@ def test_dip_hand_over_while_preparing(env):
     args = loadgen.micro_args(micro.parse_point("N=20:S=3:P=0.67"))
     env.set_mode("dip")
     d = env.daemon
-    for extra in ([], ["--serial-handover"]):
+    for extra in (["--handover-while-preparing"], []):
         handed = metric(d, "cotx_decided_in_participant_total", 0)
         r = loadgen.run_slice(env, "dip", args, clients=4, warmup=0.0, seconds=2.0, extra=["--one-request"] + extra)
         if r.get("skipped"):
             pytest.skip("no decision-in-participant support in the installed pg_co / daemon")
         assert not r.get("errors") and not r.get("error"), r
         assert r["commits"] > 0 and r["aborts"] > 0, r
-        assert r["serial_handover"] == bool(extra), r
+        assert r["handover_while_preparing"] == bool(extra), r
         if extra:
-            assert r["refused_after_handover"] == 0, r
-        else:
             assert r["refused_after_handover"] > 0, (r.get("reasons"), r.get("refused_after_handover"))
+        else:
+            assert r["refused_after_handover"] == 0, r
         assert metric(d, "cotx_decided_in_participant_total", 0) - handed >= r["commits"], r
         assert env.leftovers() == (0, 0)
         status, listed = api(d, "GET", "/v1/transactions?state=deciding")
