@@ -68,10 +68,9 @@ func (t *Tx) leasedDecideIn(ctx context.Context, d *Branch) (string, error) {
 func (t *Tx) commitDecisionBranch(ctx context.Context, d *Branch) (string, error) {
 	g, err := literal(t.gtid)
 	if err == nil {
-		err = d.exec("SELECT co.decide(" + g + ")")
-	}
-	if err == nil {
-		err = d.exec("COMMIT")
+		// One round trip: pgx sends a statement without arguments as one simple query, in
+		// which an error in co.decide skips the COMMIT (the ROLLBACK below ends it).
+		err = d.exec("SELECT co.decide(" + g + "); COMMIT")
 	}
 	if err == nil {
 		d.state = stFinished

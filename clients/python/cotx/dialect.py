@@ -124,9 +124,10 @@ class Postgres:
     @staticmethod
     def commit_with_decision(conn, gtid: str) -> None:
         """Commits the (unprepared) branch in one phase with the global decision written
-        inside it (pg_co's co.decide): the decision and the branch commit together."""
-        conn.execute("SELECT co.decide(%s)", (gtid,))
-        conn.execute("COMMIT")
+        inside it (pg_co's co.decide): the decision and the branch commit together, in one
+        round trip (without parameters psycopg sends one simple query, in which an error in
+        co.decide skips the COMMIT)."""
+        conn.execute(f"SELECT co.decide({_pg_literal(gtid)}); COMMIT")
 
 
 class MariaDB:

@@ -2,7 +2,6 @@ package io.cotx.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
 import java.sql.SQLException;
 
 /** One database's part of a global transaction, on the owner's JDBC connection. Keep the
@@ -282,13 +281,10 @@ public final class Branch {
 
     /** This unprepared PostgreSQL branch commits in one phase with the global decision written
      * inside it (pg_co's co.decide, then COMMIT): its COMMIT is the decision
-     * (docs/coordinator.md, "Decision in a participant"). */
+     * (docs/coordinator.md, "Decision in a participant"). Both in one round trip: pgjdbc
+     * sends the two statements with one Sync, so an error in co.decide skips the COMMIT. */
     void commitWithDecision(String gtid) throws SQLException {
-        try (PreparedStatement st = conn.prepareStatement("SELECT co.decide(?)")) {
-            st.setString(1, gtid);
-            st.execute();
-        }
-        dialect.commitOnePhase(conn, engineId);
+        Dialect.exec(conn, "SELECT co.decide(" + Dialect.literal(gtid) + "); COMMIT");
         state = State.FINISHED;
     }
 
