@@ -36,13 +36,7 @@ func (t *Tx) decider() *Branch {
 // does not record, such as not_a_decision_resource, names it and is not retried); any
 // other, and no answer, is a Retryable *AbortedError: nothing committed.
 func (t *Tx) leasedDecideIn(ctx context.Context, d *Branch) (string, error) {
-	branches := make([]map[string]interface{}, 0, len(t.branches))
-	for _, b := range t.branches {
-		if b.state == stPrepared || b == d {
-			branches = append(branches, b.leasedListing(ctx))
-		}
-	}
-	body := map[string]interface{}{"branches": branches, "decide_in": d.ID}
+	body := map[string]interface{}{"branches": t.leasedBranches(ctx, d), "decide_in": d.ID}
 	t.coord.carryAcks(body)
 	var r struct {
 		Decision string `json:"decision"`

@@ -191,12 +191,7 @@ func (t *Tx) fallBack(why string, propagated bool) error {
 // (restarted, a takeover, the lease ran out) or a resource it refuses (its mode changed)
 // is rolled back and returned as a Retryable *AbortedError; the range is dropped.
 func (t *Tx) leasedCommit(ctx context.Context) (decision string, err error) {
-	branches := make([]map[string]interface{}, 0, len(t.branches))
-	for _, b := range t.branches {
-		if b.state == stPrepared {
-			branches = append(branches, b.leasedListing(ctx))
-		}
-	}
+	branches := t.leasedBranches(ctx, nil)
 	readOnly := t.wroteNothing()
 	// Earlier transactions' acknowledgements ride along (held as with CarryAcks), the
 	// same ones each time the request is sent again.
@@ -263,6 +258,18 @@ func (t *Tx) leasedCommit(ctx context.Context) (decision string, err error) {
 			return t.waitDecision(ctx)
 		}
 	}
+}
+
+// leasedBranches lists what the one-request commit carries: every prepared branch, and
+// dip's decision branch d (nil: none).
+func (t *Tx) leasedBranches(ctx context.Context, d *Branch) []map[string]interface{} {
+	branches := make([]map[string]interface{}, 0, len(t.branches))
+	for _, b := range t.branches {
+		if b.state == stPrepared || (d != nil && b == d) {
+			branches = append(branches, b.leasedListing(ctx))
+		}
+	}
+	return branches
 }
 
 // leasedListing is the branch as the commit with branches lists it.
