@@ -33,7 +33,8 @@ Experiments (--experiments, comma-separated):
             after the clients' jittered backoff, the driver's --retry-backoff-ms 20,
             instead of at once), 2pc:inproc-1req-log, co:inproc-1req-log and their
             -delay variants (the coordinator in the driver's process on the one-request
-            path); with
+            path), 2pc:1req-log-pglast, co:1req-log-pglast (MariaDB's branch prepared
+            before PostgreSQL's, the driver's --prepare-pg-last); with
             --other-daemon also 2pc:other,
             co:other (that build, driven per step, or --other-calls batched); then the
             same point with every global transaction read-only (RO=100%: local, 2pc,
@@ -100,7 +101,7 @@ COORDINATOR_LOG_MODES = ["2pc:1req-log", "co:1req-log", "2pc:inproc-log", "co:in
                          "2pc:1req-log-fdatasync", "2pc:inproc-log-fdatasync", "2pc:inproc-log-delay",
                          "co:inproc-log-delay", "2pc:1req-log-backoff", "co:1req-log-backoff",
                          "2pc:inproc-1req-log", "co:inproc-1req-log", "2pc:inproc-1req-log-delay",
-                         "co:inproc-1req-log-delay"]
+                         "co:inproc-1req-log-delay", "2pc:1req-log-pglast", "co:1req-log-pglast"]
 
 
 def log_store_of(mode: str) -> str:
@@ -121,6 +122,9 @@ ONE_REQUEST = ["--one-request"]
 # the full-jitter backoff of cotx/retry.py, Go's Run and Java's Retry (base 20 ms, at most
 # 1 s), not at once.
 CLIENT_BACKOFF = ["--retry-backoff-ms", "20"]
+# PostgreSQL's branches prepared last (variants -pglast): in doubt for less time, so fewer
+# pg_co rule A refusals of the branches that read what they overwrote.
+PG_LAST = ["--prepare-pg-last"]
 # The daemon path and Narayana's (variants :jta, bench/harness/jta.py), plain 2PC and CO.
 NARAYANA_MODES = ["2pc", "co", "2pc:jta", "co:jta"]
 SETTLED = slices_report.SETTLED
@@ -387,7 +391,8 @@ class _Measuring:
         extra = {m: PER_STEP for m in modes if m.endswith(":per-step")}
         extra.update({m: other_calls(a) for m in modes if m.endswith(":other")})
         extra.update({m: ["--coord", "inproc:" + env.in_process_path] for m in inproc})
-        extra.update({m: ONE_REQUEST + (CLIENT_BACKOFF if m.endswith("-backoff") else []) for m in modes if ":1req" in m})
+        extra.update({m: ONE_REQUEST + (CLIENT_BACKOFF if m.endswith("-backoff") else [])
+                      + (PG_LAST if m.endswith("-pglast") else []) for m in modes if ":1req" in m})
         # :inproc-1req: the coordinator in the driver's process on the one-request path.
         extra.update({m: extra[m] + ONE_REQUEST for m in inproc if "-1req" in m})
         point("coordinator", "default", dflt, loadgen.micro_args(dflt), modes, a.clients, switch=switch,

@@ -93,6 +93,9 @@ pub struct Cfg {
     /// answered (the default, as the clients do). Measured slower on this two-core machine
     /// (bench/RESULTS.md, "dip's hand-over beside the PREPAREs"): kept to run that again.
     pub handover_while_preparing: bool,
+    /// `--prepare-pg-last`: the branches prepared one after the other with MariaDB's first
+    /// and PostgreSQL's last (default: in the order the transaction opened them).
+    pub prepare_pg_last: bool,
 }
 
 /// Gtids a client leases at a time on the one-request path.
@@ -910,7 +913,14 @@ impl Client {
                 self.sess.insert(br[i].session.clone(), s);
             }
         } else {
-            for &i in which {
+            // --prepare-pg-last: MariaDB's first, so that PostgreSQL's branches are in doubt
+            // (prepared, not yet committed) for less time: a PostgreSQL branch that read a
+            // row such a branch overwrote is refused by pg_co's rule A.
+            let mut order = which.to_vec();
+            if self.cfg.prepare_pg_last {
+                order.sort_by_key(|&i| br[i].db == Db::Pg);
+            }
+            for i in order {
                 let sess = self.sess.get_mut(&br[i].session).unwrap();
                 match prepare_one(sess, &br[i]).await {
                     Ok(vote) => br[i].voted(vote),

@@ -25,6 +25,8 @@ use workload::{Micro, Rng, Sub, Tpcc, Workload};
 const HELP: &str = "cotx-loadgen --workload micro|tpcc --mode local|2pc|co|client|dip
   --pg DSN --my URL [--coord URL[,URL...] --token T] [--clients 8] [--warmup 1] [--seconds 5] [--seed 1]
   [--lock-timeout-ms 2000] [--parallel-prepare] [--parallel-finish] [--attempt-log FILE]
+  [--prepare-pg-last: prepare MariaDB's branches first, PostgreSQL's last (default: in the
+   order the transaction opened them)]
   [--my-isolation repeatable-read|serializable: MariaDB branches' level; default REPEATABLE READ
    in mode 2pc, SERIALIZABLE otherwise]
   [--sync-stdin: after measure_end, keep the sessions until a line arrives on stdin]
@@ -93,6 +95,7 @@ impl Args {
                     | "sync-stdin"
                     | "one-request"
                     | "handover-while-preparing"
+                    | "prepare-pg-last"
                     | "help"
             ) {
                 m.insert(k, "1".into());
@@ -427,6 +430,7 @@ async fn run(a: Args) -> i32 {
         in_process,
         one_request,
         handover_while_preparing: a.flag("handover-while-preparing"),
+        prepare_pg_last: a.flag("prepare-pg-last"),
         retry_backoff_ms: a.f("retry-backoff-ms", 0.0).max(0.0),
     });
     let clients = a.f("clients", 8.0) as usize;
@@ -440,7 +444,7 @@ async fn run(a: Args) -> i32 {
             return 2;
         }
     }
-    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "handover_while_preparing": cfg.handover_while_preparing, "clients": clients, "warmup_s": warmup, "seconds": seconds,
+    let base = json!({"rate": rate, "workload": workload, "mode": mode_name, "one_request": one_request, "handover_while_preparing": cfg.handover_while_preparing, "prepare_pg_last": cfg.prepare_pg_last, "clients": clients, "warmup_s": warmup, "seconds": seconds,
                       "parallel_prepare": cfg.parallel_prepare, "parallel_finish": cfg.parallel_finish,
                       "my_isolation": cfg.my_isolation, "calls": if cfg.batched { "batched" } else { "per-step" }});
 

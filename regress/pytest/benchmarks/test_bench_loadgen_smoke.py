@@ -79,7 +79,8 @@ def test_micro_one_request(env):
     (the daemon's cotx_requests_total: about one per attempt, against two for the batched
     calls), under the mode's enforcement; nothing stays prepared. In mode dip the commit
     hands the decision to the PostgreSQL branch (decide_in): still one request, and no
-    decision written to the store. The driver refuses the flag in the modes that need a
+    decision written to the store. co:1req-pglast prepares MariaDB's branch before
+    PostgreSQL's (--prepare-pg-last). The driver refuses the flag in the modes that need a
     begun transaction."""
     from bench.harness import loadgen
     from bench.micro import micro
@@ -87,18 +88,20 @@ def test_micro_one_request(env):
     micro.load(env, 500)
     args = loadgen.micro_args(micro.parse_point("N=500"))
     clients = 3
-    for mode in ("2pc", "2pc:1req", "co:1req", "dip:1req"):
+    for mode in ("2pc", "2pc:1req", "co:1req", "dip:1req", "co:1req-pglast"):
         env.set_mode(mode.partition(":")[0])
         d = env.daemon
         requests, leases = metric(d, "cotx_requests_total"), metric(d, "cotx_gtid_leases_total", 0)
         handed = metric(d, "cotx_decided_in_participant_total", 0)
-        extra = ["--one-request"] if mode.endswith(":1req") else []
+        extra = ["--one-request"] if ":1req" in mode else []
+        extra += ["--prepare-pg-last"] if mode.endswith("-pglast") else []
         r = loadgen.run_slice(env, mode, args, clients=clients, warmup=0.0, seconds=1.0, extra=extra)
         assert not r.get("errors") and not r.get("error"), r
         if mode == "dip:1req" and r.get("skipped"):
             continue  # no decision-in-participant support in the installed pg_co / daemon
         assert r["commits"] > 0 and r["attempts"] == r["commits"] + r["aborts"], r
         assert r["one_request"] == bool(extra), r
+        assert r["prepare_pg_last"] == mode.endswith("-pglast"), r
         want = ENFORCEMENT[mode.partition(":")[0]]
         assert set(r["enforcement"]) == {f"pg:{want}", f"my:{want}"}, r
         # Per client beside its transactions: the resources read, its lease, its last held
