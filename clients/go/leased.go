@@ -265,7 +265,7 @@ func (t *Tx) leasedCommit(ctx context.Context) (decision string, err error) {
 func (t *Tx) leasedBranches(ctx context.Context, d *Branch) []map[string]interface{} {
 	branches := make([]map[string]interface{}, 0, len(t.branches))
 	for _, b := range t.branches {
-		if b.state == stPrepared || (d != nil && b == d) {
+		if b.state == stPrepared || b == d {
 			branches = append(branches, b.leasedListing(ctx))
 		}
 	}

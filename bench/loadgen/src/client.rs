@@ -628,11 +628,8 @@ impl Client {
             if let Err(e) = run {
                 rollback_unprepared(sess, &b).await;
                 b.state = BState::Done;
-                let http = self.http.as_mut().unwrap();
                 if !self.leased_tx {
-                    let _ = http
-                        .request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &json!({"reason": e.to_string().chars().take(900).collect::<String>(), "retryable": e.retryable()}))
-                        .await;
+                    report_failed(self.http.as_mut().unwrap(), &g, &bid, "", &e).await;
                 }
                 self.abort(&g, &mut br, &e.to_string()).await;
                 return Err(e.into());
@@ -771,65 +768,34 @@ impl Client {
         to_prepare: &[usize],
     ) -> Result<(), Failure> {
         let body = self.leased_commit_body(br, subs, Some(d));
-        let mut taken: Vec<(usize, Sess)> =
-            to_prepare.iter().map(|&i| (i, self.sess.remove(&br[i].session).unwrap())).collect();
         let path = format!("/v1/transactions/{g}/commit");
-        let http = self.http.as_mut().unwrap();
-        let branches = &*br;
-        let prepares = async {
-            let mut votes = Vec::with_capacity(taken.len());
-            for (i, s) in taken.iter_mut() {
-                let v = prepare_one(s, &branches[*i]).await;
-                let stop = v.is_err();
-                votes.push(v);
-                if stop {
-                    break;
-                }
-            }
-            votes
-        };
-        let (votes, answer) = futures_util::future::join(prepares, http.request("POST", &path, &body)).await;
-        let mut refused: Option<DbError> = None;
-        // The votes in order; none after the first refusal (those were not asked).
-        let mut votes = votes.into_iter();
-        for (i, mut s) in taken {
-            match votes.next() {
-                Some(Ok(vote)) => br[i].voted(vote),
-                Some(Err(e)) => {
-                    rollback_unprepared(&mut s, &br[i]).await;
-                    br[i].state = BState::Done;
-                    refused = Some(e);
-                }
-                None => {}
-            }
-            self.sess.insert(br[i].session.clone(), s);
-        }
+        // The daemon's connection is taken out of `self` for the request, so that
+        // `prepare` (which on this path never reports to the daemon) runs beside it.
+        let mut http = self.http.take().expect("the daemon's connection");
+        let (prepared, answer) =
+            futures_util::future::join(self.prepare(g, br, to_prepare), http.request("POST", &path, &body)).await;
+        self.http = Some(http);
         let decision = match answer {
             Ok(v) => v["decision"].as_str().unwrap_or("").to_string(),
             Err(e) => {
                 self.lease = None;
                 self.rollback_all(g, br).await;
-                return Err(refused.map(Failure::from).unwrap_or_else(|| e.into()));
+                return Err(prepared.err().unwrap_or_else(|| e.into()));
             }
         };
-        if let Some(e) = refused {
+        if let Err(f) = prepared {
             if decision == "in_participant" {
                 self.refused_after_handover += 1;
                 let sess = self.sess.get_mut(&br[d].session).unwrap();
                 let _ = sess.simple("ROLLBACK").await;
                 br[d].state = BState::Done;
-                let http = self.http.as_mut().unwrap();
-                let reason = format!("prepare refused: {}", e.to_string().chars().take(880).collect::<String>());
-                let _ = http
-                    .request(
-                        "POST",
-                        &format!("/v1/transactions/{g}/branches/{}/failed", br[d].bid),
-                        &json!({"reason": reason, "retryable": e.retryable()}),
-                    )
-                    .await;
+                let bid = br[d].bid.clone();
+                if let Some(e) = &f.err {
+                    report_failed(self.http.as_mut().unwrap(), g, &bid, "prepare refused", e).await;
+                }
             }
             self.rollback_all(g, br).await;
-            return Err(e.into());
+            return Err(f);
         }
         if decision != "in_participant" {
             self.rollback_all(g, br).await;
@@ -935,13 +901,13 @@ impl Client {
             }
         }
         if let Some(e) = first_err {
-            let http = self.http.as_mut().unwrap();
-            // On the one-request path the daemon knows nothing of the attempt yet.
-            let failed = if self.leased_tx { vec![] } else { failed };
-            for i in failed {
-                let _ = http
-                    .request("POST", &format!("/v1/transactions/{g}/branches/{}/failed", br[i].bid), &json!({"reason": format!("prepare refused: {}", e.to_string().chars().take(880).collect::<String>()), "retryable": e.retryable()}))
-                    .await;
+            // On the one-request path the daemon knows nothing of the attempt yet (and its
+            // connection may be out of `self.http`: hand_over_while_preparing).
+            if !self.leased_tx {
+                let http = self.http.as_mut().unwrap();
+                for i in failed {
+                    report_failed(http, g, &br[i].bid, "prepare refused", &e).await;
+                }
             }
             return Err(e.into());
         }
@@ -1012,10 +978,7 @@ impl Client {
         if let Err(e) = r {
             let _ = sess.simple("ROLLBACK").await;
             br[d].state = BState::Done;
-            let http = self.http.as_mut().unwrap();
-            let _ = http
-                .request("POST", &format!("/v1/transactions/{g}/branches/{dbid}/failed"), &json!({"reason": format!("decision commit refused: {}", e.to_string().chars().take(860).collect::<String>()), "retryable": e.retryable()}))
-                .await;
+            report_failed(self.http.as_mut().unwrap(), g, &dbid, "decision commit refused", &e).await;
             self.rollback_all(g, br).await;
             return Err(e.into());
         }
@@ -1091,6 +1054,15 @@ enum Vote {
 /// which spares PostgreSQL the WAL flush of PREPARE TRANSACTION and the COMMIT PREPARED
 /// round trip. It wrote nothing, so its data is the same whatever the decision; where
 /// commitment ordering is enforced its reads must stay prepared until the decision.
+/// `POST …/branches/<bid>/failed`: the branch was refused (`what`, then the database's
+/// error, at most 900 characters), so the daemon aborts the transaction at once instead of
+/// waiting for its timeout. Best effort: without it the daemon still aborts in time.
+async fn report_failed(http: &mut Coord, g: &str, bid: &str, what: &str, e: &DbError) {
+    let reason = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
+    let body = json!({"reason": reason.chars().take(900).collect::<String>(), "retryable": e.retryable()});
+    let _ = http.request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &body).await;
+}
+
 async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<Vote, DbError> {
     let nothing = match b.db {
         _ if !b.read_only => false,
