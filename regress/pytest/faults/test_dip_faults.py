@@ -9,6 +9,8 @@ the fix (the PostgreSQL resource not declared a decision resource: plain presume
 and shows the split that the participant lookup prevents."""
 
 import collections
+import threading
+import time
 
 import pytest
 from cotx import Coordinator
@@ -397,5 +399,97 @@ def test_kill9_under_load_with_one_request(dbs):
         spent = dict(my.sql("SELECT u, SUM(amt) FROM wd_log GROUP BY u"))
         for u, bal in pg.sql("SELECT u, bal FROM wd_acct"):
             assert bal == balance - int(spent.get(u, 0)) and bal >= 0, (u, bal, spent.get(u))
+    finally:
+        d.destroy()
+
+
+class CommitHangs:
+    """Holds every PostgreSQL COMMIT after its local flush, as a synchronous standby that
+    never answers would (synchronous_standby_names names one that does not exist): the
+    COMMIT is durable here but its client gets no answer. `lose_the_waiter` then ends the
+    waiting session (pg_terminate_backend), so its client sees its connection lost during
+    a COMMIT that did commit, and lifts the hold. The test cluster's own setting is put
+    back at exit whatever happened."""
+
+    def __init__(self, pg):
+        self.pg = pg
+
+    def __enter__(self):
+        self.pg.sql("ALTER SYSTEM SET synchronous_standby_names = 'cotx_no_such_standby'")
+        self.pg.sql("SELECT pg_reload_conf()")
+        # The checkpointer applies the setting: armed once a probe's COMMIT waits (then
+        # cancelled: a cancel ends the wait, the COMMIT stands). Neither statement_timeout
+        # (off during a COMMIT) nor a transaction that wrote no WAL would show it.
+        def armed():
+            probe = self.pg.connect()
+            pid = probe.info.backend_pid
+            t = threading.Thread(target=lambda: probe.execute(
+                "SET synchronous_commit = on; SELECT pg_logical_emit_message(true, 'cotx', 'probe')"))
+            t.start()
+            waited = False
+            for _ in range(20):
+                if self.pg.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'", (pid,)):
+                    waited = True
+                    self.pg.sql("SELECT pg_cancel_backend(%s)", (pid,))
+                    break
+                if not t.is_alive():
+                    break
+                time.sleep(0.05)
+            t.join()
+            probe.close()
+            return waited
+        wait_until(armed, timeout=10, what="synchronous_standby_names in effect")
+        return self
+
+    def lose_the_waiter(self, timeout: float = 30) -> int:
+        pid = wait_until(lambda: (self.pg.sql("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+                                  or [[None]])[0][0], timeout=timeout, what="a COMMIT waiting for the standby")
+        self.pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+        self.lift()
+        return pid
+
+    def lift(self):
+        self.pg.sql("ALTER SYSTEM RESET synchronous_standby_names")
+        self.pg.sql("SELECT pg_reload_conf()")
+
+    def __exit__(self, *exc):
+        self.lift()
+
+
+@PATHS
+def test_client_session_lost_during_decision_commit(dbs, leased):
+    """The Python client's decision branch loses its session during the COMMIT that carries
+    the decision, after PostgreSQL committed it (the COMMIT held as by a synchronous
+    standby, the backend then terminated). Whether it committed is the database's to say:
+    the client must not read the lost session as a refusal (rolling back, reporting the
+    branch failed: the daemon would abort the MariaDB branch, a split, and the caller would
+    run the transfer again). It waits for the daemon, which reads the decision in
+    PostgreSQL (co.resolve) after the owner's grace period: the transaction commits, the
+    MariaDB branch with it, and the client returns as for any commit."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    rid = 21 if leased else 20
+    try:
+        pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
+        my.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+        c = Coordinator(d.url, d.token, one_request=leased)
+        pgc, myc = pg.connect(), my.connect()
+        with CommitHangs(pg) as hold:
+            lost = []
+            killer = threading.Thread(target=lambda: lost.append(hold.lose_the_waiter()))
+            with c.transaction(decide_in_participant=True) as tx:
+                with tx.branch(myc, "my"):
+                    with myc.cursor() as cur:
+                        cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = %s", (rid,))
+                with tx.branch(pgc, "pg"):
+                    pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = %s", (rid,))
+                killer.start()
+            killer.join(timeout=60)
+        assert lost, "the decision COMMIT never waited"
+        assert pgc.broken, "the client's PostgreSQL session was not lost"
+        assert tx.outcome == "commit"
+        assert c.decision(tx.gtid)["decision"] == "commit"
+        wait_until(lambda: nothing_prepared(pg, my), timeout=30, what="the MariaDB branch committed")
+        assert t_bal(pg, my, rid) == (110, 90)
     finally:
         d.destroy()
