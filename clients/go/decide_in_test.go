@@ -184,3 +184,133 @@ func TestDecisionInParticipantDaemonRestartUnderLoad(t *testing.T) {
 		t.Error("no transaction was decided in the participant after the restart")
 	}
 }
+
+// commitHangs holds every PostgreSQL COMMIT after its local flush, as a synchronous standby
+// that never answers would (synchronous_standby_names names one that does not exist): the
+// COMMIT is durable but its client gets no answer. Armed once a probe's COMMIT is seen
+// waiting (then cancelled: a cancel ends the wait, the COMMIT stands). The returned
+// function ends the first session seen waiting (pg_terminate_backend), so that its client
+// loses its connection during a COMMIT that did commit, and lifts the hold; the hold is
+// lifted at the test's end whatever happened.
+func commitHangs(t *testing.T, ctx context.Context) (loseTheWaiter func() int) {
+	t.Helper()
+	lift := func() {
+		env.pg.Exec("ALTER SYSTEM RESET synchronous_standby_names")
+		env.pg.Exec("SELECT pg_reload_conf()")
+	}
+	t.Cleanup(lift)
+	mustExec(t, env.pg, "ALTER SYSTEM SET synchronous_standby_names = 'cotx_no_such_standby'")
+	mustExec(t, env.pg, "SELECT pg_reload_conf()")
+	waiting := func(pid int) bool {
+		var n int
+		if err := env.pg.QueryRow("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	armed := false
+	for try := 0; try < 50 && !armed; try++ {
+		probe, err := env.pg.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pid int
+		if err := probe.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := probe.ExecContext(ctx, "SET synchronous_commit = on")
+			if err == nil {
+				_, err = probe.ExecContext(ctx, "SELECT pg_logical_emit_message(true, 'cotx', 'probe')")
+			}
+			done <- err
+		}()
+	poll:
+		for i := 0; i < 20; i++ {
+			select {
+			case <-done:
+				done <- nil
+				break poll
+			case <-time.After(50 * time.Millisecond):
+			}
+			if waiting(pid) {
+				armed = true
+				mustExec(t, env.pg, "SELECT pg_cancel_backend($1)", pid)
+				break
+			}
+		}
+		<-done
+		probe.Close()
+	}
+	if !armed {
+		t.Fatal("synchronous_standby_names never held a COMMIT")
+	}
+	return func() int {
+		for i := 0; i < 600; i++ {
+			var pid int
+			err := env.pg.QueryRow("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' LIMIT 1").Scan(&pid)
+			if err == nil {
+				env.pg.Exec("SELECT pg_terminate_backend($1)", pid)
+				lift()
+				return pid
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		lift()
+		return 0
+	}
+}
+
+// TestDecisionCommitSessionLost: the decision branch's session is lost during the COMMIT
+// that carries the decision, after PostgreSQL committed it. Whether it committed is the
+// database's to say: the client must not read the lost session as a refusal (rolling
+// back and reporting the branch failed would have the daemon abort the MariaDB branch, a
+// split, and Run would run the transfer again). It waits for the daemon, which reads the
+// decision in PostgreSQL (co.resolve) after the owner's grace period: Run returns nil,
+// both rows are there, nothing is left prepared. On both paths.
+func TestDecisionCommitSessionLost(t *testing.T) {
+	for _, p := range dipPaths {
+		t.Run(p.name, func(t *testing.T) {
+			_, coord := dipDaemon(t, "g-dipl-"+p.name[:3], true, p.oneRequest)
+			pre := "go-dip-lost-" + p.name + "-"
+			clearKeys(t, pre)
+			ctx := context.Background()
+			pc, mc := bothConns(t, ctx)
+			if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
+				t.Fatal(err)
+			}
+			lose := commitHangs(t, ctx)
+			lost := make(chan int, 1)
+			go func() { lost <- lose() }()
+			runs := 0
+			err := coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
+				runs++
+				return transferBody(ctx, tx, pc, mc, pre+"0", true)
+			}, cotx.Retries(0))
+			if pid := <-lost; pid == 0 {
+				t.Fatal("the decision COMMIT never waited")
+			}
+			if err != nil || runs != 1 {
+				t.Fatalf("want the transfer committed once, got %v after %d runs", err, runs)
+			}
+			if pg, my := present(t, pre+"0"); !pg || !my {
+				t.Fatalf("split: committed in PostgreSQL %v, MariaDB %v", pg, my)
+			}
+			if err := coord.FlushAcks(ctx); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				pg, my := preparedLeft(t)
+				if pg == 0 && my == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("prepared left: PostgreSQL %d, MariaDB %d", pg, my)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}

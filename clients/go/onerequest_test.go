@@ -44,23 +44,28 @@ func transferOne(ctx context.Context, coord *cotx.Coordinator, pc, mc *sql.Conn,
 // transferWith: transferOne, with the decision in the PostgreSQL branch when dip.
 func transferWith(ctx context.Context, coord *cotx.Coordinator, pc, mc *sql.Conn, key string, dip bool, opts ...cotx.RunOption) error {
 	return coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
-		tx.DecideInParticipant = dip
-		b, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", "")
-		if err != nil {
-			return err
-		}
-		if _, err := pc.ExecContext(ctx, "INSERT INTO savings VALUES ($1, 1, '')", key); err != nil {
-			return b.Fail(err)
-		}
-		b, err = tx.Branch(ctx, mc, cotx.MariaDB, "checking", "")
-		if err != nil {
-			return err
-		}
-		if _, err := mc.ExecContext(ctx, "INSERT INTO checking VALUES (?, 1, '')", key); err != nil {
-			return b.Fail(err)
-		}
-		return nil
+		return transferBody(ctx, tx, pc, mc, key, dip)
 	}, opts...)
+}
+
+// transferBody: transferWith's work in one run of the transaction.
+func transferBody(ctx context.Context, tx *cotx.Tx, pc, mc *sql.Conn, key string, dip bool) error {
+	tx.DecideInParticipant = dip
+	b, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", "")
+	if err != nil {
+		return err
+	}
+	if _, err := pc.ExecContext(ctx, "INSERT INTO savings VALUES ($1, 1, '')", key); err != nil {
+		return b.Fail(err)
+	}
+	b, err = tx.Branch(ctx, mc, cotx.MariaDB, "checking", "")
+	if err != nil {
+		return err
+	}
+	if _, err := mc.ExecContext(ctx, "INSERT INTO checking VALUES (?, 1, '')", key); err != nil {
+		return b.Fail(err)
+	}
+	return nil
 }
 
 // present: key's row in savings and in checking.
