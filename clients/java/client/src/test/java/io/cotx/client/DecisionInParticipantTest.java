@@ -11,6 +11,8 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -143,6 +145,53 @@ class DecisionInParticipantTest {
             assertTrue(!e.retryable() && e.getMessage().contains("not_a_decision_resource") && retried.get() == 0,
                     "want a non-retryable error naming not_a_decision_resource, not run again: " + e + " (" + retried.get() + " retries)");
             assertFalse(OneRequestCommitTest.present(s, true, pre + "0") || OneRequestCommitTest.present(s, false, pre + "0"), "committed");
+            assertEquals(0, s.prepared(), "prepared left");
+        }
+    }
+
+    /** The decision branch's session is lost during the COMMIT that carries the decision,
+     * after PostgreSQL committed it. Whether it committed is the database's to say: the client
+     * must not read the lost session as a refusal (rolling back and reporting the branch
+     * failed would have the daemon abort the MariaDB branch, a split, and run() would run the
+     * transfer again). It waits for the daemon, which reads the decision in PostgreSQL
+     * (co.resolve) after the owner's grace period: run() returns, once, both rows are there,
+     * nothing is left prepared. On both paths; as the Go client's TestDecisionCommitSessionLost. */
+    @ParameterizedTest(name = "one request: {0}")
+    @ValueSource(booleans = {false, true})
+    void sessionLostDuringTheDecisionCommit(boolean oneRequest) throws Exception {
+        Servers s = Servers.engine();
+        String pre = "j-dip-lost-" + oneRequest + "-";
+        OneRequestCommitTest.clear(s, pre);
+        try (LocalDaemon d = daemon(s, "j-dip-lost-" + oneRequest, true); Connection pc = s.pg(); Connection mc = s.my()) {
+            Coordinator coord = d.client().oneRequest(oneRequest).decisionTimeout(Duration.ofSeconds(60)).build();
+            OneRequestCommitTest.transfer(coord, pc, mc, pre + "first", 5);
+            AtomicInteger runs = new AtomicInteger();
+            try (CommitHangs hold = new CommitHangs(s)) {
+                CompletableFuture<Integer> lost = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return hold.loseTheWaiter();
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                });
+                coord.run(tx -> {
+                    runs.incrementAndGet();
+                    tx.decideInParticipant(true);
+                    insert(tx.branch(pc, "savings"), pc, "INSERT INTO savings VALUES (?, 1, '')", pre + "0");
+                    insert(tx.branch(mc, "checking"), mc, "INSERT INTO checking VALUES (?, 1, '')", pre + "0");
+                    return null;
+                }, 0);
+                assertTrue(lost.get(60, TimeUnit.SECONDS) != 0, "the decision COMMIT never waited");
+            }
+            assertEquals(1, runs.get(), "runs");
+            assertFalse(pc.isValid(1), "the decision branch's session was not lost");
+            assertTrue(OneRequestCommitTest.present(s, true, pre + "0") && OneRequestCommitTest.present(s, false, pre + "0"),
+                    "split: not committed in both");
+            coord.flushAcks();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (s.prepared() != 0 && System.nanoTime() < deadline) {
+                Thread.sleep(100);
+            }
             assertEquals(0, s.prepared(), "prepared left");
         }
     }
