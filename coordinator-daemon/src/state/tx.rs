@@ -387,7 +387,10 @@ impl Tx {
                 self.state = TxState::Committed;
                 self.decided = Some(Instant::now());
             }
-            Outcome::Abort => self.abort("the decision branch did not commit".into(), false),
+            // Nothing committed anywhere, and its owner lost its session (or died) before
+            // its COMMIT took effect: running the transaction again is safe and may work, so
+            // the clients' retry rules run it again ("retryable").
+            Outcome::Abort => self.abort("the decision branch did not commit".into(), true),
         }
     }
 

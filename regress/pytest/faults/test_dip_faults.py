@@ -493,3 +493,56 @@ def test_client_session_lost_during_decision_commit(dbs, leased):
         assert t_bal(pg, my, rid) == (110, 90)
     finally:
         d.destroy()
+
+
+@PATHS
+def test_client_session_lost_before_the_decision_commit_is_run_again(dbs, leased):
+    """The Python client's decision branch loses its session while its decision is still
+    open (co.decide waits on another session's uncommitted decision row of the same gtid;
+    the waiting backend is then terminated and that row rolled back): nothing committed
+    anywhere. The client waits for the daemon, which resolves abort in PostgreSQL
+    (co.resolve). That abort means "not done, safe to run again": Coordinator.run runs the
+    transfer again (a fresh PostgreSQL session, as from a pool), and it commits once. Before,
+    the daemon recorded that abort not retryable and the client raised TransactionAborted."""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True)
+    rid = 23 if leased else 22
+    try:
+        pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
+        my.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+        c = Coordinator(d.url, d.token, one_request=leased)
+        myc = my.connect()
+        blocker = pg.connect()
+        attempts, lost = [], []
+
+        def lose_the_decider():
+            pid = wait_until(lambda: (pg.sql("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                             "AND query LIKE '%co.decide(%'") or [[None]])[0][0],
+                             timeout=30, what="co.decide waiting on the open decision row")
+            pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
+            blocker.execute("ROLLBACK")
+            lost.append(pid)
+        killer = threading.Thread(target=lose_the_decider)
+
+        def transfer(tx):
+            attempts.append(tx.gtid)
+            pgc = pg.connect()
+            with tx.branch(myc, "my"):
+                with myc.cursor() as cur:
+                    cur.execute("UPDATE dip_acct SET bal = bal - 10 WHERE id = %s", (rid,))
+            with tx.branch(pgc, "pg"):
+                pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = %s", (rid,))
+            if len(attempts) == 1:
+                blocker.execute("BEGIN")
+                blocker.execute("INSERT INTO co.decisions (gtid, outcome) VALUES (%s, 'a')", (tx.gtid,))
+                killer.start()
+
+        c.run(lambda tx: transfer(tx), retries=2, decide_in_participant=True)
+        killer.join(timeout=60)
+        assert lost, "co.decide never waited"
+        assert len(attempts) == 2, attempts
+        assert c.decision(attempts[0])["decision"] == "abort"
+        wait_until(lambda: nothing_prepared(pg, my), timeout=30, what="nothing prepared")
+        assert t_bal(pg, my, rid) == (110, 90), "the transfer applied once"
+    finally:
+        d.destroy()

@@ -105,6 +105,18 @@ fn decision_in_participant() {
     t.failed("d", "40001 rule A", true).unwrap();
     assert_eq!(t.decision(), Some(Outcome::Abort));
     assert!(t.retryable);
+
+    // Found aborted in the participant (co.resolve: the owner's session was lost before its
+    // COMMIT took effect): nothing committed anywhere, so safe to run again.
+    let mut t = tx();
+    t.register("b1", "m", ResourceKind::Mariadb).unwrap();
+    t.register("d", "pg", ResourceKind::Postgres).unwrap();
+    t.prepared("b1").unwrap();
+    t.state = TxState::Deciding;
+    t.decide_in = Some("d".into());
+    t.decided_in_participant(Outcome::Abort, FinishedBy::Recovery);
+    assert_eq!(t.decision(), Some(Outcome::Abort));
+    assert!(t.retryable, "an abort found in the participant is retryable");
 }
 
 #[test]
