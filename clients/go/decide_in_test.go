@@ -314,3 +314,75 @@ func TestDecisionCommitSessionLost(t *testing.T) {
 		})
 	}
 }
+
+// TestDecisionCommitSessionLostBeforeItTookEffect: the decision branch's session is lost
+// while its decision is still open (co.decide waits on another session's lock of
+// co.decisions; the waiting backend is terminated, then that lock released): nothing
+// committed anywhere. The daemon resolves abort in PostgreSQL (co.resolve),
+// and that abort is "safe to run again": Run runs the transfer again (a fresh session, as
+// from a pool) and it commits once. On both paths.
+func TestDecisionCommitSessionLostBeforeItTookEffect(t *testing.T) {
+	for _, p := range dipPaths {
+		t.Run(p.name, func(t *testing.T) {
+			_, coord := dipDaemon(t, "g-dipb-"+p.name[:3], true, p.oneRequest)
+			pre := "go-dip-lostb-" + p.name + "-"
+			clearKeys(t, pre)
+			ctx := context.Background()
+			pc, mc := bothConns(t, ctx)
+			if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
+				t.Fatal(err)
+			}
+			blocker, err := env.pg.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blocker.Close()
+			lost := make(chan int, 1)
+			loseTheDecider := func() {
+				for i := 0; i < 600; i++ {
+					var pid int
+					err := env.pg.QueryRow("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%co.decide(%' LIMIT 1").Scan(&pid)
+					if err == nil {
+						env.pg.Exec("SELECT pg_terminate_backend($1)", pid)
+						blocker.ExecContext(ctx, "ROLLBACK")
+						lost <- pid
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				blocker.ExecContext(ctx, "ROLLBACK")
+				lost <- 0
+			}
+			runs := 0
+			err = coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
+				runs++
+				conn, err := env.pg.Conn(ctx) // a fresh session per attempt, as from a pool
+				if err != nil {
+					return err
+				}
+				t.Cleanup(func() { conn.Close() })
+				if err := transferBody(ctx, tx, conn, mc, pre+"0", true); err != nil {
+					return err
+				}
+				if runs == 1 {
+					for _, q := range []string{"BEGIN", "LOCK TABLE co.decisions IN SHARE MODE"} {
+						if _, err := blocker.ExecContext(ctx, q); err != nil {
+							return err
+						}
+					}
+					go loseTheDecider()
+				}
+				return nil
+			}, cotx.Retries(2))
+			if pid := <-lost; pid == 0 {
+				t.Fatal("co.decide never waited")
+			}
+			if err != nil || runs != 2 {
+				t.Fatalf("want the transfer run again and committed, got %v after %d runs", err, runs)
+			}
+			if pg, my := present(t, pre+"0"); !pg || !my {
+				t.Fatalf("split: committed in PostgreSQL %v, MariaDB %v", pg, my)
+			}
+		})
+	}
+}

@@ -195,4 +195,73 @@ class DecisionInParticipantTest {
             assertEquals(0, s.prepared(), "prepared left");
         }
     }
+
+    /** The decision branch's session is lost while its decision is still open (co.decide waits
+     * on another session's lock of co.decisions; the waiting backend is terminated, then the
+     * lock released): nothing committed anywhere. The daemon resolves abort in PostgreSQL
+     * (co.resolve), and that abort is "safe to run again": run() runs the transfer again (a
+     * fresh session, as from a pool) and it commits once. On both paths; as the Go client's
+     * TestDecisionCommitSessionLostBeforeItTookEffect. */
+    @ParameterizedTest(name = "one request: {0}")
+    @ValueSource(booleans = {false, true})
+    void sessionLostBeforeTheDecisionCommitTookEffect(boolean oneRequest) throws Exception {
+        Servers s = Servers.engine();
+        String pre = "j-dip-lostb-" + oneRequest + "-";
+        OneRequestCommitTest.clear(s, pre);
+        try (LocalDaemon d = daemon(s, "j-dlb-" + oneRequest, true); Connection pc = s.pg(); Connection mc = s.my();
+                Connection blocker = s.pg()) {
+            Coordinator coord = d.client().oneRequest(oneRequest).decisionTimeout(Duration.ofSeconds(60)).build();
+            OneRequestCommitTest.transfer(coord, pc, mc, pre + "first", 5);
+            AtomicInteger runs = new AtomicInteger();
+            CompletableFuture<Integer> lost = new CompletableFuture<>();
+            Runnable loseTheDecider = () -> {
+                int pid = 0;
+                try {
+                    for (int i = 0; i < 600 && pid == 0; i++) {
+                        try (Connection c = s.pg(); Statement st = c.createStatement(); ResultSet rs = st.executeQuery(
+                                "SELECT coalesce(min(pid), 0) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%co.decide(%'")) {
+                            rs.next();
+                            pid = rs.getInt(1);
+                        }
+                        if (pid == 0) {
+                            Thread.sleep(50);
+                        }
+                    }
+                    if (pid != 0) {
+                        s.exec(true, "SELECT pg_terminate_backend(" + pid + ")");
+                    }
+                    blocker.rollback();
+                } catch (Exception e) {
+                    lost.completeExceptionally(e);
+                }
+                lost.complete(pid);
+            };
+            coord.run(tx -> {
+                runs.incrementAndGet();
+                Connection fresh;
+                try {
+                    fresh = s.pg(); // a fresh session per attempt, as from a pool
+                } catch (SQLException e) {
+                    throw new IllegalStateException(e);
+                }
+                tx.decideInParticipant(true);
+                insert(tx.branch(fresh, "savings"), fresh, "INSERT INTO savings VALUES (?, 1, '')", pre + "0");
+                insert(tx.branch(mc, "checking"), mc, "INSERT INTO checking VALUES (?, 1, '')", pre + "0");
+                if (runs.get() == 1) {
+                    try (Statement st = blocker.createStatement()) {
+                        blocker.setAutoCommit(false);
+                        st.execute("LOCK TABLE co.decisions IN SHARE MODE");
+                    } catch (SQLException e) {
+                        throw new IllegalStateException(e);
+                    }
+                    CompletableFuture.runAsync(loseTheDecider);
+                }
+                return null;
+            }, 2);
+            assertTrue(lost.get(60, TimeUnit.SECONDS) != 0, "co.decide never waited");
+            assertEquals(2, runs.get(), "runs");
+            assertTrue(OneRequestCommitTest.present(s, true, pre + "0") && OneRequestCommitTest.present(s, false, pre + "0"),
+                    "split: not committed in both");
+        }
+    }
 }
