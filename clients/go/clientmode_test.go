@@ -97,14 +97,22 @@ func readyClient(t *testing.T, d *daemon, enforcement string) *cotx.Coordinator 
 
 func waitSettled(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	waitNothingPreparedOn(t, bare.pg, bare.my, 15*time.Second)
+}
+
+// waitNothingPreparedOn waits until nothing is prepared on the two servers (branches, or
+// client mode's helpers): participants are finished in the background, by their owners or
+// the daemon's recovery. Fails the test after `within`.
+func waitNothingPreparedOn(t *testing.T, pgDB, myDB *sql.DB, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
-		pg, my := preparedOn(t, bare.pg, bare.my)
+		pg, my := preparedOn(t, pgDB, myDB)
 		if pg+my == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still prepared after 15 s: pg %d, mariadb %d (branches or helpers)", pg, my)
+			t.Fatalf("still prepared after %v: PostgreSQL %d, MariaDB %d (branches or helpers)", within, pg, my)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -300,17 +300,7 @@ func TestDecisionCommitSessionLost(t *testing.T) {
 			if err := coord.FlushAcks(ctx); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				pg, my := preparedLeft(t)
-				if pg == 0 && my == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("prepared left: PostgreSQL %d, MariaDB %d", pg, my)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			waitNothingPreparedOn(t, env.pg, env.my, 30*time.Second)
 		})
 	}
 }

@@ -181,17 +181,7 @@ func restartUnderLoad(t *testing.T, d *daemon, coord *cotx.Coordinator, pre stri
 		t.Error("the restarted daemon leased no range")
 	}
 	// Recovery aborts (on record first) what the old epoch left prepared.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pg, my := preparedLeft(t)
-		if pg == 0 && my == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left prepared: PostgreSQL %d, MariaDB %d", pg, my)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitNothingPreparedOn(t, env.pg, env.my, 30*time.Second)
 	for w := 0; w < workers; w++ {
 		for i := 0; i < each; i++ {
 			key := fmt.Sprintf("%s%d-%d", pre, w, i)

@@ -42,6 +42,12 @@ def daemon(pg, mariadb, decisions: bool) -> Daemon:
                   timeouts=TIMEOUTS).start()
 
 
+def fresh_row(pg, mariadb, rid: int) -> None:
+    """Row `rid` of dip_acct at 100 on both servers."""
+    pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
+    mariadb.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+
+
 def recovery_runs(d: Daemon) -> float:
     """The daemon's count of finished recovery passes (`cotx_recovery_runs_total`)."""
     return metric(d, "cotx_recovery_runs_total", 0.0)
@@ -53,8 +59,7 @@ class Transfer:
     nothing sent before the commit, which lists both branches), else the begin path."""
 
     def __init__(self, d: Daemon, pg, mariadb, rid: int, leased: bool = False):
-        pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
-        mariadb.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+        fresh_row(pg, mariadb, rid)
         self.pg, self.my, self.rid, self.leased = pg, mariadb, rid, leased
         self.c = Coordinator(d.url, d.token)
         if leased:
@@ -265,8 +270,7 @@ def test_client_commits_with_decision_in_participant(dbs, leased):
     pg, my = dbs
     d = daemon(pg, my, decisions=True)
     try:
-        pg.sql("INSERT INTO dip_acct VALUES (8, 100) ON CONFLICT (id) DO UPDATE SET bal = 100")
-        my.sql("REPLACE INTO dip_acct VALUES (8, 100)")
+        fresh_row(pg, my, 8)
         c = Coordinator(d.url, d.token, one_request=leased)
         pgc, myc = pg.connect(), my.connect()
         with c.transaction(decide_in_participant=True) as tx:
@@ -317,8 +321,7 @@ def test_a_resource_without_decisions_is_a_configuration_error(dbs, leased):
     pg, my = dbs
     d = daemon(pg, my, decisions=False)
     try:
-        pg.sql("INSERT INTO dip_acct VALUES (12, 100) ON CONFLICT (id) DO UPDATE SET bal = 100")
-        my.sql("REPLACE INTO dip_acct VALUES (12, 100)")
+        fresh_row(pg, my, 12)
         c = Coordinator(d.url, d.token, one_request=leased)
         pgc, myc = pg.connect(), my.connect()
         with pytest.raises(TransactionAborted, match="not_a_decision_resource|not a decision resource") as ei:
@@ -470,8 +473,7 @@ def test_client_session_lost_during_decision_commit(dbs, leased):
     d = daemon(pg, my, decisions=True)
     rid = 21 if leased else 20
     try:
-        pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
-        my.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+        fresh_row(pg, my, rid)
         c = Coordinator(d.url, d.token, one_request=leased)
         pgc, myc = pg.connect(), my.connect()
         with CommitHangs(pg) as hold:
@@ -508,8 +510,7 @@ def test_client_session_lost_before_the_decision_commit_is_run_again(dbs, leased
     d = daemon(pg, my, decisions=True)
     rid = 23 if leased else 22
     try:
-        pg.sql("INSERT INTO dip_acct VALUES (%s, 100) ON CONFLICT (id) DO UPDATE SET bal = 100", (rid,))
-        my.sql("REPLACE INTO dip_acct VALUES (%s, 100)", (rid,))
+        fresh_row(pg, my, rid)
         c = Coordinator(d.url, d.token, one_request=leased)
         myc = my.connect()
         blocker = pg.connect()
