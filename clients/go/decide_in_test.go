@@ -2,6 +2,8 @@ package cotx_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -46,19 +48,26 @@ func dipDaemon(t *testing.T, node string, decisions, oneRequest bool) (*daemon, 
 	return d, coord
 }
 
+// dipSetup: dipDaemon, the keys with prefix pre cleared, a session on each server, and a
+// first transfer, which learns the resources' modes (on the one-request path from its
+// registrations: a begin).
+func dipSetup(t *testing.T, node, pre string, decisions, oneRequest bool) (*daemon, *cotx.Coordinator, context.Context, *sql.Conn, *sql.Conn) {
+	t.Helper()
+	d, coord := dipDaemon(t, node, decisions, oneRequest)
+	clearKeys(t, pre)
+	ctx := context.Background()
+	pc, mc := bothConns(t, ctx)
+	if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
+		t.Fatal(err)
+	}
+	return d, coord, ctx, pc, mc
+}
+
 func TestDecisionInParticipant(t *testing.T) {
 	for _, p := range dipPaths {
 		t.Run(p.name, func(t *testing.T) {
-			d, coord := dipDaemon(t, "g-dip-"+p.name[:3], true, p.oneRequest)
 			pre := "go-dip-" + p.name + "-"
-			clearKeys(t, pre)
-			ctx := context.Background()
-			pc, mc := bothConns(t, ctx)
-			// The first transaction learns the resources' modes (on the one-request path
-			// from its registrations: a begin).
-			if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
-				t.Fatal(err)
-			}
+			d, coord, ctx, pc, mc := dipSetup(t, "g-dip-"+p.name[:3], pre, true, p.oneRequest)
 			decided, leases := metricOf(t, d, "cotx_decided_in_participant_total"), metricOf(t, d, "cotx_gtid_leases_total")
 			const n = 5
 			for i := 0; i < n; i++ {
@@ -147,14 +156,8 @@ func TestDecisionInParticipant(t *testing.T) {
 func TestDecisionInParticipantWithoutDecisions(t *testing.T) {
 	for _, p := range dipPaths {
 		t.Run(p.name, func(t *testing.T) {
-			_, coord := dipDaemon(t, "g-dipn-"+p.name[:3], false, p.oneRequest)
 			pre := "go-dip-none-" + p.name + "-"
-			clearKeys(t, pre)
-			ctx := context.Background()
-			pc, mc := bothConns(t, ctx)
-			if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
-				t.Fatal(err)
-			}
+			_, coord, ctx, pc, mc := dipSetup(t, "g-dipn-"+p.name[:3], pre, false, p.oneRequest)
 			retried := 0
 			err := transferWith(ctx, coord, pc, mc, pre+"0", true,
 				cotx.OnRetry(func(int, error, time.Duration) { retried++ }))
@@ -272,14 +275,8 @@ func commitHangs(t *testing.T, ctx context.Context) (loseTheWaiter func() int) {
 func TestDecisionCommitSessionLost(t *testing.T) {
 	for _, p := range dipPaths {
 		t.Run(p.name, func(t *testing.T) {
-			_, coord := dipDaemon(t, "g-dipl-"+p.name[:3], true, p.oneRequest)
 			pre := "go-dip-lost-" + p.name + "-"
-			clearKeys(t, pre)
-			ctx := context.Background()
-			pc, mc := bothConns(t, ctx)
-			if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
-				t.Fatal(err)
-			}
+			_, coord, ctx, pc, mc := dipSetup(t, "g-dipl-"+p.name[:3], pre, true, p.oneRequest)
 			lose := commitHangs(t, ctx)
 			lost := make(chan int, 1)
 			go func() { lost <- lose() }()
@@ -314,14 +311,8 @@ func TestDecisionCommitSessionLost(t *testing.T) {
 func TestDecisionCommitSessionLostBeforeItTookEffect(t *testing.T) {
 	for _, p := range dipPaths {
 		t.Run(p.name, func(t *testing.T) {
-			_, coord := dipDaemon(t, "g-dipb-"+p.name[:3], true, p.oneRequest)
 			pre := "go-dip-lostb-" + p.name + "-"
-			clearKeys(t, pre)
-			ctx := context.Background()
-			pc, mc := bothConns(t, ctx)
-			if err := transferOne(ctx, coord, pc, mc, pre+"first"); err != nil {
-				t.Fatal(err)
-			}
+			_, coord, ctx, _, mc := dipSetup(t, "g-dipb-"+p.name[:3], pre, true, p.oneRequest)
 			blocker, err := env.pg.Conn(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -374,5 +365,58 @@ func TestDecisionCommitSessionLostBeforeItTookEffect(t *testing.T) {
 				t.Fatalf("split: committed in PostgreSQL %v, MariaDB %v", pg, my)
 			}
 		})
+	}
+}
+
+// TestOnePhaseCommitSessionLost: a single-branch transaction commits in one phase (no
+// PREPARE, no decision record); its session is lost during that COMMIT, after PostgreSQL
+// committed it. Only the database knows whether it committed: Run returns an
+// *OutcomeUnknownError naming the loss, does not run it again, and the daemon records no
+// abort. Before, the client rolled back on the dead session, acknowledged "abort" and
+// returned an *AbortedError while the row had committed.
+func TestOnePhaseCommitSessionLost(t *testing.T) {
+	_, coord := dipDaemon(t, "g-1pl", false, false)
+	pre := "go-1p-lost-"
+	clearKeys(t, pre)
+	ctx := context.Background()
+	pc, _ := bothConns(t, ctx)
+	if _, err := pc.ExecContext(ctx, "SET synchronous_commit = on"); err != nil { // the test servers run it off: no wait
+		t.Fatal(err)
+	}
+	lose := commitHangs(t, ctx)
+	lost := make(chan int, 1)
+	var gtids []string
+	err := coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
+		b, err := tx.Branch(ctx, pc, cotx.Postgres, "savings", "")
+		if err != nil {
+			return err
+		}
+		g, err := tx.GTID(ctx)
+		if err != nil {
+			return err
+		}
+		gtids = append(gtids, g)
+		if _, err := pc.ExecContext(ctx, "INSERT INTO savings VALUES ($1, 1, '')", pre+"0"); err != nil {
+			return b.Fail(err)
+		}
+		go func() { lost <- lose() }()
+		return nil
+	}, cotx.Retries(2))
+	if pid := <-lost; pid == 0 {
+		t.Fatal("the one-phase COMMIT never waited")
+	}
+	var ou *cotx.OutcomeUnknownError
+	if !errors.As(err, &ou) || !strings.Contains(err.Error(), "lost during the one-phase COMMIT") || len(gtids) != 1 {
+		t.Fatalf("want an OutcomeUnknownError naming the lost session, run once; got %v after %d runs", err, len(gtids))
+	}
+	if pg, _ := present(t, pre+"0"); !pg {
+		t.Fatal("the row did not commit: the test held nothing")
+	}
+	got, err := coord.Get(ctx, gtids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["abort_reason"] != nil || got["decision"] == "abort" {
+		t.Fatalf("the daemon recorded an abort: %v", got)
 	}
 }

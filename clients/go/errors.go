@@ -65,10 +65,16 @@ func (e *AbortedError) Unwrap() error { return e.Err }
 // The branches stay prepared; the coordinator completes them when it is back.
 type OutcomeUnknownError struct {
 	GTID string
-	Err  error
+	// Reason, when set, says why in place of the default (the decision not learned in
+	// time, the branches prepared): e.g. a session lost during a one-phase COMMIT.
+	Reason string
+	Err    error
 }
 
 func (e *OutcomeUnknownError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("outcome of %s unknown: %s: %v", e.GTID, e.Reason, e.Err)
+	}
 	return fmt.Sprintf("outcome of %s unknown: branches stay prepared until the coordinator finishes them: %v", e.GTID, e.Err)
 }
 

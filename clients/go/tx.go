@@ -507,6 +507,14 @@ func (b *Branch) postFailed(ctx context.Context, reason string, retryable bool) 
 	return b.tx.coord.do(ctx, "POST", b.path("/failed"), body, &ack, 0) == nil && ack.Retryable
 }
 
+// alive: whether the branch's session still answers (after a failed statement: refused by
+// the engine, or lost with its connection).
+func (b *Branch) alive() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), protocolTimeout)
+	defer cancel()
+	return b.Conn.PingContext(ctx) == nil
+}
+
 func (b *Branch) rollbackUnprepared() {
 	if b.Kind == Postgres {
 		_ = b.exec("ROLLBACK")
@@ -797,6 +805,13 @@ func (t *Tx) onePhase(ctx context.Context, b *Branch) (done bool, err error) {
 	}
 	if err := b.commitOnePhase(); err != nil {
 		b.rollbackUnprepared()
+		if !b.alive() {
+			// Lost during the COMMIT: it may have committed (the database's to say), so
+			// neither an abort nor "run it again"; nothing acknowledged.
+			b.state = stFailed
+			return true, &OutcomeUnknownError{GTID: t.gtid, Err: err,
+				Reason: b.Resource + ": the session was lost during the one-phase COMMIT; whether it committed is the database's to say"}
+		}
 		b.state = stRolledBack
 		if !t.coord.holdAck(ctx, t.gtid, "abort", []string{b.ID}) {
 			b.ack("abort")

@@ -5,7 +5,8 @@ machine and its conversation with the coordinator about itself (registration, th
     new → active → ready → prepared → finished | rolled_back | failed
 
 (and left_to_coordinator, set by the Transaction when the owner's session could not finish
-the branch: the daemon finishes it). In plain 2PC a branch that wrote nothing votes
+the branch: the daemon finishes it; left_to_database, when its session was lost during its
+one-phase COMMIT: whether it committed only the database knows). In plain 2PC a branch that wrote nothing votes
 read-only at "prepared" (prepare(vote=True)): committed in one phase there, with nothing
 left to run at the decision.
 
@@ -167,6 +168,11 @@ class Branch:
                 {"reason": reason[:900], "retryable": bool(retryable)}) or {}
         except CotxError:
             return {}  # the coordinator aborts on timeout anyway (presumed abort)
+
+    def session_alive(self) -> bool:
+        """Whether the branch's session still answers (after a failed statement: refused by
+        the engine, or lost with the connection)."""
+        return self._sql.alive(self.conn)
 
     def _rollback_unprepared(self) -> None:
         try:

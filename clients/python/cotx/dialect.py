@@ -114,6 +114,14 @@ class Postgres:
         cls._sql(conn, "ROLLBACK")
 
     @staticmethod
+    def alive(conn) -> bool:
+        try:
+            conn.execute("SELECT 1")
+            return True
+        except Exception:  # noqa: BLE001 - gone: that is the answer
+            return False
+
+    @staticmethod
     def shim_touch(conn, key: int) -> None:
         """Client mode (no pg_co): the branch's write of its slot in cotx.shim, which the
         daemon's prepared helper transaction has read: the edge helper -rw-> branch that
@@ -264,6 +272,14 @@ class MariaDB:
         except Exception:  # noqa: BLE001 - already ended or failed
             pass
         cls._sql(conn, xid, "XA ROLLBACK {xid}")
+
+    @staticmethod
+    def alive(conn) -> bool:
+        try:
+            conn.ping(reconnect=False)
+            return True
+        except Exception:  # noqa: BLE001 - gone: that is the answer
+            return False
 
 
 DIALECTS = {"postgres": Postgres, "mariadb": MariaDB}

@@ -378,6 +378,13 @@ class Transaction:
             b.commit_one_phase()
         except Exception as e:
             b._rollback_unprepared()
+            if not b.session_alive():
+                # Lost during the COMMIT: it may have committed (the database's to say), so
+                # neither an abort nor "run it again"; nothing acknowledged.
+                b.state = "left_to_database"
+                self.outcome = None
+                raise OutcomeUnknown(f"{self.gtid}: {b.resource}: the session was lost during the one-phase "
+                                     f"COMMIT; whether it committed is the database's to say: {e}") from e
             b.state = "rolled_back"
             self._ack(b, "abort")
             self.outcome = "abort"

@@ -547,3 +547,38 @@ def test_client_session_lost_before_the_decision_commit_is_run_again(dbs, leased
         assert t_bal(pg, my, rid) == (110, 90), "the transfer applied once"
     finally:
         d.destroy()
+
+
+def test_session_lost_during_a_one_phase_commit_is_an_unknown_outcome(dbs):
+    """A single-branch transaction commits in one phase (no PREPARE, no decision record):
+    its session is lost during that COMMIT, after PostgreSQL committed it (held as by a
+    synchronous standby, then terminated). Only the database knows whether it committed:
+    the client raises OutcomeUnknown (not retried by run()), acknowledges nothing, and the
+    daemon does not record an abort. Before, the client rolled back on the dead session,
+    acknowledged "abort" (the daemon recorded "one-phase branch rolled back") and raised
+    TransactionAborted while the row had committed."""
+    from cotx import OutcomeUnknown
+    pg, my = dbs
+    d = daemon(pg, my, decisions=False)
+    try:
+        fresh_row(pg, my, 24)
+        c = Coordinator(d.url, d.token)
+        pgc = pg.connect()
+        pgc.execute("SET synchronous_commit = on")   # the test clusters run it off: no wait
+        runs = []
+
+        def transfer(tx):
+            runs.append(tx.gtid)
+            with tx.branch(pgc, "pg"):
+                pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = 24")
+            killer.start()
+        with CommitHangs(pg) as hold:
+            killer = threading.Thread(target=hold.lose_the_waiter)
+            with pytest.raises(OutcomeUnknown, match="lost during the one-phase COMMIT"):
+                c.run(transfer, retries=2)
+            killer.join(timeout=60)
+        assert len(runs) == 1, "run again although it may have committed"
+        assert pg.sql("SELECT bal FROM dip_acct WHERE id = 24")[0][0] == 110, "it did commit"
+        assert c.get(runs[0]).get("abort_reason") is None and c.get(runs[0])["decision"] != "abort"
+    finally:
+        d.destroy()

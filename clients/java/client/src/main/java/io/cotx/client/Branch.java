@@ -299,6 +299,16 @@ public final class Branch {
         }
     }
 
+    /** Whether the session still answers (after a failed statement: refused by the engine, or
+     * lost with its connection). */
+    boolean alive() {
+        try {
+            return conn.isValid(2);
+        } catch (SQLException e) {
+            return false;
+        }
+    }
+
     void commitOnePhase() throws SQLException {
         dialect.commitOnePhase(conn, engineId);
         state = State.FINISHED;

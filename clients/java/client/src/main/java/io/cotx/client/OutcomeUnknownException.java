@@ -17,6 +17,14 @@ public class OutcomeUnknownException extends CotxException {
         this.forgotten = forgotten;
     }
 
+    /** {@code reason} in place of the default: e.g. a session lost during a one-phase COMMIT,
+     * whose outcome only the database knows. */
+    public OutcomeUnknownException(String gtid, String reason, Throwable cause) {
+        super("outcome of " + gtid + " unknown: " + reason + (cause == null ? "" : ": " + cause.getMessage()), cause);
+        this.gtid = gtid;
+        this.forgotten = false;
+    }
+
     public String gtid() {
         return gtid;
     }

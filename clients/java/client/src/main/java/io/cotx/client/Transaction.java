@@ -466,6 +466,13 @@ public final class Transaction {
             b.commitOnePhase();
         } catch (SQLException e) {
             b.rollbackUnprepared();
+            if (!b.alive()) {
+                // Lost during the COMMIT: it may have committed (the database's to say), so
+                // neither an abort nor "run it again"; nothing acknowledged.
+                b.state = Branch.State.FAILED;
+                throw new OutcomeUnknownException(gtid, b.resource()
+                        + ": the session was lost during the one-phase COMMIT; whether it committed is the database's to say", e);
+            }
             b.state = Branch.State.ROLLED_BACK;
             b.ack("abort");
             outcome = "abort";

@@ -264,4 +264,46 @@ class DecisionInParticipantTest {
                     "split: not committed in both");
         }
     }
+
+    /** A single-branch transaction commits in one phase (no PREPARE, no decision record); its
+     * session is lost during that COMMIT, after PostgreSQL committed it. Only the database
+     * knows whether it committed: run() throws {@link OutcomeUnknownException} naming the
+     * loss, does not run it again, and the daemon records no abort. Before, the client rolled
+     * back on the dead session, acknowledged "abort" and threw TransactionAbortedException
+     * while the row had committed. As the Go client's TestOnePhaseCommitSessionLost. */
+    @Test
+    void sessionLostDuringAOnePhaseCommit() throws Exception {
+        Servers s = Servers.engine();
+        String pre = "j-1p-lost-";
+        OneRequestCommitTest.clear(s, pre);
+        try (LocalDaemon d = daemon(s, "j-1p-lost", false); Connection pc = s.pg()) {
+            Coordinator coord = d.client().oneRequest(false).decisionTimeout(Duration.ofSeconds(60)).build();
+            try (Statement st = pc.createStatement()) {
+                st.execute("SET synchronous_commit = on"); // the test servers run it off: no wait
+            }
+            java.util.List<String> gtids = new java.util.ArrayList<>();
+            OutcomeUnknownException e;
+            try (CommitHangs hold = new CommitHangs(s)) {
+                CompletableFuture<Integer> lost = new CompletableFuture<>();
+                e = assertThrows(OutcomeUnknownException.class, () -> coord.run(tx -> {
+                    insert(tx.branch(pc, "savings"), pc, "INSERT INTO savings VALUES (?, 1, '')", pre + "0");
+                    gtids.add(tx.gtid());
+                    CompletableFuture.runAsync(() -> {
+                        try {
+                            lost.complete(hold.loseTheWaiter());
+                        } catch (Exception x) {
+                            lost.completeExceptionally(x);
+                        }
+                    });
+                    return null;
+                }, 2));
+                assertTrue(lost.get(60, TimeUnit.SECONDS) != 0, "the one-phase COMMIT never waited");
+            }
+            assertTrue(e.getMessage().contains("lost during the one-phase COMMIT"), e.getMessage());
+            assertEquals(1, gtids.size(), "runs");
+            assertTrue(OneRequestCommitTest.present(s, true, pre + "0"), "the row did not commit: the test held nothing");
+            com.fasterxml.jackson.databind.JsonNode got = coord.get(gtids.get(0));
+            assertFalse(got.path("decision").asText("").equals("abort") || got.hasNonNull("abort_reason"), "the daemon recorded an abort: " + got);
+        }
+    }
 }
