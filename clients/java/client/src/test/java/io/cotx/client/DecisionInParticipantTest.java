@@ -213,6 +213,7 @@ class DecisionInParticipantTest {
             Coordinator coord = d.client().oneRequest(oneRequest).decisionTimeout(Duration.ofSeconds(60)).build();
             OneRequestCommitTest.transfer(coord, pc, mc, pre + "first", 5);
             AtomicInteger runs = new AtomicInteger();
+            java.util.List<Connection> opened = new java.util.ArrayList<>();
             CompletableFuture<Integer> lost = new CompletableFuture<>();
             Runnable loseTheDecider = () -> {
                 int pid = 0;
@@ -241,6 +242,7 @@ class DecisionInParticipantTest {
                 Connection fresh;
                 try {
                     fresh = s.pg(); // a fresh session per attempt, as from a pool
+                    opened.add(fresh);
                 } catch (SQLException e) {
                     throw new IllegalStateException(e);
                 }
@@ -259,6 +261,9 @@ class DecisionInParticipantTest {
                 return null;
             }, 2);
             assertTrue(lost.get(60, TimeUnit.SECONDS) != 0, "co.decide never waited");
+            for (Connection c : opened) {
+                c.close();
+            }
             assertEquals(2, runs.get(), "runs");
             assertTrue(OneRequestCommitTest.present(s, true, pre + "0") && OneRequestCommitTest.present(s, false, pre + "0"),
                     "split: not committed in both");
