@@ -1038,6 +1038,15 @@ enum Vote {
     ReadOnly,
 }
 
+/// `POST …/branches/<bid>/failed`: the branch was refused (`what`, then the database's
+/// error, at most 900 characters), so the daemon aborts the transaction at once instead of
+/// waiting for its timeout. Best effort: without it the daemon still aborts in time.
+async fn report_failed(http: &mut Coord, g: &str, bid: &str, what: &str, e: &DbError) {
+    let reason = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
+    let body = json!({"reason": reason.chars().take(900).collect::<String>(), "retryable": e.retryable()});
+    let _ = http.request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &body).await;
+}
+
 /// PREPARE TRANSACTION / XA END + XA PREPARE; in client mode the branch's shim slot is
 /// written just before (cotx.branch.Branch.prepare, cotx.dialect's shim_touch):
 /// PostgreSQL `SELECT cotx.shim_touch(k)` (the edge helper -rw-> branch that lets SSI
@@ -1054,15 +1063,6 @@ enum Vote {
 /// which spares PostgreSQL the WAL flush of PREPARE TRANSACTION and the COMMIT PREPARED
 /// round trip. It wrote nothing, so its data is the same whatever the decision; where
 /// commitment ordering is enforced its reads must stay prepared until the decision.
-/// `POST …/branches/<bid>/failed`: the branch was refused (`what`, then the database's
-/// error, at most 900 characters), so the daemon aborts the transaction at once instead of
-/// waiting for its timeout. Best effort: without it the daemon still aborts in time.
-async fn report_failed(http: &mut Coord, g: &str, bid: &str, what: &str, e: &DbError) {
-    let reason = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
-    let body = json!({"reason": reason.chars().take(900).collect::<String>(), "retryable": e.retryable()});
-    let _ = http.request("POST", &format!("/v1/transactions/{g}/branches/{bid}/failed"), &body).await;
-}
-
 async fn prepare_one(sess: &mut Sess, b: &Branch) -> Result<Vote, DbError> {
     let nothing = match b.db {
         _ if !b.read_only => false,
