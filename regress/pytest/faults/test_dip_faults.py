@@ -12,6 +12,7 @@ import collections
 import threading
 import time
 
+import psycopg
 import pytest
 from cotx import Coordinator
 from cotest.daemon import Daemon
@@ -426,19 +427,26 @@ class CommitHangs:
         def armed():
             probe = self.pg.connect()
             pid = probe.info.backend_pid
-            t = threading.Thread(target=lambda: probe.execute(
-                "SET synchronous_commit = on; SELECT pg_logical_emit_message(true, 'cotx', 'probe')"))
+            def run_probe():
+                try:
+                    probe.execute("SET synchronous_commit = on; SELECT pg_logical_emit_message(true, 'cotx', 'probe')")
+                except psycopg.Error:
+                    pass  # cancelled before its COMMIT: this try did not show the hold
+            t = threading.Thread(target=run_probe)
             t.start()
             waited = False
             for _ in range(20):
                 if self.pg.sql("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'", (pid,)):
                     waited = True
-                    self.pg.sql("SELECT pg_cancel_backend(%s)", (pid,))
                     break
                 if not t.is_alive():
                     break
                 time.sleep(0.05)
-            t.join()
+            # Cancelled whatever the watch saw: the hold may take effect just after it, and
+            # the join must not wait on a held COMMIT (a cancel ends the wait; the COMMIT stands).
+            if t.is_alive():
+                self.pg.sql("SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(timeout=30)
             probe.close()
             return waited
         wait_until(armed, timeout=10, what="synchronous_standby_names in effect")
@@ -500,8 +508,8 @@ def test_client_session_lost_during_decision_commit(dbs, leased):
 @PATHS
 def test_client_session_lost_before_the_decision_commit_is_run_again(dbs, leased):
     """The Python client's decision branch loses its session while its decision is still
-    open (co.decide waits on another session's uncommitted decision row of the same gtid;
-    the waiting backend is then terminated and that row rolled back): nothing committed
+    open (co.decide waits on another session's lock of co.decisions, as in the Go and Java
+    tests; the waiting backend is then terminated and that lock released): nothing committed
     anywhere. The client waits for the daemon, which resolves abort in PostgreSQL
     (co.resolve). That abort means "not done, safe to run again": Coordinator.run runs the
     transfer again (a fresh PostgreSQL session, as from a pool), and it commits once. Before,
@@ -519,7 +527,7 @@ def test_client_session_lost_before_the_decision_commit_is_run_again(dbs, leased
         def lose_the_decider():
             pid = wait_until(lambda: (pg.sql("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                              "AND query LIKE '%co.decide(%'") or [[None]])[0][0],
-                             timeout=30, what="co.decide waiting on the open decision row")
+                             timeout=30, what="co.decide waiting on the lock of co.decisions")
             pg.sql("SELECT pg_terminate_backend(%s)", (pid,))
             blocker.execute("ROLLBACK")
             lost.append(pid)
@@ -535,7 +543,7 @@ def test_client_session_lost_before_the_decision_commit_is_run_again(dbs, leased
                 pgc.execute("UPDATE dip_acct SET bal = bal + 10 WHERE id = %s", (rid,))
             if len(attempts) == 1:
                 blocker.execute("BEGIN")
-                blocker.execute("INSERT INTO co.decisions (gtid, outcome) VALUES (%s, 'a')", (tx.gtid,))
+                blocker.execute("LOCK TABLE co.decisions IN SHARE MODE")
                 killer.start()
 
         c.run(lambda tx: transfer(tx), retries=2, decide_in_participant=True)
