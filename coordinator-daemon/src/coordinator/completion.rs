@@ -80,9 +80,19 @@ pub fn start(c: &Arc<Parts>, fx: Effects) {
 fn spawn_decision_retry(c: &Arc<Parts>, rec: DecisionRecord, fence: Option<Token>) {
     let me = c.clone();
     tokio::spawn(async move {
+        let stats = me.store.stats.clone();
         let mut delay = me.cfg.timeouts.retry_initial_ms;
+        // Registered before each attempt, so that the store's first answer after the
+        // attempt failed is not missed: the delay doubles while the store is away (up to
+        // retry_max_ms), and a client polling for the outcome must not wait it out once
+        // the store is back.
+        let mut back = Box::pin(stats.back.notified());
         loop {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                _ = &mut back => {}
+            }
+            back = Box::pin(stats.back.notified());
             if let Ok(d) = me.store.decide(rec.clone(), fence.clone()).await {
                 let mut fx = Effects::default();
                 let _ = apply_decided(&me.registry, &me.metrics, &mut fx, &rec.gtid, d);

@@ -5,10 +5,10 @@
 use super::error::StoreError;
 use super::log::*;
 use super::record::{AuditEntry, DecisionRecord, Loaded, Stored};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -44,6 +44,12 @@ pub struct StoreStats {
     /// Unix ms at which the writer began the request it is working on; 0 when idle. A
     /// store that stops answering (paused, partitioned) shows here: the daemon warns.
     pub busy_since_ms: AtomicU64,
+    /// A write failed and none has been answered since.
+    failing: AtomicBool,
+    /// Notified by the first write answered after a failure: decision writes waiting
+    /// to be retried go then, not after a delay that grew while the store was away
+    /// (coordinator/completion.rs).
+    pub back: Notify,
 }
 
 impl StoreStats {
@@ -52,6 +58,20 @@ impl StoreStats {
         match self.busy_since_ms.load(Ordering::Relaxed) {
             0 => 0,
             t => crate::state::unix_ms().saturating_sub(t),
+        }
+    }
+
+    /// Notes a write's result (a batch, a lease's claim, renewal or release): the first
+    /// answered after a failure wakes `back`'s waiters. Any error counts (a claim's
+    /// conflict too): a waiter woken for nothing only retries once early.
+    fn answered<T>(&self, r: &Result<T, StoreError>) {
+        match r {
+            Err(_) => self.failing.store(true, Ordering::Relaxed),
+            Ok(_) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    self.back.notify_waiters();
+                }
+            }
         }
     }
 }
@@ -363,36 +383,37 @@ impl Writer<'_> {
 
     fn answer(&mut self, ask: Ask) {
         let log = &mut *self.log;
+        let stats = self.stats;
         match ask {
-            Ask::Load(s) => {
-                let _ = s.send(log.load());
+            Ask::Load(s) => reply(None, s, log.load()),
+            Ask::Get(g, s) => reply(None, s, log.get(&g)),
+            Ask::Audit(s) => reply(None, s, log.audit_log()),
+            Ask::Claim { node, holder, url, ttl_ms, fence_expired, reply: s } => {
+                reply(Some(stats), s, log.claim_node(&node, &holder, &url, ttl_ms, fence_expired))
             }
-            Ask::Get(g, s) => {
-                let _ = s.send(log.get(&g));
+            Ask::Renew { node, token, ttl_ms, reply: s } => {
+                reply(Some(stats), s, log.renew_node(&node, &token, ttl_ms))
             }
-            Ask::Audit(s) => {
-                let _ = s.send(log.audit_log());
+            Ask::Release { node, holder, forget, reply: s } => {
+                reply(Some(stats), s, log.release_node(&node, &holder, forget))
             }
-            Ask::Claim { node, holder, url, ttl_ms, fence_expired, reply } => {
-                let _ = reply.send(log.claim_node(&node, &holder, &url, ttl_ms, fence_expired));
-            }
-            Ask::Renew { node, token, ttl_ms, reply } => {
-                let _ = reply.send(log.renew_node(&node, &token, ttl_ms));
-            }
-            Ask::Release { node, holder, forget, reply } => {
-                let _ = reply.send(log.release_node(&node, &holder, forget));
-            }
-            Ask::Nodes(s) => {
-                let _ = s.send(log.nodes());
-            }
-            Ask::Identity(s) => {
-                let _ = s.send(log.identity());
-            }
-            Ask::Sessions { node, mine, max_age_ms, reply } => {
-                let _ = reply.send(log.exchange_sessions(&node, &mine, max_age_ms));
+            Ask::Nodes(s) => reply(None, s, log.nodes()),
+            Ask::Identity(s) => reply(None, s, log.identity()),
+            Ask::Sessions { node, mine, max_age_ms, reply: s } => {
+                reply(Some(stats), s, log.exchange_sessions(&node, &mine, max_age_ms))
             }
         }
     }
+}
+
+/// Answers one request; a write's result is noted first (`StoreStats::answered`). Reads
+/// are not: a store that answers reads but refuses writes (a full disk, a read-only
+/// standby) must not wake the decision writes waiting to be retried.
+fn reply<T>(writes: Option<&StoreStats>, s: Reply<T>, r: Result<T, StoreError>) {
+    if let Some(stats) = writes {
+        stats.answered(&r);
+    }
+    let _ = s.send(r);
 }
 
 /// One transaction of the log for every op of the batch, each answered (if asked) with
@@ -403,6 +424,7 @@ fn write_batch(log: &mut dyn DecisionLog, batch: Batch, stats: &StoreStats) {
     stats.busy_since_ms.store(crate::state::unix_ms().max(1), Ordering::Relaxed);
     let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
     let res = log.write_batch(&ops);
+    stats.answered(&res);
     stats.batches.fetch_add(1, Ordering::Relaxed);
     stats.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
     match res {

@@ -3,7 +3,8 @@ otherwise. Three daemons on one PostgreSQL store, transfers from PostgreSQL to M
 through the HTTP API, tried as a hostile operator would:
 
 1. a daemon paused past its lease, taken over, finished and handed back, asked to commit;
-2. the store paused while commits are in flight and clients give up;
+2. the store paused while commits are in flight and clients give up; the store stopped,
+   then back, with decision writes waiting for their retry;
 3. a commit record made unreadable while its owner still holds the decision in memory;
 4. a committed, finished transaction asked about after a restart, and after the retention.
 
@@ -154,33 +155,77 @@ def test_commits_in_flight_while_the_store_is_paused_are_answered_once_it_is_bac
         finally:
             for p in pids:
                 resume(p)
-        # Once the store is back, every transaction whose commit record reached the store
-        # is answered "commit" (by every daemon) and completed within a few seconds; the
-        # others are not committed, and abort when asked to.
-        # The writes queued during the pause, and their retries, go through: A says so
-        # when nothing waits on the store any more.
+        # Once the store is back, every transaction is answered alike by every daemon:
+        # "commit" where its commit record reached the store (completed in both within a
+        # few seconds), otherwise "abort" (never committed anywhere).
         wait_until(lambda: "decision store answers again" in a.log_file.read_text(errors="replace"), timeout=30,
-                   what="A's queued store writes to go through")
-        with psycopg.connect(store["dsn"], autocommit=True) as c:
-            recorded = {r[0] for r in c.execute("SELECT gtid FROM paused_t WHERE outcome = 'commit'")}
-        assert recorded, "no commit reached the store: the test did not test anything"
+                   what="A's store to answer again")
+        outcomes = {}
         for i, g in enumerate(gtids):
             key = f"paused-{i}"
-            if g in recorded:
+            # A's final word. A commit whose record write failed at the store's return
+            # (a connection reset: unknown whether it was written) is written by A's retry
+            # a moment later, so the store is not read at one instant. The client, given
+            # up, asks to abort meanwhile (refused while A is committing; asked again
+            # while A takes its node back, if a survivor took it over during the outage).
+            seen = []
+
+            def final(g=g):
+                answer = api(a, "POST", f"/v1/transactions/{g}/abort", {"reason": "client gave up"})
+                seen[:] = [answer, {d.node_id: decision_of(d, g) for d in ds}]
+                return seen[1]["pz-a"] if seen[1]["pz-a"] in ("commit", "abort") else None
+            try:
+                outcomes[g] = wait_until(final, timeout=30, what=f"A to answer commit or abort for {g}")
+            except AssertionError as e:
+                # What A last answered, each daemon's decision and each one's lines about g.
+                lines = {d.node_id: [ln for ln in d.log_file.read_text(errors="replace").splitlines() if g in ln][-15:]
+                         for d in ds}
+                raise AssertionError(f"{e}; last abort answer and decisions: {seen}; log lines: {lines}") from None
+            with psycopg.connect(store["dsn"], autocommit=True) as c:
+                stored = c.execute("SELECT outcome FROM paused_t WHERE gtid = %s", (g,)).fetchall()
+            if outcomes[g] == "commit":
+                assert stored == [("commit",)], (g, stored)
                 wait_until(lambda: {decision_of(d, g) for d in ds} == {"commit"}, timeout=8,
                            what=f"every daemon to answer commit for {g}, committed in the store")
                 wait_until(lambda: settled(lambda: committed_both(pg, mariadb, key)), timeout=30, what=f"{key} committed in both")
             else:
-                # Never committed: the client gives up and aborts (asked again while A
-                # takes its node back, if a survivor took it over during the outage).
-                def aborted(g=g):
-                    api(a, "POST", f"/v1/transactions/{g}/abort", {"reason": "client gave up"})
-                    return decision_of(a, g) == "abort"
-                wait_until(aborted, timeout=30, what=f"A to answer abort for {g}")
+                assert ("commit",) not in stored, (g, stored)
                 wait_until(lambda: settled(lambda: absent_both(pg, mariadb, key)), timeout=30, what=f"{key} rolled back in both")
                 assert "commit" not in {decision_of(d, g) for d in ds}
+        assert "commit" in outcomes.values(), f"no commit reached the store: the test did not test anything ({outcomes})"
         # The outage was said while it lasted, not only afterwards.
         assert "decision store is not answering" in outage_log, outage_log[-3000:]
+
+
+def test_decisions_left_to_retry_are_written_once_the_store_answers_again(pg, mariadb, daemons):
+    """The store stopped (connections refused) when commits are asked: each decision write
+    fails at once and is retried in the background with a growing delay (doubling from
+    timeouts.retry_initial_ms up to retry_max_ms). Once the store answers again, the
+    pending decisions are written then, not after the delay they had grown to: a client
+    polling for its outcome would wait that long, or give up. Before, the last retry of the
+    outage set the next one up to 10 s after it, whether the store was back or not."""
+    from cotest import PgServer
+    with PgServer() as store_pg:
+        store_pg.sql("CREATE DATABASE cotx_log")
+        store = {"kind": "postgres", "dsn": store_pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "back_t"}
+        a = daemons(make_daemon(pg, mariadb, node_id="sb-a", store=store, lease={"ttl_ms": 3000, "renew_ms": 750},
+                                timeouts={"retry_initial_ms": 100, "retry_max_ms": 10000}))
+        a.start()
+        gtids = [prepared_transfer(a, pg, mariadb, f"back-{i}") for i in range(3)]
+        store_pg.stop()
+        for g in gtids:
+            st, body = api(a, "POST", f"/v1/transactions/{g}/commit", {})
+            assert st == 503 and body["error"]["code"] == "store_unavailable", (st, body)
+        # Down long enough for the retries' delay to pass 6 s (0.1 + 0.2 + … + 6.4 = 12.7 s):
+        # with the delay alone the next retry comes about 8 s after the store is back.
+        time.sleep(14)
+        store_pg.start()
+        wait_until(lambda: {decision_of(a, g) for g in gtids} == {"commit"}, timeout=4,
+                   what="every pending decision written within seconds of the store answering again")
+        for i in range(len(gtids)):
+            wait_until(lambda: settled(lambda: committed_both(pg, mariadb, f"back-{i}")), timeout=30,
+                       what=f"back-{i} committed in both")
+        wait_until(lambda: nothing_prepared(pg, mariadb), timeout=30, what="nothing prepared")
 
 
 # --- 3. answers from memory over a quarantined record -----------------------------------------

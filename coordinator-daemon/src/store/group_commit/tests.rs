@@ -1,6 +1,7 @@
 #![cfg(test)]
 use super::*;
 use crate::state::Outcome;
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 /// A log that records batch sizes and takes `sync` to "sync" (a slow one lets requests
@@ -8,15 +9,24 @@ use std::sync::Mutex;
 struct TestLog {
     sizes: Arc<Mutex<Vec<usize>>>,
     sync: Duration,
+    /// While set, writes (batches, renewals) fail as a store that is away; reads answer.
+    down: Arc<AtomicBool>,
+}
+
+fn away() -> StoreError {
+    StoreError::Unavailable("test: the store is away".into())
 }
 
 /// A log whose syncs take 20 ms.
 fn slow_log(sizes: Arc<Mutex<Vec<usize>>>) -> TestLog {
-    TestLog { sizes, sync: Duration::from_millis(20) }
+    TestLog { sizes, sync: Duration::from_millis(20), down: Default::default() }
 }
 
 impl DecisionLog for TestLog {
     fn write_batch(&mut self, ops: &[Op]) -> Result<Vec<OpResult>, StoreError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(away());
+        }
         std::thread::sleep(self.sync);
         self.sizes.lock().unwrap().push(ops.len());
         Ok(ops.iter().map(|_| OpResult::Decided(Outcome::Commit)).collect())
@@ -34,6 +44,9 @@ impl DecisionLog for TestLog {
         Ok(Claim::Granted(1))
     }
     fn renew_node(&mut self, _: &str, _: &Token, _: u64) -> Result<Renewal, StoreError> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(away());
+        }
         Ok(Renewal::Renewed)
     }
     fn release_node(&mut self, _: &str, _: &str, _: bool) -> Result<(), StoreError> {
@@ -91,7 +104,10 @@ async fn spaced(delay_ms: u64) -> (Vec<usize>, u64) {
     let store = Store::open_in_thread(
         {
             let s = sizes.clone();
-            move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>)
+            move || {
+                Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO, down: Default::default() })
+                    as Box<dyn DecisionLog>)
+            }
         },
         1024,
         Duration::from_millis(delay_ms),
@@ -130,7 +146,10 @@ async fn a_lone_caller_waits_only_when_waits_might_pay() {
     let store = Store::open_in_thread(
         {
             let s = sizes.clone();
-            move || Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO }) as Box<dyn DecisionLog>)
+            move || {
+                Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO, down: Default::default() })
+                    as Box<dyn DecisionLog>)
+            }
         },
         1024,
         Duration::from_millis(5),
@@ -193,7 +212,10 @@ async fn writes_nobody_waits_for_do_not_wake_the_writer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_batch_of_held_writes_shows_as_a_stall() {
     let sizes = Arc::new(Mutex::new(vec![]));
-    let store = Store::start(Box::new(TestLog { sizes: sizes.clone(), sync: Duration::from_millis(600) }), 1024);
+    let store = Store::start(
+        Box::new(TestLog { sizes: sizes.clone(), sync: Duration::from_millis(600), down: Default::default() }),
+        1024,
+    );
     store.write_later(Op::Forget("n.g-1".into()));
     // Due after LATER_MS, then 600 ms in its "sync": look in the middle of it.
     tokio::time::sleep(Duration::from_millis(LATER_MS + 300)).await;
@@ -202,4 +224,44 @@ async fn a_stalled_batch_of_held_writes_shows_as_a_stall() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(*sizes.lock().unwrap(), vec![1]);
     assert_eq!(store.stats.stalled_ms(), 0, "idle again");
+}
+
+/// `back` wakes the decision writes waiting to be retried when the store answers a write
+/// again after failing: not while it fails, not for a read it answers meanwhile (a store
+/// that reads but cannot write), and once per failure, not at every answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_write_answered_after_a_failure_wakes_the_retries() {
+    let down = Arc::new(AtomicBool::new(false));
+    let log = TestLog { sizes: Default::default(), sync: Duration::ZERO, down: down.clone() };
+    let store = Store::start(Box::new(log), 1024);
+    let tok = Token { holder: "h".into(), generation: 1 };
+    let woken = |store: &Store| {
+        let stats = store.stats.clone();
+        tokio::spawn(
+            async move { tokio::time::timeout(Duration::from_millis(300), stats.back.notified()).await.is_ok() },
+        )
+    };
+    // Answered writes with no failure before them wake nobody.
+    let w = woken(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store.decide(rec(1), None).await.unwrap();
+    assert!(!w.await.unwrap(), "woken with no failure");
+    // The store goes away: the failed writes wake nobody, nor does a read it answers.
+    down.store(true, Ordering::Relaxed);
+    assert!(store.decide(rec(2), None).await.is_err());
+    let w = woken(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(store.renew_node("n", &tok, 1000).await.is_err());
+    store.get("n.g-1").await.unwrap();
+    assert!(!w.await.unwrap(), "woken while the store fails writes");
+    // It is back: its first answered write (a renewal) wakes the waiters; the next does not.
+    down.store(false, Ordering::Relaxed);
+    let w = woken(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store.renew_node("n", &tok, 1000).await.unwrap();
+    assert!(w.await.unwrap(), "not woken when the store answered again");
+    let w = woken(&store);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store.decide(rec(3), None).await.unwrap();
+    assert!(!w.await.unwrap(), "woken again with no failure between");
 }
