@@ -1,0 +1,83 @@
+"""The decision store's file system fills up under a running daemon (a small tmpfs that
+another file fills), as a hostile operator's full disk: a commit whose record cannot be
+written is answered "pending" (503 store_unavailable: nothing rolled back), the daemon
+keeps running, and once space is freed every pending decision is written and completed.
+Nothing split, lost or left prepared. The decision log (`kind = "log"`) writes its batches
+into blocks it allocated ahead (4 MiB), so it goes on committing on a full disk."""
+import os
+import subprocess
+
+import pytest
+from cotest.coord import api, nothing_prepared, wait_until
+from cotest.transfers import committed_both, transfer
+
+pytestmark = [
+    pytest.mark.usefixtures("crash_tables"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root only)"),
+]
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 6 MiB tmpfs, unmounted at teardown whatever the test did."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0777", "cotx-small", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(mnt) -> None:
+    """Writes a file on `mnt` until the file system refuses (ENOSPC)."""
+    with open(mnt / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def prepared_transfer(d, pg, mariadb, key) -> str:
+    tx, sessions = transfer(d, pg, mariadb, key)
+    assert len(tx.prepare_all(report=True)) == 2
+    for s in sessions:
+        s.close()
+    return tx.gtid
+
+
+def decision_of(d, gtid) -> str:
+    st, body = api(d, "GET", f"/v1/transactions/{gtid}/decision")
+    return body.get("decision") if st == 200 else body["error"]["code"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "log"])
+def test_a_full_disk_under_the_decision_store_loses_nothing(pg, mariadb, daemons, small_fs, kind):
+    path = small_fs / ("decisions.db" if kind == "sqlite" else "decisions.log")
+    d = daemons.start(pg, mariadb, store={"kind": kind, "path": str(path)})
+    first = prepared_transfer(d, pg, mariadb, f"full-{kind}-0")
+    assert api(d, "POST", f"/v1/transactions/{first}/commit", {})[1].get("decision") == "commit"
+    gtids = [prepared_transfer(d, pg, mariadb, f"full-{kind}-{i}") for i in range(1, 4)]
+    fill(small_fs)
+    answers = [api(d, "POST", f"/v1/transactions/{g}/commit", {}) for g in gtids]
+    for st, body in answers:
+        if kind == "log":
+            # Its batches go into blocks allocated ahead: a full disk does not stop it.
+            assert (st, body.get("decision")) == (200, "commit"), (st, body)
+        else:
+            # Not written, not rolled back: the client polls for the outcome.
+            assert st == 503 and body["error"]["code"] == "store_unavailable", (st, body)
+    if kind == "sqlite":
+        assert {decision_of(d, g) for g in gtids} != {"commit"}, "decided although not written"
+        assert d.proc.poll() is None, "the daemon stopped on a full disk"
+    os.remove(small_fs / "filler")
+    wait_until(lambda: {decision_of(d, g) for g in gtids} == {"commit"}, timeout=15,
+               what="the pending decisions written once space is freed")
+    wait_until(lambda: nothing_prepared(pg, mariadb), timeout=30, what="every branch completed")
+    for i in range(4):
+        assert committed_both(pg, mariadb, f"full-{kind}-{i}")
+    # Written, not only held in memory: a restart answers them from the store.
+    d.stop()
+    d.start()
+    assert {decision_of(d, g) for g in [first, *gtids]} == {"commit"}
