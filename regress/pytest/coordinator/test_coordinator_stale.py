@@ -4,7 +4,8 @@ through the HTTP API, tried as a hostile operator would:
 
 1. a daemon paused past its lease, taken over, finished and handed back, asked to commit;
 2. the store paused while commits are in flight and clients give up; the store stopped,
-   then back, with decision writes waiting for their retry;
+   then back, with decision writes waiting for their retry; the Python client's commit
+   waiting through a stopped store;
 3. a commit record made unreadable while its owner still holds the decision in memory;
 4. a committed, finished transaction asked about after a restart, and after the retention.
 
@@ -226,6 +227,46 @@ def test_decisions_left_to_retry_are_written_once_the_store_answers_again(pg, ma
             wait_until(lambda: settled(lambda: committed_both(pg, mariadb, f"back-{i}")), timeout=30,
                        what=f"back-{i} committed in both")
         wait_until(lambda: nothing_prepared(pg, mariadb), timeout=30, what="nothing prepared")
+
+
+@pytest.mark.parametrize("one_request", [False, True], ids=["begin-path", "one-request"])
+def test_a_client_commit_rides_out_a_stopped_store(pg, mariadb, daemons, one_request):
+    """The Python client commits while the store is stopped: the daemon answers 503
+    store_unavailable (the decision is pending), which the retry rules read as "poll the
+    decision"; the client waits, and once the store is back its commit returns committed,
+    no error raised, applied once."""
+    from cotest import PgServer
+    with PgServer() as store_pg:
+        store_pg.sql("CREATE DATABASE cotx_log")
+        store = {"kind": "postgres", "dsn": store_pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "ride_t"}
+        a = daemons(make_daemon(pg, mariadb, node_id="ride-a", store=store))
+        a.start()
+        key = f"ride-{int(one_request)}"
+        tx = Coordinator(a.url, a.token, one_request=one_request).transaction()
+        pc, mc = pg.connect(), mariadb.connect()
+        with tx.branch(pc, "pg"):
+            pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
+        with tx.branch(mc, "my"):
+            mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
+        store_pg.stop()
+        failed = []
+
+        def commit():
+            try:
+                tx.commit()
+            except Exception as e:  # noqa: BLE001 - what the test checks
+                failed.append(e)
+        t = threading.Thread(target=commit)
+        t.start()
+        wait_until(lambda: "decision store write failed; retrying" in a.log_file.read_text(errors="replace"),
+                   timeout=30, what="the commit to find the store stopped")
+        time.sleep(3)
+        assert t.is_alive(), f"the client did not wait for the store: {failed}"
+        store_pg.start()
+        t.join(timeout=60)
+        assert not t.is_alive() and not failed, failed
+        assert tx.outcome == "commit"
+        wait_until(lambda: committed_both(pg, mariadb, key), timeout=30, what=f"{key} committed in both")
 
 
 # --- 3. answers from memory over a quarantined record -----------------------------------------
