@@ -152,7 +152,7 @@ pub async fn complete_branch<'a>(
     res: &str,
     bid: &str,
     o: Outcome,
-    decided_ms_ago: u64,
+    prepared_ms_ago: u64,
 ) -> Completion {
     let c = c.into();
     let Some(rc) = c.resources.get(res) else {
@@ -173,28 +173,29 @@ pub async fn complete_branch<'a>(
     if let Err(e) = rc.hold_node_lock(node, node != c.cfg.node_id).await {
         return Completion::Retry(e);
     }
-    rc.complete(gtid, bid, o, decided_ms_ago).await
+    rc.complete(gtid, bid, o, prepared_ms_ago).await
 }
 
 /// One attempt for every prepared branch of a decided transaction. Returns how many
 /// branches are still unfinished.
 pub async fn complete_pending<'a>(c: impl Into<Finishing<'a>>, gtid: &str, by: FinishedBy) -> usize {
     let c = c.into();
-    let (todo, ago) = {
+    let todo = {
         let txs = c.registry.txs.lock().unwrap();
         let Some(e) = txs.get(gtid) else { return 0 };
         let Some(o) = e.tx.decision() else { return 0 };
-        let ago = e.tx.decided.map(|d| d.elapsed().as_millis() as u64).unwrap_or(0);
         let todo: Vec<(String, String, Outcome)> =
             e.tx.branches
                 .iter()
                 .filter(|b| b.state == BranchState::Prepared)
                 .map(|b| (b.resource.clone(), b.branch_id.clone(), o))
                 .collect();
-        (todo, ago)
+        todo
     };
     let mut left = 0;
     for (res, bid, o) in todo {
+        // Read per branch, just before its attempt: the attempts before it take time.
+        let ago = c.registry.prepared_ms_ago(gtid, &bid);
         let r = complete_branch(c, gtid, &res, &bid, o, ago).await;
         if !note_completion(c, gtid, &res, &bid, o, r, by) {
             left += 1;

@@ -354,9 +354,8 @@ async fn act_on(
             None => return,
         },
     };
-    let ago = c.registry.decided_ms_ago(g);
     for (n, b) in branches {
-        let res = completion::complete_branch(c, g, n, b, o, ago).await;
+        let res = completion::complete_branch(c, g, n, b, o, c.registry.prepared_ms_ago(g, b)).await;
         let done = matches!(res, Completion::Done);
         if completion::note_completion(c, g, n, b, o, res, FinishedBy::Recovery) && done {
             match o {
@@ -387,7 +386,7 @@ async fn confirm_vanished(
                         // A MariaDB branch of a commit that vanished unreported may have been
                         // lost (read-only, session or server gone): the resource checks.
                         (Some(ResourceKind::Mariadb), Outcome::Commit) => {
-                            completion::complete_branch(c, &g, n, &b, o, c.registry.decided_ms_ago(&g)).await
+                            completion::complete_branch(c, &g, n, &b, o, c.registry.prepared_ms_ago(&g, &b)).await
                         }
                         _ => Completion::Gone,
                     };

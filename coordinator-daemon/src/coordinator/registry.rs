@@ -416,15 +416,12 @@ impl Registry {
             .any(|e| naming::gtid_node(&e.tx.gtid) == Some(node) && (e.tx.is_undecided() || e.tx.in_doubt()))
     }
 
-    /// When the gtid's decision was taken, in ms ago (0: unknown or not here).
-    pub fn decided_ms_ago(&self, gtid: &str) -> u64 {
-        self.txs
-            .lock()
-            .unwrap()
-            .get(gtid)
-            .and_then(|e| e.tx.decided)
-            .map(|d| d.elapsed().as_millis() as u64)
-            .unwrap_or(0)
+    /// How long ago branch `bid` of the gtid was prepared, else its decision was taken, in
+    /// ms (0: unknown or not here).
+    pub fn prepared_ms_ago(&self, gtid: &str, bid: &str) -> u64 {
+        let txs = self.txs.lock().unwrap();
+        let Some(e) = txs.get(gtid) else { return 0 };
+        prepared_ms_ago(&e.tx, bid)
     }
 }
 
@@ -446,3 +443,10 @@ impl Memory for Registry {
 
 #[cfg(test)]
 mod tests;
+
+/// How long ago branch `bid` of `tx` was prepared, else its decision was taken, in ms (0:
+/// unknown): how long a MariaDB restart may have been losing a read-only branch.
+pub fn prepared_ms_ago(tx: &crate::state::Tx, bid: &str) -> u64 {
+    let prepared = tx.branches.iter().find(|b| b.branch_id == bid).and_then(|b| b.prepared_at);
+    prepared.or(tx.decided).map(|t| t.elapsed().as_millis() as u64).unwrap_or(0)
+}

@@ -81,15 +81,17 @@ pub fn maria_refused(resource: &str, code: u16, message: &str, sqlstate: &str, o
 }
 
 /// A MariaDB branch of a commit, gone unreported: lost in a restart unless the server has
-/// certainly been up longer than the decision is old, otherwise finished by its owner.
-/// `Uptime` counts whole seconds between two truncated clock readings: it may read up to
-/// a second more than the server has been up, so only an `Uptime` over the decision's age
-/// by a whole second proves the server was up before it (a restart within a second of the
-/// decision read as "up before it" lost its incident: a test flake).
-pub fn maria_gone(resource: &str, uptime_s: Option<u64>, decided_ms_ago: u64) -> Completion {
+/// certainly been up longer than the branch has been prepared (or, not known, the decision
+/// is old), otherwise finished by its owner. A read-only branch is lost in any restart
+/// after its PREPARE, before the decision too. `Uptime` counts whole seconds between two
+/// truncated clock readings: it may read up to a second more than the server has been up,
+/// so only an `Uptime` over that age by a whole second proves the server was up before (a
+/// restart within a second of the decision read as "up before it" lost its incident: a
+/// test flake).
+pub fn maria_gone(resource: &str, uptime_s: Option<u64>, prepared_ms_ago: u64) -> Completion {
     match uptime_s {
-        Some(secs) if secs * 1000 < decided_ms_ago + 1000 => Completion::Incident(format!(
-            "{resource}: branch is gone and MariaDB restarted ({secs} s ago, in whole seconds) after the commit decision ({decided_ms_ago} ms ago) or about then, \
+        Some(secs) if secs * 1000 < prepared_ms_ago + 1000 => Completion::Incident(format!(
+            "{resource}: branch is gone and MariaDB restarted ({secs} s ago, in whole seconds) after the branch was prepared ({prepared_ms_ago} ms ago) or about then, \
              without its owner reporting it finished: a read-only branch is lost in a restart (its reads were not protected until the decision)",
         )),
         _ => Completion::Gone,
@@ -140,14 +142,14 @@ mod tests {
 
     #[test]
     fn a_mariadb_branch_gone_after_a_restart_is_an_incident() {
-        assert!(matches!(maria_gone("m", Some(5), 10_000), Completion::Incident(_)), "up 5 s, decided 10 s ago");
+        assert!(matches!(maria_gone("m", Some(5), 10_000), Completion::Incident(_)), "up 5 s, prepared 10 s ago");
         assert_eq!(maria_gone("m", Some(20), 10_000), Completion::Gone);
         assert_eq!(maria_gone("m", None, 10_000), Completion::Gone);
-        // Uptime reads whole seconds: 2 s may be 1.01 s up, restarted after a decision 1.6 s
-        // old. Read as "up before the decision" before (the branch "finished by its owner").
+        // Uptime reads whole seconds: 2 s may be 1.01 s up, restarted after a branch prepared
+        // 1.6 s ago. Read as "up before it" before (the branch "finished by its owner").
         assert!(
             matches!(maria_gone("m", Some(2), 1_600), Completion::Incident(_)),
-            "up 2 s (whole), decided 1.6 s ago"
+            "up 2 s (whole), prepared 1.6 s ago"
         );
         assert!(matches!(maria_gone("m", Some(11), 10_001), Completion::Incident(_)), "not a whole second over");
         assert_eq!(maria_gone("m", Some(11), 10_000), Completion::Gone, "a whole second over: up before it");

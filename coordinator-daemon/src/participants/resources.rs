@@ -117,11 +117,11 @@ impl ResourceClient {
         }
     }
 
-    /// Gives one branch its outcome from the daemon's own connection. `decided_ms_ago`:
-    /// how long ago the decision was made (a MariaDB branch gone after a server restart
-    /// since then may have been a read-only branch lost in the restart).
-    pub async fn complete(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
-        match tokio::time::timeout(QUERY_TIMEOUT, self.engine.complete(gtid, bid, outcome, decided_ms_ago)).await {
+    /// Gives one branch its outcome from the daemon's own connection. `prepared_ms_ago`:
+    /// how long ago the branch was prepared, else the decision made (a MariaDB branch gone
+    /// after a server restart since then may have been a read-only branch lost in it).
+    pub async fn complete(&self, gtid: &str, bid: &str, outcome: Outcome, prepared_ms_ago: u64) -> Completion {
+        match tokio::time::timeout(QUERY_TIMEOUT, self.engine.complete(gtid, bid, outcome, prepared_ms_ago)).await {
             Ok(r) => r,
             Err(_) => Completion::Retry(format!("{}: timed out", self.name)),
         }

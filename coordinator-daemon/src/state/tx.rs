@@ -65,6 +65,12 @@ pub struct Branch {
     /// transaction, and whose waiting statement an abort cancels. Not in the API's bodies.
     #[serde(skip)]
     pub session: Option<i64>,
+    /// When its owner reported it prepared (or the daemon loaded it so). A read-only
+    /// MariaDB branch is lost in any restart after its PREPARE, before the decision too:
+    /// completion compares the server's uptime with this (participants/branch_sql.rs
+    /// `maria_gone`).
+    #[serde(skip)]
+    pub prepared_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -259,6 +265,7 @@ impl Tx {
             note: None,
             attempts: 0,
             session: None,
+            prepared_at: None,
         });
         Ok(())
     }
@@ -273,6 +280,7 @@ impl Tx {
         match self.branches[i].state {
             BranchState::Registered => {
                 self.branches[i].state = BranchState::Prepared;
+                self.branches[i].prepared_at = Some(Instant::now());
                 Ok(())
             }
             BranchState::Prepared => {

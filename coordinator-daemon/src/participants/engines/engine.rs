@@ -44,7 +44,7 @@ pub(crate) trait Engine: Send + Sync + 'static {
         gtid: &'a str,
         bid: &'a str,
         outcome: Outcome,
-        decided_ms_ago: u64,
+        prepared_ms_ago: u64,
     ) -> Fut<'a, Completion>;
     /// What a prepared branch is doing to others.
     fn blocking<'a>(&'a self, gtid: &'a str, bid: &'a str) -> Fut<'a, Result<Blocking, ResourceError>>;

@@ -73,7 +73,7 @@ impl Mariadb {
         }
     }
 
-    async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome, decided_ms_ago: u64) -> Completion {
+    async fn complete_inner(&self, gtid: &str, bid: &str, outcome: Outcome, prepared_ms_ago: u64) -> Completion {
         let sql = match branch_sql::maria_finish(gtid, bid, outcome) {
             Ok(q) => q,
             Err(e) => return Completion::Incident(e),
@@ -90,7 +90,7 @@ impl Mariadb {
         };
         if !ours(&rows).any(|(g, b)| g == gtid && b == bid) {
             return match outcome {
-                Outcome::Commit => self.gone_after_commit(&mut conn, gtid, bid, decided_ms_ago).await,
+                Outcome::Commit => self.gone_after_commit(&mut conn, gtid, bid, prepared_ms_ago).await,
                 Outcome::Abort => Completion::Gone,
             };
         }
@@ -106,8 +106,8 @@ impl Mariadb {
     /// A branch of a committed transaction that MariaDB no longer lists, and that its owner
     /// did not report finished: committed by its owner (acknowledgement lost) — or lost, if
     /// it was read-only and its session ended (mysql_co lists it) or the server restarted
-    /// since the decision. The lost cases are incidents, never "finished".
-    async fn gone_after_commit(&self, conn: &mut Conn, gtid: &str, bid: &str, decided_ms_ago: u64) -> Completion {
+    /// since the branch was prepared. The lost cases are incidents, never "finished".
+    async fn gone_after_commit(&self, conn: &mut Conn, gtid: &str, bid: &str, prepared_ms_ago: u64) -> Completion {
         // mysql_co spells the XID as XA RECOVER FORMAT='SQL' does; ours are plain text.
         let Ok(sql_xid) = naming::xa_xid_sql(gtid, bid) else { return Completion::Gone };
         let lost: Result<Option<i64>, _> = conn
@@ -128,7 +128,7 @@ impl Mariadb {
             .query_first("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
             .await;
         match up {
-            Ok(u) => branch_sql::maria_gone(&self.name, u.and_then(|u| u.parse::<u64>().ok()), decided_ms_ago),
+            Ok(u) => branch_sql::maria_gone(&self.name, u.and_then(|u| u.parse::<u64>().ok()), prepared_ms_ago),
             Err(e) => Completion::Retry(format!("{}: {}", self.name, my_err(&e))),
         }
     }
@@ -222,9 +222,9 @@ impl Engine for Mariadb {
         gtid: &'a str,
         bid: &'a str,
         outcome: Outcome,
-        decided_ms_ago: u64,
+        prepared_ms_ago: u64,
     ) -> Fut<'a, Completion> {
-        Box::pin(self.complete_inner(gtid, bid, outcome, decided_ms_ago))
+        Box::pin(self.complete_inner(gtid, bid, outcome, prepared_ms_ago))
     }
 
     /// XA has no view of a prepared branch's locks: the resource's lock waits, whoever waits.

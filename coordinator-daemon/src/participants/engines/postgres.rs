@@ -222,7 +222,7 @@ impl Engine for Postgres {
         })
     }
 
-    /// `decided_ms_ago` matters to MariaDB only.
+    /// `prepared_ms_ago` matters to MariaDB only.
     fn complete<'a>(&'a self, gtid: &'a str, bid: &'a str, outcome: Outcome, _: u64) -> Fut<'a, Completion> {
         Box::pin(async move {
             let sql = match branch_sql::pg_finish(&self.prefix, gtid, bid, outcome) {
