@@ -72,6 +72,12 @@ def nothing_prepared(pg, mariadb) -> bool:
     return not pg_prepared(pg) and not my_prepared(mariadb)
 
 
+def decision_of(d, gtid: str) -> str:
+    """The daemon's decision for gtid, or the error code it answers instead."""
+    st, body = api(d, "GET", f"/v1/transactions/{gtid}/decision")
+    return body.get("decision") if st == 200 else body["error"]["code"]
+
+
 def metrics_text(d) -> str:
     """The daemon's /metrics page (Prometheus text), read with its token (none when it
     runs with per-role credentials) and, over HTTPS, its CA."""

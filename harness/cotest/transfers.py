@@ -32,6 +32,16 @@ def transfer(d, pg, mariadb, key: str):
     return tx, (pc, mc)
 
 
+def prepared_transfer(d, pg, mariadb, key: str) -> str:
+    """A transfer on daemon d with both branches prepared and reported, the application's
+    sessions closed (so any daemon may finish the branches): its gtid."""
+    tx, sessions = transfer(d, pg, mariadb, key)
+    assert len(tx.prepare_all(report=True)) == 2
+    for s in sessions:
+        s.close()
+    return tx.gtid
+
+
 def committed_transfer(d, pg, mariadb, key: str):
     """A transfer on daemon d, committed, its sessions closed: the transaction."""
     tx, sessions = transfer(d, pg, mariadb, key)

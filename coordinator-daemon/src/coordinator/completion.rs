@@ -184,13 +184,11 @@ pub async fn complete_pending<'a>(c: impl Into<Finishing<'a>>, gtid: &str, by: F
         let txs = c.registry.txs.lock().unwrap();
         let Some(e) = txs.get(gtid) else { return 0 };
         let Some(o) = e.tx.decision() else { return 0 };
-        let todo: Vec<(String, String, Outcome)> =
-            e.tx.branches
-                .iter()
-                .filter(|b| b.state == BranchState::Prepared)
-                .map(|b| (b.resource.clone(), b.branch_id.clone(), o))
-                .collect();
-        todo
+        e.tx.branches
+            .iter()
+            .filter(|b| b.state == BranchState::Prepared)
+            .map(|b| (b.resource.clone(), b.branch_id.clone(), o))
+            .collect::<Vec<_>>()
     };
     let mut left = 0;
     for (res, bid, o) in todo {

@@ -421,7 +421,7 @@ impl Registry {
     pub fn prepared_ms_ago(&self, gtid: &str, bid: &str) -> u64 {
         let txs = self.txs.lock().unwrap();
         let Some(e) = txs.get(gtid) else { return 0 };
-        prepared_ms_ago(&e.tx, bid)
+        e.tx.prepared_ms_ago(bid)
     }
 }
 
@@ -443,10 +443,3 @@ impl Memory for Registry {
 
 #[cfg(test)]
 mod tests;
-
-/// How long ago branch `bid` of `tx` was prepared, else its decision was taken, in ms (0:
-/// unknown): how long a MariaDB restart may have been losing a read-only branch.
-pub fn prepared_ms_ago(tx: &crate::state::Tx, bid: &str) -> u64 {
-    let prepared = tx.branches.iter().find(|b| b.branch_id == bid).and_then(|b| b.prepared_at);
-    prepared.or(tx.decided).map(|t| t.elapsed().as_millis() as u64).unwrap_or(0)
-}

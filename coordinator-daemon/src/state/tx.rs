@@ -185,6 +185,13 @@ impl Tx {
         self.decide_in = Some(String::new());
     }
 
+    /// How long ago branch `bid` was prepared, else the decision was taken, in ms (0:
+    /// unknown): how long a MariaDB restart may have been losing a read-only branch.
+    pub fn prepared_ms_ago(&self, bid: &str) -> u64 {
+        let prepared = self.branches.iter().find(|b| b.branch_id == bid).and_then(|b| b.prepared_at);
+        prepared.or(self.decided).map(|t| t.elapsed().as_millis() as u64).unwrap_or(0)
+    }
+
     pub fn decision(&self) -> Option<Outcome> {
         match self.state {
             TxState::Committed => Some(Outcome::Commit),

@@ -15,12 +15,13 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
 
 import psycopg
 import pytest
 from cotx import Coordinator
-from cotest.coord import api, make_daemon, metric, nothing_prepared, peers, wait_until
-from cotest.transfers import absent_both, committed_both, transfer
+from cotest.coord import api, decision_of, make_daemon, metric, nothing_prepared, peers, wait_until
+from cotest.transfers import absent_both, committed_both, prepared_transfer, transfer
 
 pytestmark = pytest.mark.usefixtures("crash_tables", "store_db")
 
@@ -32,16 +33,6 @@ def store_sql(pg, sql, *args):
     with psycopg.connect(dsn, autocommit=True) as c:
         cur = c.execute(sql, args or None)
         return cur.fetchall() if cur.description else None
-
-
-def prepared_transfer(d, pg, mariadb, key):
-    """A transfer on daemon d with both branches prepared and reported, the application's
-    sessions closed (so any daemon may finish the branches)."""
-    tx, sessions = transfer(d, pg, mariadb, key)
-    assert len(tx.prepare_all(report=True)) == 2
-    for s in sessions:
-        s.close()
-    return tx.gtid
 
 
 def committed_transfer(d, pg, mariadb, key):
@@ -61,9 +52,14 @@ def settled(pred):
         return False
 
 
-def decision_of(d, gtid):
-    st, body = api(d, "GET", f"/v1/transactions/{gtid}/decision")
-    return body.get("decision") if st == 200 else body["error"]["code"]
+@contextmanager
+def stoppable_store(table):
+    """A PostgreSQL server of its own as the decision store: (the server, the store's config)."""
+    from cotest import PgServer
+    with PgServer() as store_pg:
+        store_pg.sql("CREATE DATABASE cotx_log")
+        yield store_pg, {"kind": "postgres", "dsn": store_pg.dsn.replace("dbname=postgres", "dbname=cotx_log"),
+                         "table": table}
 
 
 def pause(proc_pid):
@@ -111,10 +107,7 @@ def test_daemon_paused_past_a_takeover_and_handback_never_commits(pg, mariadb, d
 # --- 2. stuck in "committing" after the store paused ------------------------------------------
 
 def test_commits_in_flight_while_the_store_is_paused_are_answered_once_it_is_back(pg, mariadb, daemons):
-    from cotest import PgServer
-    with PgServer() as store_pg:
-        store_pg.sql("CREATE DATABASE cotx_log")
-        store = {"kind": "postgres", "dsn": store_pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "paused_t"}
+    with stoppable_store("paused_t") as (store_pg, store):
         ds = [daemons(make_daemon(pg, mariadb, node_id=n, store=store, lease={"ttl_ms": 3000, "renew_ms": 750},
                                   timeouts={"owner_grace_ms": 1000, "transaction_ms": 120000})) for n in ("pz-a", "pz-b", "pz-c")]
         for d in ds[1:]:
@@ -205,10 +198,7 @@ def test_decisions_left_to_retry_are_written_once_the_store_answers_again(pg, ma
     pending decisions are written then, not after the delay they had grown to: a client
     polling for its outcome would wait that long, or give up. Before, the last retry of the
     outage set the next one up to 10 s after it, whether the store was back or not."""
-    from cotest import PgServer
-    with PgServer() as store_pg:
-        store_pg.sql("CREATE DATABASE cotx_log")
-        store = {"kind": "postgres", "dsn": store_pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "back_t"}
+    with stoppable_store("back_t") as (store_pg, store):
         a = daemons(make_daemon(pg, mariadb, node_id="sb-a", store=store, lease={"ttl_ms": 3000, "renew_ms": 750},
                                 timeouts={"retry_initial_ms": 100, "retry_max_ms": 10000}))
         a.start()
@@ -235,10 +225,7 @@ def test_a_client_commit_rides_out_a_stopped_store(pg, mariadb, daemons, one_req
     store_unavailable (the decision is pending), which the retry rules read as "poll the
     decision"; the client waits, and once the store is back its commit returns committed,
     no error raised, applied once."""
-    from cotest import PgServer
-    with PgServer() as store_pg:
-        store_pg.sql("CREATE DATABASE cotx_log")
-        store = {"kind": "postgres", "dsn": store_pg.dsn.replace("dbname=postgres", "dbname=cotx_log"), "table": "ride_t"}
+    with stoppable_store("ride_t") as (store_pg, store):
         a = daemons(make_daemon(pg, mariadb, node_id="ride-a", store=store))
         a.start()
         key = f"ride-{int(one_request)}"

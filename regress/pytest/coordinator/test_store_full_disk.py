@@ -8,8 +8,8 @@ import os
 import subprocess
 
 import pytest
-from cotest.coord import api, nothing_prepared, wait_until
-from cotest.transfers import committed_both, transfer
+from cotest.coord import api, decision_of, nothing_prepared, wait_until
+from cotest.transfers import committed_both, prepared_transfer
 
 pytestmark = [
     pytest.mark.usefixtures("crash_tables"),
@@ -37,19 +37,6 @@ def fill(mnt) -> None:
                 f.write(b"\0" * 4096)
         except OSError:
             pass
-
-
-def prepared_transfer(d, pg, mariadb, key) -> str:
-    tx, sessions = transfer(d, pg, mariadb, key)
-    assert len(tx.prepare_all(report=True)) == 2
-    for s in sessions:
-        s.close()
-    return tx.gtid
-
-
-def decision_of(d, gtid) -> str:
-    st, body = api(d, "GET", f"/v1/transactions/{gtid}/decision")
-    return body.get("decision") if st == 200 else body["error"]["code"]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "log"])

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 /// A log that records batch sizes and takes `sync` to "sync" (a slow one lets requests
 /// pile up).
+#[derive(Default)]
 struct TestLog {
     sizes: Arc<Mutex<Vec<usize>>>,
     sync: Duration,
@@ -19,7 +20,7 @@ fn away() -> StoreError {
 
 /// A log whose syncs take 20 ms.
 fn slow_log(sizes: Arc<Mutex<Vec<usize>>>) -> TestLog {
-    TestLog { sizes, sync: Duration::from_millis(20), down: Default::default() }
+    TestLog { sizes, sync: Duration::from_millis(20), ..Default::default() }
 }
 
 impl DecisionLog for TestLog {
@@ -104,10 +105,7 @@ async fn spaced(delay_ms: u64) -> (Vec<usize>, u64) {
     let store = Store::open_in_thread(
         {
             let s = sizes.clone();
-            move || {
-                Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO, down: Default::default() })
-                    as Box<dyn DecisionLog>)
-            }
+            move || Ok(Box::new(TestLog { sizes: s, ..Default::default() }) as Box<dyn DecisionLog>)
         },
         1024,
         Duration::from_millis(delay_ms),
@@ -146,10 +144,7 @@ async fn a_lone_caller_waits_only_when_waits_might_pay() {
     let store = Store::open_in_thread(
         {
             let s = sizes.clone();
-            move || {
-                Ok(Box::new(TestLog { sizes: s, sync: Duration::ZERO, down: Default::default() })
-                    as Box<dyn DecisionLog>)
-            }
+            move || Ok(Box::new(TestLog { sizes: s, ..Default::default() }) as Box<dyn DecisionLog>)
         },
         1024,
         Duration::from_millis(5),
@@ -213,7 +208,7 @@ async fn writes_nobody_waits_for_do_not_wake_the_writer() {
 async fn a_stalled_batch_of_held_writes_shows_as_a_stall() {
     let sizes = Arc::new(Mutex::new(vec![]));
     let store = Store::start(
-        Box::new(TestLog { sizes: sizes.clone(), sync: Duration::from_millis(600), down: Default::default() }),
+        Box::new(TestLog { sizes: sizes.clone(), sync: Duration::from_millis(600), ..Default::default() }),
         1024,
     );
     store.write_later(Op::Forget("n.g-1".into()));
@@ -232,7 +227,7 @@ async fn a_stalled_batch_of_held_writes_shows_as_a_stall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_write_answered_after_a_failure_wakes_the_retries() {
     let down = Arc::new(AtomicBool::new(false));
-    let log = TestLog { sizes: Default::default(), sync: Duration::ZERO, down: down.clone() };
+    let log = TestLog { down: down.clone(), ..Default::default() };
     let store = Store::start(Box::new(log), 1024);
     let tok = Token { holder: "h".into(), generation: 1 };
     let woken = |store: &Store| {
