@@ -24,12 +24,24 @@ def transfer(d, pg, mariadb, key: str):
     """A transfer on daemon d (resources "pg" and "my"), its two branches run, not
     prepared: (tx, (pg session, MariaDB session)); tx._branches are the two branches."""
     tx = Coordinator(d.url, d.token).transaction()
+    return tx, transfer_branches(tx, pg, mariadb, key)
+
+
+def transfer_branches(tx, pg, mariadb, key: str):
+    """The transfer's two branches run in tx, not prepared: (pg session, MariaDB session).
+    For a transfer under the client's retry path: `coord.run(lambda tx: ...)`."""
     pc, mc = pg.connect(), mariadb.connect()
-    with tx.branch(pc, "pg"):
-        pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
-    with tx.branch(mc, "my"):
-        mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
-    return tx, (pc, mc)
+    try:
+        with tx.branch(pc, "pg"):
+            pc.execute("INSERT INTO crash VALUES (%s, 1)", (key,))
+        with tx.branch(mc, "my"):
+            mc.cursor().execute("INSERT INTO crash VALUES (%s, 1)", (key,))
+    except BaseException:
+        # A refused attempt leaves no session behind (the retry path opens new ones).
+        pc.close()
+        mc.close()
+        raise
+    return pc, mc
 
 
 def prepared_transfer(d, pg, mariadb, key: str) -> str:

@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 from cotest import MariaServer, PgServer
 from cotest.coord import make_daemon, metric, my_prepared, pg_prepared, wait_until
-from cotest.transfers import transfer as crash_transfer
+from cotest.transfers import transfer as crash_transfer, transfer_branches
 from cotx import Coordinator
 from cotx.errors import CoordinatorError, CotxError
 
@@ -244,6 +244,7 @@ def test_kill9_of_the_client_at_every_step_leaves_nothing_prepared_or_split(bare
 def test_kill9_of_the_daemon_at_every_step_leaves_nothing_prepared_or_split(bare_pg, bare_my, step):
     """The daemon dies with helpers prepared; its restart recovers them (after deciding
     the branches) before it admits a new client-mode branch."""
+    assert settled(bare_pg, bare_my), "an earlier test left branches prepared"
     with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 3000, "owner_grace_ms": 300}) as d:
         key = f"daemon-{step}"
         tx, bp, bm = transfer(d, bare_pg, bare_my, key)
@@ -272,11 +273,53 @@ def test_kill9_of_the_daemon_at_every_step_leaves_nothing_prepared_or_split(bare
         for b in (bp, bm):
             b.conn.close()
         d.start()
-        # A new client-mode branch is admitted only once the old helpers are recovered.
-        tx2, _, _ = transfer(d, bare_pg, bare_my, key + "-after")
-        tx2.commit()
+        # A new client-mode branch is admitted only once the old helpers are recovered; until
+        # the old branches are decided the restart gate may refuse it, "not now", and the
+        # client's retry path runs it again (the test below).
+        sessions = Coordinator(d.url, d.token).run(lambda tx: transfer_branches(tx, bare_pg, bare_my, key + "-after"))
+        for s in sessions:
+            s.close()
         wait_until(lambda: settled(bare_pg, bare_my), 30, f"nothing prepared after the daemon died at {step!r}")
         assert rows(bare_pg, bare_my, key) == ((1, 1) if decision else (0, 0)), step
+        assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
+
+
+def test_a_registration_refused_while_a_restarted_daemon_recovers_is_admitted_by_the_retry_path(bare_pg, bare_my):
+    """A daemon restarted with a committed branch still prepared at MariaDB closes the
+    restart gate at its first look (it cannot know whether MariaDB restarted while it was
+    away) until its recovery has committed that branch. A registration in between is
+    refused 503 restart_gate, "not now", and the client's retry path admits it once the
+    branch is committed: the application sees no failure. MariaDB's global read lock holds
+    the recovery's XA COMMIT, so the registration surely comes in between (on a slow
+    machine it did by itself: the kill -9 test above once failed so in CI)."""
+    assert settled(bare_pg, bare_my), "an earlier test left branches prepared"
+    with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 3000, "owner_grace_ms": 300}) as d:
+        key = "gate-retry"
+        tx, bp, bm = transfer(d, bare_pg, bare_my, key)
+        mine = tx.prepare_all(report=False)
+        assert tx._commit_call({"prepared": mine}) == "commit"
+        d.kill9()
+        for b in (bp, bm):
+            b.conn.close()
+        hold = bare_my.connect()
+        hold.cursor().execute("FLUSH TABLES WITH READ LOCK")
+        refusals = []
+
+        def let_recovery_commit(retries, e, delay):
+            refusals.append(getattr(e, "code", repr(e)))
+            hold.cursor().execute("UNLOCK TABLES")
+
+        try:
+            d.start()
+            sessions = Coordinator(d.url, d.token).run(
+                lambda tx: transfer_branches(tx, bare_pg, bare_my, key + "-after"), on_retry=let_recovery_commit)
+            for s in sessions:
+                s.close()
+        finally:
+            hold.close()
+        assert refusals == ["restart_gate"], refusals
+        wait_until(lambda: settled(bare_pg, bare_my), 30, "nothing prepared")
+        assert rows(bare_pg, bare_my, key) == (1, 1)
         assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
 
 
