@@ -216,6 +216,11 @@ public final class LocalDaemon implements AutoCloseable {
         throw new IllegalStateException("the resources are not in " + mode + " mode after " + within + ": " + m);
     }
 
+    /** The daemon's process id: to signal it (a test pauses it with SIGSTOP). */
+    public long pid() {
+        return process.pid();
+    }
+
     /** kill -9: what a crash leaves. */
     public void kill() throws InterruptedException {
         process.destroyForcibly();
