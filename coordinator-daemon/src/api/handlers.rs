@@ -30,7 +30,7 @@ use std::sync::Arc;
     responses((status = 200, body = Health), (status = 400, body = Error)))]
 pub async fn healthz(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
-    let resources = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let resources = c.health.all().into_iter().collect();
     ok(Health { status: "ok".into(), node_id: c.cfg.node_id.clone(), resources })
 }
 
@@ -63,7 +63,7 @@ pub async fn readyz(c: Arc<Coordinator>, r: Call) -> Routed {
 pub async fn metrics(c: Arc<Coordinator>, r: Call) -> Routed {
     let _: NoQuery = query(r.q.as_deref())?;
     let g = c.gauges();
-    let up: Vec<(String, bool)> = c.resource_up.lock().unwrap().iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let up = c.health.all();
     let mut text = c.metrics.render(&g, c.store.stats.batches.load(Relaxed), c.store.stats.ops.load(Relaxed), &up);
     // As the resource listing shows it (null: no state yet).
     let modes: Vec<(String, serde_json::Value)> =

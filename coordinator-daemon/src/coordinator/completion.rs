@@ -15,12 +15,12 @@ use crate::store::{CorruptRecord, Decided, DecisionRecord, Store, Token};
 use crate::telemetry::log::log;
 use crate::telemetry::metrics::Metrics;
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::effects::{Effect, Effects};
+use super::health::ResourceHealth;
 use super::holds;
 use super::parts::Parts;
 use super::registry::{Incident, Registry};
@@ -34,7 +34,7 @@ pub struct Finishing<'a> {
     pub store: &'a Store,
     pub metrics: &'a Metrics,
     pub resources: &'a Clients,
-    pub resource_up: &'a Mutex<HashMap<String, bool>>,
+    pub health: &'a ResourceHealth,
     pub incidents: &'a Mutex<Vec<Incident>>,
     pub registry: &'a Registry,
     pub owner: &'a Ownership,
@@ -47,7 +47,7 @@ impl<'a> From<&'a Parts> for Finishing<'a> {
             store: &p.store,
             metrics: &p.metrics,
             resources: &p.resources,
-            resource_up: &p.resource_up,
+            health: &p.health,
             incidents: &p.incidents,
             registry: &p.registry,
             owner: &p.owner,
@@ -250,7 +250,7 @@ pub fn note_completion<'a>(
     by: FinishedBy,
 ) -> bool {
     let c = c.into();
-    c.resource_up.lock().unwrap().insert(res.to_string(), !matches!(r, Completion::Retry(_)));
+    c.health.note(res, !matches!(r, Completion::Retry(_)));
     // True when this attempt is the one that settles the branch (completion and
     // recovery may both be at it).
     let settle = |note: Option<String>| {
@@ -397,11 +397,11 @@ mod tests {
             Completion::Retry("down".into()),
             FinishedBy::Daemon
         ));
-        assert_eq!(p.resource_up.lock().unwrap().get("pg"), Some(&false));
+        assert_eq!(p.health.get("pg"), Some(false));
         assert_eq!(branch(p, &g, "b1").0, BranchState::Prepared);
         assert!(!note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::OwnerAttached, FinishedBy::Daemon));
         assert!(note_completion(p, &g, "pg", "b1", Outcome::Commit, Completion::Done, FinishedBy::Recovery));
-        assert_eq!(p.resource_up.lock().unwrap().get("pg"), Some(&true));
+        assert_eq!(p.health.get("pg"), Some(true));
         assert_eq!(branch(p, &g, "b1"), (BranchState::Finished, None));
         assert_eq!((p.metrics.recovery_commit.load(Relaxed), p.metrics.completion_commit.load(Relaxed)), (1, 0));
         assert!(note_completion(

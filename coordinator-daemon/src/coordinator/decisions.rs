@@ -125,6 +125,10 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
     tokio::spawn(async move {
         let mut delay = me.cfg.timeouts.retry_initial_ms;
         loop {
+            // Taken before the attempt, so that the decision resource's return during it
+            // is not missed: once anything reaches it again, the next try comes at once,
+            // not after a delay grown while it was away (health.rs).
+            let back = me.health.back.notified();
             let res = {
                 let txs = me.registry.txs.lock().unwrap();
                 match txs.get(&gtid) {
@@ -137,7 +141,10 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
             };
             let Some(rc) = res.and_then(|r| me.resources.get(&r).cloned()) else { return };
             if !me.owner.lease.expired() {
-                match rc.resolve_decisions(std::slice::from_ref(&gtid)).await {
+                let answer = rc.resolve_decisions(std::slice::from_ref(&gtid)).await;
+                // A SQL error (co.resolve's lock timeout under an open co.decide) is an answer.
+                me.health.note(&rc.name, !matches!(answer, Err(ResourceError::Unreachable(_))));
+                match answer {
                     Ok(m) if m.contains_key(&gtid) => {
                         let o = m[&gtid];
                         log(
@@ -158,7 +165,10 @@ pub fn spawn_resolution(c: &Arc<Parts>, gtid: &str) {
                     ),
                 }
             }
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                _ = back => {}
+            }
             delay = (delay * 2).min(me.cfg.timeouts.retry_max_ms);
         }
     });

@@ -34,6 +34,7 @@ pub mod deadlocks;
 pub mod decisions;
 pub mod effects;
 pub mod expiry;
+pub mod health;
 pub mod holds;
 pub mod housekeeping;
 pub mod leases;
@@ -335,7 +336,7 @@ impl Coordinator {
 
     pub fn resources_report(&self) -> wire::Resources {
         let p = &self.parts;
-        operator::resources_report(&p.cfg, &p.registry, &p.resource_up, &p.enforcement)
+        operator::resources_report(&p.cfg, &p.registry, &p.health, &p.enforcement)
     }
 
     pub async fn nodes_report(&self) -> Res<wire::Nodes> {

@@ -13,12 +13,12 @@ use crate::wire::{self, Decided, Decision, ResourceEnforcement, ResourceInfo, Re
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Mutex;
 
 use super::answers::{self, Answering, Res};
 use super::commit;
 use super::completion::{self, Finishing};
 use super::effects::Effects;
+use super::health::ResourceHealth;
 use super::operating::Operating;
 use super::registry::Registry;
 
@@ -247,7 +247,7 @@ pub async fn in_doubt_report(c: Answering<'_>) -> Res<TransactionList> {
 pub fn resources_report(
     cfg: &Config,
     registry: &Registry,
-    resource_up: &Mutex<HashMap<String, bool>>,
+    health: &ResourceHealth,
     enforcement: &Enforcement,
 ) -> Resources {
     let mut prepared: HashMap<String, u64> = HashMap::new();
@@ -256,14 +256,13 @@ pub fn resources_report(
             *prepared.entry(b.resource.clone()).or_default() += 1;
         }
     }
-    let up = resource_up.lock().unwrap();
     let resources = cfg
         .resources
         .iter()
         .map(|r| ResourceInfo {
             name: r.name.clone(),
             kind: r.kind.into(),
-            up: up.get(&r.name).copied(),
+            up: health.get(&r.name),
             decisions: r.decisions,
             prepared_branches: prepared.get(&r.name).copied().unwrap_or(0),
             // Every configured resource has an enforcement state (Enforcement::new).

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use super::health::ResourceHealth;
 use super::leases::Leases;
 use super::registry::{Incident, Registry};
 use cotx_protocol::leased::Range;
@@ -30,8 +31,8 @@ pub struct Parts {
     pub store: Store,
     pub metrics: Metrics,
     pub resources: HashMap<String, Arc<ResourceClient>>,
-    /// Each resource's health at the last contact (completion, recovery).
-    pub resource_up: Mutex<HashMap<String, bool>>,
+    /// Each resource's health at the last contact, and the wake-up of retries waiting on one.
+    pub health: ResourceHealth,
     /// Branches that did not reach their decided outcome (completion.rs).
     pub incidents: Mutex<Vec<Incident>>,
     pub registry: Registry,
@@ -59,7 +60,7 @@ impl Parts {
             store,
             metrics: Metrics::default(),
             resources,
-            resource_up: Mutex::new(HashMap::new()),
+            health: ResourceHealth::default(),
             incidents: Mutex::new(Vec::new()),
             registry: Registry::default(),
             store_stalled: AtomicBool::new(false),

@@ -30,12 +30,13 @@ use crate::telemetry::log::log;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::completion::{self, Finishing};
 use super::decisions;
 use super::effects::Effects;
+use super::health::ResourceHealth;
 use super::holds::{self, Holds};
 use super::leases::Leases;
 use super::parts::Parts;
@@ -92,7 +93,7 @@ struct Looking<'a> {
     owner: &'a Ownership,
     registry: &'a Registry,
     resources: &'a Clients,
-    resource_up: &'a Mutex<HashMap<String, bool>>,
+    health: &'a ResourceHealth,
     leases: &'a Leases,
 }
 
@@ -103,7 +104,7 @@ impl<'a> From<&'a Parts> for Looking<'a> {
             owner: &p.owner,
             registry: &p.registry,
             resources: &p.resources,
-            resource_up: &p.resource_up,
+            health: &p.health,
             leases: &p.leases,
         }
     }
@@ -125,7 +126,7 @@ impl Looking<'_> {
     }
 
     fn mark(self, resource: &str, up: bool) {
-        self.resource_up.lock().unwrap().insert(resource.to_string(), up);
+        self.health.note(resource, up);
     }
 }
 

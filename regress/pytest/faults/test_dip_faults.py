@@ -35,12 +35,12 @@ def dbs(pg, mariadb):
     return pg, mariadb
 
 
-def daemon(pg, mariadb, decisions: bool) -> Daemon:
+def daemon(pg, mariadb, decisions: bool, **timeouts) -> Daemon:
     pgres = {"name": "pg", "kind": "postgres", "dsn": pg.dsn, "pool_size": 2}
     if decisions:
         pgres["decisions"] = True
     return Daemon([pgres, {"name": "my", "kind": "mariadb", "dsn": mariadb.dsn, "pool_size": 2}],
-                  timeouts=TIMEOUTS).start()
+                  timeouts={**TIMEOUTS, **timeouts}).start()
 
 
 def fresh_row(pg, mariadb, rid: int) -> None:
@@ -257,6 +257,33 @@ def test_postgresql_restarted_after_decision_commit(dbs):
         pg.kill9()
         pg.start()
         assert t.settled() == (110, 90)
+    finally:
+        d.destroy()
+
+
+def test_resolution_goes_on_as_soon_as_postgresql_is_back(dbs):
+    """PostgreSQL, the decision resource, is down longer than the resolution's retry delay
+    takes to grow (the owner never reports). When it is back, the resolution does not wait
+    out that delay: the first contact with PostgreSQL that works (a recovery pass, here
+    every 300 ms) wakes it, and the MariaDB branch is committed within a second or two.
+    Failed before: the resolution's next try came up to `timeouts.retry_max_ms` (10 s)
+    after PostgreSQL's return, the MariaDB branch prepared (its row locked) meanwhile.
+    (The test daemons' retry_max_ms is 500 ms: here the default.)"""
+    pg, my = dbs
+    d = daemon(pg, my, decisions=True, retry_max_ms=10000)
+    try:
+        t = Transfer(d, pg, my, 8)
+        t.commit_call()
+        t.decide()
+        t.pgc.execute("COMMIT")
+        pg.kill9()
+        time.sleep(14)
+        pg.start()
+        back = time.monotonic()
+        wait_until(lambda: nothing_prepared(pg, my), timeout=60, what="the MariaDB branch committed")
+        took = time.monotonic() - back
+        assert took < 4, f"the MariaDB branch was committed {took:.1f} s after PostgreSQL was back\n" + d.log_tail(30)
+        assert t.balances() == (110, 90)
     finally:
         d.destroy()
 
