@@ -37,10 +37,21 @@ pub struct LogFile {
     pub end: u64,
     /// Zero-filled and synced up to here.
     allocated: u64,
+    /// The rename that made this file the log is not known durable (its directory sync
+    /// failed): nothing is appended until a sync of the directory goes through, so that
+    /// no decision is acknowledged in a file a crash could still swap for the old one.
+    dir_unsynced: bool,
 }
 
 fn unavailable(path: &str, what: &str, e: std::io::Error) -> StoreError {
     StoreError::Unavailable(format!("decision log {path}: {what}: {e}"))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: the directory sync after the next rewrite's rename fails, as an EIO from the
+    /// disk (or EMFILE opening the directory) would; it goes through afterwards.
+    pub static FAIL_RENAME_SYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Makes `path`'s directory entry (a new file, a rename) durable.
@@ -70,9 +81,17 @@ impl LogFile {
     /// Writes a complete log, the header and `snap` (a state's snapshot frame), at
     /// `<path>.tmp`, syncs it, renames it over `path` and syncs the directory: whenever a
     /// crash comes, `path` is the old file or the new one, each whole (a `.tmp` left
-    /// behind is removed at the next open).
+    /// behind is removed at the next open). A failure removes the `.tmp` at once: a
+    /// compaction that ran into a full disk must not keep the space it took from the
+    /// running log.
     pub fn write_snapshot(path: &str, snap: &[u8], sync: SyncMethod) -> Result<LogFile, StoreError> {
         let tmp = format!("{path}.tmp");
+        LogFile::write_snapshot_at(path, &tmp, snap, sync).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+    }
+
+    fn write_snapshot_at(path: &str, tmp: &str, snap: &[u8], sync: SyncMethod) -> Result<LogFile, StoreError> {
         let mut bytes = MAGIC.to_vec();
         bytes.extend_from_slice(snap);
         let end = bytes.len() as u64;
@@ -84,14 +103,27 @@ impl LogFile {
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)
-            .map_err(|e| unavailable(&tmp, "creating", e))?;
-        file.write_all_at(&bytes, 0).map_err(|e| unavailable(&tmp, "writing", e))?;
-        file.sync_all().map_err(|e| unavailable(&tmp, "fsync", e))?;
-        std::fs::rename(&tmp, path).map_err(|e| unavailable(path, "renaming the new file over it", e))?;
-        sync_dir(path)?;
-        let direct = Direct::open(path, sync, tail)?;
-        Ok(LogFile { path: path.to_string(), file, direct, end, allocated })
+            .open(tmp)
+            .map_err(|e| unavailable(tmp, "creating", e))?;
+        file.write_all_at(&bytes, 0).map_err(|e| unavailable(tmp, "writing", e))?;
+        file.sync_all().map_err(|e| unavailable(tmp, "fsync", e))?;
+        // Everything that can fail without harm comes before the rename (the direct handle
+        // too: the same inode once renamed). After it the file at `path` is this one: the
+        // caller must go on in it, never in the old one (unlinked: a restart would not
+        // find what it holds from then on).
+        let direct = Direct::open(tmp, sync, tail)?;
+        std::fs::rename(tmp, path).map_err(|e| unavailable(path, "renaming the new file over it", e))?;
+        let synced = sync_dir(path);
+        #[cfg(test)]
+        let synced = if FAIL_RENAME_SYNC.replace(false) {
+            Err(unavailable(path, "syncing its directory", std::io::Error::from_raw_os_error(libc::EIO)))
+        } else {
+            synced
+        };
+        if let Err(e) = &synced {
+            tracing::warn!(store = path, error = %e, "decision log: the new file's rename is not synced yet; retried before the next write");
+        }
+        Ok(LogFile { path: path.to_string(), file, direct, end, allocated, dir_unsynced: synced.is_err() })
     }
 
     /// Opens the log at `path` (made if missing) and replays it into a state.
@@ -137,7 +169,8 @@ impl LogFile {
         }
         let tail = bytes[sc.end / BLOCK * BLOCK..sc.end].to_vec();
         let direct = Direct::open(path, sync, tail)?;
-        let f = LogFile { path: path.to_string(), file, direct, end: sc.end as u64, allocated: len };
+        let f =
+            LogFile { path: path.to_string(), file, direct, end: sc.end as u64, allocated: len, dir_unsynced: false };
         if let Some(to) = sc.torn_to {
             // A batch whose fdatasync never returned (nobody was told it happened): cut,
             // so that the next batch is not read as following damage.
@@ -163,6 +196,10 @@ impl LogFile {
     /// fdatasync. On an error nothing counts as written (the next batch goes to the same
     /// place).
     pub fn append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        if self.dir_unsynced {
+            sync_dir(&self.path)?;
+            self.dir_unsynced = false;
+        }
         let need = self.end + bytes.len() as u64;
         if need > self.allocated {
             self.grow(need)?;

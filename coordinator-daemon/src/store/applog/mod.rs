@@ -69,7 +69,9 @@ impl AppLog {
     /// it runs on the store's only thread between batches (nothing is being appended),
     /// from the state that the old file's frames give back, and the new file replaces the
     /// old one by rename after it is synced (file.rs `write_fresh`): a crash at any point
-    /// leaves one of the two whole. A failure leaves the old file in use.
+    /// leaves one of the two whole. A failure leaves the old file in use; once the rename
+    /// is done the new one is in use, even if its directory sync failed (then retried
+    /// before the next write: file.rs `dir_unsynced`).
     fn maybe_compact(&mut self) -> Result<(), StoreError> {
         if self.file.end < self.next_check {
             return Ok(());
