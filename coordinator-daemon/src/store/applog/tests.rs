@@ -202,6 +202,23 @@ fn damage_in_the_middle_is_refused_untouched() {
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 
+/// A log that considers compaction from 64 KiB on (not 8 MiB).
+fn compacting_log(p: &str) -> AppLog {
+    let mut l = open_log(p).unwrap();
+    l.compact_min = 64 << 10;
+    l.next_check = l.compact_min;
+    l
+}
+
+/// 50 decisions, finished and purged: the file grows, the live state does not.
+fn churn(l: &mut AppLog, round: usize) {
+    l.write_batch(&batch(&format!("x{round}-"), 50)).unwrap();
+    let fin: Vec<Op> = (0..50).map(|i| Op::Forget(format!("x{round}-{i}"))).collect();
+    l.write_batch(&fin).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    l.write_batch(&[Op::Purge { older_than_ms: 0 }]).unwrap();
+}
+
 /// Compaction rewrites the file as the live state: every answer stays, and a crash on
 /// either side of its rename leaves a log that opens with the same answers.
 #[test]
@@ -209,21 +226,14 @@ fn compaction_keeps_every_answer() {
     let d = tmpdir("log-compact");
     let path = d.join("d.log");
     let p = path.to_str().unwrap();
-    let mut l = open_log(p).unwrap();
-    l.compact_min = 64 << 10;
-    l.next_check = l.compact_min;
+    let mut l = compacting_log(p);
     script(&mut l);
     let want = answers(&mut l);
     let id = l.identity().unwrap();
     // Decided and finished over and over: the file grows, the live state does not.
     let mut peak = 0;
     for round in 0..40 {
-        let ops = batch(&format!("x{round}-"), 50);
-        l.write_batch(&ops).unwrap();
-        let fin: Vec<Op> = (0..50).map(|i| Op::Forget(format!("x{round}-{i}"))).collect();
-        l.write_batch(&fin).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        l.write_batch(&[Op::Purge { older_than_ms: 0 }]).unwrap();
+        churn(&mut l, round);
         peak = peak.max(l.end());
     }
     assert!(l.end() < peak, "compacted: {} < {peak}", l.end());
@@ -271,16 +281,11 @@ fn a_compaction_whose_rename_is_not_synced_loses_nothing() {
     let d = tmpdir("log-compact-dirsync");
     let path = d.join("d.log");
     let p = path.to_str().unwrap();
-    let mut l = open_log(p).unwrap();
-    l.compact_min = 64 << 10;
-    l.next_check = l.compact_min;
+    let mut l = compacting_log(p);
     file::FAIL_RENAME_SYNC.set(true);
     for round in 0.. {
         assert!(round < 200, "no compaction happened");
-        l.write_batch(&batch(&format!("x{round}-"), 50)).unwrap();
-        let fin: Vec<Op> = (0..50).map(|i| Op::Forget(format!("x{round}-{i}"))).collect();
-        l.write_batch(&fin).unwrap();
-        l.write_batch(&[Op::Purge { older_than_ms: 0 }]).unwrap();
+        churn(&mut l, round);
         if !file::FAIL_RENAME_SYNC.get() {
             break; // a compaction ran into the failed sync
         }
