@@ -13,7 +13,9 @@ RUST_TOOLCHAIN="1.95.0"
 # The headless browser of the web console's test (regress/pytest/coordinator/test_coordinator_console.py):
 # Debian's chromium and its chromedriver, one version (bookworm-security's), so the driver
 # always matches the browser. Nothing else may be downloaded: no browser build of Selenium's.
-CHROMIUM_VERSION="156.0.8078.108-1~deb12u1"
+# bookworm-security keeps only its newest build: once this one is gone, bootstrap-browser.sh
+# installs the newest offered and warns to update this line (a stale pin stops nothing).
+CHROMIUM_VERSION="156.0.8078.114-1~deb12u1"
 # Machine-wide caches that survive fresh clones; nothing depends on them being there.
 COTX_CACHE="${COTX_CACHE:-/var/cache/cotx}"
 # Helm, for the chart's test (deploy/helm, regress/pytest/deploy/test_helm_chart.py): built from its Go module
