@@ -82,21 +82,7 @@ func TestRunRetriesTheRestartGateOfARestartedDaemon(t *testing.T) {
 		time.Sleep(delay)
 		return nil
 	}
-	err = coord.Run(ctx, func(ctx context.Context, tx *cotx.Tx) error {
-		conn, err := bare.my.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		runConns = append(runConns, conn)
-		b, err := tx.Branch(ctx, conn, cotx.MariaDB, "checking", "")
-		if err != nil {
-			return err
-		}
-		if _, err := b.Conn.ExecContext(ctx, "UPDATE checking SET bal = bal + 1 WHERE u = 'go-gate-after'"); err != nil {
-			return b.Fail(err)
-		}
-		return nil
-	}, cotx.WithClock(wait, func() float64 { return 0 }), seen.option())
+	err = coord.Run(ctx, deposit(bare.my, cotx.MariaDB, "go-gate-after"), cotx.WithClock(wait, func() float64 { return 0 }), seen.option())
 	closeRunConns()
 	if err != nil {
 		t.Fatalf("Run: %v (retried %v)", err, seen.errs)

@@ -19,20 +19,26 @@ import (
 // cause, so nothing depends on timing.
 
 // deposit is Run's fn: one PostgreSQL branch on db's resource that adds 1 to user's row.
-func deposit(db *sql.DB, resource, user string) func(ctx context.Context, tx *cotx.Tx) error {
+// deposit is a Run body that adds 1 to user's balance in one branch: the fixture's
+// savings table on PostgreSQL, its checking table on MariaDB.
+func deposit(db *sql.DB, kind cotx.Kind, user string) func(ctx context.Context, tx *cotx.Tx) error {
+	resource, stmt := "savings", "UPDATE savings SET bal = bal + 1 WHERE u = $1"
+	if kind == cotx.MariaDB {
+		resource, stmt = "checking", "UPDATE checking SET bal = bal + 1 WHERE u = ?"
+	}
 	return func(ctx context.Context, tx *cotx.Tx) error {
 		conn, err := db.Conn(ctx)
 		if err != nil {
 			return err
 		}
-		b, err := tx.Branch(ctx, conn, cotx.Postgres, resource, "")
+		b, err := tx.Branch(ctx, conn, kind, resource, "")
 		if err != nil {
 			conn.Close()
 			return err
 		}
 		// The session stays open until the transaction ends: closed after Run returns.
 		runConns = append(runConns, conn)
-		if _, err := conn.ExecContext(ctx, "UPDATE savings SET bal = bal + 1 WHERE u = $1", user); err != nil {
+		if _, err := conn.ExecContext(ctx, stmt, user); err != nil {
 			return b.Fail(err)
 		}
 		return nil
@@ -97,7 +103,7 @@ func TestRunRetriesA429AtBegin(t *testing.T) {
 		return coord.Abort(ctx, other, "test: make room")
 	}
 	var seen refusals
-	err = coord.Run(ctx, deposit(env.pg, "savings", "run-429"), cotx.WithClock(sleep, func() float64 { return 0 }), seen.option())
+	err = coord.Run(ctx, deposit(env.pg, cotx.Postgres, "run-429"), cotx.WithClock(sleep, func() float64 { return 0 }), seen.option())
 	closeRunConns()
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +153,7 @@ func TestRunRetriesA503AtBegin(t *testing.T) {
 	}
 	var seen refusals
 	sleep := func(context.Context, time.Duration) error { release(); return nil }
-	err = coord.Run(ctx, deposit(bare.pg, "savings", "run-503"), cotx.WithClock(sleep, func() float64 { return 0 }), seen.option())
+	err = coord.Run(ctx, deposit(bare.pg, cotx.Postgres, "run-503"), cotx.WithClock(sleep, func() float64 { return 0 }), seen.option())
 	closeRunConns()
 	if err != nil {
 		t.Fatal(err)

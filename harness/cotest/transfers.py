@@ -44,6 +44,13 @@ def transfer_branches(tx, pg, mariadb, key: str):
     return pc, mc
 
 
+def run_transfer(d, pg, mariadb, key: str, **run) -> None:
+    """A transfer on daemon d under the client's retry path (`Coordinator.run`, given
+    `run`'s keywords, e.g. on_retry), committed, its sessions closed."""
+    for s in Coordinator(d.url, d.token).run(lambda tx: transfer_branches(tx, pg, mariadb, key), **run):
+        s.close()
+
+
 def prepared_transfer(d, pg, mariadb, key: str) -> str:
     """A transfer on daemon d with both branches prepared and reported, the application's
     sessions closed (so any daemon may finish the branches): its gtid."""

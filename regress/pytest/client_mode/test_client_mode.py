@@ -26,7 +26,7 @@ import urllib.request
 import pytest
 from cotest import MariaServer, PgServer
 from cotest.coord import make_daemon, metric, my_prepared, pg_prepared, wait_until
-from cotest.transfers import transfer as crash_transfer, transfer_branches
+from cotest.transfers import run_transfer, transfer as crash_transfer
 from cotx import Coordinator
 from cotx.errors import CoordinatorError, CotxError
 
@@ -276,9 +276,7 @@ def test_kill9_of_the_daemon_at_every_step_leaves_nothing_prepared_or_split(bare
         # A new client-mode branch is admitted only once the old helpers are recovered; until
         # the old branches are decided the restart gate may refuse it, "not now", and the
         # client's retry path runs it again (the test below).
-        sessions = Coordinator(d.url, d.token).run(lambda tx: transfer_branches(tx, bare_pg, bare_my, key + "-after"))
-        for s in sessions:
-            s.close()
+        run_transfer(d, bare_pg, bare_my, key + "-after")
         wait_until(lambda: settled(bare_pg, bare_my), 30, f"nothing prepared after the daemon died at {step!r}")
         assert rows(bare_pg, bare_my, key) == ((1, 1) if decision else (0, 0)), step
         assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
@@ -311,10 +309,7 @@ def test_a_registration_refused_while_a_restarted_daemon_recovers_is_admitted_by
 
         try:
             d.start()
-            sessions = Coordinator(d.url, d.token).run(
-                lambda tx: transfer_branches(tx, bare_pg, bare_my, key + "-after"), on_retry=let_recovery_commit)
-            for s in sessions:
-                s.close()
+            run_transfer(d, bare_pg, bare_my, key + "-after", on_retry=let_recovery_commit)
         finally:
             hold.close()
         assert refusals == ["restart_gate"], refusals

@@ -91,7 +91,7 @@ class RestartGateRetryTest {
             assertTrue(refused >= 1 && attempts.size() >= 2,
                     "no registration was refused (" + refused + ", attempts " + attempts + "): the gate was open at once, so this test shows nothing");
             first.get(30, TimeUnit.SECONDS);
-            assertEquals(servers.awaitNothingPrepared(Duration.ofSeconds(15)), 0, "nothing left prepared");
+            assertEquals(0, servers.awaitNothingPrepared(Duration.ofSeconds(15)), "nothing left prepared");
             try (Connection p = servers.pg(); Connection m = servers.my()) {
                 assertEquals(balance(p, "savings", "j-gate"), balance(m, "checking", "j-gate"), "the first transfer: both or neither");
                 assertEquals(1, balance(m, "checking", "j-gate-after"));
