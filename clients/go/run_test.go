@@ -18,7 +18,6 @@ import (
 // rules_test.go). The waits are injected (WithClock): the first wait ends the refusal's
 // cause, so nothing depends on timing.
 
-// deposit is Run's fn: one PostgreSQL branch on db's resource that adds 1 to user's row.
 // deposit is a Run body that adds 1 to user's balance in one branch: the fixture's
 // savings table on PostgreSQL, its checking table on MariaDB.
 func deposit(db *sql.DB, kind cotx.Kind, user string) func(ctx context.Context, tx *cotx.Tx) error {
