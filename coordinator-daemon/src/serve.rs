@@ -137,11 +137,14 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
 }
 
 /// The orderly stop. Every acknowledged decision is already durable: stopping needs no
-/// flush. The lease is marked expired: a restart owns the node at once, and whatever is
+/// flush, but the branches of decided transactions are finished first (within 5 s), so
+/// that a rolling restart does not leave them prepared and holding locks until the next
+/// recovery. The lease is marked expired: a restart owns the node at once, and whatever is
 /// still in doubt is taken over by another daemon meanwhile. Client mode: helpers of
 /// branches that no longer need them go now (the others stay for recovery: their branches
 /// may still commit).
 pub async fn stop(c: &coordinator::Coordinator) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.finish_decided_at_stop()).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), c.release_at_stop()).await;
     let _ = c.store.release_node(&c.cfg.node_id, c.holder(), false).await;
     tracing::info!("stopping");

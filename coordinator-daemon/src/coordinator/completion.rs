@@ -203,6 +203,17 @@ pub async fn complete_pending<'a>(c: impl Into<Finishing<'a>>, gtid: &str, by: F
     left
 }
 
+/// At an orderly stop: one attempt for every prepared branch of every decided transaction
+/// in memory, without waiting out the owners' grace period. A stop right after commits were
+/// answered would otherwise leave their branches prepared, holding their locks, until a
+/// restart's or another daemon's recovery finds them. What fails here is left to those: the
+/// decisions are durable.
+pub async fn finish_decided_at_stop(c: Finishing<'_>) {
+    for gtid in c.registry.decided_unfinished() {
+        complete_pending(c, &gtid, FinishedBy::Daemon).await;
+    }
+}
+
 /// Finishes the prepared branches of a decided transaction whose owners did not, after
 /// a grace period for the owners; retries with exponential backoff.
 pub fn spawn_completion(c: &Arc<Parts>, gtid: &str) {

@@ -352,6 +352,11 @@ impl Coordinator {
         housekeeping::tick(&self.parts)
     }
 
+    /// At the daemon's stop: the branches of what it decided finished where they can be.
+    pub async fn finish_decided_at_stop(&self) {
+        completion::finish_decided_at_stop((&self.parts).into()).await
+    }
+
     /// At the daemon's stop: client mode's holds and unused helpers let go of.
     pub async fn release_at_stop(&self) {
         holds::release_at_stop((&self.parts).into()).await

@@ -1,8 +1,9 @@
 """Crashes around the coordinator, with real processes: the client process killed (-9)
 after the decision (owner gone: the daemon completes), the daemon killed (-9) before the
-decision / after it before fan-out / in the middle of fan-out, and both databases crashed
-while branches were in doubt. Afterwards every branch has the recorded outcome and
-nothing stays prepared."""
+decision / after it before fan-out / in the middle of fan-out, both databases crashed
+while branches were in doubt, and the daemon stopped in order (SIGTERM) right after it
+answered commits. Afterwards every branch has the recorded outcome and nothing stays
+prepared."""
 import sqlite3
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import pytest
 from cotx import Coordinator
 from cotest.applog import unfinished
 from cotest.daemon import store_kind
-from cotest.coord import metric, my_prepared, nothing_prepared, pg_prepared, wait_until
-from cotest.transfers import Child, absent_both, committed_both
+from cotest.coord import api, metric, my_prepared, nothing_prepared, pg_prepared, wait_until
+from cotest.transfers import Child, absent_both, committed_both, prepared_transfer
 
 pytestmark = pytest.mark.usefixtures("crash_tables")
 
@@ -36,6 +37,22 @@ def test_owner_gone_daemon_completes(pg, mariadb, daemons):
     assert [b["state"] for b in t["branches"]] == ["finished", "finished"]
     assert {b["finished_by"] for b in t["branches"]} <= {"daemon", "recovery"}
     wait_until(lambda: ch.gtid not in records(d), what="the decision record to be marked finished")
+
+
+def test_an_orderly_stop_finishes_what_it_committed(pg, mariadb, daemons):
+    """SIGTERM (a rolling restart, `systemctl stop`) right after commits were answered, within
+    the owners' grace period, before the daemon's own completion started: the stop finishes
+    their branches before it exits. Failed before (the stop exited at once): the branches
+    stayed prepared, holding their locks, until a restart's or another daemon's recovery."""
+    d = daemons.start(pg, mariadb, timeouts=dict(owner_grace_ms=5000))
+    gtids = [prepared_transfer(d, pg, mariadb, f"orderly-stop-{i}") for i in range(3)]
+    for g in gtids:
+        assert api(d, "POST", f"/v1/transactions/{g}/commit", {})[1].get("decision") == "commit"
+    d.stop()
+    assert d.proc.returncode == 0
+    assert pg_prepared(pg) == [] and my_prepared(mariadb) == []
+    for i in range(3):
+        assert committed_both(pg, mariadb, f"orderly-stop-{i}")
 
 
 def test_owner_gone_readonly_mariadb_branch_is_an_incident(pg, mariadb, daemons):
