@@ -93,6 +93,9 @@ pub fn serve(cfg: config::Config) -> Result<(), String> {
     std::process::exit(0);
 }
 
+/// How long the start waits for its first recovery pass before it serves anyway.
+const FIRST_PASS_WAIT: Duration = Duration::from_secs(5);
+
 /// Everything the daemon does before it serves, in its order, and the tasks that run
 /// beside the API (lease renewal, recovery passes, the tick): the daemon and the
 /// coordinator in a caller's process (crate::in_process) start the same way.
@@ -118,14 +121,27 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
         otlp::start(e, &c.cfg.node_id);
     }
     lease::spawn_renewal(c.parts().clone(), coordinator::parts::Parts::holding);
-    // Recovery at start, then periodically.
+    // Recovery at start, then periodically. The first pass is waited for (within
+    // FIRST_PASS_WAIT) before the daemon serves: what its last run left prepared is decided
+    // before new work comes, so a client-mode registration is not refused `restart_gate`
+    // for a branch the pass was about to commit. A pass that takes longer (a database slow
+    // or away) goes on in the background and the daemon serves meanwhile.
     let rc = c.parts().clone();
+    let (first_done, first) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
+        recovery::run_pass(&rc).await;
+        let _ = first_done.send(());
         loop {
-            recovery::run_pass(&rc).await;
             tokio::time::sleep(Duration::from_millis(rc.cfg.timeouts.recovery_interval_ms)).await;
+            recovery::run_pass(&rc).await;
         }
     });
+    if tokio::time::timeout(FIRST_PASS_WAIT, first).await.is_err() {
+        tracing::warn!(
+            waited_ms = FIRST_PASS_WAIT.as_millis() as u64,
+            "the first recovery pass is still running: serving meanwhile"
+        );
+    }
     let tc = c.clone();
     tokio::spawn(async move {
         loop {

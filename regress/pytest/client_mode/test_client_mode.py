@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import urllib.error
 import urllib.request
 
@@ -313,6 +314,38 @@ def test_a_registration_refused_while_a_restarted_daemon_recovers_is_admitted_by
         finally:
             hold.close()
         assert refusals == ["restart_gate"], refusals
+        wait_until(lambda: settled(bare_pg, bare_my), 30, "nothing prepared")
+        assert rows(bare_pg, bare_my, key) == (1, 1)
+        assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
+
+
+def test_a_restarted_daemon_decides_what_its_last_run_left_before_it_serves(bare_pg, bare_my):
+    """The same restart, the recovery's XA COMMIT held for one second: the daemon's start
+    waits for its first recovery pass (within 5 s), so the first registration after it
+    serves is admitted at once, with no `restart_gate` refusal and no Retry-After to wait
+    out. Failed before (the daemon served at once): that registration was refused."""
+    assert settled(bare_pg, bare_my), "an earlier test left branches prepared"
+    with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 3000, "owner_grace_ms": 300}) as d:
+        key = "gate-first-pass"
+        tx, bp, bm = transfer(d, bare_pg, bare_my, key)
+        mine = tx.prepare_all(report=False)
+        assert tx._commit_call({"prepared": mine}) == "commit"
+        d.kill9()
+        for b in (bp, bm):
+            b.conn.close()
+        hold = bare_my.connect()
+        hold.cursor().execute("FLUSH TABLES WITH READ LOCK")
+        unlock = threading.Timer(1.0, lambda: hold.cursor().execute("UNLOCK TABLES"))
+        refusals = []
+        try:
+            unlock.start()
+            d.start()
+            run_transfer(d, bare_pg, bare_my, key + "-after",
+                         on_retry=lambda retries, e, delay: refusals.append(getattr(e, "code", repr(e))))
+        finally:
+            unlock.join()
+            hold.close()
+        assert refusals == [], refusals
         wait_until(lambda: settled(bare_pg, bare_my), 30, "nothing prepared")
         assert rows(bare_pg, bare_my, key) == (1, 1)
         assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
