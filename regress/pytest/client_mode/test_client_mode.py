@@ -283,25 +283,44 @@ def test_kill9_of_the_daemon_at_every_step_leaves_nothing_prepared_or_split(bare
         assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
 
 
+def killed_after_commit_with_recovery_held(d, pg, my, key: str):
+    """A transfer on daemon d committed (both branches prepared, the decision written), d
+    killed -9 before it finished them, the application's sessions closed; then MariaDB's
+    global read lock taken, which holds the next recovery's XA COMMIT. Returns the
+    connection that holds the lock (UNLOCK TABLES on it lets the recovery go on)."""
+    tx, bp, bm = transfer(d, pg, my, key)
+    mine = tx.prepare_all(report=False)
+    assert tx._commit_call({"prepared": mine}) == "commit"
+    d.kill9()
+    for b in (bp, bm):
+        b.conn.close()
+    hold = my.connect()
+    hold.cursor().execute("FLUSH TABLES WITH READ LOCK")
+    return hold
+
+
+def both_committed_after_the_restart(pg, my, key: str) -> None:
+    """Nothing left prepared; the transfer of `key` and the one run after the restart
+    (`key`-after) both committed on both servers."""
+    wait_until(lambda: settled(pg, my), 30, "nothing prepared")
+    assert rows(pg, my, key) == (1, 1)
+    assert rows(pg, my, key + "-after") == (1, 1)
+
+
 def test_a_registration_refused_while_a_restarted_daemon_recovers_is_admitted_by_the_retry_path(bare_pg, bare_my):
     """A daemon restarted with a committed branch still prepared at MariaDB closes the
     restart gate at its first look (it cannot know whether MariaDB restarted while it was
     away) until its recovery has committed that branch. A registration in between is
     refused 503 restart_gate, "not now", and the client's retry path admits it once the
     branch is committed: the application sees no failure. MariaDB's global read lock holds
-    the recovery's XA COMMIT, so the registration surely comes in between (on a slow
-    machine it did by itself: the kill -9 test above once failed so in CI)."""
+    the recovery's XA COMMIT until the retry path's first wait, so the registration surely
+    comes in between: the daemon's start waits for its first recovery pass, gives up after
+    5 s and serves with the gate closed (on a slow machine it once came in between by
+    itself: the kill -9 test above failed so in CI)."""
     assert settled(bare_pg, bare_my), "an earlier test left branches prepared"
     with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 3000, "owner_grace_ms": 300}) as d:
         key = "gate-retry"
-        tx, bp, bm = transfer(d, bare_pg, bare_my, key)
-        mine = tx.prepare_all(report=False)
-        assert tx._commit_call({"prepared": mine}) == "commit"
-        d.kill9()
-        for b in (bp, bm):
-            b.conn.close()
-        hold = bare_my.connect()
-        hold.cursor().execute("FLUSH TABLES WITH READ LOCK")
+        hold = killed_after_commit_with_recovery_held(d, bare_pg, bare_my, key)
         refusals = []
 
         def let_recovery_commit(retries, e, delay):
@@ -314,9 +333,7 @@ def test_a_registration_refused_while_a_restarted_daemon_recovers_is_admitted_by
         finally:
             hold.close()
         assert refusals == ["restart_gate"], refusals
-        wait_until(lambda: settled(bare_pg, bare_my), 30, "nothing prepared")
-        assert rows(bare_pg, bare_my, key) == (1, 1)
-        assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
+        both_committed_after_the_restart(bare_pg, bare_my, key)
 
 
 def test_a_restarted_daemon_decides_what_its_last_run_left_before_it_serves(bare_pg, bare_my):
@@ -327,14 +344,7 @@ def test_a_restarted_daemon_decides_what_its_last_run_left_before_it_serves(bare
     assert settled(bare_pg, bare_my), "an earlier test left branches prepared"
     with make_daemon(bare_pg, bare_my, timeouts={"transaction_ms": 3000, "owner_grace_ms": 300}) as d:
         key = "gate-first-pass"
-        tx, bp, bm = transfer(d, bare_pg, bare_my, key)
-        mine = tx.prepare_all(report=False)
-        assert tx._commit_call({"prepared": mine}) == "commit"
-        d.kill9()
-        for b in (bp, bm):
-            b.conn.close()
-        hold = bare_my.connect()
-        hold.cursor().execute("FLUSH TABLES WITH READ LOCK")
+        hold = killed_after_commit_with_recovery_held(d, bare_pg, bare_my, key)
         unlock = threading.Timer(1.0, lambda: hold.cursor().execute("UNLOCK TABLES"))
         refusals = []
         try:
@@ -346,9 +356,7 @@ def test_a_restarted_daemon_decides_what_its_last_run_left_before_it_serves(bare
             unlock.join()
             hold.close()
         assert refusals == [], refusals
-        wait_until(lambda: settled(bare_pg, bare_my), 30, "nothing prepared")
-        assert rows(bare_pg, bare_my, key) == (1, 1)
-        assert rows(bare_pg, bare_my, key + "-after") == (1, 1)
+        both_committed_after_the_restart(bare_pg, bare_my, key)
 
 
 def test_mariadb_restart_gate(bare_pg):
