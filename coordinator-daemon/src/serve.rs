@@ -136,12 +136,6 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
             recovery::run_pass(&rc).await;
         }
     });
-    if tokio::time::timeout(FIRST_PASS_WAIT, first).await.is_err() {
-        tracing::warn!(
-            waited_ms = FIRST_PASS_WAIT.as_millis() as u64,
-            "the first recovery pass is still running: serving meanwhile"
-        );
-    }
     let tc = c.clone();
     tokio::spawn(async move {
         loop {
@@ -149,6 +143,12 @@ pub async fn start(cfg: config::Config) -> Result<Arc<coordinator::Coordinator>,
             tc.tick();
         }
     });
+    if tokio::time::timeout(FIRST_PASS_WAIT, first).await.is_err() {
+        tracing::warn!(
+            waited_ms = FIRST_PASS_WAIT.as_millis() as u64,
+            "the first recovery pass is still running: serving meanwhile"
+        );
+    }
     Ok(c)
 }
 

@@ -410,10 +410,7 @@ impl Registry {
     /// Decided transactions in memory with a branch still prepared.
     pub fn decided_unfinished(&self) -> Vec<String> {
         let txs = self.txs.lock().unwrap();
-        txs.values()
-            .filter(|e| e.tx.decision().is_some() && e.tx.branches.iter().any(|b| b.state == BranchState::Prepared))
-            .map(|e| e.tx.gtid.clone())
-            .collect()
+        txs.values().filter(|e| e.tx.decision().is_some() && e.tx.in_doubt()).map(|e| e.tx.gtid.clone()).collect()
     }
 
     /// Whether any transaction of `node` in memory is undecided or has a prepared branch.
