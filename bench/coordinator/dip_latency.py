@@ -6,7 +6,9 @@ this machine's disk (Env's fsync on). Per client count, one slice per mode and r
 modes interleaved ABBA (the order reversed every other round). Per slice: p50, p99, tps;
 then per client count the per-round ratios of each dip mode to each other mode, of p50 and
 p99, as medians with 95 % bootstrap intervals (the target: dip p50 <= 0.8 x 2pc p50 at 1
-client). A mode with the suffix :1req runs on the one-request path (the driver's
+client), and per mode where its time went, step by step (the driver's phases_p50_ms: each
+branch's begin and statements, the PREPAREs, the daemon's request, dip's decision commit,
+phase two). A mode with the suffix :1req runs on the one-request path (the driver's
 --one-request: leased gtids, the commit the only request; dip's hands the decision over in
 it): dip:1req against 2pc:1req is like for like; dip:1req-overlap sends that commit while
 the other branches prepare (the driver's --handover-while-preparing). Run it on a quiet machine (checked before the run; --force runs anyway
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 from bench.experiments import ONE_REQUEST, set_fillfactor
 from bench.harness import loadgen, slices
@@ -79,9 +82,17 @@ def main() -> None:
                     row = {"clients": n, "round": r, "mode": mode, "p50_ms": x.get("p50_ms"),
                            "p99_ms": x.get("p99_ms"), "tps": x.get("tps"), "commits": x.get("commits"),
                            "errors": x.get("errors") or x.get("error"),
+                           "phases_p50_ms": x.get("phases_p50_ms"),
                            "quiet": "ok" if quiet["quiet"] else "NOT QUIET: " + quiet["why"]}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+    # Where each mode's time went: per step, the median over rounds of its slices' p50.
+    for n in sorted({r["clients"] for r in rows}):
+        for mode in modes:
+            mine = [r["phases_p50_ms"] for r in rows if r["clients"] == n and r["mode"] == mode and r["phases_p50_ms"]]
+            steps = sorted({k for p in mine for k in p})
+            print(json.dumps({"clients": n, "mode": mode, "phases_p50_ms": {
+                k: round(statistics.median(p[k] for p in mine if p.get(k) is not None), 3) for k in steps}}), flush=True)
     dips = [m for m in modes if m.partition(":")[0] == "dip"]
     for n in sorted({r["clients"] for r in rows}):
         mine = [r for r in rows if r["clients"] == n]

@@ -289,6 +289,9 @@ pub struct Client {
     /// The attempt under way is on the one-request path: the daemon knows nothing of it
     /// before its commit, so nothing is reported or aborted there.
     leased_tx: bool,
+    /// Where the last attempt's time went: the instant each step of it ended, in order
+    /// (the driver's `phases_p50_ms`: what a mode saves, step by step).
+    pub marks: Vec<(&'static str, std::time::Instant)>,
 }
 
 impl Client {
@@ -326,6 +329,7 @@ impl Client {
             lease: None,
             modes_checked: false,
             leased_tx: false,
+            marks: Vec::new(),
         })
     }
 
@@ -484,6 +488,9 @@ impl Client {
         self.last_gtid = None;
         self.last_ids.clear();
         self.last_decider_xid = None;
+        self.marks.clear();
+        // The first step: the attempts before this one and their backoff (0 on a first try).
+        self.mark("earlier attempts");
         self.leased_tx = self.cfg.one_request;
         if self.leased_tx {
             gtid = Some(self.draw().await?);
@@ -610,6 +617,7 @@ impl Client {
             // Begin and the statements; client mode's slot is written at prepare (prepare_one).
             let my_iso = self.cfg.my_isolation;
             let sess = self.sess.get_mut(&sub.session).expect("session opened");
+            let mut begun = None;
             let run = async {
                 match sub.db {
                     Db::Pg => sess.simple("BEGIN ISOLATION LEVEL SERIALIZABLE").await?,
@@ -621,6 +629,7 @@ impl Client {
                         sess.simple(&format!("XA START {}", b.xid)).await?;
                     }
                 }
+                begun = Some(std::time::Instant::now());
                 sess.run_ops(&sub.ops).await?;
                 Ok::<(), DbError>(())
             }
@@ -635,6 +644,16 @@ impl Client {
                 return Err(e.into());
             }
             br.push(b);
+            // Each branch's start (its registration on the begin path, BEGIN / XA START),
+            // then its statements.
+            let (start, statements) = match sub.db {
+                Db::Pg => ("begin postgresql", "statements postgresql"),
+                Db::My => ("begin mariadb", "statements mariadb"),
+            };
+            if let Some(t) = begun {
+                self.marks.push((start, t));
+            }
+            self.mark(statements);
         }
         let g = gtid.unwrap();
         if self.leased_tx {
@@ -652,6 +671,7 @@ impl Client {
             self.abort(&g, &mut br, &f.kind).await;
             return Err(f);
         }
+        self.mark("prepare");
         let prepared: Vec<String> = to_prepare.iter().map(|&i| br[i].bid.clone()).collect();
         let mut body = json!({"prepared": prepared});
         if let Some(d) = decider {
@@ -672,6 +692,7 @@ impl Client {
                 return Err(e.into());
             }
         };
+        self.mark("request");
         if let Some(d) = decider {
             if decision != "in_participant" {
                 self.abort(&g, &mut br, "no in_participant decision").await;
@@ -685,6 +706,7 @@ impl Client {
         }
         let all: Vec<usize> = (0..br.len()).collect();
         let done = self.finish_commit(&g, &mut br, &all).await;
+        self.mark("phase two");
         self.ack(&g, "commit", done).await;
         Ok(())
     }
@@ -703,6 +725,7 @@ impl Client {
             self.rollback_all(g, br).await;
             return Err(f);
         }
+        self.mark("prepare");
         let body = self.leased_commit_body(br, subs, decider);
         let http = self.http.as_mut().unwrap();
         let decision = match http.request("POST", &format!("/v1/transactions/{g}/commit"), &body).await {
@@ -713,6 +736,7 @@ impl Client {
                 return Err(e.into());
             }
         };
+        self.mark("request");
         if let Some(d) = decider {
             if decision != "in_participant" {
                 self.rollback_all(g, br).await;
@@ -725,6 +749,7 @@ impl Client {
             return Err(Failure { kind: format!("coordinator decision {decision}"), err: None });
         }
         let done = self.finish_commit(g, br, &all).await;
+        self.mark("phase two");
         self.ack(g, "commit", done).await;
         Ok(())
     }
@@ -775,6 +800,7 @@ impl Client {
         let (prepared, answer) =
             futures_util::future::join(self.prepare(g, br, to_prepare), http.request("POST", &path, &body)).await;
         self.http = Some(http);
+        self.mark("prepare and request");
         let decision = match answer {
             Ok(v) => v["decision"].as_str().unwrap_or("").to_string(),
             Err(e) => {
@@ -983,13 +1009,19 @@ impl Client {
             return Err(e.into());
         }
         br[d].state = BState::Done;
+        self.mark("decision");
         let others: Vec<usize> = (0..br.len()).filter(|&i| i != d).collect();
         // The decision branch first: a daemon that checks the list in order (before this
         // one did not) refuses the others' commit while the transaction is still deciding.
         let mut done = vec![dbid];
         done.extend(self.finish_commit(g, br, &others).await);
+        self.mark("phase two");
         self.ack(g, "commit", done).await;
         Ok(())
+    }
+
+    fn mark(&mut self, step: &'static str) {
+        self.marks.push((step, std::time::Instant::now()));
     }
 
     /// The attempt failed: tell the coordinator, roll back every local branch, acknowledge.

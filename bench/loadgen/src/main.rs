@@ -122,6 +122,9 @@ struct Stats {
     attempts: u64,
     reasons: BTreeMap<String, u64>,
     lat_ms: Vec<f64>,
+    /// Committed transactions' time per step (Client::marks), ms: "statements" from the
+    /// start, each later step from the one before, "rest" to the end (acknowledgements).
+    phases: BTreeMap<&'static str, Vec<f64>>,
     log: Vec<String>,
     error: Option<String>,
     enforcement: BTreeMap<String, u64>,
@@ -248,6 +251,11 @@ async fn client_loop(
                         st.commits += 1;
                         st.attempts += 1;
                         st.lat_ms.push(t.duration_since(t0).as_secs_f64() * 1000.0);
+                        let mut prev = t0;
+                        for &(step, at) in c.marks.iter().chain([("rest", t)].iter()) {
+                            st.phases.entry(step).or_default().push(at.duration_since(prev).as_secs_f64() * 1000.0);
+                            prev = at;
+                        }
                     }
                     break;
                 }
@@ -522,6 +530,9 @@ async fn run(a: Args) -> i32 {
                     *all.reasons.entry(k).or_default() += v;
                 }
                 all.lat_ms.extend(st.lat_ms);
+                for (k, v) in st.phases {
+                    all.phases.entry(k).or_default().extend(v);
+                }
                 all.log.extend(st.log);
                 for (k, v) in st.enforcement {
                     *all.enforcement.entry(k).or_default() += v;
@@ -575,6 +586,9 @@ async fn run(a: Args) -> i32 {
     v["backoff_s"] = json!(all.backoff_s);
     v["p50_ms"] = json!(percentile(&mut all.lat_ms, 0.5));
     v["p99_ms"] = json!(percentile(&mut all.lat_ms, 0.99));
+    // Each step's own median: they need not add up to p50_ms.
+    let phases: BTreeMap<&str, Option<f64>> = all.phases.iter_mut().map(|(k, xs)| (*k, percentile(xs, 0.5))).collect();
+    v["phases_p50_ms"] = json!(phases);
     if let Some(p) = &pace {
         let offered = p.scheduled_between(t_measure, t_end);
         v["arrivals"] = json!(offered);

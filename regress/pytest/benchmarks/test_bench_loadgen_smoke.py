@@ -80,8 +80,9 @@ def test_micro_one_request(env):
     calls), under the mode's enforcement; nothing stays prepared. In mode dip the commit
     hands the decision to the PostgreSQL branch (decide_in): still one request, and no
     decision written to the store. co:1req-pglast prepares MariaDB's branch before
-    PostgreSQL's (--prepare-pg-last). The driver refuses the flag in the modes that need a
-    begun transaction."""
+    PostgreSQL's (--prepare-pg-last). Each result says where its time went, step by step
+    (phases_p50_ms). The driver refuses the flag in the modes that need a begun
+    transaction."""
     from bench.harness import loadgen
     from bench.micro import micro
     from cotest.coord import metric
@@ -116,6 +117,12 @@ def test_micro_one_request(env):
             assert sent >= 2 * r["commits"], (sent, r)
         if mode == "dip:1req":
             assert metric(d, "cotx_decided_in_participant_total", 0) - handed >= r["commits"], r
+        # Where the time went, step by step (bench/RESULTS.md reads it): dip's decision
+        # commit is a step of its own; the others' commit is the request and phase two.
+        steps = r["phases_p50_ms"]
+        assert {"statements postgresql", "statements mariadb", "prepare", "request", "phase two"} <= set(steps), r
+        assert ("decision" in steps) == mode.startswith("dip"), r
+        assert all(v is not None and 0 <= v <= r["p99_ms"] for v in steps.values()), r
         assert env.leftovers() == (0, 0)
     env.set_mode("client")
     r = loadgen.run_slice(env, "client", args, clients=1, warmup=0.0, seconds=0.5, extra=["--one-request"])
