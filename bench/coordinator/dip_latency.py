@@ -6,7 +6,9 @@ this machine's disk (Env's fsync on). Per client count, one slice per mode and r
 modes interleaved ABBA (the order reversed every other round). Per slice: p50, p99, tps;
 then per client count the per-round ratios of each dip mode to each other mode, of p50 and
 p99, as medians with 95 % bootstrap intervals (the target: dip p50 <= 0.8 x 2pc p50 at 1
-client), and per mode where its time went, step by step (the driver's phases_p50_ms: each
+client), the same of the commit alone (commit_p50_ms, commit_p99_ms: from the last
+statement to the end, what the protocol decides; the statements are the workload's, the
+same in every mode), and per mode where its time went, step by step (the driver's phases_p50_ms: each
 branch's begin and statements, the PREPAREs, the daemon's request, dip's decision commit,
 phase two). A mode with the suffix :1req runs on the one-request path (the driver's
 --one-request: leased gtids, the commit the only request; dip's hands the decision over in
@@ -82,6 +84,7 @@ def main() -> None:
                     row = {"clients": n, "round": r, "mode": mode, "p50_ms": x.get("p50_ms"),
                            "p99_ms": x.get("p99_ms"), "tps": x.get("tps"), "commits": x.get("commits"),
                            "errors": x.get("errors") or x.get("error"),
+                           "commit_p50_ms": x.get("commit_p50_ms"), "commit_p99_ms": x.get("commit_p99_ms"),
                            "phases_p50_ms": x.get("phases_p50_ms"),
                            "quiet": "ok" if quiet["quiet"] else "NOT QUIET: " + quiet["why"]}
                     rows.append(row)
@@ -98,7 +101,7 @@ def main() -> None:
         mine = [r for r in rows if r["clients"] == n]
         for num in dips:
             for den in (m for m in modes if m not in dips):
-                for key in ("p50_ms", "p99_ms"):
+                for key in ("p50_ms", "p99_ms", "commit_p50_ms", "commit_p99_ms"):
                     print(json.dumps({"clients": n, "ratio": f"{num}/{den}", "of": key,
                                       **ratios(mine, num, den, key)}), flush=True)
 

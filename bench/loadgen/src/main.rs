@@ -125,6 +125,9 @@ struct Stats {
     /// Committed transactions' time per step (Client::marks), ms: "statements" from the
     /// start, each later step from the one before, "rest" to the end (acknowledgements).
     phases: BTreeMap<&'static str, Vec<f64>>,
+    /// Committed global transactions' commit alone, ms: from the end of their last
+    /// statement to the end (the PREPAREs, the daemon, the decision, phase two).
+    commit_ms: Vec<f64>,
     log: Vec<String>,
     error: Option<String>,
     enforcement: BTreeMap<String, u64>,
@@ -251,6 +254,9 @@ async fn client_loop(
                         st.commits += 1;
                         st.attempts += 1;
                         st.lat_ms.push(t.duration_since(t0).as_secs_f64() * 1000.0);
+                        if let Some(&(_, at)) = c.marks.iter().rev().find(|(k, _)| k.starts_with("statements")) {
+                            st.commit_ms.push(t.duration_since(at).as_secs_f64() * 1000.0);
+                        }
                         let mut prev = t0;
                         for &(step, at) in c.marks.iter().chain([("rest", t)].iter()) {
                             st.phases.entry(step).or_default().push(at.duration_since(prev).as_secs_f64() * 1000.0);
@@ -530,6 +536,7 @@ async fn run(a: Args) -> i32 {
                     *all.reasons.entry(k).or_default() += v;
                 }
                 all.lat_ms.extend(st.lat_ms);
+                all.commit_ms.extend(st.commit_ms);
                 for (k, v) in st.phases {
                     all.phases.entry(k).or_default().extend(v);
                 }
@@ -589,6 +596,8 @@ async fn run(a: Args) -> i32 {
     // Each step's own median: they need not add up to p50_ms.
     let phases: BTreeMap<&str, Option<f64>> = all.phases.iter_mut().map(|(k, xs)| (*k, percentile(xs, 0.5))).collect();
     v["phases_p50_ms"] = json!(phases);
+    v["commit_p50_ms"] = json!(percentile(&mut all.commit_ms, 0.5));
+    v["commit_p99_ms"] = json!(percentile(&mut all.commit_ms, 0.99));
     if let Some(p) = &pace {
         let offered = p.scheduled_between(t_measure, t_end);
         v["arrivals"] = json!(offered);

@@ -123,6 +123,7 @@ def test_micro_one_request(env):
         assert {"statements postgresql", "statements mariadb", "prepare", "request", "phase two"} <= set(steps), r
         assert ("decision" in steps) == mode.startswith("dip"), r
         assert all(v is not None and 0 <= v <= r["p99_ms"] for v in steps.values()), r
+        assert 0 < r["commit_p50_ms"] <= r["p50_ms"] and r["commit_p50_ms"] <= r["commit_p99_ms"], r
         assert env.leftovers() == (0, 0)
     env.set_mode("client")
     r = loadgen.run_slice(env, "client", args, clients=1, warmup=0.0, seconds=0.5, extra=["--one-request"])
