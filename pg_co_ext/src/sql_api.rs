@@ -90,17 +90,51 @@ fn decide(gtid: &str) {
             refusal::raise(Refusal::DecisionReadOnly);
         }
     }
-    let inserted = Spi::get_one_with_args::<bool>(
-        "INSERT INTO co.decisions (gtid, outcome) VALUES ($1, 'c') ON CONFLICT (gtid) DO NOTHING RETURNING true",
-        &[gtid.into()],
-    )
-    .unwrap_or(None)
-    .unwrap_or(false);
-    if !inserted {
+    if !insert_decision(gtid) {
         refusal::raise(Refusal::AlreadyDecided(gtid.to_string()));
     }
     // The decision is this commit: it must be durable when COMMIT returns, whatever the
     // session's or server's synchronous_commit (other branches are committed on its word).
-    Spi::run("SELECT pg_catalog.set_config('synchronous_commit', 'on', true)").expect("set synchronous_commit");
+    // For this transaction only (GUC_ACTION_LOCAL), as set_config(..., true) does, without
+    // a query.
+    unsafe {
+        pg_sys::set_config_option(
+            c"synchronous_commit".as_ptr(),
+            c"on".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_LOCAL,
+            true,
+            PgLogLevel::ERROR as i32,
+            false,
+        );
+    }
     commit_points::mark_decision_point();
+}
+
+const INSERT_DECISION: &str =
+    "INSERT INTO co.decisions (gtid, outcome) VALUES ($1, 'c') ON CONFLICT (gtid) DO NOTHING RETURNING true";
+
+thread_local! {
+    /// The decision row's INSERT, planned once per backend (SPI_keepplan): planning it at
+    /// every co.decide was most of the function's cost (bench/RESULTS.md, "dip's latency
+    /// at one client, step by step"). PostgreSQL's plan cache re-plans it when co.decisions
+    /// changes (the extension dropped and created again).
+    static INSERT_PLAN: std::cell::OnceCell<pgrx::spi::OwnedPreparedStatement> = const { std::cell::OnceCell::new() };
+}
+
+/// Inserts the commit decision of `gtid`; false when a decision of it is there already.
+fn insert_decision(gtid: &str) -> bool {
+    Spi::connect_mut(|client| {
+        let inserted = INSERT_PLAN.with(|cell| {
+            if cell.get().is_none() {
+                let plan = client.prepare_mut(INSERT_DECISION, &[PgOid::BuiltIn(PgBuiltInOids::TEXTOID)])?.keep();
+                let _ = cell.set(plan);
+            }
+            let plan = cell.get().expect("planned above");
+            client.update(plan, Some(1), &[gtid.into()])?.first().get_one::<bool>()
+        });
+        Ok::<_, pgrx::spi::SpiError>(inserted?.unwrap_or(false))
+    })
+    .unwrap_or(false)
 }

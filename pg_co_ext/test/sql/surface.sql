@@ -40,3 +40,27 @@ COMMIT PREPARED 'ok';
 SELECT v FROM t;
 SELECT checks_prepare, refused_not_serializable, refused_read_only FROM co.stats;
 DROP TABLE t;
+
+-- co.decide plans its INSERT once per backend: a second decision in this session, a
+-- refused repeat, its synchronous_commit for its own transaction only, and a decision
+-- after the extension was dropped and created again under it
+SET synchronous_commit = off;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT co.decide('s1');
+SHOW synchronous_commit;
+COMMIT;
+SHOW synchronous_commit;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT co.decide('s1');
+ROLLBACK;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT co.decide('s2');
+COMMIT;
+SELECT gtid, outcome FROM co.decisions ORDER BY gtid;
+RESET synchronous_commit;
+DROP EXTENSION pg_co;
+CREATE EXTENSION pg_co;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT co.decide('s3');
+COMMIT;
+SELECT gtid, outcome FROM co.decisions ORDER BY gtid;
