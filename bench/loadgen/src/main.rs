@@ -122,8 +122,9 @@ struct Stats {
     attempts: u64,
     reasons: BTreeMap<String, u64>,
     lat_ms: Vec<f64>,
-    /// Committed transactions' time per step (Client::marks), ms: "statements" from the
-    /// start, each later step from the one before, "rest" to the end (acknowledgements).
+    /// Committed transactions' time per step (Client::marks), ms: "earlier attempts" from
+    /// the start, each later step from the one before, "rest" to the end
+    /// (acknowledgements; an attempt with no steps, local or autocommit, is all "rest").
     phases: BTreeMap<&'static str, Vec<f64>>,
     /// Committed global transactions' commit alone, ms: from the end of their last
     /// statement to the end (the PREPAREs, the daemon, the decision, phase two).
@@ -224,6 +225,8 @@ async fn client_loop(
         loop {
             tries += 1;
             n_attempt += 1;
+            // Steps are marked by the global path only: the others' attempts have none.
+            c.marks.clear();
             let r = if subs.len() == 1 && subs[0].autocommit {
                 c.run_autocommit(&subs[0]).await.map_err(|f| (0, f))
             } else if mode == Mode::Local {
