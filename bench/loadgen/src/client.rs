@@ -488,8 +488,8 @@ impl Client {
         self.last_gtid = None;
         self.last_ids.clear();
         self.last_decider_xid = None;
-        self.marks.clear();
-        // The first step: the attempts before this one and their backoff (0 on a first try).
+        // The first step: the attempts before this one and their backoff (0 on a first try);
+        // the driver's loop clears the steps before every attempt.
         self.mark("earlier attempts");
         self.leased_tx = self.cfg.one_request;
         if self.leased_tx {
